@@ -1,0 +1,159 @@
+"""Data-parallel MeZO over torch.distributed (gloo, 2 CPU ranks) and the DistContext helpers.
+
+Multi-rank tests spawn real processes with torch.multiprocessing; each worker sets the variables
+torchrun would set and builds its context with DistContext.from_env(), so the code under test is the
+code a torchrun launch runs. Workers report back through files in tmp_path.
+"""
+from __future__ import annotations
+
+import os
+import socket
+
+import pytest
+import torch
+import torch.multiprocessing as mp
+
+import mezo_rl.distributed as D
+from mezo_rl.distributed import DistContext, WeightMismatchError, check_no_offload, weight_checksums
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _join(rank: int, world_size: int, port: int) -> DistContext:
+    """Set what torchrun sets, then join through the public entry point."""
+    os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world_size),
+                      MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), OMP_NUM_THREADS="1")
+    torch.set_num_threads(1)
+    return DistContext.from_env(backend="gloo", timeout_s=60)
+
+
+def _spawn(worker, world_size: int, *args) -> None:
+    mp.spawn(worker, args=(world_size, _free_port(), *args), nprocs=world_size, join=True)
+
+
+# ---------------------------------------------------------------------------- single process
+def test_shards_partition_the_batch_contiguously_and_evenly():
+    items = list(range(11))
+    for world in (1, 2, 3, 4, 16):
+        shards = [DistContext(rank=r, world_size=world).shard(items) for r in range(world)]
+        assert sum(shards, []) == items  # contiguous, in rank order, nothing lost or repeated
+        sizes = [len(s) for s in shards]
+        assert max(sizes) - min(sizes) <= 1
+        assert sizes == sorted(sizes, reverse=True)  # the extra items go to the first ranks
+    # fewer items than ranks: the last ranks get empty shards
+    assert [DistContext(rank=r, world_size=4).shard(["a", "b"]) for r in range(4)] == [["a"], ["b"], [], []]
+
+
+def test_single_process_context_is_a_cheap_no_op(monkeypatch):
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    ctx = DistContext.from_env()
+    assert (ctx.rank, ctx.world_size, ctx.is_main, ctx.is_distributed) == (0, 1, True, False)
+    assert ctx.device == torch.device("cpu")
+    assert ctx.shard([1, 2, 3]) == [1, 2, 3]
+    assert ctx.all_reduce_sum([1.5, 2]) == [1.5, 2.0]
+    t = ctx.all_reduce_sum(torch.tensor([1.0, 2.0], dtype=torch.float32))
+    assert t.dtype == torch.float64 and t.tolist() == [1.0, 2.0]
+    assert ctx.all_reduce_sum_dict({"acc": 3.0}, keys=["acc", "f1"]) == {"acc": 3.0, "f1": 0.0}
+    ctx.check_same_weights([torch.ones(3)])
+    assert ctx.broadcast_object({"seed": 7}) == {"seed": 7}
+    ctx.barrier()
+    ctx.close()
+    assert ctx.bytes_communicated == 0
+
+
+def test_bad_input_gets_a_clear_error(monkeypatch):
+    ctx = DistContext()
+    with pytest.raises(TypeError, match="list of floats or a tensor"):
+        ctx.all_reduce_sum("1.0")
+    with pytest.raises(TypeError, match="every value must be a number"):
+        ctx.all_reduce_sum([1.0, "x"])
+    with pytest.raises(KeyError, match="not in the agreed keys"):
+        ctx.all_reduce_sum_dict({"acc": 1.0, "typo": 2.0}, keys=["acc"])
+    with pytest.raises(ValueError, match="0 <= rank < world_size"):
+        DistContext(rank=2, world_size=2)
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.delenv("MASTER_ADDR", raising=False)
+    monkeypatch.setenv("RANK", "0")
+    with pytest.raises(RuntimeError, match="torchrun"):
+        DistContext.from_env(backend="gloo")
+    with pytest.raises(ValueError, match="unknown backend"):
+        DistContext.from_env(backend="mpi")
+
+
+def test_weight_checksums_detect_any_change_without_big_temporaries(monkeypatch):
+    monkeypatch.setattr(D, "_CHUNK", 7)  # force several chunks per tensor
+    torch.manual_seed(0)
+    a = torch.randn(5, 9)
+    base = weight_checksums([a, a.to(torch.bfloat16), torch.arange(4)])
+    assert base.shape == (3, 3) and base.dtype == torch.int64
+    assert torch.equal(base, weight_checksums([a.clone(), a.to(torch.bfloat16), torch.arange(4)]))
+    # chunking does not change the result
+    monkeypatch.setattr(D, "_CHUNK", 1 << 20)
+    assert torch.equal(base, weight_checksums([a, a.to(torch.bfloat16), torch.arange(4)]))
+
+    one_ulp = a.clone()
+    one_ulp[3, 4] = torch.nextafter(one_ulp[3, 4], torch.tensor(float("inf")))
+    swapped = a.clone().view(-1)
+    swapped[[2, 40]] = swapped[[40, 2]]
+    for changed in (one_ulp, swapped.view(5, 9), a.roll(1, dims=1)):
+        row = weight_checksums([changed])[0]
+        assert not torch.equal(row, base[0]), "a changed tensor must change its checksum"
+    # a non-contiguous view is checksummed by its values in logical order
+    assert torch.equal(weight_checksums([a.t()]), weight_checksums([a.t().contiguous()]))
+    with pytest.raises(ValueError, match="meta"):
+        weight_checksums([torch.empty(3, device="meta")])
+
+
+def test_check_no_offload_names_offloaded_parameters():
+    model = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Linear(2, 2))
+    check_no_offload(model)  # all resident: fine
+    model[1].weight = torch.nn.Parameter(torch.empty(2, 2, device="meta"))
+    with pytest.raises(ValueError, match=r"1 parameter\(s\) are offloaded.*1\.weight"):
+        check_no_offload(model)
+
+
+# ---------------------------------------------------------------------------- two gloo ranks
+def _collectives_worker(rank, world_size, port, out_dir):
+    ctx = _join(rank, world_size, port)
+    try:
+        report = {"rank": ctx.rank, "world_size": ctx.world_size, "is_main": ctx.is_main}
+        report["sum_list"] = ctx.all_reduce_sum([rank + 0.5, 1.0, 1e-17 * (rank + 1)])
+        report["sum_tensor"] = ctx.all_reduce_sum(torch.full((2, 2), float(rank + 1)))
+        report["sum_dict"] = ctx.all_reduce_sum_dict({"a": 1.0} if rank == 0 else {}, keys=["a", "b"])
+        report["bytes_after_reduces"] = ctx.bytes_communicated
+        report["broadcast"] = ctx.broadcast_object({"seed": 1234} if rank == 0 else "ignored")
+
+        torch.manual_seed(0)  # identical weights on both ranks
+        model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.Linear(3, 2))
+        ctx.check_same_weights(model.named_parameters())
+        if rank == 1:
+            with torch.no_grad():
+                model[1].bias[0] += 1e-6
+        try:
+            ctx.check_same_weights(model.named_parameters())
+            report["mismatch_error"] = None
+        except WeightMismatchError as e:
+            report["mismatch_error"] = str(e)
+        ctx.barrier()
+        torch.save(report, os.path.join(out_dir, f"rank{rank}.pt"))
+    finally:
+        ctx.close()
+
+
+def test_two_ranks_collectives_checksum_and_byte_count(tmp_path):
+    _spawn(_collectives_worker, 2, str(tmp_path))
+    r0, r1 = (torch.load(tmp_path / f"rank{r}.pt") for r in range(2))
+    assert (r0["rank"], r1["rank"], r0["world_size"], r0["is_main"], r1["is_main"]) == (0, 1, 2, True, False)
+    for r in (r0, r1):
+        assert r["sum_list"] == [2.0, 2.0, 3e-17]  # float64: the tiny term survives
+        assert r["sum_tensor"].dtype == torch.float64 and r["sum_tensor"].eq(3.0).all()
+        assert r["sum_dict"] == {"a": 1.0, "b": 0.0}
+        assert r["bytes_after_reduces"] == (3 + 4 + 2) * 8  # payload of three all-reduces
+        assert r["broadcast"] == {"seed": 1234}
+        # both ranks raise the same clear error, naming the rank and the tensor
+        assert r["mismatch_error"] is not None
+        assert "rank 1 differs from rank 0 in 1 tensor(s): 1.bias" in r["mismatch_error"]
