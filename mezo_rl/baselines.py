@@ -1,0 +1,231 @@
+"""The paper's baselines on the same task and data as MeZO (Malladi et al., 2023, Section 3 / Appendix E).
+
+* ``zero-shot``: the prompted model as is.
+* ``icl``: in-context learning with ``num_demonstrations`` training examples (the paper uses 32)
+  rendered by ``task.demonstration`` and prepended to every test prompt.
+* ``lp``: linear probing: a multinomial logistic-regression head fitted with ``scipy.optimize``
+  (L-BFGS, L2-regularised) on ``lm.features`` of the training prompts; classification tasks only
+  (the paper switches to head-tuning for multiple choice and generation).
+* ``ft``: fine-tuning with Adam through backprop (the paper's FT: batch 8, lr 1e-5, linear decay).
+  Classification uses cross-entropy over the candidates' mean log-likelihoods; multiple choice
+  and generation use teacher-forced NLL of the correct candidate / gold answer.
+
+Each returns a dict ``{"method", "test": metrics, "wall_time_s", "peak_rss_mb", ...}`` so the
+memory/accuracy comparison of the paper (Figure 1, Table 22) can be made against a MeZO run's
+summary.json. ``mezo-rl baseline --method zero-shot|icl|lp|ft`` runs them from the command line.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import random
+import time
+from dataclasses import dataclass, field
+from typing import Optional
+
+import numpy as np
+import torch
+
+from mezo_rl.trainer import peak_rss_mb
+
+METHODS = ("zero-shot", "icl", "lp", "ft")
+
+
+@dataclass
+class BaselineArguments:
+    """Options of ``mezo-rl baseline`` (each field is ``--field-name``)."""
+
+    method: str = field(default="zero-shot", metadata={"help": "zero-shot, icl, lp (linear probing) or ft (Adam fine-tuning)", "choices": list(METHODS)})
+    model: str = field(default="smollm2-135m", metadata={"help": "short name, hub id, local directory or .gguf file"})
+    task: str = field(default="sst2", metadata={"help": "task name (see `mezo-rl tasks`)"})
+    data_dir: Optional[str] = field(default=None, metadata={"help": "dataset directory (default: $MEZO_RL_DATA)"})
+    num_train: int = field(default=1000, metadata={"help": "training examples (demonstration pool for icl, training set for lp/ft)"})
+    num_test: int = field(default=500, metadata={"help": "test examples"})
+    seed: int = field(default=0, metadata={"help": "seed for data sampling, demonstrations and ft batches"})
+    dtype: str = field(default="float32", metadata={"help": "weights dtype", "choices": ["float32", "bfloat16"]})
+    eval_batch_size: int = field(default=16, metadata={"help": "examples per forward pass during evaluation"})
+    max_new_tokens: int = field(default=32, metadata={"help": "generation length for generation tasks"})
+    num_demonstrations: int = field(default=32, metadata={"help": "icl: demonstrations in the context (paper: 32)"})
+    lp_l2: float = field(default=1.0, metadata={"help": "lp: L2 penalty of the logistic regression (on standardised features)"})
+    ft_lr: float = field(default=1e-5, metadata={"help": "ft: Adam learning rate (paper: 1e-5, 5e-5, 8e-5)"})
+    ft_batch_size: int = field(default=8, metadata={"help": "ft: batch size (paper: 8)"})
+    ft_epochs: float = field(default=1.0, metadata={"help": "ft: epochs over the training examples (paper: 5)"})
+    ft_max_steps: Optional[int] = field(default=None, metadata={"help": "ft: stop after this many steps"})
+    output_dir: Optional[str] = field(default=None, metadata={"help": "write baseline_<method>.json here"})
+
+    def __post_init__(self):
+        if self.method not in METHODS:
+            raise ValueError(f"BaselineArguments.method: got {self.method!r}, accepted: {', '.join(METHODS)}")
+        if self.num_demonstrations < 1:
+            raise ValueError(f"BaselineArguments.num_demonstrations: expected >= 1, got {self.num_demonstrations}")
+
+
+def _evaluate(lm, task, examples, batch_size=16, max_new_tokens=32) -> dict:
+    from mezo_rl.evaluation import evaluate
+
+    metrics = evaluate(lm, task, examples, batch_size=batch_size, max_new_tokens=max_new_tokens)
+    return {k: float(v) for k, v in metrics.items() if isinstance(v, (int, float))}
+
+
+def zero_shot(lm, task, test, *, batch_size=16, max_new_tokens=32) -> dict:
+    """Task metrics of the unchanged model on ``test``."""
+    return _evaluate(lm, task, test, batch_size, max_new_tokens)
+
+
+def icl_examples(task, train, test, num_demonstrations=32, seed=0, separator="\n\n"):
+    """``test`` with the same ``num_demonstrations`` training demonstrations prepended to each prompt."""
+    if not train:
+        raise ValueError("icl: the training split is empty; demonstrations come from it")
+    demos = random.Random(seed).sample(list(train), min(num_demonstrations, len(train)))
+    context = separator.join(task.demonstration(d) for d in demos) + separator
+    return [dataclasses.replace(ex, prompt=context + ex.prompt) for ex in test]
+
+
+def icl(lm, task, train, test, *, num_demonstrations=32, seed=0, batch_size=16, max_new_tokens=32) -> dict:
+    """In-context learning: metrics on ``test`` with ``num_demonstrations`` demonstrations in context."""
+    return _evaluate(lm, task, icl_examples(task, train, test, num_demonstrations, seed), batch_size, max_new_tokens)
+
+
+def _features(lm, examples, batch_size):
+    feats = []
+    with torch.no_grad():
+        for i in range(0, len(examples), batch_size):
+            feats.append(lm.features([ex.prompt for ex in examples[i:i + batch_size]]).float())
+    return torch.cat(feats).numpy().astype(np.float64)
+
+
+def fit_logistic_regression(x: np.ndarray, y: np.ndarray, n_classes: int, l2: float = 1.0):
+    """Multinomial logistic regression by L-BFGS (scipy): returns ``predict(x) -> labels``.
+
+    Features are standardised with the training mean/std; the loss is the mean cross-entropy plus
+    ``l2 / (2 n)`` times the squared norm of the weights (not the bias).
+    """
+    from scipy.optimize import minimize
+    from scipy.special import logsumexp
+
+    mean, std = x.mean(0), x.std(0) + 1e-6
+    xs = (x - mean) / std
+    n, d = xs.shape
+    onehot = np.eye(n_classes)[y]
+
+    def loss_and_grad(theta):
+        w, b = theta[: d * n_classes].reshape(d, n_classes), theta[d * n_classes:]
+        logits = xs @ w + b
+        logp = logits - logsumexp(logits, axis=1, keepdims=True)
+        loss = -(onehot * logp).sum() / n + l2 / (2 * n) * (w ** 2).sum()
+        g = (np.exp(logp) - onehot) / n
+        return loss, np.concatenate([(xs.T @ g + l2 / n * w).ravel(), g.sum(0)])
+
+    res = minimize(loss_and_grad, np.zeros(d * n_classes + n_classes), jac=True, method="L-BFGS-B",
+                   options={"maxiter": 1000})
+    w, b = res.x[: d * n_classes].reshape(d, n_classes), res.x[d * n_classes:]
+
+    def predict(features: np.ndarray) -> np.ndarray:
+        return (((features - mean) / std) @ w + b).argmax(1)
+
+    return predict
+
+
+def linear_probe(lm, task, train, test, *, l2=1.0, batch_size=16) -> dict:
+    """Linear probing: logistic regression on ``lm.features`` (classification tasks only)."""
+    if task.kind != "classification":
+        raise ValueError(f"lp: linear probing needs a classification task; {getattr(task, 'name', task)!r} is "
+                         f"{task.kind!r} (the paper uses head-tuning there; try --method ft or icl)")
+    n_classes = len(train[0].candidates)
+    x_train, y_train = _features(lm, train, batch_size), np.array([ex.label for ex in train])
+    predict = fit_logistic_regression(x_train, y_train, n_classes, l2)
+    pred = predict(_features(lm, test, batch_size))
+    y_test = np.array([ex.label for ex in test])
+    return {"accuracy": float((pred == y_test).mean()),
+            "train_accuracy": float((predict(x_train) == y_train).mean())}
+
+
+def _ft_loss(lm, task, batch):
+    """Differentiable loss of a batch: CE over candidates (classification) or gold NLL otherwise."""
+    prompts = [ex.prompt for ex in batch]
+    if task.kind == "classification":
+        scores = lm.score(prompts, [list(ex.candidates) for ex in batch])
+        logits = torch.stack([s.mean for s in scores])
+        return torch.nn.functional.cross_entropy(logits, torch.tensor([ex.label for ex in batch]))
+    gold = [[ex.candidates[ex.label]] if ex.candidates is not None else [ex.answers[0]] for ex in batch]
+    scores = lm.score(prompts, gold)
+    return -torch.stack([s.mean[0] for s in scores]).mean()
+
+
+def finetune(lm, task, train, *, lr=1e-5, batch_size=8, epochs=1.0, max_steps=None, seed=0,
+             progress=True) -> dict:
+    """Fine-tune every parameter of ``lm`` in place with Adam through backprop (linear lr decay).
+
+    Returns ``{"steps", "final_loss"}``. Memory: Adam keeps two parameter-sized buffers and backprop
+    keeps the activations, which is the cost MeZO avoids; compare ``peak_rss_mb``.
+    """
+    from tqdm.auto import tqdm
+
+    steps_per_epoch = max(1, len(train) // batch_size)
+    steps = max(1, int(round(epochs * steps_per_epoch)))
+    if max_steps is not None:
+        steps = min(steps, max_steps)
+    params = [p for p in lm.model.parameters() if p.requires_grad]
+    opt = torch.optim.Adam(params, lr=lr)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: max(0.0, 1 - s / steps))
+    rng = random.Random(seed)
+    order: list[int] = []
+    lm.model.train()
+    loss = torch.tensor(float("nan"))
+    try:
+        for _ in tqdm(range(steps), desc="ft", disable=not progress, dynamic_ncols=True):
+            if len(order) < batch_size:
+                fresh = list(range(len(train)))
+                rng.shuffle(fresh)
+                order += fresh
+            batch, order = [train[i] for i in order[:batch_size]], order[batch_size:]
+            loss = _ft_loss(lm, task, batch)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            sched.step()
+    finally:
+        lm.model.eval()
+    return {"steps": steps, "final_loss": float(loss)}
+
+
+def run_baseline(args: BaselineArguments, lm=None, task=None, splits=None) -> dict:
+    """Run one baseline end to end (load model/task/data unless given) and return its result dict."""
+    import json
+    import pathlib
+
+    t0 = time.perf_counter()
+    if task is None:
+        from tasks import get_task
+
+        task = get_task(args.task)
+    if splits is None:
+        data_dir = args.data_dir or os.environ.get("MEZO_RL_DATA")
+        need_train = args.method != "zero-shot"
+        splits = {"test": task.load_split("test", data_dir=data_dir, n=args.num_test, seed=args.seed),
+                  "train": task.load_split("train", data_dir=data_dir, n=args.num_train, seed=args.seed) if need_train else []}
+    if lm is None:
+        from mezo_rl.models import load_model
+
+        lm = load_model(args.model, dtype=args.dtype)
+    kw = dict(batch_size=args.eval_batch_size, max_new_tokens=args.max_new_tokens)
+    result = {"method": args.method, "model": args.model, "task": args.task}
+    if args.method == "zero-shot":
+        result["test"] = zero_shot(lm, task, splits["test"], **kw)
+    elif args.method == "icl":
+        result["test"] = icl(lm, task, splits["train"], splits["test"], num_demonstrations=args.num_demonstrations,
+                             seed=args.seed, **kw)
+    elif args.method == "lp":
+        result["test"] = linear_probe(lm, task, splits["train"], splits["test"], l2=args.lp_l2,
+                                      batch_size=args.eval_batch_size)
+    else:
+        result["ft"] = finetune(lm, task, splits["train"], lr=args.ft_lr, batch_size=args.ft_batch_size,
+                                epochs=args.ft_epochs, max_steps=args.ft_max_steps, seed=args.seed)
+        result["test"] = zero_shot(lm, task, splits["test"], **kw)
+    result["wall_time_s"] = time.perf_counter() - t0
+    result["peak_rss_mb"] = peak_rss_mb()
+    if args.output_dir:
+        out = pathlib.Path(args.output_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / f"baseline_{args.method}.json").write_text(json.dumps(result, indent=2) + "\n")
+    return result
