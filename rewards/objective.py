@@ -1,0 +1,349 @@
+"""The objective: several rewards combined into the one scalar MeZO minimises.
+
+::
+
+    objective = build_objective(["squad_f1", "mypkg.r:brevity"], weights=[1.0, 0.2])
+    objective.check_columns(available_columns=["answers"], task_kind="generation")  # once, at start
+    objective.check_compatible(can_generate=True)
+    out = objective.evaluate(prompts=prompts, completions=completions, columns={"answers": answers})
+    out.loss          # -(1.0 * mean F1 + 0.2 * mean brevity): the number to minimise
+    out.components    # {"squad_f1": 0.41, "mypkg.r:brevity": -0.3}: each reward's own mean
+
+The loss is ``sum_k w_k * s_k * mean_k / scale_k`` with ``s_k = -1`` for rewards where higher is
+better and ``+1`` for loss-like ones (``higher_is_better=False``, e.g. ``cross_entropy``). A reward
+value of ``None`` means "no opinion on this example" and is left out of that reward's mean. A weight
+of 0 keeps a reward in the report without letting it move the loss (e.g. train on ``cross_entropy``
+and watch ``accuracy``).
+
+Distributed training: every output carries per-component ``sums``, ``sq_sums`` and ``counts``.
+All-reduce them (sum, in float64) across ranks and call ``objective.loss_from(sums, counts,
+sq_sums)``: the result is the loss a single process would compute on the union of the batches
+(up to floating-point summation order), and it is identical on every rank.
+
+Normalisation (``normalize=``):
+
+``None`` (default)
+    raw means; the weights alone set the balance between rewards.
+``"std"``
+    each component is divided by the standard deviation of its per-example values, measured on the
+    first batch whose loss is computed and then **frozen** (see ``objective.scales``; saved by
+    ``state_dict``). It is automatic weighting for rewards on very different scales (F1 in [0, 1],
+    a length penalty in characters).
+
+Why no per-batch z-scoring: MeZO compares the loss at ``theta + eps*z`` with the loss at
+``theta - eps*z`` on the same batch. Subtracting the batch mean makes every batch's mean exactly 0,
+so the two losses are equal and the gradient estimate is always 0; dividing by a per-evaluation
+std makes the two losses use different scales, so their difference mixes the change in reward
+with the change in scale. Shifting by a constant cancels in the difference anyway, so only a scale
+that is the same for both evaluations (and, for comparable steps, across steps) is meaningful.
+"""
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import inspect
+import math
+import numbers
+import warnings
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+from .registry import RESERVED_KEYWORDS, RewardSpec, get_reward
+
+NORMALIZE = (None, "std")
+
+
+@dataclass
+class ObjectiveOutput:
+    """What :meth:`Objective.evaluate` returns.
+
+    ``values``: per-example values of each reward (``None`` = no opinion); ``sums``/``sq_sums``/
+    ``counts``: per-component sums of the non-None values, of their squares, and how many there are
+    (what a distributed trainer all-reduces). ``components``: each reward's mean (``None`` when it
+    had no opinion on any example). ``loss``: the scalar to minimise.
+    """
+
+    objective: "Objective" = field(repr=False)
+    values: dict[str, list[float | None]]
+    sums: dict[str, float]
+    sq_sums: dict[str, float]
+    counts: dict[str, int]
+
+    @property
+    def components(self) -> dict[str, float | None]:
+        return {k: (self.sums[k] / self.counts[k] if self.counts[k] else None) for k in self.sums}
+
+    @property
+    def loss(self) -> float:
+        """``objective.loss_from`` on this batch alone (in distributed runs use the all-reduced stats)."""
+        return self.objective.loss_from(self.sums, self.counts, self.sq_sums)
+
+
+class Objective:
+    """Rewards with weights, turned into one loss; build it with :func:`build_objective`."""
+
+    def __init__(self, rewards: Sequence[RewardSpec], weights: Sequence[float], normalize: str | None = None):
+        self.rewards = list(rewards)
+        self.weights = {r.name: float(w) for r, w in zip(self.rewards, weights)}
+        self.normalize = normalize
+        self.scales: dict[str, float] | None = None if normalize else {r.name: 1.0 for r in self.rewards}
+
+    @property
+    def names(self) -> list[str]:
+        return [r.name for r in self.rewards]
+
+    @property
+    def needs(self) -> set[str]:
+        """What the model must provide: ``{"scores"}``, ``{"generation"}`` or both."""
+        return {r.needs for r in self.rewards}
+
+    def __repr__(self):
+        parts = ", ".join(f"{r.name}x{self.weights[r.name]:g}" for r in self.rewards)
+        return f"Objective({parts}, normalize={self.normalize!r})"
+
+    # ---- checks done once, before training ---------------------------------------------------
+
+    def check_columns(self, available_columns, task_kind: str | None = None) -> None:
+        """Raise ``ValueError`` if a reward requires a dataset column the task does not provide,
+        or (when ``task_kind`` is given) was declared for other task kinds.
+
+        Required columns are read from each function's signature: parameters without a default
+        other than ``prompts``, ``completions``, ``candidate_scores`` and ``labels``. The trainer
+        passes the task's columns plus ``answers`` for generation tasks.
+        """
+        available = set(available_columns)
+        problems = []
+        for r in self.rewards:
+            missing = [c for c in r.required_columns if c not in available]
+            if missing:
+                problems.append(f"reward {r.name!r} needs column(s) {missing}")
+            if task_kind is not None and r.task_kinds is not None and task_kind not in r.task_kinds:
+                problems.append(
+                    f"reward {r.name!r} works on {'/'.join(r.task_kinds)} tasks, not {task_kind!r} ones"
+                )
+        if problems:
+            raise ValueError(
+                "; ".join(problems)
+                + f". The task provides columns {sorted(available)}"
+                + (f" and is of kind {task_kind!r}" if task_kind else "")
+                + ". Give the reward's extra parameters defaults, or choose rewards that fit the task."
+            )
+
+    def check_compatible(self, can_generate: bool) -> None:
+        """Raise ``ValueError`` if a generation reward is used where the model can only score candidates."""
+        if can_generate:
+            return
+        gen = [r.name for r in self.rewards if r.needs == "generation"]
+        if gen:
+            raise ValueError(
+                f"reward(s) {gen} need generated completions, but this setup can only score candidates "
+                f"(e.g. a masked LM, or a task without free-form answers). Use score-based rewards here "
+                f"(needs='scores', e.g. cross_entropy, accuracy)."
+            )
+
+    # ---- evaluation --------------------------------------------------------------------------
+
+    def evaluate(
+        self,
+        prompts: Sequence[str],
+        completions: Sequence[Any] | None = None,
+        candidate_scores: Sequence[Any] | None = None,
+        labels: Sequence[int | None] | None = None,
+        columns: dict[str, Sequence[Any]] | None = None,
+    ) -> ObjectiveOutput:
+        """Call every reward on one batch, validate what they return, and summarise.
+
+        ``columns`` maps each dataset column to one value per example; each arrives at the reward
+        as a keyword. Async rewards run concurrently (in a worker thread if an event loop is
+        already running, e.g. in Jupyter).
+        """
+        n = len(prompts)
+        columns = dict(columns or {})
+        clash = sorted(set(columns) & set(RESERVED_KEYWORDS))
+        if clash:
+            raise ValueError(f"dataset column(s) {clash} clash with the reserved reward keywords {RESERVED_KEYWORDS}")
+        given = {"prompts": list(prompts), **columns}
+        if completions is not None:
+            given["completions"] = completions
+        if candidate_scores is not None:
+            given["candidate_scores"] = candidate_scores
+        if labels is not None:
+            given["labels"] = labels
+        for key, value in given.items():
+            if len(value) != n:
+                raise ValueError(f"{key!r} has {len(value)} entries but there are {n} prompts; need one per example")
+        for r in self.rewards:
+            if r.needs == "generation" and completions is None:
+                raise ValueError(f"reward {r.name!r} needs completions; evaluate(..., completions=...) was not given")
+            if r.needs == "scores" and (candidate_scores is None or labels is None):
+                raise ValueError(f"reward {r.name!r} needs candidate_scores and labels; evaluate() was not given both")
+            missing = [c for c in r.required_columns if c not in given]
+            if missing:
+                raise ValueError(f"reward {r.name!r} needs column(s) {missing}; columns given: {sorted(columns)}")
+
+        raw, pending = {}, {}
+        for r in self.rewards:
+            accepted = r.accepted_keywords
+            kwargs = given if accepted is None else {k: v for k, v in given.items() if k in accepted}
+            result = _call(r, kwargs)
+            (pending if inspect.isawaitable(result) else raw)[r.name] = result
+        if pending:
+            raw.update(zip(pending, _run_async(list(pending.items()))))
+
+        values, sums, sq_sums, counts = {}, {}, {}, {}
+        for r in self.rewards:
+            vals = _validate(r.name, raw[r.name], n)
+            kept = [v for v in vals if v is not None]
+            values[r.name] = vals
+            sums[r.name] = math.fsum(kept)
+            sq_sums[r.name] = math.fsum(v * v for v in kept)
+            counts[r.name] = len(kept)
+        return ObjectiveOutput(self, values, sums, sq_sums, counts)
+
+    def loss_from(self, sums: dict, counts: dict, sq_sums: dict | None = None) -> float:
+        """The loss from (possibly all-reduced) per-component sums and counts.
+
+        ``sq_sums`` is needed only the first time with ``normalize="std"`` (to fix the scales).
+        Raises ``ValueError`` when a weighted reward had no opinion (only ``None``) on every example.
+        """
+        sums = {k: float(v) for k, v in sums.items()}
+        counts = {k: int(round(float(c))) for k, c in counts.items()}
+        if self.scales is None:
+            self._fix_scales(sums, counts, sq_sums)
+        loss = 0.0
+        for r in self.rewards:
+            w = self.weights[r.name]
+            if w == 0:
+                continue
+            if counts[r.name] == 0:
+                raise ValueError(
+                    f"reward {r.name!r} returned None ('no opinion') for every example in the batch, so it "
+                    f"has no mean to optimise; use larger batches or give it weight 0 to only report it"
+                )
+            mean = sums[r.name] / counts[r.name]
+            sign = -1.0 if r.higher_is_better else 1.0
+            loss += w * sign * mean / self.scales[r.name]
+        return loss
+
+    def _fix_scales(self, sums, counts, sq_sums) -> None:
+        if sq_sums is None:
+            raise ValueError(
+                "normalize='std' fixes its scales from the first batch and needs sq_sums as well: "
+                "call loss_from(sums, counts, sq_sums) (all-reduce out.sq_sums with out.sums and out.counts)"
+            )
+        scales = {}
+        for r in self.rewards:
+            n, s, ss = counts[r.name], sums[r.name], float(sq_sums[r.name])
+            var = (ss - s * s / n) / (n - 1) if n > 1 else 0.0
+            if var > 0 and math.isfinite(var):
+                scales[r.name] = math.sqrt(var)
+            else:
+                warnings.warn(
+                    f"normalize='std': reward {r.name!r} has no spread on the first batch ({n} values); "
+                    f"its scale is fixed at 1.0"
+                )
+                scales[r.name] = 1.0
+        self.scales = scales
+
+    def state_dict(self) -> dict:
+        """What a checkpoint needs to resume with the same loss (the frozen scales)."""
+        return {"names": self.names, "weights": dict(self.weights), "normalize": self.normalize,
+                "scales": None if self.scales is None else dict(self.scales)}
+
+    def load_state_dict(self, state: dict) -> None:
+        if state.get("names") != self.names or state.get("normalize") != self.normalize:
+            raise ValueError(
+                f"objective state is for rewards {state.get('names')} (normalize={state.get('normalize')!r}), "
+                f"this objective has {self.names} (normalize={self.normalize!r})"
+            )
+        self.scales = None if state["scales"] is None else dict(state["scales"])
+
+
+def _call(r: RewardSpec, kwargs: dict):
+    try:
+        return r.fn(**kwargs)
+    except Exception as e:
+        if hasattr(e, "add_note"):
+            e.add_note(f"(raised by reward {r.name!r})")
+        raise
+
+
+def _run_async(items: list[tuple[str, Any]]) -> list[Any]:
+    async def gather():
+        return await asyncio.gather(*(aw for _, aw in items))
+
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:  # no loop running in this thread: the common case
+        return asyncio.run(gather())
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(asyncio.run, gather()).result()
+
+
+def _as_number(name: str, i: int, v) -> float | None:
+    """One reward value as a float. Accepted: None, int, float, bool (as 1.0/0.0, as TRL accepts it),
+    numpy real scalars and one-element real tensors/arrays."""
+    if v is None:
+        return None
+    if not isinstance(v, numbers.Real) and hasattr(v, "item"):  # numpy scalar, one-element tensor/array
+        try:
+            v = v.item()
+        except (ValueError, RuntimeError):
+            pass
+    if isinstance(v, numbers.Real):
+        x = float(v)
+        if not math.isfinite(x):
+            raise ValueError(f"reward {name!r} returned {x} for example {i}; values must be finite numbers or None")
+        return x
+    raise TypeError(
+        f"reward {name!r} returned {v!r} ({type(v).__name__}) for example {i}; "
+        f"accepted values are real numbers (int, float, bool) or None for 'no opinion'"
+    )
+
+
+def _validate(name: str, values, n: int) -> list[float | None]:
+    if isinstance(values, (str, bytes, dict)) or not hasattr(values, "__len__"):
+        raise TypeError(
+            f"reward {name!r} returned a {type(values).__name__}; it must return a list with one value per example ({n})"
+        )
+    if hasattr(values, "tolist"):  # tensor / ndarray
+        values = values.tolist()
+    values = list(values)
+    if len(values) != n:
+        raise ValueError(f"reward {name!r} returned {len(values)} values for a batch of {n}; it must return one per example")
+    return [_as_number(name, i, v) for i, v in enumerate(values)]
+
+
+def build_objective(rewards, weights: Sequence[float] | None = None, normalize: str | None = None) -> Objective:
+    """Combine rewards into an :class:`Objective`.
+
+    ``rewards``: one reference or a list of them (registered names, entry-point names,
+    ``"package.module:function"`` / ``"file.py:function"`` paths, callables). ``weights``: one
+    non-negative number per reward (default all 1.0; 0 = report only). ``normalize``: ``None`` or
+    ``"std"`` (see the module docstring for why the scale is frozen after the first batch).
+    """
+    if isinstance(rewards, (str, RewardSpec)) or callable(rewards):
+        rewards = [rewards]
+    specs = [get_reward(r) for r in rewards]
+    if not specs:
+        raise ValueError("build_objective needs at least one reward")
+    names = [s.name for s in specs]
+    dupes = sorted({x for x in names if names.count(x) > 1})
+    if dupes:
+        raise ValueError(f"reward(s) {dupes} given more than once; combine their weights into one entry instead")
+    if weights is None:
+        weights = [1.0] * len(specs)
+    weights = list(weights)
+    if len(weights) != len(specs):
+        raise ValueError(f"got {len(weights)} weight(s) for {len(specs)} reward(s) {names}; give one weight per reward")
+    for name, w in zip(names, weights):
+        if isinstance(w, bool) or not isinstance(w, numbers.Real) or not math.isfinite(w) or w < 0:
+            raise ValueError(
+                f"weight {w!r} for reward {name!r} is invalid; weights must be finite numbers >= 0 "
+                f"(0 = report only). To minimise a reward, register it with higher_is_better=False"
+            )
+    if all(w == 0 for w in weights):
+        raise ValueError(f"all weights are 0 for rewards {names}; at least one reward must drive the loss")
+    if normalize not in NORMALIZE:
+        raise ValueError(f"normalize={normalize!r} is not one of {NORMALIZE}")
+    return Objective(specs, weights, normalize)
