@@ -322,6 +322,24 @@ class DistContext:
                 "same seed; data-parallel MeZO never sends weights, so a difference would persist."
             )
 
+    def check_same_object(self, obj: Any, what: str = "value") -> None:
+        """Raise :class:`WeightMismatchError` on every rank unless all ranks pass an equal ``obj``.
+
+        For the settings the replicas must share besides the weights, e.g. the training arguments,
+        the step seed, or the resolved noise backend: a rank that silently fell back to another noise
+        generator would draw different perturbations and drift away from the others. ``what`` names
+        the value in the error. Objects are compared with ``==`` after an all-gather of their pickles.
+        """
+        if not self.is_distributed:
+            return
+        gathered: list = [None] * self.world_size
+        dist.all_gather_object(gathered, obj)
+        self.bytes_communicated += len(pickle.dumps(obj))
+        differing = [r for r in range(1, self.world_size) if gathered[r] != gathered[0]]
+        if differing:
+            shown = "; ".join(f"rank {r}: {gathered[r]!r}" for r in differing[:3])
+            raise WeightMismatchError(f"ranks disagree on {what}: rank 0: {gathered[0]!r}; {shown}")
+
     def _all_gather(self, t: torch.Tensor) -> torch.Tensor:
         out = [torch.empty_like(t) for _ in range(self.world_size)]
         dist.all_gather(out, t.contiguous())
