@@ -1,0 +1,420 @@
+"""Parameter-efficient MeZO: LoRA and prefix-tuning adapters (paper §3, Appendix D.3).
+
+MeZO can tune any subset of parameters. With an adapter, a step perturbs a few hundred thousand
+numbers instead of the whole model, and the trained artefact is a small file.
+
+    lm = load_model("smollm2-135m")
+    apply_peft(lm, "prefix")                      # or "lora"; base weights frozen, adapter trainable
+    params = [p for p in lm.model.parameters() if p.requires_grad]
+    opt = MeZO(params, **PEFT_DEFAULTS["prefix"])  # the paper's per-mode lr / eps
+    ...
+    peft_config(lm)                               # JSON dict stored in checkpoints
+    apply_peft(fresh_lm, **peft_config(lm))       # rebuilds the identical initial adapter
+    export_model(lm, "out/")                      # adapter files; merged=True folds LoRA into W
+
+Both adapters live inside the Hugging Face model (``lm.model``) and act through its ordinary
+forward, so ``lm.model(...)``, the bare decoder ``lm.model.model(...)`` and ``generate`` with a KV
+cache all see them; the LanguageModel wrapper needs no change.
+
+LoRA (r=8, alpha=16 on the attention query and value projections) is the peft library's LoRA,
+injected in place with ``peft.inject_adapter_in_model`` (no PeftModel wrapper, so the model keeps
+its class and attributes). A starts Kaiming-uniform and B at zero (the model is unchanged at step 0),
+both drawn from ``seed``.
+
+Prefix-tuning is our own small implementation (see docs/peft.md for why not peft's): each attention
+layer gets ``num_prefix_tokens`` learned key/value pairs, shaped like that layer's key/value states
+``[num_key_value_heads, m, head_dim]``, that every query may attend to. They are initialised from
+real activations (Appendix D.3): ``m`` vocabulary tokens drawn with ``seed`` are run through the
+frozen model and each layer's keys and values for them become that layer's prefix. For
+rotary-position models the tokens are run at positions ``-m..-1``, so the prefix sits just before
+the first real token (position 0): at initialisation the adapted model computes exactly what the
+plain model computes on ``[sampled tokens] + input``.
+"""
+from __future__ import annotations
+
+import importlib
+import json
+import os
+from contextlib import contextmanager
+
+import torch
+from torch import nn
+
+PEFT_METHODS = ("lora", "prefix")
+
+# The paper's MeZO hyperparameters per mode (OPT grid, Table 16; all weight decay 0). Where the table
+# gives a grid we take the value it lists for most tasks: full lr {1e-6, 1e-7} -> 1e-6; prefix lr
+# {1e-2, 1e-3} -> 1e-2; LoRA lr {1e-4, 5e-5} -> 1e-4. The RoBERTa grid (Table 15) agrees on eps for
+# full (1e-3) and prefix (1e-1) but uses eps 1e-3 and weight decay 0.1 for LoRA; we follow the OPT
+# table because our models are decoder-only LMs like OPT.
+PEFT_DEFAULTS = {
+    "full": dict(lr=1e-6, eps=1e-3, weight_decay=0.0),
+    "lora": dict(lr=1e-4, eps=1e-2, weight_decay=0.0),
+    "prefix": dict(lr=1e-2, eps=1e-1, weight_decay=0.0),
+}
+
+_CONFIG_ATTR = "mezo_peft_config"   # where apply_peft records its config on the HF model
+_PREFIX_ATTR = "mezo_prefix"        # the PrefixKV child module added to each attention layer
+_PREFIX_ATTENTION = "mezo_prefix"   # our name in transformers' attention-function registry
+_CONFIG_FILE = "mezo_peft.json"     # written by export_model beside the adapter weights
+_PREFIX_WEIGHTS = "prefix_model.safetensors"
+
+
+# --------------------------------------------------------------------------------------------- API
+
+def apply_peft(lm, method: str, *, r: int = 8, alpha: float = 16, target_modules=("q_proj", "v_proj"),
+               num_prefix_tokens: int = 5, seed: int = 0):
+    """Add a LoRA or prefix adapter to ``lm.model`` in place; freeze everything else; return ``lm``.
+
+    Args:
+        lm: a LanguageModel (anything with ``.model``, a transformers PreTrainedModel, and
+            ``.tokenizer``).
+        method: ``"lora"`` or ``"prefix"``.
+        r, alpha: LoRA rank and scale; the layer computes ``W x + (alpha / r) B A x``.
+        target_modules: names of the linear layers LoRA wraps (matched against the last part of
+            module names). The default ``("q_proj", "v_proj")`` is the paper's choice (query and
+            value). If the model has no module of those names (e.g. GPT-2's ``c_attn``, BERT's
+            ``query``/``value``) the default is replaced by peft's standard mapping for the
+            architecture; an explicit list is used as given.
+        num_prefix_tokens: prefix length m per layer (paper: 5).
+        seed: draws LoRA's A matrices and the prefix's initial tokens. The adapter is a pure function
+            of (seed, base weights, these arguments), which is what makes trajectory replay work:
+            ``apply_peft(fresh_lm, **peft_config(lm))`` rebuilds the same initial adapter.
+    """
+    model = lm.model
+    if getattr(model, _CONFIG_ATTR, None) is not None:
+        raise ValueError(f"this model already has a {getattr(model, _CONFIG_ATTR)['method']!r} adapter; "
+                         "apply_peft works on a model without one (load the base model again)")
+    if method == "lora":
+        config = _apply_lora(model, r=int(r), alpha=alpha, target_modules=target_modules, seed=int(seed))
+    elif method == "prefix":
+        config = _apply_prefix(model, lm.tokenizer, num_prefix_tokens=int(num_prefix_tokens), seed=int(seed))
+    else:
+        raise ValueError(f"unknown PEFT method {method!r}; accepted: {', '.join(PEFT_METHODS)} "
+                         "(use no adapter for full-parameter MeZO)")
+    setattr(model, _CONFIG_ATTR, config)
+    return lm
+
+
+def peft_config(lm) -> dict | None:
+    """The adapter's configuration as a JSON-serialisable dict (``None`` without adapter).
+
+    Pass it back as ``apply_peft(lm, **cfg)`` on the same base model to rebuild the initial adapter.
+    """
+    config = getattr(lm.model, _CONFIG_ATTR, None)
+    return None if config is None else json.loads(json.dumps(config))
+
+
+def adapter_state_dict(lm) -> dict[str, torch.Tensor]:
+    """The adapter's tensors under the names used in the exported files (empty without adapter)."""
+    method = (peft_config(lm) or {}).get("method")
+    if method == "lora":
+        from peft import get_peft_model_state_dict
+
+        return {"base_model.model." + k: v for k, v in get_peft_model_state_dict(lm.model).items()}
+    if method == "prefix":
+        return {f"layers.{i}.{part}": getattr(prefix, part)
+                for i, prefix in enumerate(_prefix_modules(lm.model)) for part in ("keys", "values")}
+    return {}
+
+
+def export_model(lm, out_dir, merged: bool = False) -> str:
+    """Write the adapter (default) or, for LoRA with ``merged=True``, a full merged model.
+
+    Adapter files in ``out_dir``:
+      * ``mezo_peft.json``: ``{"peft_config": ..., "base_model": ..., "format": ...}``, read by
+        :func:`load_adapter`.
+      * LoRA: ``adapter_config.json`` + ``adapter_model.safetensors`` in the peft library's format, so
+        ``peft.PeftModel.from_pretrained(base_model, out_dir)`` also loads it.
+      * prefix: ``prefix_model.safetensors`` with ``layers.{i}.keys`` and ``layers.{i}.values`` of
+        shape ``[num_key_value_heads, m, head_dim]``: the keys/values prepended in layer i, keys
+        already rotated (RoPE) to positions ``-m..-1``.
+
+    ``merged=True`` writes ``save_pretrained`` files (plus the tokenizer) of the base model with
+    ``W + (alpha / r) B A`` folded into each wrapped layer: a plain model any transformers code loads.
+    A prefix cannot be folded into weights, so ``merged=True`` with a prefix raises. Without an
+    adapter, ``export_model`` saves the (fully tuned) model itself. Returns ``out_dir``.
+    """
+    config = peft_config(lm)
+    method = config["method"] if config else None
+    os.makedirs(out_dir, exist_ok=True)
+    if method is None or merged:
+        if method == "prefix":
+            raise ValueError("a prefix adapter cannot be merged into the model weights (it adds "
+                             "attention keys/values, not a weight delta); export it with merged=False")
+        with _lora_merged(lm.model):
+            lm.model.save_pretrained(out_dir)
+        if getattr(lm, "tokenizer", None) is not None:
+            lm.tokenizer.save_pretrained(out_dir)
+        return str(out_dir)
+
+    from safetensors.torch import save_file
+
+    tensors = {k: v.detach().contiguous().cpu() for k, v in adapter_state_dict(lm).items()}
+    base_name = getattr(lm.model.config, "_name_or_path", "") or ""
+    if method == "lora":
+        _lora_peft_config(config, base_name).save_pretrained(out_dir)
+        save_file(tensors, os.path.join(out_dir, "adapter_model.safetensors"), metadata={"format": "pt"})
+        fmt = "peft-lora"
+    else:
+        save_file(tensors, os.path.join(out_dir, _PREFIX_WEIGHTS), metadata={"format": "pt"})
+        fmt = "mezo-prefix"
+    with open(os.path.join(out_dir, _CONFIG_FILE), "w") as f:
+        json.dump({"peft_config": config, "base_model": base_name, "format": fmt}, f, indent=2)
+    return str(out_dir)
+
+
+def load_adapter(lm, adapter_dir):
+    """Apply the adapter saved by ``export_model(lm, adapter_dir)`` to a base ``lm``; return ``lm``."""
+    from safetensors.torch import load_file
+
+    path = os.path.join(adapter_dir, _CONFIG_FILE)
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"{path} not found: {adapter_dir} is not an adapter written by export_model")
+    with open(path) as f:
+        config = json.load(f)["peft_config"]
+    apply_peft(lm, **config)
+    if config["method"] == "lora":
+        from peft import set_peft_model_state_dict
+
+        tensors = load_file(os.path.join(adapter_dir, "adapter_model.safetensors"))
+        tensors = {k.removeprefix("base_model.model."): v for k, v in tensors.items()}
+        result = set_peft_model_state_dict(lm.model, tensors)
+        missing = [k for k in result.missing_keys if "lora_" in k]
+        if missing:
+            raise ValueError(f"{adapter_dir} lacks adapter tensors {missing[:4]}")
+    else:
+        tensors = load_file(os.path.join(adapter_dir, _PREFIX_WEIGHTS))
+        current = adapter_state_dict(lm)
+        if set(tensors) != set(current):
+            raise ValueError(f"{adapter_dir}: prefix tensors {sorted(tensors)[:4]}... do not match "
+                             f"this model's layers {sorted(current)[:4]}...")
+        with torch.no_grad():
+            for name, param in current.items():
+                param.copy_(tensors[name])
+    return lm
+
+
+# -------------------------------------------------------------------------------------------- LoRA
+
+def _apply_lora(model, *, r, alpha, target_modules, seed):
+    try:
+        from peft import inject_adapter_in_model
+    except ImportError as e:
+        raise ImportError("LoRA needs the peft library: pip install 'mezo-rl[peft]'") from e
+    if r < 1:
+        raise ValueError(f"LoRA rank r must be a positive integer, got {r}")
+    targets = _resolve_lora_targets(model, target_modules)
+    config = dict(method="lora", r=r, alpha=alpha, target_modules=targets, seed=seed)
+    model.requires_grad_(False)
+    with _seeded(seed):  # nn.Linear construction and A's Kaiming init draw from the global RNG
+        inject_adapter_in_model(_lora_peft_config(config, ""), model)
+    for name, param in model.named_parameters():
+        param.requires_grad_(".lora_" in name)
+    return config
+
+
+def _lora_peft_config(config, base_name):
+    from peft import LoraConfig
+
+    return LoraConfig(r=config["r"], lora_alpha=config["alpha"], target_modules=config["target_modules"],
+                      lora_dropout=0.0, bias="none", task_type="CAUSAL_LM", base_model_name_or_path=base_name)
+
+
+def _resolve_lora_targets(model, target_modules):
+    if isinstance(target_modules, str):
+        target_modules = [target_modules]
+    targets = list(target_modules)
+    leaf_names = {name.rsplit(".", 1)[-1] for name, _ in model.named_modules()}
+    if not leaf_names.intersection(targets) and tuple(targets) == ("q_proj", "v_proj"):
+        from peft.utils.constants import TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING as MAPPING
+
+        targets = list(MAPPING.get(model.config.model_type, targets))
+    missing = [t for t in targets if t not in leaf_names]
+    if not targets or missing:
+        linear = sorted({n.rsplit(".", 1)[-1] for n, m in model.named_modules() if isinstance(m, nn.Linear)})
+        raise ValueError(f"LoRA target_modules {missing or targets} not found in {type(model).__name__}; "
+                         f"its linear layers are named: {', '.join(linear)}")
+    return targets
+
+
+@contextmanager
+def _lora_merged(model):
+    """Temporarily swap each LoRA layer for its base layer holding ``W + (alpha/r) B A``."""
+    from peft.tuners.lora import LoraLayer
+
+    swapped = []
+    try:
+        for name, module in list(model.named_modules()):
+            if isinstance(module, LoraLayer):
+                base = module.get_base_layer()
+                original = base.weight
+                base.weight = nn.Parameter(original + module.get_delta_weight("default"), requires_grad=False)
+                parent_name, _, child = name.rpartition(".")
+                parent = model.get_submodule(parent_name)
+                setattr(parent, child, base)
+                swapped.append((parent, child, module, base, original))
+        yield model
+    finally:
+        for parent, child, module, base, original in swapped:
+            base.weight = original
+            setattr(parent, child, module)
+
+
+# ------------------------------------------------------------------------------------------ prefix
+
+class PrefixKV(nn.Module):
+    """The learned prefix of one attention layer: ``keys``/``values`` of shape [kv_heads, m, head_dim].
+
+    Every query of the layer attends to these m positions in addition to the real tokens (also the
+    left-padding rows and every generation step; the KV cache itself never holds them).
+    """
+
+    def __init__(self, keys: torch.Tensor, values: torch.Tensor, attention_fn):
+        super().__init__()
+        self.keys = nn.Parameter(keys.clone())
+        self.values = nn.Parameter(values.clone())
+        self.attention_fn = attention_fn   # the layer's own attention function (sdpa or eager)
+
+    @property
+    def num_tokens(self) -> int:
+        return self.keys.shape[1]
+
+
+def _apply_prefix(model, tokenizer, *, num_prefix_tokens, seed):
+    if num_prefix_tokens < 1:
+        raise ValueError(f"num_prefix_tokens must be a positive integer, got {num_prefix_tokens}")
+    attn_impl = model.config._attn_implementation
+    if attn_impl not in ("sdpa", "eager"):
+        raise ValueError(f"prefix-tuning supports attn_implementation 'sdpa' or 'eager', the model uses "
+                         f"{attn_impl!r}; load it with attn_implementation='sdpa'")
+    layers = _attention_layers(model)
+    keys, values = _real_activation_kv(model, tokenizer, num_prefix_tokens, seed)
+    _register_prefix_attention()
+    model.requires_grad_(False)
+    for attn in layers:
+        fn = _eager_attention(attn) if attn_impl == "eager" else _attention_functions()["sdpa"]
+        setattr(attn, _PREFIX_ATTR, PrefixKV(keys[attn.layer_idx], values[attn.layer_idx], fn))
+        # Route this layer (only) through _prefix_attention: a private copy of the config that names it.
+        attn.config = _copy_config(attn.config)
+        attn.config._attn_implementation_internal = _PREFIX_ATTENTION
+    model.base_model.register_forward_pre_hook(_positions_from_padding_mask, with_kwargs=True)
+    return dict(method="prefix", num_prefix_tokens=num_prefix_tokens, seed=seed)
+
+
+def _attention_layers(model):
+    layers = [m for m in model.modules()
+              if isinstance(getattr(m, "layer_idx", None), int) and hasattr(m, "config")
+              and type(m).__name__.endswith("Attention")]
+    if not layers or getattr(model.config, "is_encoder_decoder", False) or not _is_causal_lm(model):
+        raise ValueError(f"prefix-tuning needs a decoder-only causal LM (Llama, Qwen, Gemma, SmolLM, ...); "
+                         f"{type(model).__name__} is not one")
+    return layers
+
+
+def _is_causal_lm(model):
+    return type(model).__name__.endswith("ForCausalLM")
+
+
+@torch.no_grad()
+def _real_activation_kv(model, tokenizer, m, seed):
+    """Keys and values of m seeded random vocabulary tokens in every layer of the frozen model.
+
+    Returns ``(keys, values)``: lists indexed by layer, each ``[kv_heads, m, head_dim]``. Special
+    tokens are never drawn. With rotary embeddings the tokens sit at positions -m..-1, i.e. directly
+    before position 0 where real inputs start.
+    """
+    vocab = model.get_input_embeddings().num_embeddings
+    special = set(getattr(tokenizer, "all_special_ids", []) or [])
+    allowed = torch.tensor([i for i in range(vocab) if i not in special])
+    generator = torch.Generator().manual_seed(seed)
+    ids = allowed[torch.randint(len(allowed), (1, m), generator=generator)]
+    device = model.get_input_embeddings().weight.device
+    positions = torch.arange(m) - (m if hasattr(model.base_model, "rotary_emb") else 0)
+    out = model.base_model(input_ids=ids.to(device), position_ids=positions[None].to(device), use_cache=True)
+    cache = out.past_key_values
+    keys = [layer.keys[0] for layer in cache.layers]
+    values = [layer.values[0] for layer in cache.layers]
+    return keys, values
+
+
+def _prefix_attention(module, query, key, value, attention_mask, **kwargs):
+    """Attention with the layer's prefix keys/values in front of the real (and cached) ones."""
+    prefix = getattr(module, _PREFIX_ATTR)
+    m, batch = prefix.num_tokens, key.shape[0]
+    key = torch.cat([prefix.keys.to(key.dtype).expand(batch, -1, -1, -1), key], dim=2)
+    value = torch.cat([prefix.values.to(value.dtype).expand(batch, -1, -1, -1), value], dim=2)
+    is_causal = kwargs.pop("is_causal", None)
+    is_causal = getattr(module, "is_causal", True) if is_causal is None else is_causal
+    q_len, kv_len = query.shape[2], key.shape[2] - m
+    if attention_mask is None and is_causal and q_len > 1:
+        # sdpa skipped the mask (no padding) and would use is_causal, whose top-left alignment is
+        # wrong once keys outnumber queries: spell out "prefix visible, real keys causal".
+        rows = torch.arange(q_len, device=query.device)[:, None] + (kv_len - q_len)
+        attention_mask = rows >= torch.arange(kv_len, device=query.device)[None, :]
+        attention_mask = attention_mask[None, None]
+    if attention_mask is not None:
+        if attention_mask.dtype == torch.bool:
+            visible = attention_mask.new_ones(*attention_mask.shape[:-1], m)
+        else:  # additive float mask: 0 where visible
+            visible = attention_mask.new_zeros(*attention_mask.shape[:-1], m)
+        attention_mask = torch.cat([visible, attention_mask[..., :kv_len]], dim=-1)
+        if attention_mask.dtype == torch.bool and prefix.attention_fn is not _attention_functions().get("sdpa"):
+            attention_mask = torch.zeros_like(attention_mask, dtype=query.dtype).masked_fill(
+                ~attention_mask, torch.finfo(query.dtype).min)
+    return prefix.attention_fn(module, query, key, value, attention_mask, is_causal=False, **kwargs)
+
+
+def _positions_from_padding_mask(module, args, kwargs):
+    """Decoder pre-hook: with a 2-D padding mask and no position_ids, count positions from the first
+    real token (as ``generate`` does), so a left-padded row sees the prefix exactly as an unpadded one."""
+    mask = kwargs.get("attention_mask", args[1] if len(args) > 1 else None)
+    if kwargs.get("position_ids") is not None or len(args) > 2 or mask is None or mask.dim() != 2 or bool(mask.all()):
+        return None
+    tokens = kwargs.get("input_ids", args[0] if args else None)
+    if tokens is None:
+        tokens = kwargs["inputs_embeds"]
+    positions = (mask.long().cumsum(-1) - 1).clamp(min=0)[:, -tokens.shape[1]:]
+    return args, {**kwargs, "position_ids": positions}
+
+
+def _prefix_modules(model):
+    return [getattr(m, _PREFIX_ATTR) for m in _attention_layers(model)]
+
+
+_REGISTERED = False
+
+
+def _register_prefix_attention():
+    global _REGISTERED
+    if not _REGISTERED:
+        from transformers import AttentionInterface
+
+        AttentionInterface.register(_PREFIX_ATTENTION, _prefix_attention)
+        _REGISTERED = True
+
+
+def _attention_functions():
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+    return ALL_ATTENTION_FUNCTIONS
+
+
+def _eager_attention(attn):
+    fn = getattr(importlib.import_module(type(attn).__module__), "eager_attention_forward", None)
+    if fn is None:
+        raise ValueError(f"{type(attn).__name__} has no eager_attention_forward; use attn_implementation='sdpa'")
+    return fn
+
+
+def _copy_config(config):
+    import copy
+
+    return copy.copy(config)
+
+
+@contextmanager
+def _seeded(seed):
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        yield
