@@ -1,0 +1,360 @@
+"""The language model as a black box: score candidates, generate text, extract features.
+
+MeZO, the rewards and the baselines see a model only through three questions:
+
+* ``score(prompts, candidates)``: how likely is each candidate continuation of each prompt?
+  (log-likelihood summed and averaged over the candidate's tokens only)
+* ``generate(prompts, ...)``: what does the model write after each prompt? (greedy or seeded sampling,
+  stopping at a newline or EOS)
+* ``features(prompts)``: one hidden vector per prompt (for the linear-probing baseline).
+
+Scoring computes vocabulary logits only at the positions that are scored: the base transformer runs
+over the whole sequence, the hidden states of the scored positions are gathered, and only those go
+through the output head. On SmolLM2 (vocabulary 49,152) the head over every position is a large
+share of a forward pass and of its peak memory, which is exactly what MeZO tries not to spend.
+
+Masked LMs (BERT, RoBERTa) are scored the way the paper scores them (Table 13, after LM-BFF): the
+prompt holds the placeholder ``[MASK]`` (``MASK`` below); each candidate is a label word whose
+log-probability is read at the mask. A label word of n tokens is scored at n consecutive masks.
+
+    >>> lm = LanguageModel(model, tokenizer)
+    >>> s = lm.score(["The movie was great. It was"], [[" terrible", " great"]])
+    >>> s[0].mean.argmax()        # index of the more likely candidate
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+MASK = "[MASK]"  # the mask placeholder in masked-LM prompts (replaced by tokenizer.mask_token_id)
+
+
+@dataclass
+class CandidateScores:
+    """Log-likelihoods of one prompt's candidates: ``sum`` and per-token ``mean``, float32 [n_candidates].
+
+    ``n_tokens`` (int64 [n_candidates]) is how many tokens each candidate has.
+    """
+
+    sum: torch.Tensor
+    mean: torch.Tensor
+    n_tokens: torch.Tensor
+
+
+class LanguageModel:
+    """A Hugging Face causal or masked LM plus its tokenizer, behind score / generate / features.
+
+    Args:
+        model: a ``transformers`` ``PreTrainedModel`` (``...ForCausalLM`` or ``...ForMaskedLM``).
+        tokenizer: its tokenizer. A causal LM without a pad token gets EOS as pad (only used for padding).
+        batch_size: how many (prompt, candidate) sequences go through the model at once in ``score``
+            and how many prompts at once in ``generate``/``features``.
+        max_length: longest sequence fed to the model; longer prompts lose tokens from the left (the
+            candidate is always kept whole). Default: the model's ``max_position_embeddings`` (capped at 4096).
+
+    The model is used as it is (its device and dtype, its train/eval mode). Nothing here switches
+    gradients off: call ``score`` under ``torch.no_grad()`` unless you want to backpropagate through it.
+    """
+
+    def __init__(self, model, tokenizer, batch_size: int = 16, max_length: int | None = None):
+        self.model = model
+        self.tokenizer = tokenizer
+        self.batch_size = int(batch_size)
+        cfg = model.config
+        archs = getattr(cfg, "architectures", None) or [type(model).__name__]
+        self.is_causal = not any(a.endswith("ForMaskedLM") for a in archs) and not type(model).__name__.endswith("ForMaskedLM")
+        if max_length is None:
+            max_length = min(getattr(cfg, "max_position_embeddings", 2048) or 2048, 4096)
+        self.max_length = int(max_length)
+        if tokenizer.pad_token_id is None:
+            if tokenizer.eos_token_id is None:
+                raise ValueError("the tokenizer has neither a pad nor an EOS token; set tokenizer.pad_token")
+            tokenizer.pad_token = tokenizer.eos_token
+        if not self.is_causal and tokenizer.mask_token_id is None:
+            raise ValueError(f"{type(model).__name__} is a masked LM but its tokenizer has no mask token")
+        self._base, self._head = _split_base_and_head(model)
+        self._newline_ids = None
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    def __repr__(self):
+        kind = "causal" if self.is_causal else "masked"
+        n = sum(p.numel() for p in self.model.parameters())
+        return f"LanguageModel({type(self.model).__name__}, {kind}, {n:,} parameters, {self.device})"
+
+    # ------------------------------------------------------------------ hidden states and logits
+    def _hidden(self, input_ids, attention_mask, **kw):
+        """Last hidden states [B, T, H] (after the final norm), and the base model's output."""
+        if self._base is None:  # unknown layout: the full model, and its logits stand in for "hidden"
+            out = self.model(input_ids=input_ids, attention_mask=attention_mask, **kw)
+            return out.logits, out
+        out = self._base(input_ids=input_ids, attention_mask=attention_mask, **kw)
+        return out[0], out
+
+    def _logits(self, hidden):
+        """Vocabulary logits (float32) for hidden states [..., H] at the gathered positions only."""
+        if self._base is None:
+            return hidden.float()
+        logits = self._head(hidden).float()
+        cap = getattr(self.model.config, "final_logit_softcapping", None)
+        if cap:
+            logits = torch.tanh(logits / cap) * cap
+        return logits
+
+    # ------------------------------------------------------------------ scoring
+    def score(self, prompts: list[str], candidates: list[list[str]]) -> list[CandidateScores]:
+        """Log-likelihood of each candidate continuation, over the candidate's tokens only.
+
+        Args:
+            prompts: B prompt strings. For a causal LM the candidate is appended to the prompt as text
+                is (``prompt + candidate``; prompt and candidate are tokenised separately, so put the
+                separating space at the start of the candidate: ``" great"``). For a masked LM each
+                prompt must contain ``MASK`` (``"[MASK]"``) exactly once.
+            candidates: for each prompt, a non-empty list of candidate strings.
+
+        Returns:
+            one ``CandidateScores`` per prompt, with ``sum`` and ``mean`` of shape [n_candidates]
+            (float32, on the model's device, differentiable if grad is enabled).
+
+        All (prompt, candidate) pairs are flattened into one list and run in length-sorted batches
+        of ``self.batch_size``; padding never changes a score (batched == one at a time).
+        """
+        if len(prompts) != len(candidates):
+            raise ValueError(f"score: got {len(prompts)} prompts but {len(candidates)} candidate lists")
+        pairs = []
+        for i, (p, cands) in enumerate(zip(prompts, candidates)):
+            if isinstance(cands, str) or not cands:
+                raise ValueError(f"score: candidates[{i}] must be a non-empty list of strings, got {cands!r}")
+            for c in cands:
+                pairs.append(self._encode_causal(p, c) if self.is_causal else self._encode_masked(p, c))
+
+        order = sorted(range(len(pairs)), key=lambda j: len(pairs[j][0]))
+        totals = [None] * len(pairs)
+        for start in range(0, len(order), self.batch_size):
+            idx = order[start : start + self.batch_size]
+            sums = self._score_batch([pairs[j] for j in idx])
+            for j, s in zip(idx, sums):
+                totals[j] = s
+
+        out, k = [], 0
+        for cands in candidates:
+            n = len(cands)
+            s = torch.stack(totals[k : k + n])
+            counts = torch.tensor([len(pairs[j][1]) for j in range(k, k + n)], device=s.device)
+            out.append(CandidateScores(sum=s, mean=s / counts, n_tokens=counts))
+            k += n
+        return out
+
+    def _encode_causal(self, prompt: str, candidate: str):
+        """(input_ids, scored positions, target ids) for prompt + candidate."""
+        tok = self.tokenizer
+        p = tok(prompt, add_special_tokens=True)["input_ids"] if prompt else []
+        if not p:  # nothing to condition on: start from BOS (or EOS, the usual document separator)
+            start = tok.bos_token_id if tok.bos_token_id is not None else tok.eos_token_id
+            p = [start]
+        c = tok(candidate, add_special_tokens=False)["input_ids"]
+        if not c:
+            raise ValueError(f"score: candidate {candidate!r} tokenises to nothing")
+        if len(c) >= self.max_length:
+            raise ValueError(f"score: candidate of {len(c)} tokens does not fit max_length={self.max_length}")
+        p = p[-(self.max_length - len(c)) :]
+        ids = p + c
+        positions = list(range(len(p) - 1, len(ids) - 1))  # hidden state at t predicts token t + 1
+        return ids, positions, c
+
+    def _encode_masked(self, prompt: str, candidate: str):
+        tok = self.tokenizer
+        if prompt.count(MASK) != 1:
+            raise ValueError(
+                f"score: a masked-LM prompt must contain {MASK!r} exactly once, got {prompt!r} "
+                "(tasks give such prompts in Example.mask_prompt)"
+            )
+        before, after = prompt.split(MASK)
+        before = before.rstrip(" ")  # the space before the mask belongs to the label word (" great")
+        c = tok(candidate, add_special_tokens=False)["input_ids"]
+        if not c:
+            raise ValueError(f"score: candidate {candidate!r} tokenises to nothing")
+        b = tok(before, add_special_tokens=False)["input_ids"] if before else []
+        a = tok(after, add_special_tokens=False)["input_ids"] if after else []
+        prefix, suffix = self._special_tokens_around()
+        budget = self.max_length - len(c) - len(prefix) - len(suffix)
+        b = b[max(0, len(b) - max(0, budget - len(a))) :]  # truncate the text before the mask first
+        a = a[: max(0, budget - len(b))]
+        ids = prefix + b + [tok.mask_token_id] * len(c) + a + suffix
+        first = len(prefix) + len(b)
+        return ids, list(range(first, first + len(c))), c
+
+    def _special_tokens_around(self):
+        """The special tokens the tokenizer puts before and after one sequence ([CLS] ... [SEP])."""
+        tok = self.tokenizer
+        plain = tok("a", add_special_tokens=False)["input_ids"]
+        full = tok("a", add_special_tokens=True)["input_ids"]
+        for i in range(len(full) - len(plain) + 1):
+            if full[i : i + len(plain)] == plain:
+                return full[:i], full[i + len(plain) :]
+        return [], []
+
+    def _score_batch(self, pairs):
+        dev = self.device
+        T = max(len(ids) for ids, _, _ in pairs)
+        pad = self.tokenizer.pad_token_id
+        input_ids = torch.full((len(pairs), T), pad, dtype=torch.long)
+        mask = torch.zeros((len(pairs), T), dtype=torch.long)
+        rows, cols, targets, owner = [], [], [], []
+        for b, (ids, pos, tgt) in enumerate(pairs):  # right padding: positions of real tokens unchanged
+            input_ids[b, : len(ids)] = torch.tensor(ids)
+            mask[b, : len(ids)] = 1
+            rows += [b] * len(pos)
+            cols += pos
+            targets += tgt
+            owner += [b] * len(pos)
+        hidden, _ = self._hidden(input_ids.to(dev), mask.to(dev))
+        h = hidden[torch.tensor(rows, device=dev), torch.tensor(cols, device=dev)]  # [N, H]: scored positions
+        logp = F.log_softmax(self._logits(h), dim=-1)
+        tok_lp = logp.gather(1, torch.tensor(targets, device=dev)[:, None]).squeeze(1)
+        sums = torch.zeros(len(pairs), device=dev, dtype=torch.float32)
+        sums = sums.index_add(0, torch.tensor(owner, device=dev), tok_lp)
+        return list(sums.unbind(0))
+
+    # ------------------------------------------------------------------ generation
+    def _newline_token_ids(self) -> torch.Tensor:
+        """Ids of every vocabulary token whose text contains a newline (computed once)."""
+        if self._newline_ids is None:
+            V = len(self.tokenizer)
+            texts = self.tokenizer.batch_decode([[i] for i in range(V)])
+            self._newline_ids = torch.tensor([i for i, t in enumerate(texts) if "\n" in t], dtype=torch.long)
+        return self._newline_ids
+
+    @torch.no_grad()
+    def generate(
+        self,
+        prompts: list[str],
+        max_new_tokens: int = 50,
+        do_sample: bool = False,
+        seed: int | None = None,
+        temperature: float = 1.0,
+        top_k: int | None = None,
+        stop_at_newline: bool = True,
+    ) -> list[str]:
+        """Continue each prompt; return the new text only (without the stop newline / EOS).
+
+        Batched decoding with the KV cache (prompts left-padded). Greedy by default; with
+        ``do_sample=True`` tokens are drawn from softmax(logits / temperature) (optionally the top_k
+        most likely) with a ``torch.Generator`` seeded by ``seed``: two calls with the same seed and the
+        same prompts return the same text, so +eps and -eps perturbations see common random numbers.
+        A sequence stops at EOS, at a token containing a newline (``stop_at_newline``), or after
+        ``max_new_tokens``; text before the newline inside that token is kept.
+        """
+        if not self.is_causal:
+            raise ValueError("generate needs a causal LM; this is a masked LM")
+        if max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+        if do_sample and not temperature > 0:
+            raise ValueError(f"temperature must be > 0 when sampling, got {temperature}")
+        gen = None
+        if do_sample:
+            gen = torch.Generator(device=self.device)
+            gen.manual_seed(0 if seed is None else int(seed))
+        out = []
+        for start in range(0, len(prompts), self.batch_size):
+            out += self._generate_batch(prompts[start : start + self.batch_size], max_new_tokens, do_sample, gen,
+                                        temperature, top_k, stop_at_newline)
+        return out
+
+    def _generate_batch(self, prompts, max_new_tokens, do_sample, gen, temperature, top_k, stop_at_newline):
+        tok, dev = self.tokenizer, self.device
+        enc = [tok(p, add_special_tokens=True)["input_ids"] for p in prompts]
+        start_id = tok.bos_token_id if tok.bos_token_id is not None else tok.eos_token_id
+        enc = [(e or [start_id])[-(self.max_length - max_new_tokens) :] for e in enc]
+        B, T = len(enc), max(len(e) for e in enc)
+        input_ids = torch.full((B, T), tok.pad_token_id, dtype=torch.long)
+        mask = torch.zeros((B, T), dtype=torch.long)
+        for b, e in enumerate(enc):  # left padding: every row's last prompt token is at column T - 1
+            input_ids[b, T - len(e) :] = torch.tensor(e)
+            mask[b, T - len(e) :] = 1
+        input_ids, mask = input_ids.to(dev), mask.to(dev)
+        stop = torch.zeros(self.model.config.vocab_size, dtype=torch.bool, device=dev)
+        eos = self.model.config.eos_token_id if self.model.config.eos_token_id is not None else tok.eos_token_id
+        for e in ([eos] if isinstance(eos, int) else list(eos or [])):
+            stop[e] = True
+        if stop_at_newline:
+            stop[self._newline_token_ids().to(dev)] = True
+
+        new = torch.zeros((B, 0), dtype=torch.long, device=dev)
+        done = torch.zeros(B, dtype=torch.bool, device=dev)
+        past, step_ids = None, input_ids
+        for _ in range(max_new_tokens):
+            positions = (mask.cumsum(1) - 1).clamp(min=0)[:, -step_ids.shape[1] :]
+            hidden, o = self._hidden(step_ids, mask, position_ids=positions, past_key_values=past, use_cache=True)
+            past = o.past_key_values if self._base is not None else o.past_key_values
+            logits = self._logits(hidden[:, -1])
+            if do_sample:
+                logits = logits / temperature
+                if top_k:
+                    kth = logits.topk(min(top_k, logits.shape[-1]), dim=-1).values[:, -1:]
+                    logits = logits.masked_fill(logits < kth, -math.inf)
+                nxt = torch.multinomial(F.softmax(logits, dim=-1), 1, generator=gen).squeeze(1)
+            else:
+                nxt = logits.argmax(-1)
+            nxt = torch.where(done, torch.full_like(nxt, tok.pad_token_id), nxt)
+            new = torch.cat([new, nxt[:, None]], 1)
+            done = done | stop[nxt]
+            if bool(done.all()):
+                break
+            step_ids = nxt[:, None]
+            mask = torch.cat([mask, torch.ones((B, 1), dtype=mask.dtype, device=dev)], 1)
+
+        texts = []
+        for b in range(B):
+            ids = new[b].tolist()
+            cut = next((i for i, t in enumerate(ids) if stop[t]), None)
+            if cut is None:
+                texts.append(tok.decode(ids, skip_special_tokens=True))
+                continue
+            last = tok.decode(ids[cut : cut + 1])
+            head = tok.decode(ids[:cut], skip_special_tokens=True)
+            texts.append(head + (last.split("\n")[0] if "\n" in last else ""))
+        return texts
+
+    # ------------------------------------------------------------------ features
+    @torch.no_grad()
+    def features(self, prompts: list[str]) -> torch.Tensor:
+        """One float32 vector per prompt [B, hidden]: the last token's final hidden state for a causal
+        LM, the first ([CLS]) token's for a masked LM (as in linear probing on RoBERTa)."""
+        if self._base is None:
+            raise ValueError(f"features: cannot find the base transformer of {type(self.model).__name__}")
+        tok, dev, out = self.tokenizer, self.device, []
+        for start in range(0, len(prompts), self.batch_size):
+            enc = [tok(p, add_special_tokens=True)["input_ids"][-self.max_length :] for p in prompts[start : start + self.batch_size]]
+            T = max(len(e) for e in enc)
+            ids = torch.full((len(enc), T), tok.pad_token_id, dtype=torch.long)
+            mask = torch.zeros_like(ids)
+            for b, e in enumerate(enc):
+                ids[b, : len(e)] = torch.tensor(e)
+                mask[b, : len(e)] = 1
+            hidden, _ = self._hidden(ids.to(dev), mask.to(dev))
+            pick = torch.tensor([len(e) - 1 for e in enc], device=dev) if self.is_causal else torch.zeros(len(enc), dtype=torch.long, device=dev)
+            out.append(hidden[torch.arange(len(enc), device=dev), pick].float())
+        return torch.cat(out)
+
+
+def _split_base_and_head(model):
+    """(base transformer, output head) of a ``...ForCausalLM`` / ``...ForMaskedLM``.
+
+    The base is ``model.base_model`` (``model.model`` for Llama, ``model.bert`` for BERT); the head is
+    the one other child module (``lm_head``; ``cls`` for BERT, which includes its transform layer). For
+    a layout that does not fit this pattern (None, None) is returned and the full model is run instead,
+    computing logits at every position.
+    """
+    base = model.base_model
+    if base is model:
+        return None, None
+    others = [m for name, m in model.named_children() if m is not base]
+    if len(others) != 1:
+        return None, None
+    return base, others[0]

@@ -1,0 +1,153 @@
+"""LanguageModel: scoring (batched == one at a time, equals a full forward), generation, features."""
+import pytest
+import torch
+import torch.nn.functional as F
+
+from mezo_rl.lm import MASK, LanguageModel
+
+PROMPTS = ["the movie was good and the acting was bad . It was", "Yes or No ?", "the sun rose early and the people"]
+CANDS = [[" great", " terrible ."], [" Yes", " No", " Maybe so"], [" went outside to play", " sat"]]
+
+
+def reference_causal_score(model, tok, prompt, cand):
+    """Log-likelihood of cand after prompt from one unpadded full forward (logits at every position)."""
+    p = tok(prompt)["input_ids"]
+    c = tok(cand, add_special_tokens=False)["input_ids"]
+    ids = torch.tensor([p + c])
+    logp = F.log_softmax(model(input_ids=ids).logits[0].float(), -1)
+    return sum(logp[len(p) - 1 + i, t].item() for i, t in enumerate(c)), len(c)
+
+
+def test_causal_score_matches_full_forward_and_is_batch_invariant(tiny_causal_lm):
+    model, tok = tiny_causal_lm
+    lm = LanguageModel(model, tok, batch_size=16)
+    assert lm.is_causal
+    with torch.no_grad():
+        batched = lm.score(PROMPTS, CANDS)
+        lm.batch_size = 1
+        single = [lm.score([p], [c])[0] for p, c in zip(PROMPTS, CANDS)]
+        for p, cands, b, s in zip(PROMPTS, CANDS, batched, single):
+            assert b.sum.shape == (len(cands),) and b.sum.dtype == torch.float32
+            torch.testing.assert_close(b.sum, s.sum, atol=1e-5, rtol=1e-5)
+            torch.testing.assert_close(b.mean, s.mean, atol=1e-5, rtol=1e-5)
+            for j, c in enumerate(cands):
+                ref, n = reference_causal_score(model, tok, p, c)
+                assert b.n_tokens[j] == n
+                assert b.sum[j].item() == pytest.approx(ref, abs=1e-4)
+                assert b.mean[j].item() == pytest.approx(ref / n, abs=1e-4)
+
+
+def test_score_is_differentiable(tiny_causal_lm):
+    model, tok = tiny_causal_lm
+    lm = LanguageModel(model, tok)
+    s = lm.score(PROMPTS[:1], CANDS[:1])[0]
+    (-s.mean[0]).backward()
+    grads = [p.grad for p in model.parameters() if p.grad is not None]
+    assert grads and any(g.abs().sum() > 0 for g in grads)
+
+
+def test_score_only_computes_logits_at_scored_positions(tiny_causal_lm):
+    model, tok = tiny_causal_lm
+    lm = LanguageModel(model, tok)
+    rows = []
+    hook = lm._head.register_forward_hook(lambda m, i, o: rows.append(o.shape[0]))
+    with torch.no_grad():
+        lm.score(["the movie was good and the acting was bad ."], [[" great", " terrible"]])
+    hook.remove()
+    n_scored = sum(len(tok(c, add_special_tokens=False)["input_ids"]) for c in [" great", " terrible"])
+    assert rows == [n_scored]  # a 2-D [N, H] input: one row per scored token, no padding, no prompt
+
+
+def test_score_bad_input(tiny_causal_lm):
+    lm = LanguageModel(*tiny_causal_lm)
+    with pytest.raises(ValueError, match="2 prompts but 1"):
+        lm.score(["a", "b"], [["x"]])
+    with pytest.raises(ValueError, match="non-empty list"):
+        lm.score(["a"], [[]])
+    with pytest.raises(ValueError, match="non-empty list"):
+        lm.score(["a"], ["x"])
+
+
+def test_empty_prompt_is_scored_from_a_start_token(tiny_causal_lm):
+    lm = LanguageModel(*tiny_causal_lm)
+    with torch.no_grad():
+        s = lm.score([""], [["Description : what is the capital of France ?", "Human : what"]])[0]
+    assert torch.isfinite(s.sum).all() and (s.sum < 0).all()
+
+
+def test_masked_lm_scores_label_words_at_the_mask(tiny_masked_lm):
+    model, tok = tiny_masked_lm
+    lm = LanguageModel(model, tok)
+    assert not lm.is_causal
+    prompt = f"the movie was good . It was {MASK} ."
+    words = [" was", " great"]  # one token and several tokens (scored at as many consecutive masks)
+    with torch.no_grad():
+        s = lm.score([prompt, prompt], [words, [" bad"]])
+        for j, w in enumerate(words):
+            c = tok(w, add_special_tokens=False)["input_ids"]
+            ids = tok("the movie was good . It was", add_special_tokens=False)["input_ids"]
+            m = len(ids)
+            ids = ids + [tok.mask_token_id] * len(c) + tok(" .", add_special_tokens=False)["input_ids"]
+            logp = F.log_softmax(model(input_ids=torch.tensor([ids])).logits[0], -1)
+            ref = sum(logp[m + i, t].item() for i, t in enumerate(c))
+            assert s[0].sum[j].item() == pytest.approx(ref, abs=1e-5)
+            assert s[0].n_tokens[j] == len(c)
+        single = lm.score([prompt], [words])[0]
+    assert len(tok(" was", add_special_tokens=False)["input_ids"]) == 1
+    assert len(tok(" great", add_special_tokens=False)["input_ids"]) > 1
+    torch.testing.assert_close(s[0].sum, single.sum, atol=1e-5, rtol=1e-5)
+    with pytest.raises(ValueError, match="exactly once"):
+        lm.score(["no mask here"], [[" great"]])
+
+
+def test_generation_is_batch_invariant(tiny_causal_lm):
+    lm = LanguageModel(*tiny_causal_lm, batch_size=8)
+    texts = lm.generate(PROMPTS, max_new_tokens=12)
+    lm.batch_size = 1
+    assert texts == [lm.generate([p], max_new_tokens=12)[0] for p in PROMPTS]
+    assert all(isinstance(t, str) and "\n" not in t for t in texts)
+
+
+def test_generation_stops_at_newline_token(tiny_causal_lm):
+    model, tok = tiny_causal_lm
+    nl = tok("\n", add_special_tokens=False)["input_ids"][0]
+    lm = LanguageModel(model, tok)
+    free = lm.generate(["the sun rose"], max_new_tokens=6)[0]
+    assert len(tok(free, add_special_tokens=False)["input_ids"]) >= 1
+    with torch.no_grad():  # force "\n" to win from the first step on
+        model.lm_head.bias = torch.nn.Parameter(torch.zeros(len(tok)))
+        model.lm_head.bias.data[nl] = 1e4
+    assert lm.generate(["the sun rose", "Yes or No ?"], max_new_tokens=6) == ["", ""]
+
+
+def test_greedy_matches_step_by_step_argmax(tiny_causal_lm):
+    model, tok = tiny_causal_lm
+    lm = LanguageModel(model, tok)
+    prompt = "the movie was good and"
+    out = lm.generate([prompt, "Yes"], max_new_tokens=5, stop_at_newline=False)[0]
+    ids = tok(prompt)["input_ids"]
+    with torch.no_grad():
+        for _ in range(5):
+            nxt = model(input_ids=torch.tensor([ids])).logits[0, -1].argmax().item()
+            if nxt == tok.eos_token_id:
+                break
+            ids.append(nxt)
+    assert out == tok.decode(ids[len(tok(prompt)["input_ids"]):], skip_special_tokens=True)
+
+
+def test_seeded_sampling_is_reproducible(tiny_causal_lm):
+    lm = LanguageModel(*tiny_causal_lm)
+    kw = dict(max_new_tokens=10, do_sample=True, stop_at_newline=False)
+    a = lm.generate(PROMPTS, seed=123, **kw)
+    b = lm.generate(PROMPTS, seed=123, **kw)
+    others = [lm.generate(PROMPTS, seed=s, **kw) for s in range(1, 4)]
+    assert a == b
+    assert any(o != a for o in others)
+
+
+def test_features(tiny_causal_lm, tiny_masked_lm):
+    lm = LanguageModel(*tiny_causal_lm, batch_size=2)
+    f = lm.features(PROMPTS)
+    assert f.shape == (3, 32) and f.dtype == torch.float32
+    torch.testing.assert_close(f[1], lm.features(PROMPTS[1:2])[0], atol=1e-5, rtol=1e-5)
+    assert LanguageModel(*tiny_masked_lm).features(PROMPTS).shape == (3, 32)
