@@ -130,7 +130,16 @@ class Objective:
             )
 
     def check_compatible(self, can_generate: bool) -> None:
-        """Raise ``ValueError`` if a generation reward is used where the model can only score candidates."""
+        """Raise ``ValueError`` if a generation reward is used where the model can only score candidates.
+
+        ``can_generate``: whether the model can produce completions (a causal LM: ``lm.is_causal``).
+        """
+        if not isinstance(can_generate, bool):
+            raise TypeError(
+                f"check_compatible(can_generate) takes True/False (whether the model can generate, e.g. "
+                f"lm.is_causal), got a {type(can_generate).__name__}; check task fit with "
+                f"check_columns(columns, task_kind=task.kind)"
+            )
         if can_generate:
             return
         gen = [r.name for r in self.rewards if r.needs == "generation"]
