@@ -142,7 +142,10 @@ def export_model(lm, out_dir, merged: bool = False) -> str:
         if method == "prefix":
             raise ValueError("a prefix adapter cannot be merged into the model weights (it adds "
                              "attention keys/values, not a weight delta); export it with merged=False")
-        with _lora_merged(lm.model):
+        if method == "lora":
+            with _lora_merged(lm.model):
+                lm.model.save_pretrained(out_dir)
+        else:
             lm.model.save_pretrained(out_dir)
         if getattr(lm, "tokenizer", None) is not None:
             lm.tokenizer.save_pretrained(out_dir)

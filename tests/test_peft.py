@@ -1,0 +1,285 @@
+"""LoRA and prefix-tuning adapters (mezo_rl.peft) on the tiny Llama-style model."""
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from conftest import make_tiny_causal_lm
+from mezo_rl.lm import LanguageModel
+from mezo_rl.peft import PEFT_DEFAULTS, apply_peft, export_model, load_adapter, peft_config
+
+METHODS = ("lora", "prefix")
+TEXT = "the movie was good and the acting was bad ."
+
+
+def make_lm(tokenizer, seed=0, **overrides):
+    return LanguageModel(make_tiny_causal_lm(tokenizer, seed=seed, **overrides), tokenizer)
+
+
+def trainable(lm):
+    return [p for p in lm.model.parameters() if p.requires_grad]
+
+
+def logits(model, text, tokenizer):
+    ids = torch.tensor([tokenizer.encode(text)])
+    with torch.no_grad():
+        return model(input_ids=ids).logits
+
+
+def sampled_prefix_tokens(lm, m, seed):
+    """The tokens apply_peft draws for the prefix (same rule, written out independently)."""
+    special = set(lm.tokenizer.all_special_ids)
+    allowed = torch.tensor([i for i in range(lm.model.config.vocab_size) if i not in special])
+    return allowed[torch.randint(len(allowed), (1, m), generator=torch.Generator().manual_seed(seed))]
+
+
+def loss_closure(lm, tokenizer):
+    ids = torch.tensor([tokenizer.encode(TEXT)])
+
+    def closure():
+        return lm.model(input_ids=ids, labels=ids).loss
+
+    return closure
+
+
+# ------------------------------------------------------------------------------- what is trainable
+
+def test_lora_wraps_query_and_value_only(tiny_tokenizer):
+    lm = apply_peft(make_lm(tiny_tokenizer), "lora")
+    names = [n for n, p in lm.model.named_parameters() if p.requires_grad]
+    assert all(".lora_A." in n or ".lora_B." in n for n in names)
+    assert {n.split(".self_attn.")[1].split(".")[0] for n in names} == {"q_proj", "v_proj"}
+    # 2 layers x (q: A 8x32 + B 32x8, v: A 8x32 + B 16x8)
+    assert sum(p.numel() for p in trainable(lm)) == 2 * ((8 * 32 + 32 * 8) + (8 * 32 + 16 * 8))
+    assert peft_config(lm) == {"method": "lora", "r": 8, "alpha": 16, "target_modules": ["q_proj", "v_proj"], "seed": 0}
+
+
+def test_prefix_parameters_are_per_layer_key_values(tiny_tokenizer):
+    lm = apply_peft(make_lm(tiny_tokenizer), "prefix", num_prefix_tokens=3)
+    shapes = {n: tuple(p.shape) for n, p in lm.model.named_parameters() if p.requires_grad}
+    # 2 layers x keys/values of [kv_heads=2, m=3, head_dim=8]
+    assert shapes == {f"model.layers.{i}.self_attn.mezo_prefix.{kv}": (2, 3, 8) for i in (0, 1) for kv in ("keys", "values")}
+    assert json.loads(json.dumps(peft_config(lm))) == {"method": "prefix", "num_prefix_tokens": 3, "seed": 0}
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_mezo_steps_change_only_adapter_parameters(tiny_tokenizer, method):
+    from mezo_rl.optim import MeZO
+
+    lm = apply_peft(make_lm(tiny_tokenizer), method)
+    before = {n: p.detach().clone() for n, p in lm.model.named_parameters()}
+    opt = MeZO(trainable(lm), **PEFT_DEFAULTS[method], seed=1)
+    closure = loss_closure(lm, tiny_tokenizer)
+    with torch.no_grad():
+        for _ in range(3):
+            opt.step(closure)
+    for name, p in lm.model.named_parameters():
+        if p.requires_grad:
+            if "lora_A" in name:  # B starts at zero, so A's first projected gradients may vanish
+                continue
+            assert not torch.equal(p, before[name]), f"adapter parameter {name} did not move"
+        else:
+            assert torch.equal(p, before[name]), f"frozen parameter {name} changed"
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_trajectory_replay_rebuilds_adapter_exactly(tiny_tokenizer, method, tmp_path):
+    from mezo_rl.optim import MeZO
+    from mezo_rl.trajectory import Trajectory, replay_trajectory
+
+    lm = apply_peft(make_lm(tiny_tokenizer), method, seed=3)
+    opt = MeZO(trainable(lm), **PEFT_DEFAULTS[method], seed=7)
+    closure = loss_closure(lm, tiny_tokenizer)
+    with torch.no_grad():
+        for _ in range(4):
+            opt.step(closure)
+    opt.trajectory.save(tmp_path / "traj")
+    cfg = json.loads(json.dumps(peft_config(lm)))  # what a checkpoint stores
+
+    fresh = apply_peft(make_lm(tiny_tokenizer), **cfg)
+    replay_trajectory(trainable(fresh), Trajectory.load(tmp_path / "traj"))
+    for a, b in zip(lm.model.state_dict().values(), fresh.model.state_dict().values(), strict=True):
+        assert torch.equal(a, b)
+
+
+def test_same_seed_same_adapter_other_seed_differs(tiny_tokenizer):
+    for method in METHODS:
+        a = trainable(apply_peft(make_lm(tiny_tokenizer), method, seed=5))
+        b = trainable(apply_peft(make_lm(tiny_tokenizer), method, seed=5))
+        c = trainable(apply_peft(make_lm(tiny_tokenizer), method, seed=6))
+        assert all(torch.equal(x, y) for x, y in zip(a, b))
+        assert not all(torch.equal(x, y) for x, y in zip(a, c))
+
+
+# ---------------------------------------------------------------------------- effect on the model
+
+def test_lora_starts_as_identity_and_its_update_changes_output(tiny_tokenizer):
+    lm = make_lm(tiny_tokenizer)
+    base = logits(lm.model, TEXT, tiny_tokenizer)
+    apply_peft(lm, "lora")
+    assert torch.equal(logits(lm.model, TEXT, tiny_tokenizer), base)  # B = 0
+    with torch.no_grad():
+        for name, p in lm.model.named_parameters():
+            if "lora_B" in name:
+                p.add_(0.1 * torch.randn_like(p))
+    assert (logits(lm.model, TEXT, tiny_tokenizer) - base).abs().max() > 1e-3
+
+
+def test_prefix_is_real_activations_of_sampled_tokens(tiny_tokenizer):
+    """At init, the prefixed model on x computes what the plain model computes on [tokens] + x."""
+    m = 5
+    lm = make_lm(tiny_tokenizer)
+    tokens = sampled_prefix_tokens(lm, m, seed=11)
+    x = torch.tensor([tiny_tokenizer.encode(TEXT)])
+    with torch.no_grad():
+        plain = lm.model(input_ids=x).logits
+        reference = lm.model(input_ids=torch.cat([tokens, x], dim=1)).logits[:, m:]
+        # the keys/values the frozen model computes for those tokens (positions -m..-1, RoPE)
+        cache = lm.model.model(input_ids=tokens, position_ids=torch.arange(-m, 0)[None], use_cache=True).past_key_values
+    apply_peft(lm, "prefix", num_prefix_tokens=m, seed=11)
+    for i, layer in enumerate(lm.model.model.layers):
+        assert torch.equal(layer.self_attn.mezo_prefix.keys, cache.layers[i].keys[0])
+        assert torch.equal(layer.self_attn.mezo_prefix.values, cache.layers[i].values[0])
+    with torch.no_grad():
+        adapted = lm.model(input_ids=x).logits
+    torch.testing.assert_close(adapted, reference, atol=1e-5, rtol=1e-5)
+    assert (adapted - plain).abs().max() > 1e-2  # the prefix matters
+    # real activations are not noise: keys carry the k_proj structure (their scale), not N(0, 1)
+    assert lm.model.model.layers[0].self_attn.mezo_prefix.keys.std() < 0.5
+
+
+def test_prefix_works_through_the_bare_decoder_and_eager_attention(tiny_tokenizer):
+    x = torch.tensor([tiny_tokenizer.encode(TEXT)])
+    outs = []
+    for impl in ("sdpa", "eager"):
+        lm = make_lm(tiny_tokenizer, attn_implementation=impl)
+        assert lm.model.config._attn_implementation == impl
+        apply_peft(lm, "prefix")
+        with torch.no_grad():
+            full = lm.model(input_ids=x).logits
+            bare = lm.model.lm_head(lm.model.model(input_ids=x).last_hidden_state)
+        torch.testing.assert_close(bare, full)
+        outs.append(full)
+    torch.testing.assert_close(outs[0], outs[1], atol=1e-5, rtol=1e-5)
+
+
+# ------------------------------------------------------------------------ padding and generation
+
+PROMPTS = ["It was", "the movie was good and the acting was bad . It was", "Does this mean"]
+CANDIDATES = [[" great", " terrible"], [" good", " bad ."], [" Yes", " No"]]
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_batched_scores_equal_one_at_a_time(tiny_tokenizer, method):
+    lm = apply_peft(make_lm(tiny_tokenizer), method, seed=2)
+    with torch.no_grad():
+        for p in trainable(lm):  # make LoRA non-trivial too
+            p.add_(0.05 * torch.randn_like(p))
+        batched = lm.score(PROMPTS, CANDIDATES)
+        single = [lm.score([p], [c])[0] for p, c in zip(PROMPTS, CANDIDATES)]
+    for b, s in zip(batched, single):
+        torch.testing.assert_close(b.sum, s.sum, atol=1e-4, rtol=1e-5)
+
+
+def test_prefix_left_padding_without_position_ids(tiny_tokenizer):
+    """A left-padded batch through the bare decoder (mask only) matches each row run alone."""
+    lm = apply_peft(make_lm(tiny_tokenizer), "prefix")
+    rows = [tiny_tokenizer.encode(t) for t in PROMPTS]
+    width = max(map(len, rows))
+    ids = torch.tensor([[0] * (width - len(r)) + r for r in rows])
+    mask = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows])
+    with torch.no_grad():
+        batched = lm.model.model(input_ids=ids, attention_mask=mask).last_hidden_state
+        for i, r in enumerate(rows):
+            alone = lm.model.model(input_ids=torch.tensor([r])).last_hidden_state[0]
+            torch.testing.assert_close(batched[i, width - len(r):], alone, atol=1e-5, rtol=1e-5)
+
+
+def test_prefix_generation_with_kv_cache(tiny_tokenizer):
+    """Cached, batched, left-padded greedy decoding == greedy decoding recomputed from scratch."""
+    lm = apply_peft(make_lm(tiny_tokenizer), "prefix", seed=4)
+    lm.model.config.use_cache = True
+    prompts = PROMPTS[:2]
+    got = lm.generate(prompts, max_new_tokens=6, stop_at_newline=False)
+    for prompt, text in zip(prompts, got):
+        ids = tiny_tokenizer.encode(prompt)
+        new = []
+        with torch.no_grad():
+            for _ in range(6):
+                nxt = int(lm.model(input_ids=torch.tensor([ids + new])).logits[0, -1].argmax())
+                if nxt == tiny_tokenizer.eos_token_id:
+                    break
+                new.append(nxt)
+        assert text == tiny_tokenizer.decode(new)
+
+
+# ---------------------------------------------------------------------------------------- export
+
+def test_lora_export_adapter_is_peft_format_and_merged_model_matches(tiny_tokenizer, tmp_path):
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    lm = apply_peft(make_lm(tiny_tokenizer), "lora")
+    with torch.no_grad():
+        for name, p in lm.model.named_parameters():
+            if "lora_" in name:
+                p.add_(0.1 * torch.randn_like(p))
+    expected = logits(lm.model, TEXT, tiny_tokenizer)
+
+    export_model(lm, tmp_path / "adapter")
+    peft_loaded = PeftModel.from_pretrained(make_tiny_causal_lm(tiny_tokenizer), tmp_path / "adapter")
+    torch.testing.assert_close(logits(peft_loaded, TEXT, tiny_tokenizer), expected, atol=1e-5, rtol=1e-5)
+    ours = load_adapter(make_lm(tiny_tokenizer), tmp_path / "adapter")
+    assert torch.equal(logits(ours.model, TEXT, tiny_tokenizer), expected)
+
+    export_model(lm, tmp_path / "merged", merged=True)
+    merged = AutoModelForCausalLM.from_pretrained(tmp_path / "merged")
+    assert not any("lora" in n for n, _ in merged.named_parameters())
+    torch.testing.assert_close(logits(merged, TEXT, tiny_tokenizer), expected, atol=1e-5, rtol=1e-5)
+    # exporting left the adapter in place
+    assert torch.equal(logits(lm.model, TEXT, tiny_tokenizer), expected)
+
+
+def test_prefix_export_roundtrip_and_no_merge(tiny_tokenizer, tmp_path):
+    lm = apply_peft(make_lm(tiny_tokenizer), "prefix")
+    with torch.no_grad():
+        for p in trainable(lm):
+            p.add_(0.1 * torch.randn_like(p))
+    expected = logits(lm.model, TEXT, tiny_tokenizer)
+    export_model(lm, tmp_path / "prefix")
+    meta = json.loads((tmp_path / "prefix" / "mezo_peft.json").read_text())
+    assert meta["peft_config"] == peft_config(lm) and meta["format"] == "mezo-prefix"
+    loaded = load_adapter(make_lm(tiny_tokenizer), tmp_path / "prefix")
+    assert torch.equal(logits(loaded.model, TEXT, tiny_tokenizer), expected)
+    with pytest.raises(ValueError, match="cannot be merged"):
+        export_model(lm, tmp_path / "merged", merged=True)
+
+
+# ------------------------------------------------------------------------------------ bad input
+
+def test_bad_input_errors(tiny_tokenizer, tiny_masked_lm):
+    with pytest.raises(ValueError, match="accepted: lora, prefix"):
+        apply_peft(make_lm(tiny_tokenizer), "adapter")
+    with pytest.raises(ValueError, match="its linear layers are named"):
+        apply_peft(make_lm(tiny_tokenizer), "lora", target_modules=("query",))
+    lm = apply_peft(make_lm(tiny_tokenizer), "prefix")
+    with pytest.raises(ValueError, match="already has a 'prefix' adapter"):
+        apply_peft(lm, "lora")
+    with pytest.raises(ValueError, match="num_prefix_tokens"):
+        apply_peft(make_lm(tiny_tokenizer), "prefix", num_prefix_tokens=0)
+    with pytest.raises(ValueError, match="decoder-only causal LM"):
+        apply_peft(LanguageModel(*tiny_masked_lm), "prefix")
+
+
+def test_lora_default_targets_map_to_other_architectures(tiny_masked_lm):
+    lm = apply_peft(LanguageModel(*tiny_masked_lm), "lora")  # BERT names them query / value
+    assert peft_config(lm)["target_modules"] == ["query", "value"]
+    assert trainable(lm) and all("lora_" in n for n, p in lm.model.named_parameters() if p.requires_grad)
+
+
+def test_paper_defaults():
+    assert PEFT_DEFAULTS["full"] == dict(lr=1e-6, eps=1e-3, weight_decay=0.0)
+    assert PEFT_DEFAULTS["lora"] == dict(lr=1e-4, eps=1e-2, weight_decay=0.0)
+    assert PEFT_DEFAULTS["prefix"] == dict(lr=1e-2, eps=1e-1, weight_decay=0.0)
