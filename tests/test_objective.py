@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import pytest
 import torch
 
-from rewards import build_objective
+from rewards import build_objective, normalize_answer
 
 
 @dataclass
@@ -256,3 +256,27 @@ def test_reward_exceptions_name_the_reward():
 def test_build_objective_rejects_bad_settings(rewards, weights, normalize, message):
     with pytest.raises(ValueError, match=message):
         build_objective(rewards, weights=weights, normalize=normalize)
+
+
+# ---- with the real model layer -----------------------------------------------------------------
+
+def test_objective_on_a_real_language_model(tiny_causal_lm):
+    """The contract with mezo_rl.lm: CandidateScores and generate() output go straight in."""
+    from mezo_rl.lm import LanguageModel
+
+    lm = LanguageModel(*tiny_causal_lm)
+    prompts = ["It was great . It was", "the movie was"]
+    candidate_scores = lm.score(prompts, [[" great", " terrible"], [" good", " bad", " so"]])
+    labels = [1, 2]
+    out = build_objective(["cross_entropy", "accuracy"], weights=[1.0, 0.0]).evaluate(
+        prompts=prompts, candidate_scores=candidate_scores, labels=labels)
+    expected = [torch.nn.functional.cross_entropy(s.mean[None].double(), torch.tensor([y])).item()
+                for s, y in zip(candidate_scores, labels)]
+    assert out.values["cross_entropy"] == pytest.approx(expected, rel=1e-6)
+    assert out.loss == pytest.approx(sum(expected) / 2, rel=1e-6)
+    completions = lm.generate(prompts, max_new_tokens=3)
+    gen = build_objective(["squad_f1"]).evaluate(prompts=prompts, completions=completions,
+                                                  columns={"answers": [list(completions), ["zzz"]]})
+    # a completion matches itself (F1 1) unless it normalises to nothing (F1 0 in SQuAD v1.1)
+    assert gen.values["squad_f1"][0] == (1.0 if normalize_answer(completions[0]) else 0.0)
+    assert gen.values["squad_f1"][1] == 0.0
