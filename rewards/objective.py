@@ -215,6 +215,9 @@ class Objective:
         ``sq_sums`` is needed only the first time with ``normalize="std"`` (to fix the scales).
         Raises ``ValueError`` when a weighted reward had no opinion (only ``None``) on every example.
         """
+        missing = [n for n in self.names if n not in sums or n not in counts]
+        if missing:
+            raise ValueError(f"loss_from: no sums/counts for reward(s) {missing}; expected keys {self.names}")
         sums = {k: float(v) for k, v in sums.items()}
         counts = {k: int(round(float(c))) for k, c in counts.items()}
         if self.scales is None:
