@@ -1,0 +1,212 @@
+"""Reproducible per-tensor noise for MeZO: z(seed, tensor), regenerated instead of stored.
+
+MeZO never stores its random direction z. It regenerates it from a seed every time it needs it
+(perturb +eps, perturb -2eps, restore and update), so z must be a pure function of
+
+    (step seed, tensor identity)
+
+and nothing else: not the global RNG, not the order in which tensors are visited, not what ran
+before. The tensor identity is the tensor's position in the optimizer's flat parameter list
+(param groups in order, then parameters in order) together with its shape; both are folded with
+the step seed by splitmix64 into a 64-bit key (:func:`tensor_key`). Two tensors of one step get
+independent noise; the same tensor at two steps gets independent noise.
+
+Two generators ("backends") turn a key into z:
+
+``"compiled"``
+    A counter-based generator: element ``i`` of z is a hash of ``(i, key)`` written in integer
+    torch ops (three rounds of a 32-bit multiply-xorshift mixer), turned into a Gaussian by
+    Box-Muller or into a sign for Rademacher. :func:`torch.compile` fuses the counter, the hash,
+    the transform and the parameter update ``p <- (p + a*z) * c + b*z`` into one kernel, so z is
+    never materialised and every core is used. Compiled lazily on first use.
+``"torch"``
+    ``torch.Generator`` seeded with the key, ``torch.randn`` / ``torch.randint``. Needs no
+    compiler; materialises z for one tensor at a time (one temporary the size of the largest
+    tensor) and is single-threaded, so it is slower.
+``"auto"``
+    ``"compiled"`` if compiling works here, else ``"torch"`` (with a warning).
+
+The two backends draw *different* (equally valid) noise for the same key, so a run and its replay
+must use the same backend; :class:`mezo_rl.trajectory.Trajectory` records which one a run used.
+"""
+from __future__ import annotations
+
+import math
+import warnings
+
+import torch
+
+__all__ = ["BACKENDS", "KINDS", "tensor_key", "generate", "axpy_", "resolve_backend"]
+
+BACKENDS = ("torch", "compiled", "auto")
+KINDS = ("gaussian", "rademacher")
+
+_M64 = (1 << 64) - 1
+_M32 = (1 << 32) - 1
+
+
+def _splitmix64(x: int) -> int:
+    """One step of splitmix64 (Steele et al. 2014): a 64-bit bijective mixer on Python ints."""
+    x = (x + 0x9E3779B97F4A7C15) & _M64
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _M64
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _M64
+    return x ^ (x >> 31)
+
+
+def tensor_key(seed: int, index: int, shape) -> int:
+    """The 64-bit noise key of the tensor at position ``index`` (with ``shape``) at step ``seed``.
+
+    >>> tensor_key(7, 0, (3, 4)) == tensor_key(7, 0, torch.Size([3, 4]))
+    True
+    >>> tensor_key(7, 0, (3, 4)) != tensor_key(7, 1, (3, 4)) != tensor_key(8, 0, (3, 4))
+    True
+    """
+    h = _splitmix64(int(seed) & _M64)
+    for v in (int(index), len(shape), *(int(s) for s in shape)):
+        h = _splitmix64(h ^ (v & _M64))
+    return h
+
+
+def _check_kind(kind: str) -> None:
+    if kind not in KINDS:
+        raise ValueError(f"noise kind must be one of {KINDS}, got {kind!r}")
+
+
+# ----------------------------------------------------------------------------------------------
+# "torch" backend: torch.Generator seeded with the key.
+
+_generators: dict[torch.device, torch.Generator] = {}
+
+
+def _torch_noise(key: int, numel: int, kind: str, device: torch.device) -> torch.Tensor:
+    gen = _generators.get(device)
+    if gen is None:
+        gen = _generators[device] = torch.Generator(device=device)
+    gen.manual_seed(key)
+    if kind == "gaussian":
+        return torch.randn(numel, generator=gen, dtype=torch.float32, device=device)
+    z = torch.randint(0, 2, (numel,), generator=gen, dtype=torch.float32, device=device)
+    return z.mul_(2.0).sub_(1.0)
+
+
+# ----------------------------------------------------------------------------------------------
+# "compiled" backend: a counter-based hash generator, fused into the update by torch.compile.
+
+_MUL = 0x45D9F3B  # odd 27-bit multiplier of a well-mixing 32-bit xorshift-multiply hash
+
+
+def _mix32(x: torch.Tensor) -> torch.Tensor:
+    """A 32-bit integer hash on int32 tensors (multiplication wraps modulo 2**32).
+
+    int32 rather than int64 because AVX2 has a native 32-bit vector multiply and no 64-bit one.
+    ``(x >> 16) & 0xFFFF`` is the logical shift (``>>`` on int32 is arithmetic).
+    """
+    x = (x ^ ((x >> 16) & 0xFFFF)) * _MUL
+    x = (x ^ ((x >> 16) & 0xFFFF)) * _MUL
+    return x ^ ((x >> 16) & 0xFFFF)
+
+
+def _hash_noise(numel: int, keys: torch.Tensor, gaussian: bool, device) -> torch.Tensor:
+    """z[i] for i < numel from keys = int32 tensor [k1, k2, k3]; float32."""
+    i = torch.arange(numel, dtype=torch.int32, device=device)
+    a = _mix32(_mix32(i ^ keys[0]) ^ keys[1])
+    if not gaussian:
+        return 1.0 - 2.0 * (a < 0).to(torch.float32)  # top bit -> -1, else +1
+    b = _mix32(a ^ keys[2])
+    # Box-Muller on 24-bit uniforms: u1 in (0, 1), u2 in [0, 1)
+    u1 = (((a >> 8) & 0xFFFFFF).to(torch.float32) + 0.5) * (2.0**-24)
+    u2 = ((b >> 8) & 0xFFFFFF).to(torch.float32) * (2.0**-24)
+    return torch.sqrt(-2.0 * torch.log(u1)) * torch.cos((2.0 * math.pi) * u2)
+
+
+def _hash_axpy_impl(flat: torch.Tensor, keys: torch.Tensor, coef: torch.Tensor, gaussian: bool) -> None:
+    """flat <- (flat + a*z) * c + b*z with coef = float32 [a, b, c], computed in float32."""
+    z = _hash_noise(flat.numel(), keys, gaussian, flat.device)
+    out = (flat.to(torch.float32) + coef[0] * z) * coef[2] + coef[1] * z
+    flat.copy_(out.to(flat.dtype))
+
+
+def _hash_generate_impl(numel: int, keys: torch.Tensor, gaussian: bool, device) -> torch.Tensor:
+    return _hash_noise(numel, keys, gaussian, device)
+
+
+_compiled: dict[str, object] = {}
+
+
+def _compiled_fn(name: str):
+    fn = _compiled.get(name)
+    if fn is None:
+        impl = {"axpy": _hash_axpy_impl, "generate": _hash_generate_impl}[name]
+        fn = _compiled[name] = torch.compile(impl, dynamic=True, fullgraph=True)
+    return fn
+
+
+def _hash_keys(key: int, device) -> torch.Tensor:
+    """Three 32-bit words of the key, as signed int32 (two's complement)."""
+    words = (key & _M32, key >> 32, _splitmix64(key) & _M32)
+    signed = [w - (1 << 32) if w >= (1 << 31) else w for w in words]
+    return torch.tensor(signed, dtype=torch.int32, device=device)
+
+
+_backend_ok: dict[str, bool] = {}
+
+
+def resolve_backend(backend: str) -> str:
+    """Map ``"auto"`` to ``"compiled"`` if torch.compile works here (tried once), else ``"torch"``."""
+    if backend not in BACKENDS:
+        raise ValueError(f"noise backend must be one of {BACKENDS}, got {backend!r}")
+    if backend != "auto":
+        return backend
+    if "compiled" not in _backend_ok:
+        try:
+            probe = torch.zeros(4096)
+            axpy_(probe, 0, "gaussian", "compiled", a=1.0)
+            axpy_(probe, 0, "rademacher", "compiled", a=1.0)
+            generate(0, 4096, "gaussian", "compiled")
+            _backend_ok["compiled"] = bool(torch.isfinite(probe).all())
+        except Exception as err:  # any compiler/toolchain failure: fall back, loudly
+            warnings.warn(f"torch.compile of the noise kernel failed ({type(err).__name__}: {err}); "
+                          "using the plain torch.Generator noise backend instead")
+            _backend_ok["compiled"] = False
+    return "compiled" if _backend_ok["compiled"] else "torch"
+
+
+# ----------------------------------------------------------------------------------------------
+# Public entry points
+
+
+def generate(key: int, numel: int, kind: str, backend: str, device="cpu") -> torch.Tensor:
+    """Materialise z for a key as a flat float32 tensor of ``numel`` elements."""
+    _check_kind(kind)
+    device = torch.device(device)
+    if backend == "torch":
+        return _torch_noise(key, numel, kind, device)
+    if backend == "compiled":
+        return _compiled_fn("generate")(numel, _hash_keys(key, device), kind == "gaussian", device)
+    raise ValueError(f"noise backend must be 'torch' or 'compiled' here (resolve 'auto' first), got {backend!r}")
+
+
+def axpy_(p: torch.Tensor, key: int, kind: str, backend: str, a: float, b: float = 0.0, c: float = 1.0) -> torch.Tensor:
+    """In place: ``p <- (p + a*z) * c + b*z`` with z = noise(key), shaped like p.
+
+    ``a`` alone perturbs (``+eps``, ``-2eps``). ``a=eps, b=-lr*g, c=1-lr*wd`` restores the weights
+    from ``theta - eps*z`` and applies the SGD step with weight decay in the same pass.
+    The compiled backend computes in float32 and rounds to p's dtype once; the torch backend
+    uses p's dtype for each of its (up to three) in-place ops.
+    """
+    _check_kind(kind)
+    if not p.is_contiguous():
+        raise ValueError("MeZO noise needs contiguous parameters (got a non-contiguous tensor)")
+    flat = p.view(-1)
+    if backend == "compiled":
+        coef = torch.tensor([a, b, c], dtype=torch.float32, device=p.device)
+        _compiled_fn("axpy")(flat, _hash_keys(key, p.device), coef, kind == "gaussian")
+        return p
+    if backend != "torch":
+        raise ValueError(f"noise backend must be 'torch' or 'compiled' here (resolve 'auto' first), got {backend!r}")
+    z = _torch_noise(key, flat.numel(), kind, p.device)
+    if c == 1.0:
+        flat.add_(z, alpha=a + b) if b != 0.0 else flat.add_(z, alpha=a)
+    else:
+        flat.add_(z, alpha=a).mul_(c).add_(z, alpha=b)
+    return p

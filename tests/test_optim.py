@@ -1,0 +1,286 @@
+"""MeZO on a synthetic objective with a known optimum, its variants, safety and resumption.
+
+The objective is the paper's theory setting: a quadratic in d = 100,000 dimensions whose Hessian
+has low rank r = 8, L(theta) = 1/2 ||A (theta - theta*)||^2, so ZO-SGD converges at a rate set by
+r, not d. theta is split over three tensors of different shapes so per-tensor noise is exercised.
+"""
+import copy
+import io
+import math
+
+import pytest
+import torch
+
+from mezo_rl.optim import MeZO, StepResult, get_scheduler
+
+D, R = 100_000, 8
+SHAPES = [(200, 250), (30_000,), (20_000,)]
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """These tensors are small: one thread is faster, and immune to OpenMP stalls on a busy machine."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+def make_problem(seed=0):
+    g = torch.Generator().manual_seed(seed)
+    q, _ = torch.linalg.qr(torch.randn(D, R, generator=g))  # orthonormal columns
+    scales = torch.linspace(0.5, 1.0, R)                      # Hessian eigenvalues 0.25..1
+    a = (q * scales).t().contiguous()                          # [R, D]
+    target = torch.randn(D, generator=g)
+    params = [torch.zeros(s).requires_grad_() for s in SHAPES]
+
+    def loss_fn():
+        theta = torch.cat([p.reshape(-1) for p in params])
+        return 0.5 * (a @ (theta - target)).pow(2).sum()
+
+    return params, loss_fn
+
+
+def run(params, loss_fn, steps, **kw):
+    kw.setdefault("noise_backend", "torch")
+    opt = MeZO(params, **kw)
+    for _ in range(steps):
+        opt.step(loss_fn)
+    return opt
+
+
+@pytest.mark.parametrize("noise_kind", ["gaussian", "rademacher"])
+def test_mezo_cuts_quadratic_loss_by_90_percent(noise_kind):
+    params, loss_fn = make_problem()
+    start = loss_fn().item()
+    run(params, loss_fn, 80, lr=0.15, eps=1e-3, noise=noise_kind)
+    assert loss_fn().item() < 0.1 * start
+
+
+@pytest.mark.parametrize("variant", [
+    dict(n_spsa=4, lr=0.3),
+    dict(momentum=0.5, lr=0.07),
+    dict(adam=True, lr=2e-2, betas=(0.9, 0.99)),
+    dict(estimator="one_point", lr=1e-2, eps=1e-2, steps=300),  # one forward per step, noisier
+    dict(lr=0.15, weight_decay=1e-3),
+])
+def test_variants_reduce_the_loss(variant):
+    params, loss_fn = make_problem()
+    start = loss_fn().item()
+    variant = dict(variant)
+    run(params, loss_fn, variant.pop("steps", 100), **variant)
+    assert loss_fn().item() < 0.5 * start, variant
+
+
+def test_step_result_reports_what_happened():
+    params, loss_fn = make_problem()
+    opt = MeZO(params, lr=0.1, eps=1e-3, n_spsa=2, noise_backend="torch", seed=3)
+    res = opt.step(loss_fn)
+    assert isinstance(res, StepResult) and not res.skipped
+    assert res.seeds == [3 * 2**32, 3 * 2**32 + 1]
+    lp, lm = res.values[0::2], res.values[1::2]
+    assert res.projected_grads == [(lp[j] - lm[j]) / (2 * 1e-3) for j in range(2)]
+    assert res.loss_plus == pytest.approx(sum(lp) / 2) and res.loss_minus == pytest.approx(sum(lm) / 2)
+    assert res.loss == pytest.approx(sum(res.values) / 4)
+    assert len(opt.trajectory) == 1
+
+
+def test_frozen_tensors_never_change_and_global_rng_is_untouched():
+    params, loss_fn = make_problem()
+    params[1].requires_grad_(False)
+    frozen = params[1].clone()
+    rng = torch.get_rng_state()
+    run(params, loss_fn, 20, lr=0.1)
+    assert torch.equal(params[1], frozen)
+    assert not torch.equal(params[0], torch.zeros(SHAPES[0]))
+    assert torch.equal(torch.get_rng_state(), rng)
+
+
+def test_closure_that_raises_on_second_call_leaves_weights_restored():
+    params, loss_fn = make_problem()
+    opt = MeZO(params, lr=0.1, eps=1e-3, noise_backend="torch")
+    opt.step(loss_fn)
+    before = [p.detach().clone() for p in params]
+    calls = []
+
+    def flaky():
+        calls.append(1)
+        if len(calls) == 2:
+            raise RuntimeError("data loader died")
+        return loss_fn()
+
+    with pytest.raises(RuntimeError, match="data loader died"):
+        opt.step(flaky)
+    for p, b in zip(params, before):
+        assert (p - b).abs().max().item() <= 1e-6
+    assert opt.trajectory.status[-1] == 2  # logged as aborted, so replay repeats its sweeps
+
+
+def test_exact_mode_restores_bit_exactly_after_an_exception():
+    params = [torch.round(torch.randn(5000) * 64) / 64]
+    params[0].requires_grad_()
+    before = params[0].detach().clone()
+    opt = MeZO(params, lr=0.1, eps=2**-10, noise="rademacher", noise_backend="torch")
+
+    def boom():
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        opt.step(boom)
+    assert torch.equal(params[0], before)
+
+
+def test_nonfinite_loss_raise_and_skip_policies():
+    params, loss_fn = make_problem()
+    before = [p.detach().clone() for p in params]
+    opt = MeZO(params, lr=0.1, noise_backend="torch")
+    with pytest.raises(FloatingPointError, match="non-finite"):
+        opt.step(lambda: float("nan"))
+    opt = MeZO(params, lr=0.1, noise_backend="torch", on_nonfinite="skip")
+    values = iter([1.0, float("inf")])
+    res = opt.step(lambda: next(values))
+    assert res.skipped and res.projected_grads == []
+    for p, b in zip(params, before):
+        assert (p - b).abs().max().item() <= 1e-6
+
+
+def _messy_run(params, loss_fn, **kw):
+    """A run exercising groups, weight decay, a schedule, n-SPSA, a skipped and an aborted step."""
+    groups = [{"params": params[:2], "weight_decay": 0.01}, {"params": params[2:], "lr": 0.05, "eps": 2e-3}]
+    opt = MeZO(groups, lr=0.1, eps=1e-3, noise_backend="torch", on_nonfinite="skip", **kw)
+    sched = get_scheduler("linear", opt, total_steps=40)
+    for t in range(30):
+        if t == 10:
+            opt.step(lambda: float("nan"))
+        elif t == 20:
+            with pytest.raises(ValueError):
+                opt.step(lambda: (_ for _ in ()).throw(ValueError("bad batch")))
+        else:
+            opt.step(loss_fn)
+        sched.step()
+    return opt
+
+
+@pytest.mark.parametrize("kw", [dict(n_spsa=2), dict(momentum=0.5), dict(adam=True), dict(estimator="one_point")])
+def test_replay_rebuilds_final_weights_bit_identically(kw, tmp_path):
+    from mezo_rl.trajectory import Trajectory, replay_trajectory
+
+    params, loss_fn = make_problem()
+    initial = [p.detach().clone().requires_grad_() for p in params]
+    opt = _messy_run(params, loss_fn, **kw)
+    assert sorted(set(opt.trajectory.status.tolist())) == [0, 1, 2]
+    lrs = opt.trajectory.lrs
+    assert lrs[0, 0] == 0.1 and lrs[0, 1] == 0.05 and lrs[29, 0] == pytest.approx(0.1 * 11 / 40)
+    opt.trajectory.save(tmp_path / "run.traj")
+    replay_trajectory(initial, Trajectory.load(tmp_path / "run.traj"))
+    for p, q in zip(params, initial):
+        assert torch.equal(p, q)
+
+
+def test_replay_rejects_mismatched_parameters():
+    from mezo_rl.trajectory import replay_trajectory
+
+    params, loss_fn = make_problem()
+    opt = run(params, loss_fn, 2, lr=0.1)
+    with pytest.raises(ValueError, match="shapes"):
+        replay_trajectory([torch.zeros(3)], opt.trajectory)
+    with pytest.raises(ValueError, match="dtypes"):
+        replay_trajectory([torch.zeros(s, dtype=torch.float64) for s in SHAPES], opt.trajectory)
+
+
+@pytest.mark.parametrize("kw", [dict(), dict(momentum=0.5), dict(adam=True), dict(estimator="one_point", lr=5e-3, eps=1e-2)])
+def test_resume_from_state_dict_matches_unbroken_run(kw):
+    kw = dict(dict(lr=0.1, eps=1e-3, noise_backend="torch", seed=11), **kw)
+    params_a, loss_a = make_problem()
+    run(params_a, loss_a, 20, **kw)
+
+    params_b, loss_b = make_problem()
+    opt = run(params_b, loss_b, 10, **kw)
+    buf = io.BytesIO()
+    torch.save({"opt": opt.state_dict(), "params": [p.detach() for p in params_b]}, buf)
+    del opt
+    buf.seek(0)
+    ckpt = torch.load(buf, weights_only=False)
+    params_c, loss_c = make_problem()
+    with torch.no_grad():
+        for p, saved in zip(params_c, ckpt["params"]):
+            p.copy_(saved)
+    opt = MeZO(params_c, **kw)
+    opt.load_state_dict(ckpt["opt"])
+    for _ in range(10):
+        opt.step(loss_c)
+    for p, q in zip(params_a, params_c):
+        assert torch.equal(p, q)
+    assert len(opt.trajectory) == 20  # the log continues across the pause
+
+
+def test_load_state_dict_rejects_other_configuration():
+    params, loss_fn = make_problem()
+    sd = run(params, loss_fn, 1, lr=0.1).state_dict()
+    with pytest.raises(ValueError, match="rademacher"):
+        MeZO(params, noise="rademacher", noise_backend="torch").load_state_dict(sd)
+
+
+def test_trajectory_of_20000_steps_is_under_1_mb(tmp_path):
+    from mezo_rl.trajectory import Trajectory
+
+    params, loss_fn = make_problem()
+    opt = MeZO(params, lr=0.1, noise_backend="torch")
+    opt.step(loss_fn)  # fills the header
+    traj = Trajectory(opt.trajectory.header)
+    g = torch.Generator().manual_seed(0)
+    losses = (torch.rand(20_000, 2, generator=g, dtype=torch.float64) + 1).tolist()
+    for t in range(20_000):  # a linear schedule: a different lr every step
+        traj.append(seeds=[t], values=losses[t], projected_grads=[(losses[t][0] - losses[t][1]) / 2e-3],
+                    lrs=[1e-6 * (1 - t / 20_000)], epss=[1e-3], status=0, calls=2)
+    traj.save(tmp_path / "t.npz")
+    size = (tmp_path / "t.npz").stat().st_size
+    assert size < 1_000_000, size
+    back = Trajectory.load(tmp_path / "t.npz")
+    assert (back.values == traj.values).all() and (back.lrs == traj.lrs).all() and back.header == traj.header
+
+
+@pytest.mark.parametrize("bad, match", [
+    (dict(lr=-1.0), "lr"), (dict(eps=0.0), "eps"), (dict(noise="uniform"), "gaussian"),
+    (dict(estimator="three_point"), "two_point"), (dict(n_spsa=0), "n_spsa"),
+    (dict(momentum=0.5, adam=True), "either"), (dict(estimator="one_point", n_spsa=2), "n_spsa"),
+    (dict(on_nonfinite="ignore"), "skip"), (dict(seed=-1), "seed"), (dict(noise_backend="cuda"), "auto"),
+])
+def test_bad_arguments_are_named(bad, match):
+    with pytest.raises(ValueError, match=match):
+        MeZO([torch.zeros(3, requires_grad=True)], **bad)
+
+
+def test_bad_closures_are_named():
+    opt = MeZO([torch.zeros(3, requires_grad=True)], noise_backend="torch")
+    with pytest.raises(ValueError, match="closure"):
+        opt.step(None)
+    with pytest.raises(ValueError, match="0-d tensor"):
+        opt.step(lambda: torch.ones(2))
+    with pytest.raises(ValueError, match="no trainable"):
+        MeZO([torch.zeros(3)], noise_backend="torch").step(lambda: 0.0)
+
+
+def test_tiny_language_model_step_and_replay(tiny_causal_lm):
+    """A real transformers model: only trainable tensors move, and replay is bit-identical."""
+    from mezo_rl.trajectory import replay_trajectory
+
+    model, tok = tiny_causal_lm
+    for name, p in model.named_parameters():
+        p.requires_grad_("layers.1" in name)  # train one block, freeze the rest
+    initial = copy.deepcopy(model)
+    ids = torch.tensor([tok("It was great . It was terrible .")["input_ids"]])
+
+    def closure():
+        return model(input_ids=ids, labels=ids).loss
+
+    opt = MeZO(model.parameters(), lr=1e-2, eps=1e-3, noise_backend="torch")
+    first = closure().item()
+    for _ in range(30):
+        opt.step(closure)
+    assert math.isfinite(closure().item()) and closure().item() != first
+    for (name, p), q in zip(model.named_parameters(), initial.parameters()):
+        assert torch.equal(p, q) == ("layers.1" not in name), name
+    replay_trajectory(initial, opt.trajectory)
+    for p, q in zip(model.parameters(), initial.parameters()):
+        assert torch.equal(p, q)
