@@ -14,6 +14,7 @@ import torch
 import torch.multiprocessing as mp
 
 import mezo_rl.distributed as D
+from conftest import make_tiny_causal_lm
 from mezo_rl.distributed import DistContext, WeightMismatchError, check_no_offload, weight_checksums
 
 
@@ -59,6 +60,7 @@ def test_single_process_context_is_a_cheap_no_op(monkeypatch):
     assert t.dtype == torch.float64 and t.tolist() == [1.0, 2.0]
     assert ctx.all_reduce_sum_dict({"acc": 3.0}, keys=["acc", "f1"]) == {"acc": 3.0, "f1": 0.0}
     ctx.check_same_weights([torch.ones(3)])
+    ctx.check_same_object("anything")
     assert ctx.broadcast_object({"seed": 7}) == {"seed": 7}
     ctx.barrier()
     ctx.close()
@@ -138,6 +140,12 @@ def _collectives_worker(rank, world_size, port, out_dir):
             report["mismatch_error"] = None
         except WeightMismatchError as e:
             report["mismatch_error"] = str(e)
+        ctx.check_same_object({"noise": "torch", "lr": 1e-3}, what="settings")
+        try:
+            ctx.check_same_object({"noise": "torch" if rank == 0 else "compiled"}, what="settings")
+            report["settings_error"] = None
+        except WeightMismatchError as e:
+            report["settings_error"] = str(e)
         ctx.barrier()
         torch.save(report, os.path.join(out_dir, f"rank{rank}.pt"))
     finally:
@@ -157,3 +165,116 @@ def test_two_ranks_collectives_checksum_and_byte_count(tmp_path):
         # both ranks raise the same clear error, naming the rank and the tensor
         assert r["mismatch_error"] is not None
         assert "rank 1 differs from rank 0 in 1 tensor(s): 1.bias" in r["mismatch_error"]
+        assert r["settings_error"] == ("ranks disagree on settings: rank 0: {'noise': 'torch'}; "
+                                       "rank 1: {'noise': 'compiled'}")
+
+
+# ---------------------------------------------------------------------------- data-parallel MeZO
+REVIEWS = [
+    ("the movie was good and the acting was bad .", 0), ("It was great .", 0), ("It was terrible .", 1),
+    ("so because the sun rose early and the people went outside .", 0), ("what a bad movie .", 1),
+    ("the cat sat on the mat .", 0), ("the acting was terrible .", 1), ("the park was great .", 0),
+]
+GLOBAL_BATCH = 5  # odd on purpose: the shards of 2 ranks are uneven (3 + 2)
+
+
+def _objective():
+    # cross_entropy drives the loss; accuracy (weight 0) is only reported but is all-reduced too;
+    # normalize="std" fixes the scale from the first batch, so sq_sums must be all-reduced as well.
+    from rewards import build_objective
+
+    return build_objective(["cross_entropy", "accuracy"], weights=[1.0, 0.0], normalize="std")
+
+
+def _global_loss(ctx, lm, objective, shard) -> float:
+    """The trainer's closure: score this rank's shard, all-reduce sums/counts/sq_sums, global loss."""
+    prompts = [f"{text} It was" for text, _ in shard]
+    with torch.no_grad():
+        scores = lm.score(prompts, [[" great", " terrible"]] * len(shard))
+    out = objective.evaluate(prompts=prompts, candidate_scores=scores, labels=[y for _, y in shard], columns={})
+    keys = list(out.sums)
+    n = len(keys)
+    stats = ctx.all_reduce_sum([out.sums[k] for k in keys] + [out.counts[k] for k in keys]
+                               + [out.sq_sums[k] for k in keys])
+    return objective.loss_from(dict(zip(keys, stats[:n])), dict(zip(keys, stats[n:2 * n])),
+                               dict(zip(keys, stats[2 * n:])))
+
+
+def _train_data_parallel(ctx, model, tokenizer, steps, lr=1e-4, eps=1e-3, seed=0):
+    """The trainer's plan: same global batch on every rank, own shard, all-reduced objective stats.
+
+    Returns the global losses the closures returned (identical on every rank) and the optimizer.
+    """
+    from mezo_rl.lm import LanguageModel
+    from mezo_rl.optim import MeZO
+
+    lm, objective = LanguageModel(model, tokenizer), _objective()
+    opt = MeZO(model.parameters(), lr=lr, eps=eps, seed=seed, noise_backend="torch")
+    losses = []
+    for step in range(steps):
+        order = torch.randperm(len(REVIEWS), generator=torch.Generator().manual_seed(1000 + step))
+        batch = [REVIEWS[i] for i in order[:GLOBAL_BATCH]]  # same data seed on every rank
+        shard = ctx.shard(batch)
+
+        def closure():
+            losses.append(_global_loss(ctx, lm, objective, shard))
+            return losses[-1]
+
+        opt.step(closure)
+    return losses, opt
+
+
+def _train_worker(rank, world_size, port, model_dir, out_dir, steps):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    ctx = _join(rank, world_size, port)
+    try:
+        model = AutoModelForCausalLM.from_pretrained(model_dir).eval()
+        tokenizer = AutoTokenizer.from_pretrained(model_dir)
+        ctx.check_same_weights(model.named_parameters())
+        before = ctx.bytes_communicated
+        losses, opt = _train_data_parallel(ctx, model, tokenizer, steps)
+        bytes_per_step = (ctx.bytes_communicated - before) / steps
+        if ctx.is_main:  # only rank 0 writes the run's files
+            opt.trajectory.save(os.path.join(out_dir, "trajectory.npz"))
+        torch.save({"state": model.state_dict(), "losses": losses, "bytes_per_step": bytes_per_step},
+                   os.path.join(out_dir, f"rank{rank}.pt"))
+    finally:
+        ctx.close()
+
+
+def test_two_ranks_match_each_other_and_a_single_process_run(tmp_path, tiny_causal_lm):
+    model, tokenizer = tiny_causal_lm
+    initial = {k: v.clone() for k, v in model.state_dict().items()}
+    model_dir, out_dir = tmp_path / "model", tmp_path / "out"
+    model.save_pretrained(model_dir)
+    tokenizer.save_pretrained(model_dir)
+    out_dir.mkdir()
+    steps = 6
+    _spawn(_train_worker, 2, str(model_dir), str(out_dir), steps)
+    r0, r1 = (torch.load(out_dir / f"rank{r}.pt") for r in range(2))
+
+    # every rank applied the same updates: identical losses, bit-identical weights
+    assert r0["losses"] == r1["losses"]
+    for name, t in r0["state"].items():
+        assert torch.equal(t, r1["state"][name]), f"ranks diverged in {name}"
+
+    # one process on the union of the shards, same seeds: equal up to float rounding
+    single_losses, _ = _train_data_parallel(DistContext(), model, tokenizer, steps)
+    torch.testing.assert_close(torch.tensor(r0["losses"]), torch.tensor(single_losses), rtol=1e-5, atol=1e-6)
+    moved = 0.0
+    for name, t in model.state_dict().items():
+        torch.testing.assert_close(r0["state"][name], t, rtol=0, atol=1e-6)
+        moved = max(moved, float((t - initial[name]).abs().max()))
+    assert moved > 1e-3, "training must move the weights for the comparison to mean anything"
+
+    # per step: 2 closures x (sums, counts, sq_sums) x 2 components x 8 bytes
+    assert r0["bytes_per_step"] == r1["bytes_per_step"] == 2 * 3 * 2 * 8
+    # only rank 0 wrote the trajectory, and it replays the run
+    assert sorted(p.name for p in out_dir.iterdir()) == ["rank0.pt", "rank1.pt", "trajectory.npz"]
+    from mezo_rl.trajectory import Trajectory, replay_trajectory
+
+    fresh = make_tiny_causal_lm(tokenizer)
+    replay_trajectory(list(fresh.parameters()), Trajectory.load(out_dir / "trajectory.npz"))
+    for name, t in fresh.state_dict().items():
+        assert torch.equal(t, r0["state"][name]), f"replaying the trajectory does not rebuild {name}"
