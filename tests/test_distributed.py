@@ -278,3 +278,28 @@ def test_two_ranks_match_each_other_and_a_single_process_run(tmp_path, tiny_caus
     replay_trajectory(list(fresh.parameters()), Trajectory.load(out_dir / "trajectory.npz"))
     for name, t in fresh.state_dict().items():
         assert torch.equal(t, r0["state"][name]), f"replaying the trajectory does not rebuild {name}"
+
+
+# ---------------------------------------------------------------------------- device_map="auto"
+def test_device_map_auto_trains_in_place_and_offload_is_rejected(tmp_path, tiny_causal_lm):
+    """What can be checked without GPUs: a device map that fits keeps every weight resident and
+    MeZO trains it exactly like a plainly loaded model; a max_memory that does not fit offloads
+    weights to disk ('meta' parameters), which MeZO cannot update in place, and is rejected."""
+    from mezo_rl.models import load_model
+
+    model, tokenizer = tiny_causal_lm
+    model.save_pretrained(tmp_path / "model")
+    tokenizer.save_pretrained(tmp_path / "model")
+    plain = load_model(str(tmp_path / "model"))
+    mapped = load_model(str(tmp_path / "model"), device_map="auto", max_memory={"cpu": "1GiB"})
+    check_no_offload(mapped.model)
+    plain_losses, _ = _train_data_parallel(DistContext(), plain.model, plain.tokenizer, steps=2)
+    mapped_losses, _ = _train_data_parallel(DistContext(), mapped.model, mapped.tokenizer, steps=2)
+    assert plain_losses == mapped_losses
+    for (name, a), b in zip(plain.model.state_dict().items(), mapped.model.state_dict().values()):
+        assert torch.equal(a, b), name
+
+    offloaded = load_model(str(tmp_path / "model"), device_map="auto", max_memory={"cpu": "100KB"},
+                           offload_folder=str(tmp_path / "offload"))
+    with pytest.raises(ValueError, match=r"offloaded \(on the 'meta' device\).*model\.layers\.0"):
+        check_no_offload(offloaded.model)
