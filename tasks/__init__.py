@@ -1,0 +1,17 @@
+"""Tasks: the paper's 15 tasks with its prompts, user tasks from files, and the task registry.
+
+    >>> from tasks import get_task, list_tasks
+    >>> task = get_task("sst2")
+    >>> train = task.load_split("train", n=1000, seed=0)     # data from --data-dir / $MEZO_RL_DATA
+
+See docs/tasks.md for the prompts, the splits and what is missing from the local data.
+"""
+from .base import (KINDS, MASK, PAPER_SIZES, SPLITS, Example, Task, UnknownTaskError, continuation,
+                   get_task, list_tasks, register_task, sample, sample_per_class, with_demonstrations)
+from . import builtin  # noqa: F401  (registers the built-in tasks)
+from .builtin import PAPER_TASKS, FileTask
+from .user import from_file
+
+__all__ = ["Example", "Task", "FileTask", "KINDS", "MASK", "PAPER_SIZES", "PAPER_TASKS", "SPLITS",
+           "UnknownTaskError", "continuation", "from_file", "get_task", "list_tasks", "register_task",
+           "sample", "sample_per_class", "with_demonstrations"]

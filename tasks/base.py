@@ -1,0 +1,204 @@
+"""Examples, the Task interface, the registry, in-context demonstrations.
+
+A task turns dataset rows into ``Example``s: a prompt plus either candidate continuations (one of
+them right: classification, multiple choice) or gold answers (generation). The language model then
+scores the candidates or generates after the prompt; the task knows nothing about models.
+
+    >>> from tasks import get_task
+    >>> task = get_task("sst2")
+    >>> ex = task.load_split("validation", n=500, seed=0)[0]
+    >>> ex.prompt, ex.candidates, ex.label       # ('... It was', [' terrible', ' great'], 1)
+"""
+from __future__ import annotations
+
+import difflib
+import random
+from dataclasses import dataclass, field, replace
+
+KINDS = ("classification", "multiple_choice", "generation")
+SPLITS = ("train", "validation", "test")
+PAPER_SIZES = {"train": 1000, "validation": 500, "test": 1000}  # MeZO §3.2 / Appendix D.1 (OPT tasks)
+MASK = "[MASK]"  # the mask placeholder in ``Example.mask_prompt`` (same string as mezo_rl.lm.MASK)
+
+
+@dataclass
+class Example:
+    """One prompt with its candidates or gold answers.
+
+    Attributes:
+        prompt: the text the model continues (causal LMs).
+        candidates: classification / multiple choice: the continuations to score; each is appended
+            to ``prompt`` as is, so it carries its own leading space (``" great"``). None for generation.
+        label: index of the right candidate (None for generation).
+        answers: generation: every gold answer, written as a continuation of ``prompt`` (a leading
+            space where the prompt does not end in whitespace); ``answers[0]`` is the teacher-forcing
+            target. None for classification.
+        columns: the raw dataset row the example was made from.
+        mask_prompt: for masked LMs (the paper's Table 13 prompts): the prompt with ``[MASK]`` where
+            the label word goes, or None when the task has no masked-LM prompt.
+        mask_candidates: the label words scored at the mask (same order as ``candidates``).
+    """
+
+    prompt: str
+    candidates: list[str] | None = None
+    label: int | None = None
+    answers: list[str] | None = None
+    columns: dict = field(default_factory=dict)
+    mask_prompt: str | None = None
+    mask_candidates: list[str] | None = None
+
+    def for_lm(self, is_causal: bool) -> tuple[str, list[str] | None]:
+        """(prompt, candidates) to hand a causal (``is_causal=True``) or a masked LM."""
+        if is_causal:
+            return self.prompt, self.candidates
+        if self.mask_prompt is None:
+            raise ValueError(
+                "this example has no masked-LM prompt (Example.mask_prompt); masked LMs are supported on "
+                "the tasks with a Table 13 prompt: sst2, sst5, trec, mnli, snli, rte"
+            )
+        return self.mask_prompt, self.mask_candidates
+
+    @property
+    def target(self) -> str:
+        """The right continuation: ``candidates[label]`` or ``answers[0]``."""
+        return self.candidates[self.label] if self.candidates is not None else self.answers[0]
+
+
+def continuation(prompt: str, text: str) -> str:
+    """``text`` as a continuation of ``prompt``: a leading space unless one side already has whitespace."""
+    text = str(text)
+    if prompt and not prompt[-1].isspace() and text and not text[0].isspace():
+        return " " + text
+    return text
+
+
+class Task:
+    """Base class of every task. Subclasses set ``name``, ``kind`` and implement ``examples``.
+
+    Attributes:
+        name: registry name.
+        kind: ``"classification"``, ``"multiple_choice"`` or ``"generation"``.
+        metrics: names of its evaluation metrics, as registered in ``rewards``
+            (``["accuracy"]`` for classification/multiple choice, ``["squad_f1", "exact_match"]`` for generation).
+    """
+
+    name: str = "task"
+    kind: str = "classification"
+    description: str = ""
+
+    @property
+    def metrics(self) -> list[str]:
+        return ["squad_f1", "exact_match"] if self.kind == "generation" else ["accuracy"]
+
+    def examples(self, split: str, data_dir=None) -> list[Example]:
+        """Every example of ``split`` (before sampling). Subclasses implement this."""
+        raise NotImplementedError
+
+    def load_split(self, split: str, data_dir=None, n: int | None = None, seed: int = 0, k: int | None = None) -> list[Example]:
+        """Examples of ``split`` ("train" | "validation" | "test").
+
+        Args:
+            data_dir: the local data directory (default: ``$MEZO_RL_DATA``).
+            n: sample this many examples at random (all of them, in file order, when None);
+                the paper uses 1000 train / 500 validation / 1000 test (``PAPER_SIZES``).
+            seed: the sampling seed (the same seed gives the same examples in the same order).
+            k: instead of ``n``, sample k examples per class (the paper's k=16 / k=512 setting).
+        """
+        if split not in SPLITS:
+            raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
+        pool = self.examples(split, data_dir)
+        if k is not None:
+            return sample_per_class(pool, k, seed)
+        return sample(pool, n, seed)
+
+    def demonstration(self, example: Example) -> str:
+        """The example with its right answer filled in (for in-context learning)."""
+        return example.prompt + example.target
+
+    def __repr__(self):
+        return f"<Task {self.name!r} ({self.kind})>"
+
+
+def sample(examples: list, n: int | None, seed: int) -> list:
+    """n examples drawn without replacement with ``random.Random(seed)``, in random order; all of them,
+    in their original order, when n is None."""
+    if n is None:
+        return list(examples)
+    if n < 0:
+        raise ValueError(f"n must be >= 0, got {n}")
+    rng = random.Random(seed)
+    order = list(range(len(examples)))
+    rng.shuffle(order)
+    return [examples[i] for i in order[:n]]
+
+
+def sample_per_class(examples: list[Example], k: int, seed: int) -> list[Example]:
+    """k examples per label (fewer where a class has fewer), shuffled together."""
+    if k < 1:
+        raise ValueError(f"k (examples per class) must be >= 1, got {k}")
+    if any(ex.label is None for ex in examples):
+        raise ValueError("k-shot sampling needs labelled examples (classification or multiple choice)")
+    by_label: dict[int, list] = {}
+    for ex in examples:
+        by_label.setdefault(ex.label, []).append(ex)
+    picked = []
+    for label in sorted(by_label):
+        picked += sample(by_label[label], k, seed + label)
+    return sample(picked, len(picked), seed)
+
+
+def with_demonstrations(task: Task, example: Example, demonstrations: list[Example], separator: str = "\n\n") -> Example:
+    """``example`` with k rendered demonstrations prepended to its prompt (the ICL baseline)."""
+    if not demonstrations:
+        return example
+    prefix = separator.join(task.demonstration(d) for d in demonstrations) + separator
+    return replace(example, prompt=prefix + example.prompt, mask_prompt=None)
+
+
+# ---------------------------------------------------------------------- registry
+class UnknownTaskError(KeyError):
+    """No task of that name is registered (the message suggests close names)."""
+
+    def __str__(self):
+        return str(self.args[0])
+
+
+_REGISTRY: dict[str, object] = {}
+
+
+def register_task(name: str):
+    """Register a task under ``name``: decorate a ``Task`` subclass or a function returning a ``Task``,
+    or call ``register_task("name")(task_instance)`` to register a ready-made one (e.g. ``from_file``)."""
+
+    def deco(obj):
+        if name in _REGISTRY:
+            raise ValueError(f"task {name!r} is already registered")
+        if not (isinstance(obj, Task) or callable(obj)):
+            raise TypeError(f"register_task({name!r}) needs a Task, a Task subclass or a function, got {obj!r}")
+        _REGISTRY[name] = obj
+        return obj
+
+    return deco
+
+
+def get_task(name: str, **kwargs) -> Task:
+    """The registered task ``name`` (keyword arguments go to its class or function)."""
+    if name not in _REGISTRY:
+        close = difflib.get_close_matches(name.lower(), list(_REGISTRY), n=3, cutoff=0.5)
+        hint = f" Did you mean {', '.join(map(repr, close))}?" if close else ""
+        raise UnknownTaskError(f"unknown task {name!r}.{hint} Registered tasks: {', '.join(sorted(_REGISTRY))}")
+    obj = _REGISTRY[name]
+    if isinstance(obj, Task):
+        if kwargs:
+            raise TypeError(f"task {name!r} is a ready-made instance; it takes no arguments")
+        return obj
+    task = obj(**kwargs)
+    if not isinstance(task, Task):
+        raise TypeError(f"task {name!r} was registered with {obj!r}, which returned {type(task).__name__}, not a Task")
+    if getattr(task, "name", "task") == "task":
+        task.name = name
+    return task
+
+
+def list_tasks() -> list[str]:
+    return sorted(_REGISTRY)

@@ -1,0 +1,97 @@
+"""Reading the local data directory (laid out like ../shared/data; see its SOURCES.md).
+
+The directory is found from the ``data_dir`` argument, else the ``MEZO_RL_DATA`` environment
+variable. Files are read with the standard library only (jsonl, json, tsv, csv) and cached in memory
+per process, so loading several splits of one task reads each file once.
+"""
+from __future__ import annotations
+
+import csv
+import functools
+import json
+import logging
+import os
+import pathlib
+import random
+
+log = logging.getLogger("tasks")
+
+CARVE_SEED = 0  # validation/test carved out of a train file always use this seed: splits never overlap
+
+
+def data_root(data_dir=None) -> pathlib.Path:
+    """The data directory: ``data_dir`` if given, else ``$MEZO_RL_DATA``; a clear error if neither exists."""
+    given = data_dir if data_dir is not None else os.environ.get("MEZO_RL_DATA")
+    if given is None:
+        raise FileNotFoundError(
+            "no data directory: pass data_dir=... (CLI: --data-dir) or set MEZO_RL_DATA to a directory "
+            "laid out like ../shared/data (SST-2/, RTE/, SQuAD/, ...)"
+        )
+    root = pathlib.Path(given).expanduser()
+    if not root.is_dir():
+        raise FileNotFoundError(f"data directory {str(root)!r} does not exist (from {'data_dir' if data_dir is not None else 'MEZO_RL_DATA'})")
+    return root
+
+
+def find(root: pathlib.Path, relative: str, task: str) -> pathlib.Path:
+    path = root / relative
+    if not path.is_file():
+        raise FileNotFoundError(f"task {task!r}: data file {str(path)!r} not found (expected under the data directory {str(root)!r})")
+    return path
+
+
+@functools.lru_cache(maxsize=64)
+def _read(path: str, mtime: float):
+    p = pathlib.Path(path)
+    if p.suffix == ".jsonl":
+        with open(p, encoding="utf-8") as f:
+            return [json.loads(line) for line in f if line.strip()]
+    if p.suffix == ".json":
+        with open(p, encoding="utf-8") as f:
+            return json.load(f)
+    raise ValueError(f"cannot read {path!r}: expected .jsonl or .json (use read_table for .tsv/.csv)")
+
+
+def read(path: pathlib.Path):
+    """Rows of a .jsonl file (list of dicts) or the object in a .json file (cached per process)."""
+    return _read(str(path), path.stat().st_mtime)
+
+
+@functools.lru_cache(maxsize=64)
+def _read_table(path: str, mtime: float, header: bool, delimiter: str):
+    with open(path, encoding="utf-8", newline="") as f:
+        quoting = csv.QUOTE_NONE if delimiter == "\t" else csv.QUOTE_MINIMAL
+        reader = csv.reader(f, delimiter=delimiter, quoting=quoting)
+        rows = [r for r in reader if r]
+    if not header:
+        return rows
+    names = rows[0]
+    return [dict(zip(names, r)) for r in rows[1:]]
+
+
+def read_table(path: pathlib.Path, header: bool = True) -> list:
+    """Rows of a .tsv (tab, no quoting) or .csv file: dicts by header name, or lists when ``header=False``."""
+    return _read_table(str(path), path.stat().st_mtime, header, "\t" if path.suffix == ".tsv" else ",")
+
+
+def carve(items: list, sizes: list[int]) -> list[list]:
+    """Split ``items`` into consecutive parts of the given sizes after one fixed shuffle (``CARVE_SEED``);
+    the last part gets the rest. The same items always give the same parts."""
+    order = list(range(len(items)))
+    random.Random(CARVE_SEED).shuffle(order)
+    parts, start = [], 0
+    for size in sizes:
+        parts.append([items[i] for i in order[start : start + size]])
+        start += size
+    parts.append([items[i] for i in order[start:]])
+    return parts
+
+
+_warned: set = set()
+
+
+def warn_once(message: str):
+    """Log a data caveat (partial or stand-in files) once per process."""
+    if message not in _warned:
+        _warned.add(message)
+        log.warning(message)

@@ -1,0 +1,213 @@
+"""Tasks: the paper's prompts verbatim, real-data loading for every built-in task, splits and sampling,
+the registry, user file tasks, in-context demonstrations, clear errors."""
+import json
+
+import pytest
+
+import tasks
+from tasks import (KINDS, PAPER_TASKS, Example, UnknownTaskError, from_file, get_task, list_tasks, register_task,
+                   sample_per_class, with_demonstrations)
+
+
+def test_all_paper_tasks_are_registered():
+    assert len(PAPER_TASKS) == 15 and set(PAPER_TASKS) <= set(list_tasks())
+    for name in PAPER_TASKS:
+        task = get_task(name)
+        assert task.kind in KINDS
+        assert task.metrics == (["squad_f1", "exact_match"] if task.kind == "generation" else ["accuracy"])
+
+
+@pytest.mark.parametrize("name", PAPER_TASKS)
+def test_every_builtin_task_renders_real_data(name, shared_data_dir):
+    task = get_task(name)
+    for split in ("train", "validation", "test"):
+        exs = task.load_split(split, data_dir=shared_data_dir, n=20, seed=1)
+        assert 0 < len(exs) <= 20
+        for ex in exs:
+            assert isinstance(ex.prompt, str) and isinstance(ex.columns, dict)
+            if task.kind == "generation":
+                assert ex.candidates is None and ex.answers and all(a.strip() for a in ex.answers)
+                assert ex.answers[0].startswith(" ") and ex.prompt.endswith("Answer:")
+            else:
+                assert len(ex.candidates) >= 2 and 0 <= ex.label < len(ex.candidates)
+                assert all(isinstance(c, str) and c.strip() for c in ex.candidates)
+                if ex.mask_prompt is not None:
+                    assert ex.mask_prompt.count(tasks.MASK) == 1
+                    assert len(ex.mask_candidates) == len(ex.candidates)
+            assert task.demonstration(ex).startswith(ex.prompt)
+
+
+def test_paper_prompts_verbatim(shared_data_dir):
+    def first(name, split="test"):
+        return get_task(name).examples(split, shared_data_dir)[0]
+
+    ex = first("rte")
+    assert ex.prompt == ('Dana Reeve, the widow of the actor Christopher Reeve, has died of lung cancer at age 44, according '
+                         'to the Christopher Reeve Foundation.\nDoes this mean that "Christopher Reeve had an accident." is '
+                         'true? Yes or No?\n')
+    assert ex.candidates == ["Yes", "No"] and ex.label == 1
+    assert ex.mask_prompt.endswith("Foundation? [MASK], christopher Reeve had an accident.")
+
+    ex = first("cb")
+    assert ex.prompt.startswith("Suppose Valence the void-brain") and ex.prompt.endswith(
+        'Can we infer that "Valence was helping"? Yes, No, or Maybe?\n')
+    assert ex.candidates == ["Yes", "No", "Maybe"] and ex.label == 1  # contradiction
+
+    ex = first("copa")
+    assert ex.prompt == "The man turned on the faucet so"
+    assert ex.candidates == [" the toilet filled with water.", " water flowed from the spout."] and ex.label == 1
+
+    ex = first("wic")
+    assert ex.prompt == ('Does the word "class" have the same meaning in these two sentences? Yes, No?\n'
+                         "An emerging professional class.\nApologizing for losing your temper, even though you were "
+                         "badly provoked, showed real class.\n")
+    assert ex.candidates == ["No", "Yes"] and ex.label == 0
+
+    ex = first("wsc")
+    assert ex.prompt.endswith('\nIn the previous sentence, does the pronoun "him" refer to anyone? Yes or No?\n')
+
+    ex = first("squad")
+    assert ex.prompt.startswith("Title: Super_Bowl_50\nContext: Super Bowl 50 was")
+    assert ex.prompt.endswith("\nQuestion: Which NFL team represented the AFC at Super Bowl 50?\nAnswer:")
+    assert ex.answers == [" Denver Broncos"]
+
+    ex = first("sst2")
+    assert ex.prompt == "it 's a charming and often affecting journey . It was"
+    assert ex.candidates == [" terrible", " great"] and ex.label == 1
+    assert ex.mask_prompt == "it 's a charming and often affecting journey . It was [MASK]."
+
+    ex = first("trec")
+    assert ex.prompt == "" and ex.candidates[5] == "Number: How far is it from Denver to Aspen ?" and ex.label == 5
+    assert ex.mask_prompt == "[MASK]: How far is it from Denver to Aspen ?"
+
+    ex = first("mnli")
+    assert ex.prompt == "The new rights are nice enough?"
+    assert ex.candidates[1] == " Maybe, everyone really likes the newest benefits" and ex.label == 1
+
+    ex = get_task("boolq").examples("test", shared_data_dir)[0]
+    assert ex.prompt.endswith(" Does ethanol take more energy make that produces?\n")
+
+
+def test_splits_are_disjoint_and_sampling_is_seeded(shared_data_dir):
+    task = get_task("rte")
+    train = {ex.columns["idx"] for ex in task.examples("train", shared_data_dir)}
+    val = {ex.columns["idx"] for ex in task.examples("validation", shared_data_dir)}
+    assert len(val) == 500 and len(train) == 2490 - 500 and not train & val
+    a = task.load_split("train", shared_data_dir, n=50, seed=3)
+    assert [e.prompt for e in a] == [e.prompt for e in task.load_split("train", shared_data_dir, n=50, seed=3)]
+    assert [e.prompt for e in a] != [e.prompt for e in task.load_split("train", shared_data_dir, n=50, seed=4)]
+    drop = get_task("drop")
+    ids = {s: {e.columns["passage_id"] for e in drop.examples(s, shared_data_dir)} for s in ("train", "validation", "test")}
+    assert not ids["train"] & ids["test"] and not ids["train"] & ids["validation"] and not ids["validation"] & ids["test"]
+
+
+def test_k_per_class_and_lmbff_files(shared_data_dir):
+    task = get_task("sst5")
+    exs = task.load_split("train", shared_data_dir, k=16, seed=13)
+    assert len(exs) == 80 and all(sum(e.label == c for e in exs) == 16 for c in range(5))
+    kshot = get_task("trec").load_kshot_files("train", seed=42, data_dir=shared_data_dir)
+    assert len(kshot) == 96 and all(sum(e.label == c for e in kshot) == 16 for c in range(6))
+    mnli = get_task("mnli").load_kshot_files("validation", seed=13, data_dir=shared_data_dir)
+    assert len(mnli) == 48
+    assert len(get_task("sst2").load_kshot_files("test", seed=13, data_dir=shared_data_dir)) == 872
+    with pytest.raises(ValueError, match="no LM-BFF"):
+        get_task("copa").load_kshot_files("train", data_dir=shared_data_dir)
+    with pytest.raises(ValueError, match="k-shot sampling needs labelled"):
+        sample_per_class([Example("q", answers=[" a"])], 2, 0)
+
+
+def test_missing_files_are_reported_with_a_warning_or_an_error(shared_data_dir, tmp_path, caplog, monkeypatch):
+    with caplog.at_level("WARNING", logger="tasks"):
+        tasks.data._warned.clear()
+        get_task("boolq").load_split("train", shared_data_dir)
+    assert "BoolQ train file is missing" in caplog.text
+    with pytest.raises(FileNotFoundError, match="SST-2/train.tsv"):
+        get_task("sst2").load_split("train", data_dir=tmp_path)
+    monkeypatch.delenv("MEZO_RL_DATA", raising=False)
+    with pytest.raises(FileNotFoundError, match="MEZO_RL_DATA"):
+        get_task("sst2").load_split("train")
+    with pytest.raises(ValueError, match="split must be one of"):
+        get_task("sst2").load_split("dev", data_dir=shared_data_dir)
+
+
+def test_registry_suggests_close_names_and_accepts_classes_functions_instances():
+    with pytest.raises(UnknownTaskError, match="Did you mean 'sst2'"):
+        get_task("sst-2")
+    with pytest.raises(ValueError, match="already registered"):
+        register_task("sst2")(tasks.builtin.SST2)
+
+    @register_task("test-fn-task")
+    def make(suffix=" !"):
+        return from_instance(suffix)
+
+    def from_instance(suffix):
+        class T(tasks.Task):
+            kind = "classification"
+
+            def examples(self, split, data_dir=None):
+                return [Example("x" + suffix, [" a", " b"], 0)]
+        return T()
+
+    t = get_task("test-fn-task", suffix=" ?")
+    assert t.name == "test-fn-task" and t.load_split("test")[0].prompt == "x ?"
+
+
+@pytest.fixture()
+def review_file(tmp_path):
+    rows = [{"text": "the movie was good", "label": "positive"}, {"text": "the acting was bad", "label": 0},
+            {"text": "It was great", "label": 1}]
+    path = tmp_path / "reviews.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    return path
+
+
+def test_user_jsonl_task(review_file):
+    task = from_file(review_file, template="Review: {text}\nSentiment:", label_column="label",
+                     candidates=[" negative", " positive"])
+    assert task.name == "reviews" and task.kind == "classification" and task.metrics == ["accuracy"]
+    exs = task.load_split("test")
+    assert [e.label for e in exs] == [1, 0, 1]
+    assert exs[0].prompt == "Review: the movie was good\nSentiment:" and exs[0].columns["text"] == "the movie was good"
+    register_task("test-reviews")(task)
+    assert get_task("test-reviews") is task
+
+
+def test_user_csv_generation_task(tmp_path):
+    path = tmp_path / "qa.csv"
+    path.write_text("question,answer\nwhat is 2+2?,4\nwho wrote it?,a person\n")
+    task = from_file({"train": path, "test": path}, template="Q: {question}\nA:", target_column="answer")
+    ex = task.load_split("train")[1]
+    assert task.kind == "generation" and ex.prompt == "Q: who wrote it?\nA:" and ex.answers == [" a person"]
+    with pytest.raises(ValueError, match="no 'validation' file"):
+        task.load_split("validation")
+
+
+def test_user_task_errors(review_file, tmp_path):
+    with pytest.raises(FileNotFoundError, match="nope.jsonl"):
+        from_file(tmp_path / "nope.jsonl", template="{text}", label_column="label", candidates=[" a", " b"])
+    with pytest.raises(KeyError, match=r"missing column\(s\) \['review'\].*columns \['label', 'text'\]"):
+        from_file(review_file, template="{review} It was", label_column="label", candidates=[" bad", " good"])
+    with pytest.raises(KeyError, match="missing column"):
+        from_file(review_file, template="{text}", label_column="stars", candidates=[" bad", " good"])
+    with pytest.raises(ValueError, match="target_column .* or label_column and candidates"):
+        from_file(review_file, template="{text}", label_column="label")
+    task = from_file(review_file, template="{text}", label_column="label", candidates=[" bad", " good"])
+    with pytest.raises(ValueError, match="label 'positive' is neither a candidate index"):
+        task.load_split("test")
+    bad = tmp_path / "bad.txt"
+    bad.write_text("x")
+    with pytest.raises(ValueError, match="expected a .jsonl"):
+        from_file(bad, template="{text}", target_column="label")
+
+
+def test_in_context_demonstrations(shared_data_dir):
+    task = get_task("sst2")
+    demos = task.load_split("train", shared_data_dir, n=2, seed=0)
+    ex = task.load_split("test", shared_data_dir, n=1, seed=0)[0]
+    icl = with_demonstrations(task, ex, demos)
+    d0, d1 = (task.demonstration(d) for d in demos)
+    assert icl.prompt == f"{d0}\n\n{d1}\n\n{ex.prompt}" and d0.endswith(demos[0].candidates[demos[0].label])
+    assert icl.candidates == ex.candidates and icl.label == ex.label
+    gen = get_task("squad")
+    q = gen.load_split("train", shared_data_dir, n=1)[0]
+    assert gen.demonstration(q) == q.prompt + q.answers[0]
