@@ -1,0 +1,86 @@
+"""evaluate(): accuracy from argmax mean log-likelihood, generation metrics, masked LMs, ICL, errors."""
+import pytest
+import torch
+
+from mezo_rl.evaluation import evaluate
+from mezo_rl.lm import LanguageModel
+from rewards.squad import normalize_answer
+from tasks import Example, Task, get_task, with_demonstrations
+
+
+class ListTask(Task):
+    def __init__(self, kind, examples):
+        self.kind, self._examples, self.name = kind, examples, "list"
+
+    def examples(self, split, data_dir=None):
+        return self._examples
+
+
+def test_classification_accuracy_is_argmax_of_mean_loglik(tiny_causal_lm, shared_data_dir):
+    lm = LanguageModel(*tiny_causal_lm, batch_size=5)
+    task = get_task("sst2")
+    exs = task.load_split("validation", shared_data_dir, n=12, seed=0)
+    with torch.no_grad():
+        scores = lm.score([e.prompt for e in exs], [e.candidates for e in exs])
+    expected = sum(int(s.mean.argmax()) == e.label for s, e in zip(scores, exs)) / len(exs)
+    assert evaluate(lm, task, exs, batch_size=5) == {"accuracy": pytest.approx(expected), "n": 12}
+    # gold = the model's own choice -> accuracy 1; gold = its least likely candidate -> 0
+    mine = [Example(e.prompt, e.candidates, int(s.mean.argmax())) for s, e in zip(scores, exs)]
+    worst = [Example(e.prompt, e.candidates, int(s.mean.argmin())) for s, e in zip(scores, exs)]
+    assert evaluate(lm, task, mine)["accuracy"] == 1.0
+    assert evaluate(lm, task, worst)["accuracy"] == 0.0
+
+
+def test_generation_metrics(tiny_causal_lm):
+    lm = LanguageModel(*tiny_causal_lm)
+    prompts = ["Question : what is the capital of France ? Answer :", "the sun rose early and", "It was", "Yes or"]
+    outs = lm.generate(prompts, max_new_tokens=8)
+    task = ListTask("generation", [])
+    right = [Example(p, answers=[" zzz", o]) for p, o in zip(prompts, outs) if normalize_answer(o)]
+    assert right  # some completion has words left after SQuAD normalisation
+    wrong = [Example(p, answers=[" 12345 qqq"]) for p in prompts]
+    res = evaluate(lm, task, right, max_new_tokens=8)
+    assert res == {"squad_f1": 1.0, "exact_match": 1.0, "n": len(right)}
+    res = evaluate(lm, task, wrong, max_new_tokens=8)
+    assert res["exact_match"] == 0.0 and res["squad_f1"] < 1.0
+
+
+def test_masked_lm_uses_the_table13_prompt(tiny_masked_lm, shared_data_dir):
+    lm = LanguageModel(*tiny_masked_lm)
+    exs = get_task("sst5").load_split("test", shared_data_dir, n=6, seed=0)
+    res = evaluate(lm, get_task("sst5"), exs)
+    assert res["n"] == 6 and 0.0 <= res["accuracy"] <= 1.0
+    with pytest.raises(ValueError, match="no masked-LM prompt"):
+        evaluate(lm, get_task("copa"), get_task("copa").load_split("test", shared_data_dir, n=2))
+
+
+def test_in_context_demonstrations_change_the_prompt(tiny_causal_lm, shared_data_dir):
+    lm = LanguageModel(*tiny_causal_lm)
+    task = get_task("rte")
+    exs = task.load_split("test", shared_data_dir, n=4, seed=0)
+    demos = task.load_split("train", shared_data_dir, n=2, seed=0)
+    icl = evaluate(lm, task, exs, demonstrations=demos)
+    prompts = [with_demonstrations(task, e, demos).prompt for e in exs]
+    assert all(p.startswith(task.demonstration(demos[0]) + "\n\n") for p in prompts)
+    with torch.no_grad():
+        scores = lm.score(prompts, [e.candidates for e in exs])
+    expected = sum(int(s.mean.argmax()) == e.label for s, e in zip(scores, exs)) / 4
+    assert icl == {"accuracy": pytest.approx(expected), "n": 4}
+    with pytest.raises(ValueError, match="causal LMs only"):
+        evaluate(LanguageModel(*_masked(lm)), task, exs, demonstrations=demos)
+
+
+def _masked(_):
+    from conftest import _train_tokenizer, make_tiny_masked_lm
+
+    tok = _train_tokenizer(mask=True)
+    return make_tiny_masked_lm(tok), tok
+
+
+def test_bad_input(tiny_causal_lm):
+    lm = LanguageModel(*tiny_causal_lm)
+    task = ListTask("classification", [])
+    with pytest.raises(ValueError, match="no examples"):
+        evaluate(lm, task, [])
+    with pytest.raises(ValueError, match="needs generated text"):
+        evaluate(lm, task, [Example("a", [" b", " c"], 0)], metrics=["squad_f1"])
