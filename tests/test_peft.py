@@ -283,3 +283,39 @@ def test_paper_defaults():
     assert PEFT_DEFAULTS["full"] == dict(lr=1e-6, eps=1e-3, weight_decay=0.0)
     assert PEFT_DEFAULTS["lora"] == dict(lr=1e-4, eps=1e-2, weight_decay=0.0)
     assert PEFT_DEFAULTS["prefix"] == dict(lr=1e-2, eps=1e-1, weight_decay=0.0)
+
+
+# ------------------------------------------------------------------------------- the real model
+
+@pytest.mark.slow
+def test_smollm2_prefix_and_lora(tmp_path):
+    """SmolLM2-135M: the real-activation prefix equals literally prepending its tokens; scores batch
+    exactly; a LoRA-merged export reproduces the adapted model."""
+    from transformers import AutoModelForCausalLM
+
+    from mezo_rl.models import load_model
+
+    lm = load_model("smollm2-135m")
+    tokens = sampled_prefix_tokens(lm, 5, seed=0)
+    x = torch.tensor([lm.tokenizer.encode("The movie was wonderful. It was")])
+    with torch.no_grad():
+        reference = lm.model(input_ids=torch.cat([tokens, x], dim=1)).logits[:, 5:]
+    apply_peft(lm, "prefix")
+    assert sum(p.numel() for p in trainable(lm)) == 30 * 2 * 3 * 5 * 64
+    with torch.no_grad():
+        torch.testing.assert_close(lm.model(input_ids=x).logits, reference, atol=2e-4, rtol=1e-4)
+        batched = lm.score(PROMPTS, CANDIDATES)
+        single = [lm.score([p], [c])[0] for p, c in zip(PROMPTS, CANDIDATES)]
+    for b, s in zip(batched, single):
+        torch.testing.assert_close(b.sum, s.sum, atol=1e-3, rtol=1e-4)
+
+    lm = apply_peft(load_model("smollm2-135m"), "lora")
+    with torch.no_grad():
+        for name, p in lm.model.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.01)
+    expected = lm.model(input_ids=x).logits.detach()
+    export_model(lm, tmp_path / "merged", merged=True)
+    merged = AutoModelForCausalLM.from_pretrained(tmp_path / "merged")
+    with torch.no_grad():
+        torch.testing.assert_close(merged(input_ids=x).logits, expected, atol=2e-4, rtol=1e-4)
