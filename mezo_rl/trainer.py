@@ -42,6 +42,7 @@ CHECKPOINT_DIR = "checkpoint"
 TRAJECTORY_FILE = "trajectory.json"
 MODEL_FILE = "model.json"
 STATE_FILE = "trainer_state.json"
+OPTIMIZER_FILE = "optimizer.pt"
 
 
 @dataclass
@@ -232,30 +233,39 @@ def sample_batch_indices(n_examples: int, batch_size: int, seed: int, step: int)
     return rng.choice(n_examples, size=size, replace=False).tolist()
 
 
-def _score_inputs(examples) -> tuple[list[list[str]], list[int]]:
-    """Candidates and labels to score: the task's candidates, or the gold answer for generation tasks."""
-    candidates, labels = [], []
+def _score_inputs(examples, is_causal: bool) -> tuple[list[str], list[list[str]], list[int]]:
+    """Prompts, candidates and labels to score: the task's candidates (the masked-LM prompt and
+    label words for a masked LM), or the gold answer ``answers[0]`` as the only candidate (label 0)
+    for generation tasks (teacher forcing)."""
+    prompts, candidates, labels = [], [], []
     for ex in examples:
         if ex.candidates is not None:
-            candidates.append(list(ex.candidates))
+            prompt, cands = ex.for_lm(is_causal)
+            prompts.append(prompt)
+            candidates.append(list(cands))
             labels.append(ex.label)
         else:
             if not ex.answers:
                 raise ValueError(f"example without candidates or answers cannot be scored: {ex.prompt[:80]!r}")
+            if not is_causal:
+                raise ValueError("generation examples can only be scored (teacher forcing) by a causal LM")
+            prompts.append(ex.prompt)
             candidates.append([ex.answers[0]])
             labels.append(0)
-    return candidates, labels
+    return prompts, candidates, labels
 
 
 def _columns(examples) -> dict[str, list]:
-    """Per-example columns passed to rewards as keywords: ``answers`` plus every Example.columns key."""
+    """Per-example columns passed to rewards as keywords: every Example.columns key, plus ``answers``
+    (the gold answers, for generation tasks)."""
     keys: list[str] = []
     for ex in examples:
         for k in ex.columns or {}:
             if k not in keys:
                 keys.append(k)
     cols = {k: [(ex.columns or {}).get(k) for ex in examples] for k in keys}
-    cols["answers"] = [ex.answers for ex in examples]
+    if any(ex.answers is not None for ex in examples):
+        cols["answers"] = [ex.answers for ex in examples]
     return cols
 
 
@@ -271,31 +281,22 @@ def objective_outputs(lm, objective, examples, *, sample_seed=None, max_new_toke
     prompts = [ex.prompt for ex in examples]
     scores = labels = completions = None
     with torch.no_grad():
-        if "scores" in objective.needs:
-            candidates, labels = _score_inputs(examples)
-            scores = lm.score(prompts, candidates)
-        if "generation" in objective.needs:
+        if "scores" in objective.needs and examples:
+            score_prompts, candidates, labels = _score_inputs(examples, lm.is_causal)
+            scores = lm.score(score_prompts, candidates)
+        if "generation" in objective.needs and examples:
             gen_kwargs = dict(max_new_tokens=max_new_tokens, do_sample=do_sample, seed=sample_seed)
             if do_sample:
                 gen_kwargs["temperature"] = temperature
             completions = lm.generate(prompts, **gen_kwargs)
+    if "scores" in objective.needs and not examples:  # an empty shard (distributed, tiny batch)
+        scores, labels = [], []
+    if "generation" in objective.needs and not examples:
+        completions = []
     if labels is None:
         labels = [ex.label for ex in examples]
     return objective.evaluate(prompts=prompts, completions=completions, candidate_scores=scores,
                               labels=labels, columns=_columns(examples))
-
-
-def _as_float_list(values) -> tuple[list[float], Callable]:
-    """Flatten sums/counts (dict, list, tensor or number) to floats, with the inverse to rebuild them."""
-    if isinstance(values, dict):
-        keys = list(values)
-        return [float(values[k]) for k in keys], lambda xs: dict(zip(keys, xs))
-    if isinstance(values, torch.Tensor):
-        shape, dtype = values.shape, values.dtype
-        return values.detach().flatten().double().tolist(), lambda xs: torch.tensor(xs, dtype=torch.float64).reshape(shape).to(dtype)
-    if isinstance(values, (list, tuple)):
-        return [float(v) for v in values], list
-    return [float(values)], lambda xs: xs[0]
 
 
 def _json_safe(obj):
@@ -319,13 +320,8 @@ def _write_json(path: pathlib.Path, obj) -> None:
 
 
 def primary_metric(task, metrics: dict, requested: Optional[str] = None) -> str:
-    """The validation metric that picks the best step: ``requested``, else ``task.metric``, else the first."""
-    name = requested or getattr(task, "metric", None)
-    if name is None:
-        numeric = [k for k, v in metrics.items() if isinstance(v, (int, float))]
-        if not numeric:
-            raise ValueError(f"evaluation returned no numeric metric: {metrics}")
-        return numeric[0]
+    """The validation metric that picks the best step: ``requested``, else the task's first metric."""
+    name = requested or task.metrics[0]
     if name not in metrics:
         raise ValueError(f"metric_for_best={name!r} is not among the evaluation metrics {sorted(metrics)}")
     return name
@@ -376,14 +372,25 @@ def load_run(run_dir: str | os.PathLike, step: str | int = "best", lm=None):
     return lm, args, n
 
 
+def trajectory_prefix(trajectory, n_steps: int):
+    """The first ``n_steps`` rows of a :class:`~mezo_rl.trajectory.Trajectory` (same header)."""
+    from mezo_rl.trajectory import Trajectory
+
+    if n_steps == len(trajectory):
+        return trajectory
+    state = trajectory.state_dict()
+    for key in ("seeds", "values", "projected_grads", "lrs", "epss", "status", "calls"):
+        state[key] = state[key][:n_steps]
+    return Trajectory.from_state_dict(state)
+
+
 def replay_prefix(lm, trajectory, n_steps: int) -> None:
     """Apply the first ``n_steps`` steps of ``trajectory`` to ``lm``'s trainable parameters in place."""
     from mezo_rl.trajectory import replay_trajectory
 
     if n_steps == 0:
         return
-    prefix = trajectory if n_steps == len(trajectory) else trajectory[:n_steps]
-    replay_trajectory(trainable_parameters(lm.model), prefix)
+    replay_trajectory(trainable_parameters(lm.model), trajectory_prefix(trajectory, n_steps))
 
 
 # ---------------------------------------------------------------------- the trainer
@@ -430,8 +437,8 @@ class Trainer:
                 raise ValueError(f"splits must hold 'train', 'validation' and 'test'; missing {split!r}")
         if not self.splits["train"]:
             raise ValueError(f"task {args.task!r}: the train split is empty")
-        self._check_objective()
         self.lm = build_model(args, lm)
+        self._check_objective()
         self.callbacks = list(callbacks or [])
         if args.tensorboard and self.dist.is_main:
             self.callbacks.append(TensorBoardCallback(self.output_dir / "tensorboard"))
@@ -458,12 +465,9 @@ class Trainer:
         }
 
     def _check_objective(self) -> None:
-        check = getattr(self.objective, "check_compatible", None)
-        if check is not None:
-            check(self.task)
-        check_columns = getattr(self.objective, "check_columns", None)
-        if check_columns is not None:
-            check_columns(_columns(self.splits["train"][:1]))
+        """Fail before training if the rewards do not fit the task's columns/kind or the model."""
+        self.objective.check_columns(_columns(self.splits["train"]), task_kind=self.task.kind)
+        self.objective.check_compatible(bool(self.lm.is_causal))
 
     def _make_optimizer(self):
         from mezo_rl.optim import MeZO
@@ -489,12 +493,12 @@ class Trainer:
             out = objective_outputs(self.lm, self.objective, local, sample_seed=sample_seed,
                                     max_new_tokens=a.max_new_tokens, do_sample=a.do_sample,
                                     temperature=a.temperature)
-        sums, rebuild_sums = _as_float_list(out.sums)
-        counts, rebuild_counts = _as_float_list(out.counts)
-        reduced = self.dist.all_reduce_sum(sums + counts)
-        reduced = [float(x) for x in reduced]
-        loss = self.objective.loss_from(rebuild_sums(reduced[:len(sums)]), rebuild_counts(reduced[len(sums):]))
-        return float(loss), out
+        keys = self.objective.names  # the same order on every rank
+        n = len(keys)
+        local_stats = [out.sums[k] for k in keys] + [out.sq_sums[k] for k in keys] + [out.counts[k] for k in keys]
+        total = [float(x) for x in self.dist.all_reduce_sum(local_stats)]
+        sums, sq_sums, counts = (dict(zip(keys, total[i * n:(i + 1) * n])) for i in range(3))
+        return float(self.objective.loss_from(sums, counts, sq_sums)), out
 
     def training_step(self) -> dict:
         """One MeZO step on the batch of ``self.step``; returns the metrics.jsonl record."""
@@ -594,16 +598,19 @@ class Trainer:
         tmp = ckpt / (TRAJECTORY_FILE + ".tmp")
         self.optimizer.trajectory.save(tmp)
         os.replace(tmp, ckpt / TRAJECTORY_FILE)
+        # the optimizer's counters and schedule (tiny for plain MeZO; momentum/Adam add their
+        # parameter-sized buffers here, which is what resuming those variants costs)
+        tmp = ckpt / (OPTIMIZER_FILE + ".tmp")
+        torch.save({"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict()}, tmp)
+        os.replace(tmp, ckpt / OPTIMIZER_FILE)
         _write_json(ckpt / STATE_FILE, {
             "step": self.step, "best_step": self.best_step, "best_value": self.best_value,
             "best_validation": self.best_validation, "initial_validation": self.initial_validation,
-            "wall_time_s": self.wall_time(),
+            "wall_time_s": self.wall_time(), "objective": self.objective.state_dict(),
         })
 
     def _resume(self) -> None:
         """Restore a run from its checkpoint: replay the trajectory, restore optimizer and best step."""
-        from mezo_rl.trajectory import Trajectory
-
         ckpt = self.output_dir / CHECKPOINT_DIR
         if not (ckpt / STATE_FILE).is_file():
             raise FileNotFoundError(f"--resume: no checkpoint in {ckpt} (start the run without --resume)")
@@ -615,23 +622,23 @@ class Trainer:
             raise ValueError(f"--resume: the arguments differ from the run in {self.output_dir}: "
                              + ", ".join(f"{k}: saved {s!r} vs now {m!r}" for k, (s, m) in differ.items()))
         state = json.loads((ckpt / STATE_FILE).read_text())
-        trajectory = Trajectory.load(ckpt / TRAJECTORY_FILE)
-        if len(trajectory) < state["step"]:
-            raise ValueError(f"--resume: trajectory has {len(trajectory)} steps but the state says {state['step']}")
-        if len(trajectory) > state["step"]:
-            trajectory = trajectory[: state["step"]]
-        replay_prefix(self.lm, trajectory, state["step"])
-        self.optimizer.resume_from(trajectory)
-        for _ in range(state["step"]):
-            self.scheduler.step()
+        saved_opt = torch.load(ckpt / OPTIMIZER_FILE, weights_only=False)
+        self.optimizer.load_state_dict(saved_opt["optimizer"])
+        self.scheduler.load_state_dict(saved_opt["scheduler"])
+        if len(self.optimizer.trajectory) != state["step"]:
+            raise ValueError(f"--resume: the checkpoint in {ckpt} is inconsistent (trajectory has "
+                             f"{len(self.optimizer.trajectory)} steps, trainer state {state['step']})")
+        replay_prefix(self.lm, self.optimizer.trajectory, state["step"])
         self.step = state["step"]
         self.best_step, self.best_value = state["best_step"], state["best_value"]
         self.best_validation, self.initial_validation = state["best_validation"], state["initial_validation"]
         self.elapsed_before_resume = state["wall_time_s"]
+        self.objective.load_state_dict(state["objective"])
         # drop log records beyond the checkpoint so metrics.jsonl reads like an uninterrupted run
         path = self.output_dir / "metrics.jsonl"
         if path.is_file() and self.dist.is_main:
-            kept = [line for line in path.read_text().splitlines() if line.strip() and json.loads(line)["step"] <= self.step]
+            records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+            kept = [json.dumps(r) for r in records if r["step"] <= self.step and r.get("split") != "test"]
             path.write_text("".join(line + "\n" for line in kept))
 
     def _restore_best(self) -> None:
@@ -668,21 +675,23 @@ class Trainer:
         bar = tqdm(total=a.steps, initial=self.step, disable=not (a.progress and self.dist.is_main),
                    desc="mezo", dynamic_ncols=True)
         running = None
-        while self.step < a.steps:
-            record = self.training_step()
-            if self.step % a.logging_steps == 0 or self.step == a.steps:
-                self._log(record)
-            for cb in self.callbacks:
-                cb.on_step_end(self, record)
-            reward = next((v for k, v in record.items() if k.startswith("reward/")), None)
-            if reward is not None:
-                running = reward if running is None else 0.9 * running + 0.1 * reward
-            bar.set_postfix(loss=f"{record['loss']:.4f}", reward=f"{running:.4f}" if running is not None else "-")
-            bar.update(1)
-            if self.step % eval_steps == 0 or self.step == a.steps:
-                self._validate()
-                self.save_checkpoint()
-        bar.close()
+        try:
+            while self.step < a.steps:
+                record = self.training_step()
+                if self.step % a.logging_steps == 0 or self.step == a.steps:
+                    self._log(record)
+                for cb in self.callbacks:
+                    cb.on_step_end(self, record)
+                reward = next((v for k, v in record.items() if k.startswith("reward/")), None)
+                if reward is not None:
+                    running = reward if running is None else 0.9 * running + 0.1 * reward
+                bar.set_postfix(loss=f"{record['loss']:.4f}", reward=f"{running:.4f}" if running is not None else "-")
+                bar.update(1)
+                if self.step % eval_steps == 0 or self.step == a.steps:
+                    self._validate()
+                    self.save_checkpoint()
+        finally:
+            bar.close()
         self.save_checkpoint()
         final_step = self.step
         self._restore_best()
