@@ -4,9 +4,7 @@ The objective is the paper's theory setting: a quadratic in d = 100,000 dimensio
 has low rank r = 8, L(theta) = 1/2 ||A (theta - theta*)||^2, so ZO-SGD converges at a rate set by
 r, not d. theta is split over three tensors of different shapes so per-tensor noise is exercised.
 """
-import copy
 import io
-import math
 
 import pytest
 import torch
@@ -144,50 +142,6 @@ def test_nonfinite_loss_raise_and_skip_policies():
         assert (p - b).abs().max().item() <= 1e-6
 
 
-def _messy_run(params, loss_fn, **kw):
-    """A run exercising groups, weight decay, a schedule, n-SPSA, a skipped and an aborted step."""
-    groups = [{"params": params[:2], "weight_decay": 0.01}, {"params": params[2:], "lr": 0.05, "eps": 2e-3}]
-    opt = MeZO(groups, lr=0.1, eps=1e-3, noise_backend="torch", on_nonfinite="skip", **kw)
-    sched = get_scheduler("linear", opt, total_steps=40)
-    for t in range(30):
-        if t == 10:
-            opt.step(lambda: float("nan"))
-        elif t == 20:
-            with pytest.raises(ValueError):
-                opt.step(lambda: (_ for _ in ()).throw(ValueError("bad batch")))
-        else:
-            opt.step(loss_fn)
-        sched.step()
-    return opt
-
-
-@pytest.mark.parametrize("kw", [dict(n_spsa=2), dict(momentum=0.5), dict(adam=True), dict(estimator="one_point")])
-def test_replay_rebuilds_final_weights_bit_identically(kw, tmp_path):
-    from mezo_rl.trajectory import Trajectory, replay_trajectory
-
-    params, loss_fn = make_problem()
-    initial = [p.detach().clone().requires_grad_() for p in params]
-    opt = _messy_run(params, loss_fn, **kw)
-    assert sorted(set(opt.trajectory.status.tolist())) == [0, 1, 2]
-    lrs = opt.trajectory.lrs
-    assert lrs[0, 0] == 0.1 and lrs[0, 1] == 0.05 and lrs[29, 0] == pytest.approx(0.1 * 11 / 40)
-    opt.trajectory.save(tmp_path / "run.traj")
-    replay_trajectory(initial, Trajectory.load(tmp_path / "run.traj"))
-    for p, q in zip(params, initial):
-        assert torch.equal(p, q)
-
-
-def test_replay_rejects_mismatched_parameters():
-    from mezo_rl.trajectory import replay_trajectory
-
-    params, loss_fn = make_problem()
-    opt = run(params, loss_fn, 2, lr=0.1)
-    with pytest.raises(ValueError, match="shapes"):
-        replay_trajectory([torch.zeros(3)], opt.trajectory)
-    with pytest.raises(ValueError, match="dtypes"):
-        replay_trajectory([torch.zeros(s, dtype=torch.float64) for s in SHAPES], opt.trajectory)
-
-
 @pytest.mark.parametrize("kw", [dict(), dict(momentum=0.5), dict(adam=True), dict(estimator="one_point", lr=5e-3, eps=1e-2)])
 def test_resume_from_state_dict_matches_unbroken_run(kw):
     kw = dict(dict(lr=0.1, eps=1e-3, noise_backend="torch", seed=11), **kw)
@@ -221,25 +175,6 @@ def test_load_state_dict_rejects_other_configuration():
         MeZO(params, noise="rademacher", noise_backend="torch").load_state_dict(sd)
 
 
-def test_trajectory_of_20000_steps_is_under_1_mb(tmp_path):
-    from mezo_rl.trajectory import Trajectory
-
-    params, loss_fn = make_problem()
-    opt = MeZO(params, lr=0.1, noise_backend="torch")
-    opt.step(loss_fn)  # fills the header
-    traj = Trajectory(opt.trajectory.header)
-    g = torch.Generator().manual_seed(0)
-    losses = (torch.rand(20_000, 2, generator=g, dtype=torch.float64) + 1).tolist()
-    for t in range(20_000):  # a linear schedule: a different lr every step
-        traj.append(seeds=[t], values=losses[t], projected_grads=[(losses[t][0] - losses[t][1]) / 2e-3],
-                    lrs=[1e-6 * (1 - t / 20_000)], epss=[1e-3], status=0, calls=2)
-    traj.save(tmp_path / "t.npz")
-    size = (tmp_path / "t.npz").stat().st_size
-    assert size < 1_000_000, size
-    back = Trajectory.load(tmp_path / "t.npz")
-    assert (back.values == traj.values).all() and (back.lrs == traj.lrs).all() and back.header == traj.header
-
-
 @pytest.mark.parametrize("bad, match", [
     (dict(lr=-1.0), "lr"), (dict(eps=0.0), "eps"), (dict(noise="uniform"), "gaussian"),
     (dict(estimator="three_point"), "two_point"), (dict(n_spsa=0), "n_spsa"),
@@ -259,28 +194,3 @@ def test_bad_closures_are_named():
         opt.step(lambda: torch.ones(2))
     with pytest.raises(ValueError, match="no trainable"):
         MeZO([torch.zeros(3)], noise_backend="torch").step(lambda: 0.0)
-
-
-def test_tiny_language_model_step_and_replay(tiny_causal_lm):
-    """A real transformers model: only trainable tensors move, and replay is bit-identical."""
-    from mezo_rl.trajectory import replay_trajectory
-
-    model, tok = tiny_causal_lm
-    for name, p in model.named_parameters():
-        p.requires_grad_("layers.1" in name)  # train one block, freeze the rest
-    initial = copy.deepcopy(model)
-    ids = torch.tensor([tok("It was great . It was terrible .")["input_ids"]])
-
-    def closure():
-        return model(input_ids=ids, labels=ids).loss
-
-    opt = MeZO(model.parameters(), lr=1e-2, eps=1e-3, noise_backend="torch")
-    first = closure().item()
-    for _ in range(30):
-        opt.step(closure)
-    assert math.isfinite(closure().item()) and closure().item() != first
-    for (name, p), q in zip(model.named_parameters(), initial.parameters()):
-        assert torch.equal(p, q) == ("layers.1" not in name), name
-    replay_trajectory(initial, opt.trajectory)
-    for p, q in zip(model.parameters(), initial.parameters()):
-        assert torch.equal(p, q)
