@@ -121,8 +121,10 @@ class LanguageModel:
             one ``CandidateScores`` per prompt, with ``sum`` and ``mean`` of shape [n_candidates]
             (float32, on the model's device, differentiable if grad is enabled).
 
-        All (prompt, candidate) pairs are flattened into one list and run in length-sorted batches
-        of ``self.batch_size``; padding never changes a score (batched == one at a time).
+        All (prompt, candidate) pairs are flattened into one list; pairs whose model input is the same
+        (for a causal LM: prompt + all but the last candidate token, so every single-token label word
+        of one prompt) share one sequence, and the distinct sequences run in length-sorted batches of
+        ``self.batch_size``. Padding never changes a score (batched == one at a time).
         """
         if len(prompts) != len(candidates):
             raise ValueError(f"score: got {len(prompts)} prompts but {len(candidates)} candidate lists")
@@ -133,13 +135,19 @@ class LanguageModel:
             for c in cands:
                 pairs.append(self._encode_causal(p, c) if self.is_causal else self._encode_masked(p, c))
 
-        order = sorted(range(len(pairs)), key=lambda j: len(pairs[j][0]))
+        # Pairs with the same input share one row. A causal input is prompt + candidate[:-1] (the last
+        # candidate token is a target only), so e.g. all single-token label words of a prompt share one.
+        rows: dict[tuple, list[int]] = {}
+        for j, (ids, _, _) in enumerate(pairs):
+            rows.setdefault(tuple(ids), []).append(j)
+        keys = sorted(rows, key=len)
         totals = [None] * len(pairs)
-        for start in range(0, len(order), self.batch_size):
-            idx = order[start : start + self.batch_size]
-            sums = self._score_batch([pairs[j] for j in idx])
-            for j, s in zip(idx, sums):
-                totals[j] = s
+        for start in range(0, len(keys), self.batch_size):
+            batch = keys[start : start + self.batch_size]
+            sums = self._score_batch(batch, [[pairs[j] for j in rows[key]] for key in batch])
+            for key, row_sums in zip(batch, sums):
+                for j, s in zip(rows[key], row_sums):
+                    totals[j] = s
 
         out, k = [], 0
         for cands in candidates:
@@ -165,7 +173,7 @@ class LanguageModel:
         p = p[-(self.max_length - len(c)) :]
         ids = p + c
         positions = list(range(len(p) - 1, len(ids) - 1))  # hidden state at t predicts token t + 1
-        return ids, positions, c
+        return ids[:-1], positions, c  # the last candidate token is a target only, never an input
 
     def _encode_masked(self, prompt: str, candidate: str):
         tok = self.tokenizer
@@ -199,27 +207,34 @@ class LanguageModel:
                 return full[:i], full[i + len(plain) :]
         return [], []
 
-    def _score_batch(self, pairs):
+    def _score_batch(self, inputs, pairs_per_input):
+        """Run the distinct input sequences ``inputs`` once; return, per input, the summed candidate
+        log-likelihood of each of its (ids, positions, targets) pairs."""
         dev = self.device
-        T = max(len(ids) for ids, _, _ in pairs)
-        pad = self.tokenizer.pad_token_id
-        input_ids = torch.full((len(pairs), T), pad, dtype=torch.long)
-        mask = torch.zeros((len(pairs), T), dtype=torch.long)
+        T = max(len(ids) for ids in inputs)
+        input_ids = torch.full((len(inputs), T), self.tokenizer.pad_token_id, dtype=torch.long)
+        mask = torch.zeros((len(inputs), T), dtype=torch.long)
         rows, cols, targets, owner = [], [], [], []
-        for b, (ids, pos, tgt) in enumerate(pairs):  # right padding: positions of real tokens unchanged
-            input_ids[b, : len(ids)] = torch.tensor(ids)
+        n_pairs = 0
+        for b, (ids, pairs) in enumerate(zip(inputs, pairs_per_input)):  # right padding: real positions unchanged
+            input_ids[b, : len(ids)] = torch.tensor(ids, dtype=torch.long)
             mask[b, : len(ids)] = 1
-            rows += [b] * len(pos)
-            cols += pos
-            targets += tgt
-            owner += [b] * len(pos)
+            for _, pos, tgt in pairs:
+                rows += [b] * len(pos)
+                cols += pos
+                targets += tgt
+                owner += [n_pairs] * len(pos)
+                n_pairs += 1
         hidden, _ = self._hidden(input_ids.to(dev), mask.to(dev))
         h = hidden[torch.tensor(rows, device=dev), torch.tensor(cols, device=dev)]  # [N, H]: scored positions
         logp = F.log_softmax(self._logits(h), dim=-1)
         tok_lp = logp.gather(1, torch.tensor(targets, device=dev)[:, None]).squeeze(1)
-        sums = torch.zeros(len(pairs), device=dev, dtype=torch.float32)
-        sums = sums.index_add(0, torch.tensor(owner, device=dev), tok_lp)
-        return list(sums.unbind(0))
+        sums = torch.zeros(n_pairs, device=dev, dtype=torch.float32).index_add(0, torch.tensor(owner, device=dev), tok_lp)
+        out, k = [], 0
+        for pairs in pairs_per_input:
+            out.append(list(sums[k : k + len(pairs)].unbind(0)))
+            k += len(pairs)
+        return out
 
     # ------------------------------------------------------------------ generation
     def _newline_token_ids(self) -> torch.Tensor:

@@ -49,13 +49,21 @@ def test_score_is_differentiable(tiny_causal_lm):
 def test_score_only_computes_logits_at_scored_positions(tiny_causal_lm):
     model, tok = tiny_causal_lm
     lm = LanguageModel(model, tok)
-    rows = []
+    rows, seqs = [], []
     hook = lm._head.register_forward_hook(lambda m, i, o: rows.append(o.shape[0]))
+    emb = model.model.embed_tokens.register_forward_hook(lambda m, i, o: seqs.append(o.shape[0]))
     with torch.no_grad():
         lm.score(["the movie was good and the acting was bad ."], [[" great", " terrible"]])
-    hook.remove()
-    n_scored = sum(len(tok(c, add_special_tokens=False)["input_ids"]) for c in [" great", " terrible"])
-    assert rows == [n_scored]  # a 2-D [N, H] input: one row per scored token, no padding, no prompt
+        n_scored = sum(len(tok(c, add_special_tokens=False)["input_ids"]) for c in [" great", " terrible"])
+        assert rows == [n_scored]  # a 2-D [N, H] input: one row per scored token, no padding, no prompt
+        single = [" a", " b", " c"]
+        assert all(len(tok(c, add_special_tokens=False)["input_ids"]) == 1 for c in single)
+        rows.clear(), seqs.clear()
+        s = lm.score(["Yes or No ?"], [single])[0]
+        assert seqs == [1] and rows == [3]  # single-token candidates of one prompt share one sequence
+    hook.remove(), emb.remove()
+    ref = [reference_causal_score(model, tok, "Yes or No ?", c)[0] for c in single]
+    torch.testing.assert_close(s.sum, torch.tensor(ref), atol=1e-5, rtol=1e-5)
 
 
 def test_score_bad_input(tiny_causal_lm):
