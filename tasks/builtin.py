@@ -19,7 +19,7 @@ from __future__ import annotations
 import pathlib
 
 from .base import Example, Task, continuation, register_task, MASK
-from .data import carve, data_root, find, read, read_table, warn_once
+from .data import carve, data_root, find, hub_rows, read, read_table, warn_once
 
 YES_NO = ["No", "Yes"]  # label 0 = false, 1 = true (SuperGLUE booleans)
 
@@ -32,6 +32,9 @@ class FileTask(Task):
     split carved from train when there are no validation files), ``notes`` (split -> caveat logged
     when that split is loaded), ``lmbff`` (directory under ``LM-BFF-k-shot``), and implement
     ``rows(path)`` (the raw rows of one file) and ``make(row)`` (the Examples of one row).
+
+    Without a data directory the rows come from the Hugging Face dataset ``hf = (id, config,
+    {"train": split, "test": split[, "validation": split]})``, converted to the file layout by ``hf_rows``.
     """
 
     train_files: tuple = ()
@@ -40,6 +43,7 @@ class FileTask(Task):
     n_validation: int = 500
     notes: dict = {}
     lmbff: str | None = None
+    hf: tuple | None = None
 
     def __init__(self):
         self._cache = {}
@@ -50,6 +54,10 @@ class FileTask(Task):
     def make(self, row: dict) -> list[Example]:
         raise NotImplementedError
 
+    def hf_rows(self, rows: list[dict]) -> list[dict]:
+        """Hugging Face rows in the layout ``make`` expects (identity where they already match)."""
+        return rows
+
     def _from_files(self, root, files) -> list[Example]:
         out = []
         for rel in files:
@@ -57,21 +65,34 @@ class FileTask(Task):
                 out += self.make(row)
         return out
 
+    def _load(self, root, part: str) -> list[Example]:
+        """Every example of one source part ("train" | "validation" | "test") from files or the hub."""
+        if root is not None:
+            files = {"train": self.train_files, "validation": self.validation_files, "test": self.test_files}[part]
+            return self._from_files(root, files)
+        if self.hf is None:
+            raise FileNotFoundError(f"task {self.name!r} needs a data directory (data_dir=... or MEZO_RL_DATA)")
+        dataset, config, splits = self.hf
+        return [ex for row in self.hf_rows(hub_rows(self.name, dataset, config, splits[part])) for ex in self.make(row)]
+
+    def _has_validation(self, root) -> bool:
+        return bool(self.validation_files) if root is not None else "validation" in self.hf[2]
+
     def examples(self, split: str, data_dir=None) -> list[Example]:
         root = data_root(data_dir)
         key = (split, str(root))
         if key not in self._cache:
             self._cache[key] = self._split(split, root)
-        if split in self.notes:
+        if split in self.notes and root is not None:
             warn_once(f"{self.name} {split}: {self.notes[split]}")
         return self._cache[key]
 
     def _split(self, split, root) -> list[Example]:
         if split == "test":
-            return self._from_files(root, self.test_files)
-        if self.validation_files:
-            return self._from_files(root, self.validation_files if split == "validation" else self.train_files)
-        pool = self._from_files(root, self.train_files)
+            return self._load(root, "test")
+        if self._has_validation(root):
+            return self._load(root, split)
+        pool = self._load(root, "train")
         n_val = min(self.n_validation, len(pool) // 2)
         if n_val < self.n_validation:
             warn_once(f"{self.name}: only {len(pool)} train examples; validation carved from them has {n_val}, not {self.n_validation}")
@@ -87,6 +108,8 @@ class FileTask(Task):
         if self.lmbff is None:
             raise ValueError(f"task {self.name!r} has no LM-BFF k-shot files (those exist for sst2, sst5, trec, rte, mnli, snli)")
         root = data_root(data_dir)
+        if root is None:
+            raise FileNotFoundError("the LM-BFF k-shot files need a data directory (data_dir=... or MEZO_RL_DATA)")
         folder = root / "LM-BFF-k-shot" / self.lmbff / f"16-{seed}"
         if not folder.is_dir():
             raise FileNotFoundError(f"task {self.name!r}: no LM-BFF k-shot folder {str(folder)!r} (seeds: 13, 21, 42, 87, 100)")
@@ -143,6 +166,7 @@ class SST2(FileTask):
     name, kind = "sst2", "classification"
     train_files, test_files = ("SST-2/train.tsv",), ("SST-2/dev.tsv",)
     lmbff = "SST-2"
+    hf = ("nyu-mll/glue", "sst2", {"train": "train", "test": "validation"})
     words = [" terrible", " great"]
 
     def rows(self, path):
@@ -178,6 +202,7 @@ class RTE(SuperGLUEYesNo):
     train_files, test_files = ("RTE/train.jsonl",), ("RTE/val.jsonl",)
     label_names, candidates = ["entailment", "not_entailment"], ["Yes", "No"]
     lmbff = "RTE"
+    hf = ("aps/super_glue", "rte", {"train": "train", "test": "validation"})
 
     def kshot_rows(self, path):
         return [dict(premise=r["sentence1"], hypothesis=r["sentence2"], label=r["label"]) for r in read_table(path)]
@@ -199,6 +224,7 @@ class CB(SuperGLUEYesNo):
     name = "cb"
     train_files, test_files = ("CB/train.jsonl",), ("CB/val.jsonl",)
     label_names, candidates = ["entailment", "contradiction", "neutral"], ["Yes", "No", "Maybe"]
+    hf = ("aps/super_glue", "cb", {"train": "train", "test": "validation"})
     n_validation = 100  # CB has 250 train examples (MeZO also uses 100 for validation)
 
     def prompt(self, row):
@@ -212,6 +238,7 @@ class BoolQ(SuperGLUEYesNo):
     name = "boolq"
     train_files = ("BoolQ/FewGLUE/train.jsonl", "BoolQ/FewGLUE_32dev/dev32.jsonl")
     test_files = ("BoolQ/val.jsonl",)
+    hf = ("aps/super_glue", "boolq", {"train": "train", "test": "validation"})
     notes = {
         "train": "the BoolQ train file is missing from the data directory; train and validation come from the 64 "
         "FewGLUE stand-in examples (BoolQ/FewGLUE*/, drawn from BoolQ train)",
@@ -231,6 +258,10 @@ class WSC(SuperGLUEYesNo):
     name = "wsc"
     train_files, test_files = ("WSC/train.jsonl",), ("WSC/val.jsonl",)
     n_validation = 100
+    hf = ("aps/super_glue", "wsc.fixed", {"train": "train", "test": "validation"})
+
+    def hf_rows(self, rows):
+        return [dict(r, target=dict(span1_text=r["span1_text"], span2_text=r["span2_text"])) for r in rows]
 
     def prompt(self, row):
         t = row["target"]
@@ -244,6 +275,7 @@ class WiC(SuperGLUEYesNo):
 
     name = "wic"
     train_files, test_files = ("WiC/train.jsonl",), ("WiC/val.jsonl",)
+    hf = ("aps/super_glue", "wic", {"train": "train", "test": "validation"})
 
     def prompt(self, row):
         return (f"Does the word \"{row['word']}\" have the same meaning in these two sentences? Yes, No?\n"
@@ -257,6 +289,12 @@ class MultiRC(SuperGLUEYesNo):
 
     name = "multirc"
     train_files, test_files = ("MultiRC/train.jsonl",), ("MultiRC/val.jsonl",)
+    hf = ("aps/super_glue", "multirc", {"train": "train", "test": "validation"})
+
+    def hf_rows(self, rows):  # the hub's MultiRC is already one row per answer option
+        return [dict(passage=dict(text=r["paragraph"], questions=[dict(question=r["question"], idx=r["idx"]["question"],
+                     answers=[dict(text=r["answer"], label=r["label"], idx=r["idx"]["answer"])])]), idx=r["idx"]["paragraph"])
+                for r in rows]
 
     def make(self, row):
         out, paragraph = [], row["passage"]["text"]
@@ -278,6 +316,7 @@ class COPA(FileTask):
     name, kind = "copa", "multiple_choice"
     train_files, test_files = ("COPA/train.jsonl",), ("COPA/val.jsonl",)
     n_validation = 100
+    hf = ("aps/super_glue", "copa", {"train": "train", "test": "validation"})
 
     def make(self, row):
         premise = row["premise"].strip()
@@ -302,11 +341,18 @@ class ReCoRD(FileTask):
     notes = {s: "ReCoRD train/val files are missing from the data directory; using the FewGLUE stand-ins (32 train "
              "examples, 32 'dev32' examples as test, all drawn from ReCoRD train)" for s in ("train", "validation", "test")}
 
+    hf = ("aps/super_glue", "record", {"train": "train", "test": "validation"})
+
+    def hf_rows(self, rows):  # the hub gives one row per query, entities as strings
+        return [dict(passage=dict(text=r["passage"], entity_names=r["entities"]),
+                     qas=[dict(query=r["query"], answers=[dict(text=a) for a in r["answers"]], idx=r["idx"]["query"])])
+                for r in rows]
+
     def make(self, row):
         text = row["passage"]["text"]
         entities = []
-        for e in row["passage"]["entities"]:
-            name = text[e["start"] : e["end"] + 1]  # SuperGLUE entity spans are inclusive
+        names = row["passage"].get("entity_names") or [text[e["start"] : e["end"] + 1] for e in row["passage"]["entities"]]
+        for name in names:  # SuperGLUE entity spans are inclusive
             if name not in entities:
                 entities.append(name)
         passage = text.replace("@highlight\n", "- ")
@@ -329,6 +375,11 @@ class SQuAD(FileTask):
 
     name, kind = "squad", "generation"
     train_files, test_files = ("SQuAD/train-v1.1.json",), ("SQuAD/dev-v1.1.json",)
+    hf = ("rajpurkar/squad", None, {"train": "train", "test": "validation"})
+
+    def hf_rows(self, rows):
+        return [dict(title=r["title"], context=r["context"], question=r["question"], id=r["id"],
+                     answers=list(r["answers"]["text"])) for r in rows]
     notes = {s: "SQuAD train is a partial file (3,807 of 87,599 questions, 11 articles); train and validation "
              "are drawn from it" for s in ("train", "validation")}
 
@@ -353,6 +404,11 @@ class DROP(FileTask):
 
     name, kind = "drop", "generation"
     train_files = ("DROP/drop_dataset_train.json",)
+    hf = ("ucinlp/drop", None, {"train": "train", "test": "validation"})
+
+    def hf_rows(self, rows):
+        return [dict(passage_id=r["section_id"], passage=r["passage"], question=r["question"], query_id=r["query_id"],
+                     answers=list(dict.fromkeys(r["answers_spans"]["spans"]))) for r in rows]
     notes = {s: "DROP dev is missing and train is a 217-passage prefix; test, validation and train are carved from "
              "that prefix by passage" for s in ("train", "validation", "test")}
 
@@ -378,6 +434,8 @@ class DROP(FileTask):
         return [Example(prompt, answers=[continuation(prompt, a.strip()) for a in row["answers"]], columns=row)]
 
     def _split(self, split, root):
+        if root is None:  # the hub has DROP's train and dev: the usual splits
+            return super()._split(split, root)
         by_passage: dict = {}
         for ex in self._from_files(root, self.train_files):
             by_passage.setdefault(ex.columns["passage_id"], []).append(ex)
@@ -398,6 +456,10 @@ class SST5(FileTask):
     name, kind = "sst5", "classification"
     train_files, validation_files, test_files = ("SST-5/train.tsv",), ("SST-5/dev.tsv",), ("SST-5/test.tsv",)
     lmbff = "sst-5"
+    hf = ("SetFit/sst5", None, {"train": "train", "validation": "validation", "test": "test"})
+
+    def hf_rows(self, rows):
+        return [dict(label=r["label"], sentence=r["text"].strip()) for r in rows]
     words = ["terrible", "bad", "okay", "good", "great"]  # labels 0 (very negative) .. 4 (very positive)
 
     def rows(self, path):
@@ -417,6 +479,11 @@ class TREC(FileTask):
     name, kind = "trec", "classification"
     train_files, test_files = ("TREC/train.csv",), ("TREC/test.csv",)
     lmbff = "trec"
+    hf = ("CogComp/trec", None, {"train": "train", "test": "test"})
+    HF_COARSE = [2, 1, 0, 3, 4, 5]  # the hub's coarse_label order is ABBR, ENTY, DESC, HUM, LOC, NUM
+
+    def hf_rows(self, rows):
+        return [dict(label=self.HF_COARSE[r["coarse_label"]], question=r["text"].strip()) for r in rows]
     words = ["Description", "Entity", "Expression", "Human", "Location", "Number"]  # labels 0..5 (LM-BFF order)
 
     def rows(self, path):
@@ -441,14 +508,17 @@ class NLI13(FileTask):
     def rows(self, path):
         return self.kshot_rows(path) if path.suffix == ".tsv" else read(path)
 
+    def hf_rows(self, rows):
+        return [r for r in rows if r["label"] in (0, 1, 2)]  # -1: no gold label
+
     def make(self, row):
         mask, (prompt, cands) = _nli_table13(*_nli_sentences(row["premise"], row["hypothesis"]), self.words)
         label = _label_index(row["label"], self.label_names, self.name)
         return [Example(prompt, cands, label, columns=row, **mask)]
 
     def _split(self, split, root):
-        if split == "test":
-            return self._from_files(root, self.test_files)
+        if root is None or split == "test":  # the hub has the full train sets
+            return super()._split(split, root)
         files = sorted((root / "LM-BFF-k-shot" / self.lmbff).glob("16-*/*.tsv"))
         files = [f for f in files if f.stem in ("train", "dev", "dev_matched")]
         if not files:
@@ -467,6 +537,7 @@ class NLI13(FileTask):
 @register_task("mnli")
 class MNLI(NLI13):
     name, test_files, lmbff = "mnli", ("MNLI/dev.jsonl",), "MNLI"
+    hf = ("nyu-mll/glue", "mnli", {"train": "train", "test": "validation_matched"})
     notes = {s: "MNLI train is missing from the data directory; train and validation come from the union of the "
              "LM-BFF k=16 files (5 seeds, 16 per class each), so k=512 is not available" for s in ("train", "validation")}
 
@@ -474,6 +545,7 @@ class MNLI(NLI13):
 @register_task("snli")
 class SNLI(NLI13):
     name, test_files, lmbff = "snli", ("SNLI/dev.jsonl",), "SNLI"
+    hf = ("stanfordnlp/snli", None, {"train": "train", "validation": "validation", "test": "test"})
     notes = {s: "SNLI train is missing from the data directory; train and validation come from the union of the "
              "LM-BFF k=16 files (5 seeds, 16 per class each), so k=512 is not available" for s in ("train", "validation")}
 

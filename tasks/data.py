@@ -19,18 +19,30 @@ log = logging.getLogger("tasks")
 CARVE_SEED = 0  # validation/test carved out of a train file always use this seed: splits never overlap
 
 
-def data_root(data_dir=None) -> pathlib.Path:
-    """The data directory: ``data_dir`` if given, else ``$MEZO_RL_DATA``; a clear error if neither exists."""
+def data_root(data_dir=None) -> pathlib.Path | None:
+    """The data directory: ``data_dir`` if given, else ``$MEZO_RL_DATA``; None when neither is set
+    (the tasks then load the Hugging Face datasets); a clear error if the given one does not exist."""
     given = data_dir if data_dir is not None else os.environ.get("MEZO_RL_DATA")
     if given is None:
-        raise FileNotFoundError(
-            "no data directory: pass data_dir=... (CLI: --data-dir) or set MEZO_RL_DATA to a directory "
-            "laid out like ../shared/data (SST-2/, RTE/, SQuAD/, ...)"
-        )
+        return None
     root = pathlib.Path(given).expanduser()
     if not root.is_dir():
         raise FileNotFoundError(f"data directory {str(root)!r} does not exist (from {'data_dir' if data_dir is not None else 'MEZO_RL_DATA'})")
     return root
+
+
+def hub_rows(task: str, dataset: str, config: str | None, split: str) -> list[dict]:
+    """Rows of a Hugging Face dataset split (online, or from the local HF cache)."""
+    try:
+        import datasets
+
+        return list(datasets.load_dataset(dataset, config, split=split))
+    except Exception as e:
+        raise FileNotFoundError(
+            f"task {task!r}: no data directory given (data_dir=..., CLI --data-dir, or MEZO_RL_DATA pointing at a "
+            f"directory laid out like ../shared/data), and the Hugging Face dataset {dataset!r}"
+            f"{f' ({config})' if config else ''} split {split!r} could not be loaded: {type(e).__name__}: {e}"
+        ) from e
 
 
 def find(root: pathlib.Path, relative: str, task: str) -> pathlib.Path:

@@ -123,9 +123,6 @@ def test_missing_files_are_reported_with_a_warning_or_an_error(shared_data_dir, 
     assert "BoolQ train file is missing" in caplog.text
     with pytest.raises(FileNotFoundError, match="SST-2/train.tsv"):
         get_task("sst2").load_split("train", data_dir=tmp_path)
-    monkeypatch.delenv("MEZO_RL_DATA", raising=False)
-    with pytest.raises(FileNotFoundError, match="MEZO_RL_DATA"):
-        get_task("sst2").load_split("train")
     with pytest.raises(ValueError, match="split must be one of"):
         get_task("sst2").load_split("dev", data_dir=shared_data_dir)
 
@@ -211,3 +208,47 @@ def test_in_context_demonstrations(shared_data_dir):
     gen = get_task("squad")
     q = gen.load_split("train", shared_data_dir, n=1)[0]
     assert gen.demonstration(q) == q.prompt + q.answers[0]
+
+
+def test_hugging_face_rows_render_like_the_local_files(shared_data_dir):
+    """The hub layouts (used when no data directory is given) map onto the same prompts and labels."""
+    def one(name, row):
+        task = get_task(name)
+        return [ex for r in task.hf_rows([row]) for ex in task.make(r)]
+
+    (ex,) = one("trec", {"text": "How far is it from Denver to Aspen ?", "coarse_label": 5, "fine_label": 0})
+    local = get_task("trec").examples("test", shared_data_dir)[0]
+    assert (ex.candidates, ex.label) == (local.candidates, local.label)
+    (ex,) = one("trec", {"text": "What does NASA stand for ?", "coarse_label": 0, "fine_label": 0})
+    assert ex.candidates[ex.label].startswith("Expression:")  # hub ABBR -> LM-BFF "Expression"
+    (ex,) = one("wsc", {"text": "Mark told Pete many lies about himself .", "span1_text": "Pete", "span2_text": "He",
+                        "span1_index": 2, "span2_index": 6, "idx": 0, "label": 0})
+    assert ex.prompt.endswith('does the pronoun "he" refer to Pete? Yes or No?\n') and ex.label == 0
+    (ex,) = one("multirc", {"paragraph": "P.", "question": "Q?", "answer": "A", "label": 1,
+                            "idx": {"paragraph": 0, "question": 0, "answer": 0}})
+    assert ex.prompt == 'P.\nQuestion: Q?\nI found this answer "A". Is that correct? Yes or No?\n' and ex.label == 1
+    (ex,) = one("record", {"passage": "Ann met Bob.\n@highlight\nBob is tall", "query": "@placeholder is tall",
+                           "entities": ["Ann", "Bob"], "entity_spans": {}, "answers": ["Bob"],
+                           "idx": {"passage": 0, "query": 0}})
+    assert ex.prompt == "Ann met Bob.\n- Bob is tall\n" and ex.candidates == ["Ann is tall", "Bob is tall"] and ex.label == 1
+    (ex,) = one("squad", {"id": "1", "title": "T", "context": "C", "question": "Q?",
+                          "answers": {"text": ["x", "x", "y"], "answer_start": [0, 0, 1]}})
+    assert ex.prompt == "Title: T\nContext: C\nQuestion: Q?\nAnswer:" and ex.answers == [" x", " y"]
+    (ex,) = one("drop", {"section_id": "s", "query_id": "q", "passage": "P", "question": "Q?",
+                         "answers_spans": {"spans": ["3"], "types": ["number"]}})
+    assert ex.prompt == "Passage: P\nQuestion: Q?\nAnswer:" and ex.answers == [" 3"]
+    assert one("mnli", {"premise": "A.", "hypothesis": "B", "label": -1}) == []
+    (ex,) = one("sst5", {"text": "fine . ", "label": 2, "label_text": "neutral"})
+    assert ex.prompt == "fine . It was" and ex.candidates[ex.label] == " okay."
+
+
+def test_without_a_data_directory_the_hub_is_tried(monkeypatch):
+    monkeypatch.delenv("MEZO_RL_DATA", raising=False)
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    try:
+        exs = get_task("copa").load_split("test", n=3)
+    except FileNotFoundError as e:  # offline and not in the HF cache: say so and name both options
+        assert "MEZO_RL_DATA" in str(e) and "aps/super_glue" in str(e)
+    else:  # the dataset happens to be in the local HF cache
+        assert len(exs) == 3 and exs[0].prompt.endswith((" so", " because"))
