@@ -159,3 +159,24 @@ def test_features(tiny_causal_lm, tiny_masked_lm):
     assert f.shape == (3, 32) and f.dtype == torch.float32
     torch.testing.assert_close(f[1], lm.features(PROMPTS[1:2])[0], atol=1e-5, rtol=1e-5)
     assert LanguageModel(*tiny_masked_lm).features(PROMPTS).shape == (3, 32)
+
+
+@pytest.mark.slow
+def test_smollm2_scoring_and_generation():
+    from mezo_rl.models import load_model
+
+    lm = load_model("smollm2-135m", batch_size=4)
+    prompts = ["The film was a delight from start to finish. It was", "Paris is the capital of"]
+    cands = [[" terrible", " great", " a waste of time"], [" France", " Germany"]]
+    with torch.no_grad():
+        batched = lm.score(prompts, cands)
+        for p, c, b in zip(prompts, cands, batched):
+            for j, cand in enumerate(c):
+                ref, n = reference_causal_score(lm.model, lm.tokenizer, p, cand)
+                assert b.sum[j].item() == pytest.approx(ref, abs=2e-3) and b.n_tokens[j] == n
+        assert batched[0].mean[1] > batched[0].mean[0] and batched[1].mean[0] > batched[1].mean[1]
+    squad_style = "Title: France\nContext: Paris is the capital of France.\nQuestion: What is the capital of France?\nAnswer:"
+    out = lm.generate([squad_style, "1, 2, 3, 4,"], max_new_tokens=8)
+    assert "Paris" in out[0] and all("\n" not in o for o in out)
+    assert lm.generate(["Once upon a time"], max_new_tokens=8, do_sample=True, seed=7) == \
+        lm.generate(["Once upon a time"], max_new_tokens=8, do_sample=True, seed=7)
