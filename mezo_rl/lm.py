@@ -226,10 +226,12 @@ class LanguageModel:
                 owner += [n_pairs] * len(pos)
                 n_pairs += 1
         hidden, _ = self._hidden(input_ids.to(dev), mask.to(dev))
-        h = hidden[torch.tensor(rows, device=dev), torch.tensor(cols, device=dev)]  # [N, H]: scored positions
+        hd = hidden.device  # with device_map="auto" the last layer may live elsewhere than the first
+        h = hidden[torch.tensor(rows, device=hd), torch.tensor(cols, device=hd)]  # [N, H]: scored positions
         logp = F.log_softmax(self._logits(h), dim=-1)
-        tok_lp = logp.gather(1, torch.tensor(targets, device=dev)[:, None]).squeeze(1)
-        sums = torch.zeros(n_pairs, device=dev, dtype=torch.float32).index_add(0, torch.tensor(owner, device=dev), tok_lp)
+        ld = logp.device
+        tok_lp = logp.gather(1, torch.tensor(targets, device=ld)[:, None]).squeeze(1)
+        sums = torch.zeros(n_pairs, device=ld, dtype=torch.float32).index_add(0, torch.tensor(owner, device=ld), tok_lp)
         out, k = [], 0
         for pairs in pairs_per_input:
             out.append(list(sums[k : k + len(pairs)].unbind(0)))
@@ -306,8 +308,8 @@ class LanguageModel:
         for _ in range(max_new_tokens):
             positions = (mask.cumsum(1) - 1).clamp(min=0)[:, -step_ids.shape[1] :]
             hidden, o = self._hidden(step_ids, mask, position_ids=positions, past_key_values=past, use_cache=True)
-            past = o.past_key_values if self._base is not None else o.past_key_values
-            logits = self._logits(hidden[:, -1])
+            past = o.past_key_values
+            logits = self._logits(hidden[:, -1]).to(dev)
             if do_sample:
                 logits = logits / temperature
                 if top_k:
@@ -354,7 +356,7 @@ class LanguageModel:
                 mask[b, : len(e)] = 1
             hidden, _ = self._hidden(ids.to(dev), mask.to(dev))
             pick = torch.tensor([len(e) - 1 for e in enc], device=dev) if self.is_causal else torch.zeros(len(enc), dtype=torch.long, device=dev)
-            out.append(hidden[torch.arange(len(enc), device=dev), pick].float())
+            out.append(hidden[torch.arange(len(enc), device=hidden.device), pick.to(hidden.device)].float())
         return torch.cat(out)
 
 
