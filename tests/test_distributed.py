@@ -178,20 +178,30 @@ REVIEWS = [
 GLOBAL_BATCH = 5  # odd on purpose: the shards of 2 ranks are uneven (3 + 2)
 
 
+def brevity(prompts, completions):
+    """A user reward (a plain callable, TRL-style): shorter completions score higher."""
+    return [-float(len(c)) for c in completions]
+
+
 def _objective():
-    # cross_entropy drives the loss; accuracy (weight 0) is only reported but is all-reduced too;
-    # normalize="std" fixes the scale from the first batch, so sq_sums must be all-reduced as well.
+    # Three kinds of component, all all-reduced the same way: cross_entropy (scores) drives the loss;
+    # accuracy has weight 0 (reported only); brevity is a user reward on greedy completions (the
+    # random tiny model always continues " was was was was", so it goes through the plumbing but
+    # does not move the weights, and "std" warns that it has no spread). normalize="std" fixes each
+    # scale from the first global batch, so sq_sums must be all-reduced as well.
     from rewards import build_objective
 
-    return build_objective(["cross_entropy", "accuracy"], weights=[1.0, 0.0], normalize="std")
+    return build_objective(["cross_entropy", "accuracy", brevity], weights=[1.0, 0.0, 0.1], normalize="std")
 
 
 def _global_loss(ctx, lm, objective, shard) -> float:
-    """The trainer's closure: score this rank's shard, all-reduce sums/counts/sq_sums, global loss."""
+    """The trainer's closure: evaluate this rank's shard, all-reduce sums/counts/sq_sums, global loss."""
     prompts = [f"{text} It was" for text, _ in shard]
     with torch.no_grad():
         scores = lm.score(prompts, [[" great", " terrible"]] * len(shard))
-    out = objective.evaluate(prompts=prompts, candidate_scores=scores, labels=[y for _, y in shard], columns={})
+        completions = lm.generate(prompts, max_new_tokens=4)
+    out = objective.evaluate(prompts=prompts, completions=completions, candidate_scores=scores,
+                             labels=[y for _, y in shard], columns={})
     keys = list(out.sums)
     n = len(keys)
     stats = ctx.all_reduce_sum([out.sums[k] for k in keys] + [out.counts[k] for k in keys]
@@ -243,6 +253,7 @@ def _train_worker(rank, world_size, port, model_dir, out_dir, steps):
         ctx.close()
 
 
+@pytest.mark.filterwarnings("ignore:normalize='std'")
 def test_two_ranks_match_each_other_and_a_single_process_run(tmp_path, tiny_causal_lm):
     model, tokenizer = tiny_causal_lm
     initial = {k: v.clone() for k, v in model.state_dict().items()}
@@ -268,8 +279,8 @@ def test_two_ranks_match_each_other_and_a_single_process_run(tmp_path, tiny_caus
         moved = max(moved, float((t - initial[name]).abs().max()))
     assert moved > 1e-3, "training must move the weights for the comparison to mean anything"
 
-    # per step: 2 closures x (sums, counts, sq_sums) x 2 components x 8 bytes
-    assert r0["bytes_per_step"] == r1["bytes_per_step"] == 2 * 3 * 2 * 8
+    # per step: 2 closures x (sums, counts, sq_sums) x 3 components x 8 bytes
+    assert r0["bytes_per_step"] == r1["bytes_per_step"] == 2 * 3 * 3 * 8
     # only rank 0 wrote the trajectory, and it replays the run
     assert sorted(p.name for p in out_dir.iterdir()) == ["rank0.pt", "rank1.pt", "trajectory.npz"]
     from mezo_rl.trajectory import Trajectory, replay_trajectory
@@ -281,6 +292,7 @@ def test_two_ranks_match_each_other_and_a_single_process_run(tmp_path, tiny_caus
 
 
 # ---------------------------------------------------------------------------- device_map="auto"
+@pytest.mark.filterwarnings("ignore:normalize='std'")
 def test_device_map_auto_trains_in_place_and_offload_is_rejected(tmp_path, tiny_causal_lm):
     """What can be checked without GPUs: a device map that fits keeps every weight resident and
     MeZO trains it exactly like a plainly loaded model; a max_memory that does not fit offloads
@@ -303,3 +315,55 @@ def test_device_map_auto_trains_in_place_and_offload_is_rejected(tmp_path, tiny_
                            offload_folder=str(tmp_path / "offload"))
     with pytest.raises(ValueError, match=r"offloaded \(on the 'meta' device\).*model\.layers\.0"):
         check_no_offload(offloaded.model)
+
+
+# ---------------------------------------------------------------------------- torchrun + the CLI
+def _run_cli(launcher: list[str], args: list[str]) -> None:
+    import subprocess
+    import sys
+
+    env = dict(os.environ, OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1",
+               TOKENIZERS_PARALLELISM="false")
+    proc = subprocess.run([sys.executable, *launcher, "-m", "mezo_rl", "train", *args], env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, f"{' '.join(launcher) or 'python'} failed:\n{proc.stderr[-4000:]}"
+
+
+def _step_records(run_dir) -> list[dict]:
+    import json
+
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line]
+    return [r for r in records if "loss" in r]
+
+
+@pytest.mark.slow  # two CLI runs: ~40 s with a warm torch.compile cache, ~2 min cold
+def test_torchrun_mezo_rl_train_matches_a_single_process_run(tmp_path, tiny_causal_lm, shared_data_dir):
+    from mezo_rl.trainer import CHECKPOINT_DIR, TRAJECTORY_FILE
+    from mezo_rl.trajectory import Trajectory
+
+    model, tokenizer = tiny_causal_lm
+    model.save_pretrained(tmp_path / "model")
+    tokenizer.save_pretrained(tmp_path / "model")
+    common = ["--model", str(tmp_path / "model"), "--task", "sst2", "--data-dir", str(shared_data_dir),
+              "--reward", "cross_entropy", "--steps", "3", "--batch-size", "5", "--num-train", "20",
+              "--num-eval", "8", "--num-test", "8", "--lr", "1e-3", "--autocast", "none", "--no-progress"]
+    _run_cli(["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"],
+             common + ["--output-dir", str(tmp_path / "two")])
+    _run_cli([], common + ["--output-dir", str(tmp_path / "one")])
+    two, one = tmp_path / "two", tmp_path / "one"
+
+    # rank 0 alone wrote: the same files as a single process, each step logged exactly once
+    def files(d):
+        return sorted(str(p.relative_to(d)) for p in d.rglob("*") if p.is_file())
+    assert files(two) == files(one)
+    steps_two, steps_one = _step_records(two), _step_records(one)
+    assert [r["step"] for r in steps_two] == [1, 2, 3]
+    # the global loss of each step equals the single-process loss on the whole batch
+    for key in ("loss_plus", "loss_minus"):
+        torch.testing.assert_close(torch.tensor([r[key] for r in steps_two]),
+                                   torch.tensor([r[key] for r in steps_one]), rtol=1e-5, atol=1e-6)
+    t2 = Trajectory.load(two / CHECKPOINT_DIR / TRAJECTORY_FILE)
+    t1 = Trajectory.load(one / CHECKPOINT_DIR / TRAJECTORY_FILE)
+    assert (t2.seeds == t1.seeds).all()
+    torch.testing.assert_close(torch.as_tensor(t2.projected_grads), torch.as_tensor(t1.projected_grads),
+                               rtol=1e-3, atol=1e-3)
