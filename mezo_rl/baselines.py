@@ -16,7 +16,6 @@ summary.json. ``mezo-rl baseline --method zero-shot|icl|lp|ft`` runs them from t
 """
 from __future__ import annotations
 
-import dataclasses
 import os
 import random
 import time
@@ -60,10 +59,11 @@ class BaselineArguments:
             raise ValueError(f"BaselineArguments.num_demonstrations: expected >= 1, got {self.num_demonstrations}")
 
 
-def _evaluate(lm, task, examples, batch_size=16, max_new_tokens=32) -> dict:
+def _evaluate(lm, task, examples, batch_size=16, max_new_tokens=32, demonstrations=None) -> dict:
     from mezo_rl.evaluation import evaluate
 
-    metrics = evaluate(lm, task, examples, batch_size=batch_size, max_new_tokens=max_new_tokens)
+    metrics = evaluate(lm, task, examples, batch_size=batch_size, max_new_tokens=max_new_tokens,
+                       demonstrations=demonstrations)
     return {k: float(v) for k, v in metrics.items() if isinstance(v, (int, float))}
 
 
@@ -72,18 +72,20 @@ def zero_shot(lm, task, test, *, batch_size=16, max_new_tokens=32) -> dict:
     return _evaluate(lm, task, test, batch_size, max_new_tokens)
 
 
-def icl_examples(task, train, test, num_demonstrations=32, seed=0, separator="\n\n"):
-    """``test`` with the same ``num_demonstrations`` training demonstrations prepended to each prompt."""
+def pick_demonstrations(train, num_demonstrations=32, seed=0) -> list:
+    """``num_demonstrations`` training examples drawn with ``seed`` (the same ones for every test example)."""
     if not train:
         raise ValueError("icl: the training split is empty; demonstrations come from it")
-    demos = random.Random(seed).sample(list(train), min(num_demonstrations, len(train)))
-    context = separator.join(task.demonstration(d) for d in demos) + separator
-    return [dataclasses.replace(ex, prompt=context + ex.prompt) for ex in test]
+    if num_demonstrations < 1:
+        raise ValueError(f"icl: num_demonstrations must be >= 1, got {num_demonstrations}")
+    return random.Random(seed).sample(list(train), min(num_demonstrations, len(train)))
 
 
 def icl(lm, task, train, test, *, num_demonstrations=32, seed=0, batch_size=16, max_new_tokens=32) -> dict:
-    """In-context learning: metrics on ``test`` with ``num_demonstrations`` demonstrations in context."""
-    return _evaluate(lm, task, icl_examples(task, train, test, num_demonstrations, seed), batch_size, max_new_tokens)
+    """In-context learning: metrics on ``test`` with the same ``num_demonstrations`` rendered
+    training examples (``task.demonstration``) prepended to every prompt."""
+    demos = pick_demonstrations(train, num_demonstrations, seed)
+    return _evaluate(lm, task, test, batch_size, max_new_tokens, demonstrations=demos)
 
 
 def _features(lm, examples, batch_size):
@@ -141,15 +143,20 @@ def linear_probe(lm, task, train, test, *, l2=1.0, batch_size=16) -> dict:
 
 
 def _ft_loss(lm, task, batch):
-    """Differentiable loss of a batch: CE over candidates (classification) or gold NLL otherwise."""
-    prompts = [ex.prompt for ex in batch]
+    """Differentiable loss of a batch, as in the paper's FT: cross-entropy over the candidates'
+    mean log-likelihoods for classification; teacher-forced NLL of the correct candidate / gold
+    answer for multiple choice and generation."""
+    from rewards import candidate_cross_entropy
+
     if task.kind == "classification":
-        scores = lm.score(prompts, [list(ex.candidates) for ex in batch])
-        logits = torch.stack([s.mean for s in scores])
-        return torch.nn.functional.cross_entropy(logits, torch.tensor([ex.label for ex in batch]))
-    gold = [[ex.candidates[ex.label]] if ex.candidates is not None else [ex.answers[0]] for ex in batch]
-    scores = lm.score(prompts, gold)
-    return -torch.stack([s.mean[0] for s in scores]).mean()
+        prompts, candidates = zip(*(ex.for_lm(lm.is_causal) for ex in batch))
+        scores = lm.score(list(prompts), [list(c) for c in candidates])
+        labels = [ex.label for ex in batch]
+    else:
+        prompts = [ex.prompt for ex in batch]
+        scores = lm.score(prompts, [[ex.target] for ex in batch])
+        labels = [0] * len(batch)
+    return torch.stack(candidate_cross_entropy(scores, labels)).mean()
 
 
 def finetune(lm, task, train, *, lr=1e-5, batch_size=8, epochs=1.0, max_steps=None, seed=0,
@@ -186,7 +193,7 @@ def finetune(lm, task, train, *, lr=1e-5, batch_size=8, epochs=1.0, max_steps=No
             sched.step()
     finally:
         lm.model.eval()
-    return {"steps": steps, "final_loss": float(loss)}
+    return {"steps": steps, "final_loss": float(loss.detach())}
 
 
 def run_baseline(args: BaselineArguments, lm=None, task=None, splits=None) -> dict:
