@@ -300,7 +300,8 @@ class LanguageModel:
         for e in ([eos] if isinstance(eos, int) else list(eos or [])):
             stop[e] = True
         if stop_at_newline:
-            stop[self._newline_token_ids().to(dev)] = True
+            nl = self._newline_token_ids()
+            stop[nl[nl < stop.numel()].to(dev)] = True
 
         new = torch.zeros((B, 0), dtype=torch.long, device=dev)
         done = torch.zeros(B, dtype=torch.bool, device=dev)
