@@ -85,3 +85,62 @@ def test_python_dash_m_entry_point():
     assert res.returncode == 0
     for cmd in ("train", "eval", "export", "compare", "baseline", "tasks", "rewards"):
         assert cmd in res.stdout
+
+
+@pytest.fixture()
+def tiny_model_dir(tmp_path, tiny_tokenizer):
+    from conftest import make_tiny_causal_lm
+
+    path = tmp_path / "tiny-model"
+    make_tiny_causal_lm(tiny_tokenizer).save_pretrained(path)
+    tiny_tokenizer.save_pretrained(path)
+    return path
+
+
+def test_compare_export_and_eval_end_to_end(tmp_path, tiny_model_dir, shared_data_dir, capsys):
+    out = tmp_path / "cmp"
+    common = ["--model", str(tiny_model_dir), "--task", "sst2", "--data-dir", str(shared_data_dir),
+              "--steps", "2", "--eval-steps", "1", "--batch-size", "4", "--num-train", "16", "--num-eval", "8",
+              "--num-test", "8", "--lr", "1e-3", "--eps", "1e-2", "--autocast", "none", "--no-progress"]
+    assert main(["compare", *common, "--objective", "cross_entropy", "--objective", "accuracy",
+                 "--output-dir", str(out)]) == 0
+    table = (out / "comparison.md").read_text()
+    assert "| cross_entropy | cross_entropy | 2 |" in table and "| accuracy | accuracy | 2 |" in table
+    for png in ("validation_vs_steps.png", "validation_vs_time.png"):
+        assert (out / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    for run in ("cross_entropy", "accuracy"):
+        summary = json.loads((out / run / "summary.json").read_text())
+        assert json.loads((out / run / "config.json").read_text())["reward"] == [run]
+        assert set(summary["initial_validation"]) >= {"accuracy"}
+    # same data and seed: both runs start from the same validation accuracy
+    starts = {json.loads((out / r / "summary.json").read_text())["initial_validation"]["accuracy"]
+              for r in ("cross_entropy", "accuracy")}
+    assert len(starts) == 1
+
+    # the report alone, from finished runs
+    assert main(["compare", "--runs", str(out / "cross_entropy"), str(out / "accuracy"),
+                 "--report-dir", str(tmp_path / "report")]) == 0
+    assert (tmp_path / "report" / "comparison.md").read_text() == table
+
+    # export the final weights and evaluate them with `eval --model DIR`; `eval --run-dir` agrees
+    run = out / "cross_entropy"
+    assert main(["export", "--run-dir", str(run), "--step", "final", "--output", str(tmp_path / "exported")]) == 0
+    assert (tmp_path / "exported" / "config.json").is_file()
+    capsys.readouterr()
+    base = ["--task", "sst2", "--split", "validation", "--n", "8", "--data-dir", str(shared_data_dir)]
+    assert main(["eval", "--model", str(tmp_path / "exported"), *base]) == 0
+    exported = json.loads(capsys.readouterr().out)
+    assert main(["eval", "--run-dir", str(run), "--step", "final", *base]) == 0
+    replayed = json.loads(capsys.readouterr().out)
+    assert exported["metrics"] == replayed["metrics"] and replayed["step"] == 2
+
+
+def test_train_command_writes_a_run(tmp_path, tiny_model_dir, shared_data_dir, capsys):
+    out = tmp_path / "run"
+    cfg = tmp_path / "train.yaml"
+    cfg.write_text(f"model: {tiny_model_dir}\ntask: sst2\nreward: [cross_entropy]\nsteps: 2\nbatch_size: 4\n"
+                   f"num_train: 16\nnum_eval: 8\nnum_test: 8\nautocast: none\nprogress: false\nlr: 1.0e-3\n")
+    assert main(["train", "--config", str(cfg), "--data-dir", str(shared_data_dir), "--output-dir", str(out)]) == 0
+    assert "validation accuracy:" in capsys.readouterr().out
+    assert json.loads((out / "summary.json").read_text())["steps"] == 2
+    assert json.loads((out / "config.json").read_text())["model"] == str(tiny_model_dir)
