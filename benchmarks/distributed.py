@@ -42,7 +42,9 @@ def worker(a) -> None:
     lm = load_model(a.model, dtype="float32")
     if not isinstance(lm, LanguageModel):
         raise TypeError(f"load_model returned {type(lm).__name__}, expected a LanguageModel")
+    t0 = time.perf_counter()
     ctx.check_same_weights(lm.model.named_parameters())
+    checksum_seconds = time.perf_counter() - t0
     task = get_task(a.task)
     train = task.load_split("train", n=a.batch_size * (a.warmup + a.steps), seed=0)
     objective = build_objective(["cross_entropy"])
@@ -77,7 +79,8 @@ def worker(a) -> None:
         with open(a.result, "w") as f:
             json.dump({"ranks": ctx.world_size, "threads": a.threads, "steps": a.steps,
                        "seconds_per_step": sum(timed) / len(timed), "steps_per_s": len(timed) / sum(timed),
-                       "bytes_per_step": step_bytes[-1], "losses": losses}, f)
+                       "bytes_per_step": step_bytes[-1], "checksum_seconds": checksum_seconds,
+                       "losses": losses}, f)
     ctx.close()
 
 
@@ -123,11 +126,11 @@ def main(argv=None) -> None:
     results = [launch(a, r, t) for r, t in layouts]
     print(f"\nmodel {a.model}, task {a.task}, global batch {a.batch_size}, {a.steps} timed steps "
           f"(+{a.warmup} warmup), {os.cpu_count()} CPU cores\n")
-    print("| ranks | threads/rank | s/step | steps/s | bytes all-reduced/step/rank |")
-    print("|---|---|---|---|---|")
+    print("| ranks | threads/rank | s/step | steps/s | bytes all-reduced/step/rank | weight checksum s |")
+    print("|---|---|---|---|---|---|")
     for r in results:
         print(f"| {r['ranks']} | {r['threads']} | {r['seconds_per_step']:.3f} | {r['steps_per_s']:.3f} "
-              f"| {r['bytes_per_step']} |")
+              f"| {r['bytes_per_step']} | {r['checksum_seconds']:.2f} |")
     ref = results[0]["losses"]
     worst = max(max(abs(x - y) for x, y in zip(ref, r["losses"])) for r in results)
     print(f"\nlargest difference in the global loss between layouts: {worst:.3g} (losses of layout "
