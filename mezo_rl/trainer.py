@@ -60,7 +60,7 @@ class TrainingArguments:
     task: str = field(default="sst2", metadata={"help": "task name (see `mezo-rl tasks`)"})
     reward: list[str] = field(default_factory=lambda: ["accuracy"], metadata={"help": "reward/objective name (see `mezo-rl rewards`); repeat to combine several"})
     reward_weights: Optional[list[float]] = field(default=None, metadata={"help": "one weight per --reward (default: all 1)"})
-    reward_normalize: Optional[str] = field(default=None, metadata={"help": "how the objective normalises its components (passed to rewards.build_objective)"})
+    reward_normalize: Optional[str] = field(default=None, metadata={"help": "'std': scale each reward by its spread on the first batch before weighting (default: no scaling)"})
     peft: str = field(default="none", metadata={"help": "none (full fine-tuning), lora or prefix", "choices": ["none", "lora", "prefix"]})
     lora_r: int = field(default=8, metadata={"help": "LoRA rank (paper: 8)"})
     lora_alpha: int = field(default=16, metadata={"help": "LoRA alpha (paper: 16)"})

@@ -144,3 +144,12 @@ def test_train_command_writes_a_run(tmp_path, tiny_model_dir, shared_data_dir, c
     assert "validation accuracy:" in capsys.readouterr().out
     assert json.loads((out / "summary.json").read_text())["steps"] == 2
     assert json.loads((out / "config.json").read_text())["model"] == str(tiny_model_dir)
+
+
+def test_baseline_command(tmp_path, tiny_model_dir, shared_data_dir, capsys):
+    assert main(["baseline", "--method", "lp", "--model", str(tiny_model_dir), "--task", "sst2",
+                 "--data-dir", str(shared_data_dir), "--num-train", "16", "--num-test", "8",
+                 "--output-dir", str(tmp_path)]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["method"] == "lp" and 0.0 <= result["test"]["accuracy"] <= 1.0
+    assert json.loads((tmp_path / "baseline_lp.json").read_text()) == result
