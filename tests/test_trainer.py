@@ -192,3 +192,15 @@ def test_reward_that_does_not_fit_the_task_fails_before_training(tmp_path, facto
     args = make_args(tmp_path, reward=["squad_f1"])
     with pytest.raises(ValueError, match="answers"):
         Trainer(args, lm=factory(), task=get_task("sst2"), splits=splits())
+
+
+def test_tensorboard_option_writes_event_files(tmp_path, factory):
+    pytest.importorskip("tensorboard")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    train(make_args(tmp_path, steps=2, eval_steps=2, tensorboard=True), factory)
+    acc = EventAccumulator(str(tmp_path / "run" / "tensorboard"))
+    acc.Reload()
+    tags = acc.Tags()["scalars"]
+    assert {"train/loss", "train/projected_grad", "validation/accuracy", "test/accuracy"} <= set(tags)
+    assert [e.step for e in acc.Scalars("train/loss")] == [1, 2]
