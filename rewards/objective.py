@@ -98,7 +98,7 @@ class Objective:
         return {r.needs for r in self.rewards}
 
     def __repr__(self):
-        parts = ", ".join(f"{r.name}x{self.weights[r.name]:g}" for r in self.rewards)
+        parts = " + ".join(f"{self.weights[r.name]:g}*{r.name}" for r in self.rewards)
         return f"Objective({parts}, normalize={self.normalize!r})"
 
     # ---- checks done once, before training ---------------------------------------------------
