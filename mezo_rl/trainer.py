@@ -26,6 +26,7 @@ rebuild the weights bit for bit (:func:`mezo_rl.trajectory.replay_trajectory`).
 from __future__ import annotations
 
 import dataclasses
+import gc
 import json
 import math
 import os
@@ -452,6 +453,7 @@ class Trainer:
         self.best_validation: Optional[dict] = None
         self.initial_validation: Optional[dict] = None
         self.elapsed_before_resume = 0.0
+        self.trajectory = None  # the run's Trajectory, set when training ends (also opt.trajectory while training)
         self._outs: list = []
 
     # -------------------------------------------------------------- setup
@@ -645,11 +647,13 @@ class Trainer:
         """Put the best step's weights in ``self.lm`` (replay of the trajectory prefix on a fresh base)."""
         if self.best_step == self.step:
             return
-        trajectory = self.optimizer.trajectory
-        fresh = self.lm_factory() if self.lm_factory is not None else None
+        # free the trained model first (the optimizer holds its parameters): never two models at once
+        self.optimizer = self.scheduler = None
         del self.lm
+        gc.collect()
+        fresh = self.lm_factory() if self.lm_factory is not None else None
         self.lm = build_model(self.args, fresh)
-        replay_prefix(self.lm, trajectory, self.best_step)
+        replay_prefix(self.lm, self.trajectory, self.best_step)
 
     # -------------------------------------------------------------- main loop
     def train(self) -> dict:
@@ -695,6 +699,7 @@ class Trainer:
         finally:
             bar.close()
         self.save_checkpoint()
+        self.trajectory = self.optimizer.trajectory
         final_step = self.step
         self._restore_best()
         t0 = time.perf_counter()
