@@ -32,6 +32,7 @@ plain model computes on ``[sampled tokens] + input``.
 """
 from __future__ import annotations
 
+import copy
 import importlib
 import json
 import os
@@ -273,11 +274,12 @@ class PrefixKV(nn.Module):
     left-padding rows and every generation step; the KV cache itself never holds them).
     """
 
-    def __init__(self, keys: torch.Tensor, values: torch.Tensor, attention_fn):
+    def __init__(self, keys: torch.Tensor, values: torch.Tensor, attn_implementation: str, eager_fn=None):
         super().__init__()
         self.keys = nn.Parameter(keys.clone())
         self.values = nn.Parameter(values.clone())
-        self.attention_fn = attention_fn   # the layer's own attention function (sdpa or eager)
+        self.attn_implementation = attn_implementation   # the layer's own attention: "sdpa" or "eager"
+        self.eager_fn = eager_fn                         # the model's eager_attention_forward (for "eager")
 
     @property
     def num_tokens(self) -> int:
@@ -293,13 +295,15 @@ def _apply_prefix(model, tokenizer, *, num_prefix_tokens, seed):
                          f"{attn_impl!r}; load it with attn_implementation='sdpa'")
     layers = _attention_layers(model)
     keys, values = _real_activation_kv(model, tokenizer, num_prefix_tokens, seed)
-    _register_prefix_attention()
+    from transformers import AttentionInterface
+
+    AttentionInterface.register(_PREFIX_ATTENTION, _prefix_attention)  # global registry; idempotent
     model.requires_grad_(False)
     for attn in layers:
-        fn = _eager_attention(attn) if attn_impl == "eager" else _attention_functions()["sdpa"]
-        setattr(attn, _PREFIX_ATTR, PrefixKV(keys[attn.layer_idx], values[attn.layer_idx], fn))
+        eager_fn = _eager_attention(attn) if attn_impl == "eager" else None
+        setattr(attn, _PREFIX_ATTR, PrefixKV(keys[attn.layer_idx], values[attn.layer_idx], attn_impl, eager_fn))
         # Route this layer (only) through _prefix_attention: a private copy of the config that names it.
-        attn.config = _copy_config(attn.config)
+        attn.config = copy.copy(attn.config)
         attn.config._attn_implementation_internal = _PREFIX_ATTENTION
     model.base_model.register_forward_pre_hook(_positions_from_padding_mask, with_kwargs=True)
     return dict(method="prefix", num_prefix_tokens=num_prefix_tokens, seed=seed)
@@ -362,10 +366,14 @@ def _prefix_attention(module, query, key, value, attention_mask, **kwargs):
         else:  # additive float mask: 0 where visible
             visible = attention_mask.new_zeros(*attention_mask.shape[:-1], m)
         attention_mask = torch.cat([visible, attention_mask[..., :kv_len]], dim=-1)
-        if attention_mask.dtype == torch.bool and prefix.attention_fn is not _attention_functions().get("sdpa"):
+    if prefix.attn_implementation == "eager":
+        if attention_mask is not None and attention_mask.dtype == torch.bool:  # eager adds the mask to scores
             attention_mask = torch.zeros_like(attention_mask, dtype=query.dtype).masked_fill(
                 ~attention_mask, torch.finfo(query.dtype).min)
-    return prefix.attention_fn(module, query, key, value, attention_mask, is_causal=False, **kwargs)
+        return prefix.eager_fn(module, query, key, value, attention_mask, **kwargs)
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    return sdpa_attention_forward(module, query, key, value, attention_mask, is_causal=False, **kwargs)
 
 
 def _positions_from_padding_mask(module, args, kwargs):
@@ -385,35 +393,11 @@ def _prefix_modules(model):
     return [getattr(m, _PREFIX_ATTR) for m in _attention_layers(model)]
 
 
-_REGISTERED = False
-
-
-def _register_prefix_attention():
-    global _REGISTERED
-    if not _REGISTERED:
-        from transformers import AttentionInterface
-
-        AttentionInterface.register(_PREFIX_ATTENTION, _prefix_attention)
-        _REGISTERED = True
-
-
-def _attention_functions():
-    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
-
-    return ALL_ATTENTION_FUNCTIONS
-
-
 def _eager_attention(attn):
     fn = getattr(importlib.import_module(type(attn).__module__), "eager_attention_forward", None)
     if fn is None:
         raise ValueError(f"{type(attn).__name__} has no eager_attention_forward; use attn_implementation='sdpa'")
     return fn
-
-
-def _copy_config(config):
-    import copy
-
-    return copy.copy(config)
 
 
 @contextmanager
