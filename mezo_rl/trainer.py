@@ -72,9 +72,9 @@ class TrainingArguments:
     num_eval: int = field(default=200, metadata={"help": "validation examples (paper: 500)"})
     num_test: int = field(default=500, metadata={"help": "test examples (paper: 1000)"})
     # MeZO
-    steps: int = field(default=400, metadata={"help": "training steps (paper: 20000)"})
-    batch_size: int = field(default=64, metadata={"help": "examples per step (paper: 16)"})
-    lr: Optional[float] = field(default=None, metadata={"help": "learning rate (default: 1e-5 full, PEFT_DEFAULTS for lora/prefix)"})
+    steps: int = field(default=50, metadata={"help": "training steps (paper: 20000)"})
+    batch_size: int = field(default=32, metadata={"help": "examples per step (paper: 16)"})
+    lr: Optional[float] = field(default=None, metadata={"help": "learning rate (default: 2e-5 full, PEFT_DEFAULTS for lora/prefix)"})
     eps: Optional[float] = field(default=None, metadata={"help": "perturbation scale (default: 1e-3 full, PEFT_DEFAULTS for lora/prefix)"})
     weight_decay: Optional[float] = field(default=None, metadata={"help": "decoupled weight decay, biases and norm weights exempt (default 0)"})
     lr_scheduler: str = field(default="constant", metadata={"help": "constant (paper) or linear", "choices": ["constant", "linear"]})
@@ -95,6 +95,7 @@ class TrainingArguments:
     # evaluation and logging
     eval_steps: Optional[int] = field(default=None, metadata={"help": "evaluate on validation every N steps (default: steps/5, as in the paper)"})
     metric_for_best: Optional[str] = field(default=None, metadata={"help": "validation metric that picks the best step (default: the task's first metric)"})
+    initial_test: bool = field(default=True, metadata={"help": "also evaluate the untrained model on the test examples (summary.json: initial_test)"})
     eval_batch_size: int = field(default=32, metadata={"help": "examples per forward pass during evaluation"})
     logging_steps: int = field(default=1, metadata={"help": "write a metrics.jsonl record every N steps"})
     output_dir: str = field(default="runs/mezo", metadata={"help": "where config, metrics, summary and checkpoint go"})
@@ -135,7 +136,7 @@ class TrainingArguments:
     # ------------------------------------------------------------------ resolved values
     def hyperparameters(self) -> dict:
         """lr / eps / weight_decay with the per-mode defaults filled in (explicit values win)."""
-        defaults = {"lr": 1e-5, "eps": 1e-3, "weight_decay": 0.0}
+        defaults = {"lr": 2e-5, "eps": 1e-3, "weight_decay": 0.0}
         if self.peft != "none":
             from mezo_rl.peft import PEFT_DEFAULTS
 
@@ -452,6 +453,8 @@ class Trainer:
         self.best_value: Optional[float] = None
         self.best_validation: Optional[dict] = None
         self.initial_validation: Optional[dict] = None
+        self.initial_test: Optional[dict] = None
+        self.last_validation: Optional[dict] = None
         self.elapsed_before_resume = 0.0
         self.trajectory = None  # the run's Trajectory, set when training ends (also opt.trajectory while training)
         self._outs: list = []
@@ -563,6 +566,7 @@ class Trainer:
         metrics = self.evaluate("validation")
         name = primary_metric(self.task, metrics, self.args.metric_for_best)
         value = metrics[name]
+        self.last_validation = metrics
         if self.best_value is None or value > self.best_value:
             self.best_value, self.best_step, self.best_validation = value, self.step, metrics
         self._record_eval("validation", metrics, time.perf_counter() - t0)
@@ -608,6 +612,7 @@ class Trainer:
         _write_json(ckpt / STATE_FILE, {
             "step": self.step, "best_step": self.best_step, "best_value": self.best_value,
             "best_validation": self.best_validation, "initial_validation": self.initial_validation,
+            "initial_test": self.initial_test, "last_validation": self.last_validation,
             "wall_time_s": self.wall_time(), "objective": self.objective.state_dict(),
         })
 
@@ -634,13 +639,15 @@ class Trainer:
         self.step = state["step"]
         self.best_step, self.best_value = state["best_step"], state["best_value"]
         self.best_validation, self.initial_validation = state["best_validation"], state["initial_validation"]
+        self.initial_test, self.last_validation = state["initial_test"], state["last_validation"]
         self.elapsed_before_resume = state["wall_time_s"]
         self.objective.load_state_dict(state["objective"])
         # drop log records beyond the checkpoint so metrics.jsonl reads like an uninterrupted run
         path = self.output_dir / "metrics.jsonl"
         if path.is_file() and self.dist.is_main:
             records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-            kept = [json.dumps(r) for r in records if r["step"] <= self.step and r.get("split") != "test"]
+            kept = [json.dumps(r) for r in records
+                    if r["step"] <= self.step and not (r.get("split") == "test" and r["step"] > 0)]
             path.write_text("".join(line + "\n" for line in kept))
 
     def _restore_best(self) -> None:
@@ -676,6 +683,10 @@ class Trainer:
             cb.on_train_begin(self)
         if self.initial_validation is None:
             self.initial_validation = self._validate()
+            if a.initial_test and self.splits["test"]:
+                t0 = time.perf_counter()
+                self.initial_test = self.evaluate("test")
+                self._record_eval("test", self.initial_test, time.perf_counter() - t0)
             self.save_checkpoint()
         eval_steps = a.resolved_eval_steps()
         bar = tqdm(total=a.steps, initial=self.step, disable=not (a.progress and self.dist.is_main),
@@ -711,6 +722,8 @@ class Trainer:
             "initial_validation": self.initial_validation,
             "validation": self.best_validation,
             "test": test,
+            "initial_test": self.initial_test,
+            "final_validation": self.last_validation,
             "best_step": self.best_step,
             "steps": final_step,
             "wall_time_s": self.wall_time(),
@@ -718,7 +731,8 @@ class Trainer:
             "metric_for_best": primary_metric(self.task, self.initial_validation, a.metric_for_best),
             "trainable_parameters": sum(p.numel() for p in trainable_parameters(self.lm.model)),
         }
-        summary["metrics"] = {f"{split}/{k}": v for split in ("initial_validation", "validation", "test")
+        summary["metrics"] = {f"{split}/{k}": v for split in ("initial_validation", "validation", "test",
+                                                              "initial_test", "final_validation")
                               for k, v in (summary[split] or {}).items()}
         if self.dist.is_main:
             _write_json(self.output_dir / "summary.json", summary)

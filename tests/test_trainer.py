@@ -71,12 +71,14 @@ def test_outputs_metrics_summary_and_checkpoint(tmp_path, factory):
             assert isinstance(r[key], float), key
         assert r["projected_grad"] == pytest.approx((r["loss_plus"] - r["loss_minus"]) / (2 * 1e-2))
     evals = [(r["split"], r["step"]) for r in records if "split" in r]
-    assert evals == [("validation", 0), ("validation", 3), ("validation", 6), ("test", 6)]
+    assert evals == [("validation", 0), ("test", 0), ("validation", 3), ("validation", 6), ("test", 6)]
 
     saved = json.loads((out / "summary.json").read_text())
     assert saved == json.loads(json.dumps(summary))
     for key in ("initial_validation", "validation", "test", "best_step", "wall_time_s", "metrics"):
         assert key in saved
+    last_eval = [r for r in records if r.get("split") == "validation"][-1]["metrics"]
+    assert saved["final_validation"] == last_eval and set(saved["initial_test"]) == set(saved["test"])
     assert saved["best_step"] in (0, 3, 6) and saved["steps"] == 6
     assert saved["metrics"]["test/accuracy"] == saved["test"]["accuracy"]
     assert all(isinstance(v, (int, float)) for v in saved["metrics"].values())
