@@ -257,6 +257,47 @@ def test_prefix_export_roundtrip_and_no_merge(tiny_tokenizer, tmp_path):
         export_model(lm, tmp_path / "merged", merged=True)
 
 
+# ------------------------------------------------------------------------- trainer, replay, export
+
+@pytest.mark.parametrize("method", METHODS)
+def test_trainer_checkpoint_replays_and_exports_the_adapter(tiny_tokenizer, method, tmp_path):
+    from mezo_rl.trainer import Trainer, TrainerCallback, TrainingArguments, load_run
+    from tasks import Example, get_task
+
+    class KeepFinal(TrainerCallback):  # the weights after the last step (train() then restores the best)
+        def on_step_end(self, trainer, record):
+            self.state = {k: v.clone() for k, v in trainer.lm.model.state_dict().items()}
+
+    def examples(n, seed):
+        g = torch.Generator().manual_seed(seed)
+        labels = torch.randint(2, (n,), generator=g).tolist()
+        return [Example(prompt=f"the movie was {'good' if y else 'bad'} . It was", candidates=[" terrible", " great"],
+                        label=y, columns={}) for y in labels]
+
+    factory = lambda: make_lm(tiny_tokenizer)  # noqa: E731
+    args = TrainingArguments(model="tiny", task="sst2", reward=["cross_entropy"], peft=method, steps=4,
+                             batch_size=4, eval_steps=2, autocast="none", progress=False, num_train=16,
+                             num_eval=8, num_test=0, output_dir=str(tmp_path / "run"))
+    splits = {"train": examples(16, 0), "validation": examples(8, 1), "test": []}
+    final = KeepFinal()
+    trainer = Trainer(args, lm=factory(), lm_factory=factory, task=get_task("sst2"), splits=splits, callbacks=[final])
+    trainer.train()
+    identity = json.loads((tmp_path / "run" / "checkpoint" / "model.json").read_text())
+    assert identity["peft"] == peft_config(trainer.lm)
+
+    rebuilt, _, n = load_run(tmp_path / "run", "final", lm=factory())
+    assert n == 4
+    initial = factory()
+    apply_peft(initial, **identity["peft"])
+    moved = [k for k, v in initial.model.state_dict().items() if not torch.equal(v, final.state[k])]
+    assert moved and all("lora_" in k or "mezo_prefix" in k for k in moved)  # only the adapter trained
+    for k, v in rebuilt.model.state_dict().items():
+        assert torch.equal(v, final.state[k]), k
+    export_model(rebuilt, tmp_path / "adapter")
+    loaded = load_adapter(factory(), tmp_path / "adapter")
+    assert torch.equal(logits(loaded.model, TEXT, tiny_tokenizer), logits(rebuilt.model, TEXT, tiny_tokenizer))
+
+
 # ------------------------------------------------------------------------------------ bad input
 
 def test_bad_input_errors(tiny_tokenizer, tiny_masked_lm):
