@@ -188,7 +188,13 @@ def cmd_compare(ns) -> int:
         for path in ns.variant or []:
             name = os.path.splitext(os.path.basename(path))[0]
             overrides = load_config_file(path)
-            variants[name] = dataclasses.replace(base, **overrides)
+            unknown = sorted(set(overrides) - {f.name for f in dataclasses.fields(TrainingArguments)})
+            if unknown:
+                raise SystemExit(f"--variant {path}: unknown option(s) {unknown}; use `mezo-rl train` option names")
+            try:
+                variants[name] = dataclasses.replace(base, **overrides, resume=False)
+            except (TypeError, ValueError) as e:
+                raise SystemExit(f"--variant {path}: {e}")
         if len(variants) < 2:
             raise SystemExit("compare: give at least two variants (--objective cross_entropy --objective accuracy, "
                              "and/or --variant a.yaml --variant b.yaml), or --runs DIR DIR to report finished runs")
