@@ -5,7 +5,8 @@
 
 For each dtype: F = median time of one forward pass of the plain model under torch.no_grad()
 (batch 16, sequence 64, random token ids, next-token cross-entropy computed from the logits),
-S = median time of one ``MeZO.step`` whose closure is that forward pass, and S / (2F): how much a
+S = median time of one ``MeZO.step`` whose closure is that forward pass (dtypes: float32; bfloat16
+weights; autocast = float32 master weights with a bfloat16-autocast forward, the remedy for bf16 drift), and S / (2F): how much a
 step costs beyond its two forward passes. Also: the median time of one noise sweep over all
 parameters (the overhead a step adds is about three sweeps), for the chosen backend and for the
 plain torch generator. Peak memory is measured separately, one process per mode:
@@ -33,9 +34,9 @@ def batch(vocab: int, bsz: int = 16, seq: int = 64) -> torch.Tensor:
     return torch.randint(0, vocab, (bsz, seq), generator=torch.Generator().manual_seed(0))
 
 
-def make_loss(model, ids):
+def make_loss(model, ids, autocast: bool = False):
     def loss():
-        with torch.no_grad():
+        with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
             logits = model(input_ids=ids).logits
             return F.cross_entropy(logits[:, :-1].flatten(0, 1).float(), ids[:, 1:].flatten())
     return loss
@@ -51,10 +52,11 @@ def median_time(fn, reps: int) -> tuple[float, list[float]]:
 
 
 def measure(dtype: str, backend: str, kind: str, reps: int) -> dict:
-    lm = load_model("smollm2-135m", dtype=dtype)
+    autocast = dtype == "autocast"  # float32 master weights, bfloat16 compute
+    lm = load_model("smollm2-135m", dtype="float32" if autocast else dtype)
     model = lm.model
     ids = batch(model.config.vocab_size)
-    loss = make_loss(model, ids)
+    loss = make_loss(model, ids, autocast)
     opt = MeZO(model.parameters(), lr=1e-7, eps=1e-3, noise=kind, noise_backend=backend, record=False)
     loss()
     opt.step(loss)  # warm-up: first forward, compiles the noise kernels if needed
@@ -82,7 +84,8 @@ def measure(dtype: str, backend: str, kind: str, reps: int) -> dict:
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--dtypes", nargs="+", default=["float32", "bfloat16"])
+    ap.add_argument("--dtypes", nargs="+", default=["float32", "bfloat16", "autocast"],
+                    help="float32, bfloat16 (bf16 weights), autocast (fp32 weights, bf16 autocast forward)")
     ap.add_argument("--noise-backend", default="auto", choices=mezo_noise.BACKENDS)
     ap.add_argument("--noise", default="gaussian", choices=mezo_noise.KINDS)
     ap.add_argument("--reps", type=int, default=7)
