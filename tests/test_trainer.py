@@ -206,3 +206,20 @@ def test_tensorboard_option_writes_event_files(tmp_path, factory):
     tags = acc.Tags()["scalars"]
     assert {"train/loss", "train/projected_grad", "validation/accuracy", "test/accuracy"} <= set(tags)
     assert [e.step for e in acc.Scalars("train/loss")] == [1, 2]
+
+
+def test_masked_lm_trains_on_the_mask_prompt(tmp_path, tiny_masked_lm):
+    from conftest import make_tiny_masked_lm
+
+    model, tok = tiny_masked_lm
+    data = {k: [Example(prompt=ex.prompt, candidates=ex.candidates, label=ex.label,
+                        mask_prompt=ex.prompt + " [MASK] .", mask_candidates=["terrible", "great"]) for ex in v]
+            for k, v in splits().items()}
+    factory = lambda: LanguageModel(make_tiny_masked_lm(tok), tok)
+    args = make_args(tmp_path, steps=2, eval_steps=2)
+    trainer = Trainer(args, lm=LanguageModel(model, tok), lm_factory=factory, task=get_task("sst2"), splits=data)
+    summary = trainer.train()
+    assert summary["steps"] == 2 and 0.0 <= summary["test"]["accuracy"] <= 1.0
+    with pytest.raises(ValueError, match="completions"):
+        Trainer(make_args(tmp_path, reward=["squad_f1"]), lm=factory(), task=get_task("squad"),
+                splits={k: [Example(prompt="Q?", answers=[" a"])] * 4 for k in ("train", "validation", "test")})
