@@ -51,12 +51,13 @@ def worker(a) -> None:
     keys = list(objective.names)
     opt = MeZO([p for p in lm.model.parameters() if p.requires_grad], lr=a.lr, eps=1e-3, seed=0)
 
-    losses, step_seconds, step_bytes = [], [], []
+    losses, step_seconds, step_bytes, closure_seconds = [], [], [], []
     for step in range(a.warmup + a.steps):
         batch = train[step * a.batch_size:(step + 1) * a.batch_size]  # same global batch on every rank
         shard = ctx.shard(batch)
 
         def closure():
+            t_fwd = time.perf_counter()
             with torch.no_grad():
                 scores = lm.score([ex.prompt for ex in shard], [ex.candidates for ex in shard])
             out = objective.evaluate(prompts=[ex.prompt for ex in shard], candidate_scores=scores,
@@ -64,21 +65,25 @@ def worker(a) -> None:
             stats = ctx.all_reduce_sum([out.sums[k] for k in keys] + [out.counts[k] for k in keys]
                                        + [out.sq_sums[k] for k in keys])
             n = len(keys)
+            closure_seconds[-1] += time.perf_counter() - t_fwd
             return objective.loss_from(dict(zip(keys, stats[:n])), dict(zip(keys, stats[n:2 * n])),
                                        dict(zip(keys, stats[2 * n:])))
 
         ctx.barrier()
+        closure_seconds.append(0.0)
         b0, t0 = ctx.bytes_communicated, time.perf_counter()
         res = opt.step(closure)
         step_seconds.append(time.perf_counter() - t0)
         step_bytes.append(ctx.bytes_communicated - b0)
         losses.append(float(res.loss))
-    timed = step_seconds[a.warmup:]
+    timed, forward = step_seconds[a.warmup:], closure_seconds[a.warmup:]
     ctx.check_same_weights(lm.model.named_parameters())  # the replicas are still identical
     if ctx.is_main:
         with open(a.result, "w") as f:
             json.dump({"ranks": ctx.world_size, "threads": a.threads, "steps": a.steps,
                        "seconds_per_step": sum(timed) / len(timed), "steps_per_s": len(timed) / sum(timed),
+                       "closure_seconds_per_step": sum(forward) / len(forward),
+                       "load_average_1min": os.getloadavg()[0],
                        "bytes_per_step": step_bytes[-1], "checksum_seconds": checksum_seconds,
                        "losses": losses}, f)
     ctx.close()
@@ -126,11 +131,14 @@ def main(argv=None) -> None:
     results = [launch(a, r, t) for r, t in layouts]
     print(f"\nmodel {a.model}, task {a.task}, global batch {a.batch_size}, {a.steps} timed steps "
           f"(+{a.warmup} warmup), {os.cpu_count()} CPU cores\n")
-    print("| ranks | threads/rank | s/step | steps/s | bytes all-reduced/step/rank | weight checksum s |")
-    print("|---|---|---|---|---|---|")
+    print("| ranks | threads/rank | s/step | steps/s | of which closures (forward + all-reduce) | "
+          "perturb + update | bytes all-reduced/step/rank | weight checksum s | load avg |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for r in results:
+        rest = r["seconds_per_step"] - r["closure_seconds_per_step"]
         print(f"| {r['ranks']} | {r['threads']} | {r['seconds_per_step']:.3f} | {r['steps_per_s']:.3f} "
-              f"| {r['bytes_per_step']} | {r['checksum_seconds']:.2f} |")
+              f"| {r['closure_seconds_per_step']:.3f} | {rest:.3f} | {r['bytes_per_step']} "
+              f"| {r['checksum_seconds']:.2f} | {r['load_average_1min']:.1f} |")
     ref = results[0]["losses"]
     worst = max(max(abs(x - y) for x, y in zip(ref, r["losses"])) for r in results)
     print(f"\nlargest difference in the global loss between layouts: {worst:.3g} (losses of layout "
