@@ -119,25 +119,43 @@ def _hash_noise(numel: int, keys: torch.Tensor, gaussian: bool, device) -> torch
     return torch.sqrt(-2.0 * torch.log(u1)) * torch.cos((2.0 * math.pi) * u2)
 
 
-def _hash_axpy_impl(flat: torch.Tensor, keys: torch.Tensor, coef: torch.Tensor, gaussian: bool) -> None:
+def _hash_axpy(flat: torch.Tensor, keys: torch.Tensor, coef: torch.Tensor, gaussian: bool) -> None:
     """flat <- (flat + a*z) * c + b*z with coef = float32 [a, b, c], computed in float32."""
     z = _hash_noise(flat.numel(), keys, gaussian, flat.device)
     out = (flat.to(torch.float32) + coef[0] * z) * coef[2] + coef[1] * z
     flat.copy_(out.to(flat.dtype))
 
 
-def _hash_generate_impl(numel: int, keys: torch.Tensor, gaussian: bool, device) -> torch.Tensor:
-    return _hash_noise(numel, keys, gaussian, device)
+# One top-level function per (operation, kind): torch.compile keeps a cache of compiled variants per
+# code object (dtypes, shapes of the viewed tensor), and separate code objects keep each cache small.
+def _axpy_gaussian(flat, keys, coef):
+    _hash_axpy(flat, keys, coef, True)
 
 
-_compiled: dict[str, object] = {}
+def _axpy_rademacher(flat, keys, coef):
+    _hash_axpy(flat, keys, coef, False)
 
 
-def _compiled_fn(name: str):
-    fn = _compiled.get(name)
+def _generate_gaussian(numel, keys, device):
+    return _hash_noise(numel, keys, True, device)
+
+
+def _generate_rademacher(numel, keys, device):
+    return _hash_noise(numel, keys, False, device)
+
+
+_IMPLS = {("axpy", "gaussian"): _axpy_gaussian, ("axpy", "rademacher"): _axpy_rademacher,
+          ("generate", "gaussian"): _generate_gaussian, ("generate", "rademacher"): _generate_rademacher}
+_compiled: dict[tuple[str, str], object] = {}
+
+
+def _compiled_fn(name: str, kind: str):
+    fn = _compiled.get((name, kind))
     if fn is None:
-        impl = {"axpy": _hash_axpy_impl, "generate": _hash_generate_impl}[name]
-        fn = _compiled[name] = torch.compile(impl, dynamic=True, fullgraph=True)
+        # Each dtype (float32, bfloat16, float16) and each rank of the parameter behind the flat
+        # view is a separately compiled variant; allow more than dynamo's default of 8.
+        torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
+        fn = _compiled[(name, kind)] = torch.compile(_IMPLS[(name, kind)], dynamic=True, fullgraph=True)
     return fn
 
 
@@ -182,7 +200,8 @@ def generate(key: int, numel: int, kind: str, backend: str, device="cpu") -> tor
     if backend == "torch":
         return _torch_noise(key, numel, kind, device)
     if backend == "compiled":
-        return _compiled_fn("generate")(numel, _hash_keys(key, device), kind == "gaussian", device)
+        with torch.no_grad():  # one grad mode: a change of grad mode would be another compiled variant
+            return _compiled_fn("generate", kind)(numel, _hash_keys(key, device), device)
     raise ValueError(f"noise backend must be 'torch' or 'compiled' here (resolve 'auto' first), got {backend!r}")
 
 
@@ -200,7 +219,8 @@ def axpy_(p: torch.Tensor, key: int, kind: str, backend: str, a: float, b: float
     flat = p.view(-1)
     if backend == "compiled":
         coef = torch.tensor([a, b, c], dtype=torch.float32, device=p.device)
-        _compiled_fn("axpy")(flat, _hash_keys(key, p.device), coef, kind == "gaussian")
+        with torch.no_grad():
+            _compiled_fn("axpy", kind)(flat, _hash_keys(key, p.device), coef)
         return p
     if backend != "torch":
         raise ValueError(f"noise backend must be 'torch' or 'compiled' here (resolve 'auto' first), got {backend!r}")
