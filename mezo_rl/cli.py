@@ -162,15 +162,16 @@ def cmd_export(ns) -> int:
     from mezo_rl.trainer import load_run
 
     lm, args, step = load_run(ns.run_dir, _step(ns.step))
+    merged = ns.merged if ns.merged is not None else args.peft == "lora"
     if args.peft != "none":
         from mezo_rl.peft import export_model
 
-        export_model(lm, ns.output, merged=ns.merged)
+        export_model(lm, ns.output, merged=merged)
     else:
         lm.model.save_pretrained(ns.output)
         lm.tokenizer.save_pretrained(ns.output)
     print(f"wrote {ns.output} ({args.model} + {step} MeZO steps from {ns.run_dir}"
-          + (f", {args.peft} {'merged' if ns.merged else 'adapter'}" if args.peft != "none" else "") + ")")
+          + (f", {args.peft} {'merged' if merged else 'adapter'}" if args.peft != "none" else "") + ")")
     return 0
 
 
@@ -273,8 +274,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--run-dir", required=True, help="a `mezo-rl train` output directory")
     p.add_argument("--output", required=True, help="directory to write (save_pretrained layout)")
     p.add_argument("--step", default="best", help="best, final or a step number")
-    p.add_argument("--merged", action=argparse.BooleanOptionalAction, default=True,
-                   help="PEFT runs: merge the adapter into the base weights (--no-merged: adapter only)")
+    p.add_argument("--merged", action=argparse.BooleanOptionalAction, default=None,
+                   help="PEFT runs: --merged folds a LoRA adapter into the weights (a plain model), --no-merged "
+                   "writes the adapter only (default: merged for LoRA; a prefix is always exported as an adapter)")
     p.set_defaults(func=cmd_export)
 
     p = sub.add_parser("compare", help="compare objectives/configs on the same data and seed",

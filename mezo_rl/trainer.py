@@ -740,13 +740,14 @@ class Trainer:
             cb.on_train_end(self, summary)
         return summary
 
-    def save_model(self, out_dir: str | os.PathLike, merged: bool = True) -> None:
-        """Write the current weights with ``save_pretrained`` (plus the tokenizer)."""
+    def save_model(self, out_dir: str | os.PathLike) -> None:
+        """Write the current weights with ``save_pretrained`` (plus the tokenizer); with PEFT, a LoRA
+        adapter merged into the weights, a prefix adapter as adapter files (``mezo_rl.peft.export_model``)."""
         out_dir = pathlib.Path(out_dir)
         if self.args.peft != "none":
             from mezo_rl.peft import export_model
 
-            export_model(self.lm, out_dir, merged=merged)
+            export_model(self.lm, out_dir, merged=self.args.peft == "lora")
         else:
             self.lm.model.save_pretrained(out_dir)
             self.lm.tokenizer.save_pretrained(out_dir)
