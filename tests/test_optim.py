@@ -194,3 +194,19 @@ def test_bad_closures_are_named():
         opt.step(lambda: torch.ones(2))
     with pytest.raises(ValueError, match="no trainable"):
         MeZO([torch.zeros(3)], noise_backend="torch").step(lambda: 0.0)
+
+
+def test_noise_of_a_tensor_depends_only_on_seed_and_its_identity():
+    """Tensor 0 sees the same z whatever the other tensors are; a frozen tensor keeps others' noise."""
+    def perturbation_of_first(params, **kw):
+        seen = []
+        opt = MeZO(params, lr=0.0, eps=1.0, noise_backend="torch", seed=5, **kw)
+        opt.step(lambda: seen.append(params[0].detach().clone()) or 0.0)
+        return seen[0]
+
+    a1 = perturbation_of_first([torch.zeros(100, requires_grad=True), torch.zeros(7, requires_grad=True)])
+    a2 = perturbation_of_first([torch.zeros(100, requires_grad=True), torch.zeros(3, 3, requires_grad=True)])
+    a3 = perturbation_of_first([torch.zeros(100, requires_grad=True), torch.zeros(7)])  # second one frozen
+    assert torch.equal(a1, a2) and torch.equal(a1, a3)
+    b = perturbation_of_first([torch.zeros(7, requires_grad=True), torch.zeros(100, requires_grad=True)])
+    assert not torch.equal(b, a1[:7])  # position is part of the identity
