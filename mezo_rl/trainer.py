@@ -69,11 +69,11 @@ class TrainingArguments:
     # data
     data_dir: Optional[str] = field(default=None, metadata={"help": "directory with the datasets (default: $MEZO_RL_DATA)"})
     num_train: int = field(default=1000, metadata={"help": "training examples sampled from the train split (paper: 1000)"})
-    num_eval: int = field(default=200, metadata={"help": "validation examples (paper: 500)"})
-    num_test: int = field(default=500, metadata={"help": "test examples (paper: 1000)"})
+    num_eval: int = field(default=100, metadata={"help": "validation examples (paper: 500)"})
+    num_test: int = field(default=200, metadata={"help": "test examples (paper: 1000)"})
     # MeZO
-    steps: int = field(default=50, metadata={"help": "training steps (paper: 20000)"})
-    batch_size: int = field(default=32, metadata={"help": "examples per step (paper: 16)"})
+    steps: int = field(default=30, metadata={"help": "training steps (paper: 20000)"})
+    batch_size: int = field(default=16, metadata={"help": "examples per step (paper: 16)"})
     lr: Optional[float] = field(default=None, metadata={"help": "learning rate (default: 2e-5 full, PEFT_DEFAULTS for lora/prefix)"})
     eps: Optional[float] = field(default=None, metadata={"help": "perturbation scale (default: 1e-3 full, PEFT_DEFAULTS for lora/prefix)"})
     weight_decay: Optional[float] = field(default=None, metadata={"help": "decoupled weight decay, biases and norm weights exempt (default 0)"})
