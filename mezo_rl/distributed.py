@@ -63,7 +63,7 @@ class WeightMismatchError(RuntimeError):
 
 # Elements per chunk when checksumming, so no parameter-sized temporary is ever allocated.
 _CHUNK = 1 << 20
-# Position weights cycle through 1..65521 (a prime), so swapped or shifted values change the checksum.
+# Position weights within a chunk cycle through 1..65521 (a prime).
 _WEIGHT_PERIOD = 65521
 _INT_VIEW = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 
@@ -73,13 +73,14 @@ def weight_checksums(tensors: Iterable[torch.Tensor]) -> torch.Tensor:
 
     Row ``i`` holds ``(numel, sum of bits, position-weighted sum of bits)`` of the i-th tensor, where
     "bits" are the elements reinterpreted as integers of the same width (float32 -> int32, bfloat16 ->
-    int16, ...). Integer sums are exact (modulo 2**64) and do not depend on reduction order, so two
-    tensors get the same row iff they are, with overwhelming probability, bit-identical: any single
-    changed element changes the plain sum, and moved elements change the weighted sum. The work is
-    done on each tensor's own device in chunks of 2**20 elements, so nothing parameter-sized is
-    allocated. The result lives on the CPU.
+    int16, ...). Integer sums are exact (modulo 2**64) and do not depend on reduction order, so
+    bit-identical tensors always get the same row, on any device. A change in one element always
+    changes the plain sum; swapped or shifted elements change the weighted sum (element ``j`` of
+    chunk ``k`` weighs ``(k + 1) * (j % 65521 + 1)``); only a contrived multi-element difference
+    could cancel in both. The work is done on each tensor's own device in chunks of 2**20 elements,
+    so nothing parameter-sized is allocated. The result lives on the CPU.
     """
-    rows = []
+    rows, position_weights = [], {}
     for t in tensors:
         t = t.detach()
         if t.device.type == "meta":
@@ -94,11 +95,13 @@ def weight_checksums(tensors: Iterable[torch.Tensor]) -> torch.Tensor:
             flat = flat.view(_INT_VIEW[t.element_size()])  # same bits, read as integers
         total = torch.zeros((), dtype=torch.int64, device=t.device)
         weighted = torch.zeros((), dtype=torch.int64, device=t.device)
-        for start in range(0, flat.numel(), _CHUNK):
+        if t.device not in position_weights:
+            position_weights[t.device] = torch.arange(_CHUNK, device=t.device) % _WEIGHT_PERIOD + 1
+        w = position_weights[t.device]
+        for k, start in enumerate(range(0, flat.numel(), _CHUNK)):
             chunk = flat[start : start + _CHUNK].to(torch.int64)
-            pos = torch.arange(start, start + chunk.numel(), device=t.device, dtype=torch.int64)
             total += chunk.sum()
-            weighted += (chunk * (pos % _WEIGHT_PERIOD + 1)).sum()
+            weighted += (k + 1) * (chunk * w[: chunk.numel()]).sum()
         rows.append(torch.stack([torch.tensor(t.numel(), device=t.device), total, weighted]).cpu())
     if not rows:
         return torch.zeros((0, 3), dtype=torch.int64)

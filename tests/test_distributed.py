@@ -93,15 +93,14 @@ def test_weight_checksums_detect_any_change_without_big_temporaries(monkeypatch)
     base = weight_checksums([a, a.to(torch.bfloat16), torch.arange(4)])
     assert base.shape == (3, 3) and base.dtype == torch.int64
     assert torch.equal(base, weight_checksums([a.clone(), a.to(torch.bfloat16), torch.arange(4)]))
-    # chunking does not change the result
-    monkeypatch.setattr(D, "_CHUNK", 1 << 20)
-    assert torch.equal(base, weight_checksums([a, a.to(torch.bfloat16), torch.arange(4)]))
 
     one_ulp = a.clone()
     one_ulp[3, 4] = torch.nextafter(one_ulp[3, 4], torch.tensor(float("inf")))
     swapped = a.clone().view(-1)
-    swapped[[2, 40]] = swapped[[40, 2]]
-    for changed in (one_ulp, swapped.view(5, 9), a.roll(1, dims=1)):
+    swapped[[2, 40]] = swapped[[40, 2]]  # two elements in different chunks
+    swapped_in_chunk = a.clone().view(-1)
+    swapped_in_chunk[[8, 10]] = swapped_in_chunk[[10, 8]]  # both in chunk 1 (elements 7..13)
+    for changed in (one_ulp, swapped.view(5, 9), swapped_in_chunk.view(5, 9), a.roll(1, dims=1)):
         row = weight_checksums([changed])[0]
         assert not torch.equal(row, base[0]), "a changed tensor must change its checksum"
     # a non-contiguous view is checksummed by its values in logical order
