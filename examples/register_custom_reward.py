@@ -11,8 +11,12 @@ with ``math.exp`` (no autograd anywhere). Accuracy is reported next to it with w
 watched but not optimised.
 
     export MEZO_RL_DATA=/path/to/data HF_HUB_OFFLINE=1
-    python examples/register_custom_reward.py                 # ~40 steps, a few minutes on 2 CPU cores
+    python examples/register_custom_reward.py                 # 40 prefix-tuning steps of 16 examples
     python examples/register_custom_reward.py --steps 100 --peft none --lr 1e-5
+
+Measured (2 shared CPU cores, default settings, 12 minutes): held-out gold_probability 0.5687 ->
+0.5717 and accuracy 0.5469 -> 0.5547 on 128 validation examples. That is one more example right,
+within noise: 40 steps show the wiring, not a trained model (the paper runs thousands of MeZO steps).
 
 The same reward is usable from the command line once it lives in an importable module or a file:
 
