@@ -184,9 +184,13 @@ def _cached_gguf(gguf: pathlib.Path, name: str) -> pathlib.Path:
         del model.config.quantization_config
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = pathlib.Path(tempfile.mkdtemp(prefix=f".{name}-", dir=target.parent))
-    model.save_pretrained(tmp)
-    tokenizer.save_pretrained(tmp)
-    (tmp / "source.json").write_text(json.dumps(key))
+    try:
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        (tmp / "source.json").write_text(json.dumps(key))
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
     if target.exists():  # stale (or made by a concurrent process meanwhile): replace it
         shutil.rmtree(target, ignore_errors=True)
     try:
