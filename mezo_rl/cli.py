@@ -113,8 +113,10 @@ def cmd_train(ns) -> int:
     from mezo_rl.trainer import Trainer
 
     args = parse_into(TrainingArguments, ns, _config(ns))
-    summary = Trainer(args).train()
-    _print_summary(summary, args.output_dir)
+    trainer = Trainer(args)
+    summary = trainer.train()
+    if trainer.dist.is_main:  # under torchrun, one report
+        _print_summary(summary, args.output_dir)
     return 0
 
 

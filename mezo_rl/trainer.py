@@ -87,7 +87,9 @@ class TrainingArguments:
     seed: int = field(default=0, metadata={"help": "seed for data sampling, perturbations and generation"})
     # compute
     dtype: str = field(default="float32", metadata={"help": "weights dtype", "choices": ["float32", "bfloat16"]})
-    autocast: str = field(default="bfloat16", metadata={"help": "run forward passes under CPU autocast with fp32 master weights", "choices": ["none", "bfloat16"]})
+    autocast: str = field(default="auto", metadata={"help": "bf16 autocast of the forward passes with fp32 master weights: auto (only where the CPU has native bf16: AVX512-BF16/AMX; on AVX2-only CPUs it is ~3x slower than fp32), bfloat16 or none", "choices": ["auto", "none", "bfloat16"]})
+    device_map: Optional[str] = field(default=None, metadata={"help": "spread a model larger than one device over several (passed to from_pretrained, e.g. auto); offloading to disk is rejected"})
+    max_memory: Optional[str] = field(default=None, metadata={"help": "per-device memory caps with --device-map, e.g. '0=20GiB,1=20GiB,cpu=60GiB'"})
     # generation (rewards that need completions)
     max_new_tokens: int = field(default=32, metadata={"help": "generation length for generation-based rewards and evaluation"})
     do_sample: bool = field(default=False, metadata={"help": "sample completions during training (same seed at +eps and -eps) instead of greedy decoding"})
@@ -127,7 +129,7 @@ class TrainingArguments:
             "estimator": ("two_point", "one_point"),
             "on_nonfinite": ("raise", "skip"),
             "dtype": ("float32", "bfloat16"),
-            "autocast": ("none", "bfloat16"),
+            "autocast": ("auto", "none", "bfloat16"),
         }
         for name, accepted in checks.items():
             if getattr(self, name) not in accepted:
@@ -330,12 +332,39 @@ def primary_metric(task, metrics: dict, requested: Optional[str] = None) -> str:
 
 
 # ---------------------------------------------------------------------- model building
+def parse_max_memory(spec: Optional[str]) -> Optional[dict]:
+    """``"0=20GiB,cpu=60GiB"`` -> ``{0: "20GiB", "cpu": "60GiB"}`` (the form accelerate expects)."""
+    if not spec:
+        return None
+    out = {}
+    for part in spec.split(","):
+        key, sep, value = part.partition("=")
+        if not sep or not key.strip() or not value.strip():
+            raise ValueError(f"--max-memory: cannot read {part!r}; expected DEVICE=SIZE pairs such as '0=20GiB,cpu=60GiB'")
+        key = key.strip()
+        out[int(key) if key.isdigit() else key] = value.strip()
+    return out
+
+
+def bf16_is_native() -> bool:
+    """True where bf16 matrix products run natively (CUDA, or a CPU with AVX512-BF16 or AMX)."""
+    if torch.cuda.is_available():
+        return torch.cuda.is_bf16_supported()
+    cpu = torch.cpu
+    return any(getattr(cpu, name, lambda: False)() for name in ("_is_avx512_bf16_supported", "_is_amx_tile_supported"))
+
+
 def build_model(args: TrainingArguments, lm=None):
     """Load the base model (unless ``lm`` is given) and apply the PEFT adapter the arguments ask for."""
     if lm is None:
         from mezo_rl.models import load_model
 
-        lm = load_model(args.model, dtype=args.dtype)
+        lm = load_model(args.model, dtype=args.dtype, device_map=args.device_map,
+                        max_memory=parse_max_memory(args.max_memory))
+        if args.device_map is not None:
+            from mezo_rl.distributed import check_no_offload
+
+            check_no_offload(lm.model)  # weights offloaded to disk cannot be perturbed in place
     if args.peft != "none":
         from mezo_rl.peft import apply_peft
 
@@ -457,7 +486,7 @@ class Trainer:
         self.last_validation: Optional[dict] = None
         self.elapsed_before_resume = 0.0
         self.trajectory = None  # the run's Trajectory, set when training ends (also opt.trajectory while training)
-        self._outs: list = []
+        self._components: list = []
 
     # -------------------------------------------------------------- setup
     def _load_splits(self) -> dict:
@@ -483,7 +512,9 @@ class Trainer:
                     momentum=a.momentum, adam=a.adam, seed=a.seed, on_nonfinite=a.on_nonfinite)
 
     def _autocast(self):
-        return torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.args.autocast == "bfloat16")
+        mode = self.args.autocast
+        enabled = mode == "bfloat16" or (mode == "auto" and bf16_is_native())
+        return torch.autocast(self.lm.device.type, dtype=torch.bfloat16, enabled=enabled)
 
     # -------------------------------------------------------------- loss
     def compute_loss(self, examples, sample_seed: Optional[int] = None):
@@ -503,6 +534,7 @@ class Trainer:
         local_stats = [out.sums[k] for k in keys] + [out.sq_sums[k] for k in keys] + [out.counts[k] for k in keys]
         total = [float(x) for x in self.dist.all_reduce_sum(local_stats)]
         sums, sq_sums, counts = (dict(zip(keys, total[i * n:(i + 1) * n])) for i in range(3))
+        self._components.append({k: sums[k] / counts[k] for k in keys if counts[k]})
         return float(self.objective.loss_from(sums, counts, sq_sums)), out
 
     def training_step(self) -> dict:
@@ -511,12 +543,11 @@ class Trainer:
         train = self.splits["train"]
         batch = [train[i] for i in sample_batch_indices(len(train), a.batch_size, a.seed, self.step)]
         sample_seed = int(np.random.default_rng([a.seed, self.step, 1]).integers(2**31 - 1))
-        self._outs = []
+        self._components = []  # global (all-reduced) component means of each closure call
+        bytes_before = self.dist.bytes_communicated
 
         def closure():
-            loss, out = self.compute_loss(batch, sample_seed)
-            self._outs.append(out)
-            return loss
+            return self.compute_loss(batch, sample_seed)[0]
 
         lr = self.optimizer.param_groups[0]["lr"]
         t0 = time.perf_counter()
@@ -532,13 +563,13 @@ class Trainer:
             "lr": lr,
             "skipped": bool(getattr(res, "skipped", False)),
         }
-        # reward components averaged over the closure calls of this step (+eps and -eps)
+        # reward components averaged over the closure calls of this step (+eps and -eps), all ranks
         comps: dict[str, list[float]] = {}
-        for out in self._outs:
-            for k, v in (out.components or {}).items():
-                if v is not None:
-                    comps.setdefault(k, []).append(float(v))
+        for means in self._components:
+            for k, v in means.items():
+                comps.setdefault(k, []).append(v)
         record.update({f"reward/{k}": sum(v) / len(v) for k, v in comps.items()})
+        record["bytes_communicated"] = self.dist.bytes_communicated - bytes_before
         record["seconds"] = time.perf_counter() - t0
         record["peak_rss_mb"] = peak_rss_mb()
         return record
@@ -678,7 +709,8 @@ class Trainer:
                 (self.output_dir / "metrics.jsonl").write_text("")
                 _write_json(self.output_dir / "config.json", a.to_dict())
         # replicas must start from identical weights (a cheap checksum; a no-op in one process)
-        self.dist.check_same_weights([(n, p) for n, p in self.lm.model.named_parameters() if p.requires_grad])
+        # (all of them: with LoRA/prefix the frozen base must match too)
+        self.dist.check_same_weights(list(self.lm.model.named_parameters()))
         for cb in self.callbacks:
             cb.on_train_begin(self)
         if self.initial_validation is None:

@@ -70,6 +70,7 @@ def test_outputs_metrics_summary_and_checkpoint(tmp_path, factory):
                     "reward/cross_entropy", "reward/accuracy"):
             assert isinstance(r[key], float), key
         assert r["projected_grad"] == pytest.approx((r["loss_plus"] - r["loss_minus"]) / (2 * 1e-2))
+        assert r["bytes_communicated"] == 0  # one process: nothing crosses the wire
     evals = [(r["split"], r["step"]) for r in records if "split" in r]
     assert evals == [("validation", 0), ("test", 0), ("validation", 3), ("validation", 6), ("test", 6)]
 
@@ -223,3 +224,19 @@ def test_masked_lm_trains_on_the_mask_prompt(tmp_path, tiny_masked_lm):
     with pytest.raises(ValueError, match="completions"):
         Trainer(make_args(tmp_path, reward=["squad_f1"]), lm=factory(), task=get_task("squad"),
                 splits={k: [Example(prompt="Q?", answers=[" a"])] * 4 for k in ("train", "validation", "test")})
+
+
+def test_max_memory_spec_is_parsed_and_bad_specs_are_named():
+    from mezo_rl.trainer import parse_max_memory
+
+    assert parse_max_memory("0=20GiB, 1=20GiB,cpu=60GiB") == {0: "20GiB", 1: "20GiB", "cpu": "60GiB"}
+    assert parse_max_memory(None) is None
+    with pytest.raises(ValueError, match="20GiB.*DEVICE=SIZE"):
+        parse_max_memory("0=20GiB,20GiB")
+
+
+def test_autocast_choice_is_validated():
+    from mezo_rl.trainer import TrainingArguments
+
+    with pytest.raises(ValueError, match="autocast.*auto, none, bfloat16"):
+        TrainingArguments(autocast="fp8")
