@@ -72,9 +72,9 @@ class TrainingArguments:
     num_eval: int = field(default=100, metadata={"help": "validation examples (paper: 500)"})
     num_test: int = field(default=200, metadata={"help": "test examples (paper: 1000)"})
     # MeZO
-    steps: int = field(default=30, metadata={"help": "training steps (paper: 20000)"})
-    batch_size: int = field(default=16, metadata={"help": "examples per step (paper: 16)"})
-    lr: Optional[float] = field(default=None, metadata={"help": "learning rate (default: 5e-5 full, PEFT_DEFAULTS for lora/prefix)"})
+    steps: int = field(default=50, metadata={"help": "training steps (paper: 20000)"})
+    batch_size: int = field(default=32, metadata={"help": "examples per step (paper: 16)"})
+    lr: Optional[float] = field(default=None, metadata={"help": "learning rate (default: 2e-4 full, PEFT_DEFAULTS for lora/prefix)"})
     eps: Optional[float] = field(default=None, metadata={"help": "perturbation scale (default: 1e-2 full: with 1e-3 the accuracy of a 16-example batch is the same at +eps and -eps; PEFT_DEFAULTS for lora/prefix)"})
     weight_decay: Optional[float] = field(default=None, metadata={"help": "decoupled weight decay, biases and norm weights exempt (default 0)"})
     lr_scheduler: str = field(default="constant", metadata={"help": "constant (paper) or linear", "choices": ["constant", "linear"]})
@@ -138,7 +138,7 @@ class TrainingArguments:
     # ------------------------------------------------------------------ resolved values
     def hyperparameters(self) -> dict:
         """lr / eps / weight_decay with the per-mode defaults filled in (explicit values win)."""
-        defaults = {"lr": 5e-5, "eps": 1e-2, "weight_decay": 0.0}
+        defaults = {"lr": 2e-4, "eps": 1e-2, "weight_decay": 0.0}
         if self.peft != "none":
             from mezo_rl.peft import PEFT_DEFAULTS
 
