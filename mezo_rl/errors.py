@@ -1,0 +1,27 @@
+"""Errors a user can cause and fix: the command line prints them as one line and exits with status 2.
+
+Raise a subclass of :class:`UserError` for anything the user got wrong (a bad option value, an
+unknown name, a missing file, a reward that returns the wrong thing). Its message names what was
+wrong and what is accepted. Any other exception is a bug in mezo-rl and keeps its traceback.
+
+The subclasses also derive from the matching built-in exception, so ``except ValueError`` and
+``except LookupError`` keep working for code written against earlier versions.
+"""
+from __future__ import annotations
+
+__all__ = ["UserError", "ConfigError", "UnknownNameError"]
+
+
+class UserError(Exception):
+    """A mistake the user can fix; ``str(error)`` is the whole explanation (one line)."""
+
+
+class ConfigError(UserError, ValueError):
+    """A bad option value or a bad combination of options."""
+
+
+class UnknownNameError(UserError, LookupError):
+    """A name (task, reward, model, metric) that no registry or path resolves."""
+
+    def __str__(self) -> str:  # LookupError/KeyError would quote the message
+        return str(self.args[0]) if self.args else ""
