@@ -128,7 +128,7 @@ def test_missing_files_are_reported_with_a_warning_or_an_error(shared_data_dir, 
 
 
 def test_registry_suggests_close_names_and_accepts_classes_functions_instances():
-    with pytest.raises(UnknownTaskError, match="Did you mean 'sst2'"):
+    with pytest.raises(UnknownTaskError, match="did you mean 'sst2'"):
         get_task("sst-2")
     with pytest.raises(ValueError, match="already registered"):
         register_task("sst2")(tasks.builtin.SST2)
