@@ -35,8 +35,13 @@ Variants (paper Appendix B), with their memory cost:
                 logged seeds instead, as the paper notes, but that costs one sweep per remembered
                 step; buffers are the honest default.)
 
-Noise: ``noise="gaussian"`` (default) or ``"rademacher"`` (z_i = +-1). With Rademacher z and a
-power-of-two eps (e.g. ``eps=2**-10``) the perturbation eps*z is exactly representable, and
+``normalize="std"``  FZOO-style: the projected gradient of sample j is (l+_j - l-_j) / (2 sigma),
+                sigma the standard deviation of the step's 2n closure values, instead of / (2 eps):
+                a step that does not depend on the loss scale (n=1: a sign step of length lr).
+
+Noise: ``noise="gaussian"`` (default), ``"rademacher"`` (z_i = +-1) or ``"lowrank"``
+(z = B A^T / sqrt(rank) per tensor of 2+ dimensions, LOZO/SubZero; :class:`mezo_rl.noise.NoiseSpec`).
+With Rademacher z and a power-of-two eps (e.g. ``eps=2**-10``) the perturbation eps*z is exactly representable, and
 ``theta + eps z - 2 eps z + eps z`` returns theta exactly whenever ``theta +- eps`` is exactly
 representable (see docs/engine.md for measured drift).
 
@@ -48,7 +53,8 @@ in the exact mode and within rounding (~1e-7 relative) otherwise; the trajectory
 aborted steps so that replay repeats their sweeps too.
 
 Reproducibility: step seeds are ``seed * 2**32 + k`` for the k-th noise sample of the run; the
-global RNG is never used. ``opt.trajectory`` logs every step; ``mezo_rl.replay_trajectory``
+global RNG is never used. ``opt.trajectory`` logs every step; :func:`replay_trajectory` (here, with
+the optimizer that re-executes the steps; :meth:`MeZO.replay` takes the seeds from the log)
 rebuilds the final weights from the initial ones; ``state_dict()`` resumes a run exactly.
 """
 from __future__ import annotations
