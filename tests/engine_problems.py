@@ -11,7 +11,7 @@ import math
 import pytest
 import torch
 
-from mezo_rl.optim import MeZO
+from mezo_rl.optim import MeZO, get_scheduler
 
 SHAPES = [(200, 250), (30_000,), (20_000,)]  # 100,000 weights
 SMALL_SHAPES = [(100, 120), (5_000,), (3_000,)]  # 20,000 weights
@@ -56,4 +56,22 @@ def run(params, loss_fn, steps, **kw):
     opt = MeZO(params, **kw)
     for _ in range(steps):
         opt.step(loss_fn)
+    return opt
+
+
+def messy_run(params, loss_fn, steps: int = 30, **kw):
+    """A run exercising groups, weight decay, a linear schedule, a skipped step (at steps // 3)
+    and an aborted one (at 2 * steps // 3), on the torch noise backend unless given."""
+    groups = [{"params": params[:2], "weight_decay": 0.01}, {"params": params[2:], "lr": 0.05, "eps": 2e-3}]
+    opt = MeZO(groups, **dict(dict(lr=0.1, eps=1e-3, noise_backend="torch", on_nonfinite="skip"), **kw))
+    sched = get_scheduler("linear", opt, total_steps=steps * 4 // 3)
+    for t in range(steps):
+        if t == steps // 3:
+            opt.step(lambda: float("nan"))
+        elif t == 2 * steps // 3:
+            with pytest.raises(ValueError):
+                opt.step(lambda: (_ for _ in ()).throw(ValueError("bad batch")))
+        else:
+            opt.step(loss_fn)
+        sched.step()
     return opt

@@ -11,11 +11,11 @@ from mezo_rl.optim import MeZO, StepResult
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
-@pytest.mark.parametrize("noise_kind", ["gaussian", "rademacher"])
+@pytest.mark.parametrize("noise_kind", ["gaussian", "rademacher", "lowrank"])
 def test_mezo_cuts_quadratic_loss_by_90_percent(noise_kind):
     params, loss_fn, _ = make_problem()
     start = loss_fn().item()
-    run(params, loss_fn, 80, lr=0.15, eps=1e-3, noise=noise_kind)
+    run(params, loss_fn, 80, lr=0.15, eps=1e-3, noise=noise_kind, rank=2)
     assert loss_fn().item() < 0.1 * start
 
 
@@ -47,20 +47,22 @@ def test_step_result_reports_what_happened():
     assert len(opt.trajectory) == 1
 
 
-def test_frozen_tensors_never_change_and_global_rng_is_untouched():
+@pytest.mark.parametrize("noise_kind", ["gaussian", "rademacher", "lowrank"])
+def test_frozen_tensors_never_change_and_global_rng_is_untouched(noise_kind):
     params, loss_fn, _ = make_problem()
     params[1].requires_grad_(False)
     frozen = params[1].clone()
     rng = torch.get_rng_state()
-    run(params, loss_fn, 20, lr=0.1)
+    run(params, loss_fn, 20, lr=0.1, noise=noise_kind)
     assert torch.equal(params[1], frozen)
     assert not torch.equal(params[0], torch.zeros(SHAPES[0]))
     assert torch.equal(torch.get_rng_state(), rng)
 
 
-def test_closure_that_raises_on_second_call_leaves_weights_restored():
+@pytest.mark.parametrize("noise_kind", ["gaussian", "rademacher", "lowrank"])
+def test_closure_that_raises_on_second_call_leaves_weights_restored(noise_kind):
     params, loss_fn, _ = make_problem()
-    opt = MeZO(params, lr=0.1, eps=1e-3, noise_backend="torch")
+    opt = MeZO(params, lr=0.1, eps=1e-3, noise=noise_kind, noise_backend="torch")
     opt.step(loss_fn)
     before = [p.detach().clone() for p in params]
     calls = []

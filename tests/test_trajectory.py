@@ -5,8 +5,8 @@ import math
 import pytest
 import torch
 
-from engine_problems import SMALL_SHAPES as SHAPES, make_problem as _make_problem, one_thread, run  # noqa: F401
-from mezo_rl.optim import MeZO, get_scheduler, replay_trajectory
+from engine_problems import SMALL_SHAPES as SHAPES, make_problem as _make_problem, messy_run, one_thread, run  # noqa: F401
+from mezo_rl.optim import MeZO, replay_trajectory
 from mezo_rl.trajectory import Trajectory
 
 
@@ -16,30 +16,12 @@ def make_problem():
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
-def _messy_run(params, loss_fn, **kw):
-    """A run exercising groups, weight decay, a schedule, n-SPSA, a skipped and an aborted step."""
-    groups = [{"params": params[:2], "weight_decay": 0.01}, {"params": params[2:], "lr": 0.05, "eps": 2e-3}]
-    kw = dict(dict(lr=0.1, eps=1e-3), **kw)
-    opt = MeZO(groups, noise_backend="torch", on_nonfinite="skip", **kw)
-    sched = get_scheduler("linear", opt, total_steps=40)
-    for t in range(30):
-        if t == 10:
-            opt.step(lambda: float("nan"))
-        elif t == 20:
-            with pytest.raises(ValueError):
-                opt.step(lambda: (_ for _ in ()).throw(ValueError("bad batch")))
-        else:
-            opt.step(loss_fn)
-        sched.step()
-    return opt
-
-
 @pytest.mark.parametrize("kw", [dict(n_spsa=2), dict(momentum=0.5), dict(adam=True),
                                 dict(estimator="one_point", lr=0.01, eps=0.01)])
 def test_replay_rebuilds_final_weights_bit_identically(kw, tmp_path):
     params, loss_fn = make_problem()
     initial = [p.detach().clone().requires_grad_() for p in params]
-    opt = _messy_run(params, loss_fn, **kw)
+    opt = messy_run(params, loss_fn, **kw)
     assert sorted(set(opt.trajectory.status.tolist())) == [0, 1, 2]
     lrs = opt.trajectory.lrs
     assert lrs[0, 1] == 0.05 and lrs[29, 0] == pytest.approx(lrs[0, 0] * 11 / 40)
