@@ -207,20 +207,10 @@ def load_checkpoint(run_dir: pathlib.Path, optimizer, scheduler) -> TrainerState
     return state
 
 
-def trajectory_prefix(trajectory: Trajectory, n_steps: int) -> Trajectory:
-    """The first ``n_steps`` rows of ``trajectory`` (same header)."""
-    if n_steps == len(trajectory):
-        return trajectory
-    state = trajectory.state_dict()
-    for key in ("seeds", "values", "projected_grads", "lrs", "epss", "status", "calls"):
-        state[key] = state[key][:n_steps]
-    return Trajectory.from_state_dict(state)
-
-
 def replay_prefix(lm, trajectory: Trajectory, n_steps: int) -> None:
     """Apply the first ``n_steps`` steps of ``trajectory`` to ``lm``'s trainable parameters in place."""
     if n_steps:
-        replay_trajectory(trainable_parameters(lm.model), trajectory_prefix(trajectory, n_steps))
+        replay_trajectory(trainable_parameters(lm.model), trajectory[:n_steps])
 
 
 def load_run(run_dir: str | os.PathLike, step: str | int = "best", lm=None):

@@ -120,6 +120,7 @@ class Trainer:
         h = args.hyperparameters()
         self.optimizer = MeZO(param_groups(self.lm.model, h["weight_decay"]), lr=h["lr"], eps=h["eps"],
                               weight_decay=h["weight_decay"], n_spsa=args.n_spsa, noise=args.noise,
+                              rank=args.rank, lowrank_interval=args.lowrank_interval, normalize=args.normalize,
                               estimator=args.estimator, momentum=args.momentum, adam=args.adam, seed=args.seed,
                               on_nonfinite=args.on_nonfinite)
         self.scheduler = get_scheduler(args.lr_scheduler, self.optimizer, max(args.steps, 1))
