@@ -11,7 +11,7 @@
     tensorboard/         only with ``tensorboard=True``
 
 The checkpoint is tiny (a few bytes per step): the base model plus the step log is enough to
-rebuild the weights bit for bit (:func:`mezo_rl.trajectory.replay_trajectory`). Here: the files'
+rebuild the weights bit for bit (:func:`mezo_rl.optim.replay_trajectory`). Here: the files'
 names, :class:`TrainerState`, writing and reading the checkpoint, :func:`build_model` (base model +
 adapter from the arguments), :func:`load_run` and :func:`save_model` (used by ``--save-model`` and
 ``mezo-rl export``).
@@ -35,7 +35,8 @@ from mezo_rl.distributed import check_no_offload
 from mezo_rl.errors import ConfigError
 from mezo_rl.models import load_model
 from mezo_rl.peft import apply_peft, export_model, peft_config
-from mezo_rl.trajectory import Trajectory, replay_trajectory
+from mezo_rl.optim import replay_trajectory
+from mezo_rl.trajectory import Trajectory
 
 CONFIG_FILE = "config.json"
 METRICS_FILE = "metrics.jsonl"
@@ -207,20 +208,10 @@ def load_checkpoint(run_dir: pathlib.Path, optimizer, scheduler) -> TrainerState
     return state
 
 
-def trajectory_prefix(trajectory: Trajectory, n_steps: int) -> Trajectory:
-    """The first ``n_steps`` rows of ``trajectory`` (same header)."""
-    if n_steps == len(trajectory):
-        return trajectory
-    state = trajectory.state_dict()
-    for key in ("seeds", "values", "projected_grads", "lrs", "epss", "status", "calls"):
-        state[key] = state[key][:n_steps]
-    return Trajectory.from_state_dict(state)
-
-
 def replay_prefix(lm, trajectory: Trajectory, n_steps: int) -> None:
     """Apply the first ``n_steps`` steps of ``trajectory`` to ``lm``'s trainable parameters in place."""
     if n_steps:
-        replay_trajectory(trainable_parameters(lm.model), trajectory_prefix(trajectory, n_steps))
+        replay_trajectory(trainable_parameters(lm.model), trajectory[:n_steps])
 
 
 def load_run(run_dir: str | os.PathLike, step: str | int = "best", lm=None):
