@@ -29,7 +29,8 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from mezo_rl.errors import ConfigError
-from mezo_rl.peft import PEFT_DEFAULTS
+from mezo_rl.noise import KINDS as NOISE_KINDS
+from mezo_rl.peft import PEFT_DEFAULTS, PEFT_METHODS
 
 def option(default: Any = dataclasses.MISSING, help: str = "", *, choices=None, min: Optional[int] = None,
            default_factory: Any = dataclasses.MISSING):
@@ -132,7 +133,7 @@ class ObjectiveArguments(Arguments):
 
 @dataclass
 class PeftArguments(Arguments):
-    peft: str = option("none", "none (full fine-tuning), lora or prefix", choices=["none", "lora", "prefix"])
+    peft: str = option("none", "none (full fine-tuning), lora or prefix", choices=["none", *PEFT_METHODS])
     lora_r: int = option(8, "LoRA rank (paper: 8)")
     lora_alpha: int = option(16, "LoRA alpha (paper: 16)")
     num_prefix_tokens: int = option(5, "prefix-tuning length (paper: 5)")
@@ -156,7 +157,7 @@ class MeZOArguments(Arguments):
     weight_decay: Optional[float] = option(None, "decoupled weight decay, biases and norm weights exempt (default 0)")
     lr_scheduler: str = option("constant", "constant (paper) or linear", choices=["constant", "linear"])
     n_spsa: int = option(1, "SPSA samples per step (Appendix B.1)", min=1)
-    noise: str = option("gaussian", "perturbation distribution", choices=["gaussian", "rademacher"])
+    noise: str = option("gaussian", "perturbation distribution", choices=NOISE_KINDS)
     estimator: str = option("two_point", "two_point (+/-eps) or one_point", choices=["two_point", "one_point"])
     momentum: float = option(0.0, "ZO-SGD momentum (Appendix B.2)")
     adam: bool = option(False, "ZO-Adam (Appendix B.2)")
