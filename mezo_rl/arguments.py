@@ -25,11 +25,13 @@ reuse single fields with :func:`shared`, so a default or a help text lives in on
 from __future__ import annotations
 
 import dataclasses
+import re
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from mezo_rl.errors import ConfigError
-from mezo_rl.peft import PEFT_DEFAULTS
+from mezo_rl.noise import NOISES as NOISE_KINDS
+from mezo_rl.peft import PEFT_DEFAULTS, PEFT_METHODS
 
 def option(default: Any = dataclasses.MISSING, help: str = "", *, choices=None, min: Optional[int] = None,
            default_factory: Any = dataclasses.MISSING):
@@ -132,10 +134,20 @@ class ObjectiveArguments(Arguments):
 
 @dataclass
 class PeftArguments(Arguments):
-    peft: str = option("none", "none (full fine-tuning), lora or prefix", choices=["none", "lora", "prefix"])
+    peft: str = option("none", "none (full fine-tuning), lora or prefix", choices=["none", *PEFT_METHODS])
     lora_r: int = option(8, "LoRA rank (paper: 8)")
     lora_alpha: int = option(16, "LoRA alpha (paper: 16)")
     num_prefix_tokens: int = option(5, "prefix-tuning length (paper: 5)")
+    trainable: Optional[str] = option(None, "train only the parameters whose names match this regular expression (re.search; the others are frozen), e.g. 'norm' for the normalisation weights (LN-tuning); default: all of them (the adapter's with --peft)")
+
+    def __post_init__(self):
+        super().__post_init__()
+        if self.trainable is not None:
+            try:
+                re.compile(self.trainable)
+            except re.error as e:
+                raise ConfigError(f"--trainable: {self.trainable!r} is not a regular expression ({e}); "
+                                  "give a pattern matched against parameter names, e.g. 'norm'") from None
 
 
 @dataclass
@@ -156,7 +168,7 @@ class MeZOArguments(Arguments):
     weight_decay: Optional[float] = option(None, "decoupled weight decay, biases and norm weights exempt (default 0)")
     lr_scheduler: str = option("constant", "constant (paper) or linear", choices=["constant", "linear"])
     n_spsa: int = option(1, "SPSA samples per step (Appendix B.1)", min=1)
-    noise: str = option("gaussian", "perturbation distribution: gaussian, rademacher (+-1) or lowrank (z = B A^T / sqrt(rank) per matrix, LOZO)", choices=["gaussian", "rademacher", "lowrank"])
+    noise: str = option("gaussian", "perturbation distribution: gaussian, rademacher (+-1) or lowrank (z = B A^T / sqrt(rank) per matrix, LOZO)", choices=NOISE_KINDS)
     rank: int = option(1, "rank of --noise lowrank", min=1)
     lowrank_interval: int = option(1, "hold the low-rank subspace factor for this many noise samples (LOZO; 1 = fresh every step)", min=1)
     normalize: Optional[str] = option(None, "std: divide each loss difference by the spread of the step's losses instead of by 2 eps (FZOO-style; with one sample a sign step of length lr); default: none", choices=["std"])

@@ -11,7 +11,7 @@
     tensorboard/         only with ``tensorboard=True``
 
 The checkpoint is tiny (a few bytes per step): the base model plus the step log is enough to
-rebuild the weights bit for bit (:func:`mezo_rl.trajectory.replay_trajectory`). Here: the files'
+rebuild the weights bit for bit (:func:`mezo_rl.optim.replay_trajectory`). Here: the files'
 names, :class:`TrainerState`, writing and reading the checkpoint, :func:`build_model` (base model +
 adapter from the arguments), :func:`load_run` and :func:`save_model` (used by ``--save-model`` and
 ``mezo-rl export``).
@@ -23,6 +23,7 @@ import json
 import math
 import os
 import pathlib
+import re
 from dataclasses import dataclass
 from importlib.metadata import version
 from typing import Optional
@@ -35,7 +36,8 @@ from mezo_rl.distributed import check_no_offload
 from mezo_rl.errors import ConfigError
 from mezo_rl.models import load_model
 from mezo_rl.peft import apply_peft, export_model, peft_config
-from mezo_rl.trajectory import Trajectory, replay_trajectory
+from mezo_rl.optim import replay_trajectory
+from mezo_rl.trajectory import Trajectory
 
 CONFIG_FILE = "config.json"
 METRICS_FILE = "metrics.jsonl"
@@ -140,7 +142,24 @@ def build_model(args: TrainingArguments, lm=None):
     if args.peft != "none":
         lm = apply_peft(lm, args.peft, r=args.lora_r, alpha=args.lora_alpha,
                         num_prefix_tokens=args.num_prefix_tokens, seed=args.seed)
+    if args.trainable is not None:
+        freeze_unmatched(lm.model, args.trainable)
     return lm
+
+
+def freeze_unmatched(model: torch.nn.Module, pattern: str) -> None:
+    """Freeze every trainable parameter whose name does not match ``pattern`` (``re.search``).
+
+    Deterministic in (model, pattern), so a replay rebuilds the same trainable set in the same order.
+    """
+    regex = re.compile(pattern)
+    trainable = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    if not any(regex.search(n) for n, _ in trainable):
+        names = ", ".join(n for n, _ in trainable[:4])
+        raise ConfigError(f"--trainable {pattern!r} matches no trainable parameter; names look like: {names}, ...")
+    for n, p in trainable:
+        if not regex.search(n):
+            p.requires_grad_(False)
 
 
 def model_identity(args: TrainingArguments, lm) -> dict:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import math
 import pathlib
+import subprocess
 import sys
 from dataclasses import dataclass
 
@@ -334,3 +335,11 @@ def test_trl_reward_function_used_as_is():
     out = objective.evaluate(prompts=["p", "p"], completions=["x" * 20, "x" * 10], columns={"other": [1, 2]})
     assert out.values["reward_len"] == [0.0, -10.0]
     assert out.loss == pytest.approx(5.0)
+
+
+@pytest.mark.parametrize("first", ["rewards", "tasks", "mezo_rl.registry", "mezo_rl", "mezo_rl.cli"])
+def test_any_package_can_be_imported_first(first):
+    # rewards and tasks import mezo_rl.errors / mezo_rl.registry, whose package imports the Trainer,
+    # which uses rewards and tasks: every entry point into that cycle must work in a fresh interpreter
+    code = f"import {first}; import rewards, tasks, mezo_rl; assert rewards.get_reward('accuracy') and tasks.get_task('sst2')"
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=pathlib.Path(__file__).resolve().parents[1])
