@@ -196,7 +196,7 @@ def test_render_markdown_tables_commands_and_not_measured_rows(tmp_path):
     for r in recs:
         rs.append_record(path, r)
     rs.append_record(path, {"status": "note", "model": "gemma3-270m", "note": "gemma3-270m: not available here"})
-    md_path = rs.render(path, tmp_path / "results.md")
+    md_path = rs.render(path, tmp_path / "results.md", tasks=["sst2", "squad"])
     md = md_path.read_text()
     assert "## SST-2" in md and "## RTE" in md
     zs_row = next(l for l in md.splitlines() if l.startswith("| Zero-shot |"))
@@ -209,6 +209,10 @@ def test_render_markdown_tables_commands_and_not_measured_rows(tmp_path):
     assert "gemma3-270m: not available here" in md
     assert "python -m mezo_rl baseline --method zero-shot" in md     # the commands, in footnotes
     assert "## The paper's claims at this scale" in md and "**not measured**" in md
+    # a task without any cell still has its section and its claims row, all "not measured"
+    squad = md.split("## SQuAD")[1].split("## ")[0]
+    assert "| MeZO prefix (F1 objective) | not measured |" in squad and "Linear probing" not in squad
+    assert "| every claim | SQuAD | – | **not measured** |" in md
     assert (tmp_path / "results" / "sst2_bars.png").stat().st_size > 0
     assert (tmp_path / "results" / "sst2_curves.png").stat().st_size > 0
     assert "](results/sst2_bars.png)" in md
