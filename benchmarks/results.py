@@ -857,12 +857,7 @@ def render_plots(records: list[dict], out_dir) -> dict:
         ax.set_xticklabels([labels[(task, *mv)] for mv in rows], rotation=30, ha="right", fontsize=8)
         ax.set_ylabel(f"test {metric} ×100 (± 1 SE)")
         ax.set_title(TASKS[task].label if task in TASKS else task)
-        ax.legend(fontsize=8)
-        fig.tight_layout()
-        path = out_dir / f"{task}_bars.png"
-        fig.savefig(path, dpi=110)
-        plt.close(fig)
-        paths[(task, "bars")] = path
+        paths[(task, "bars")] = _save(fig, ax, out_dir / f"{task}_bars.png", 8)
         curved = [g for g in gs if g.curves]
         if curved:
             fig, ax = plt.subplots(figsize=(6, 4))
@@ -874,13 +869,18 @@ def render_plots(records: list[dict], out_dir) -> dict:
             ax.set_xlabel("MeZO step")
             ax.set_ylabel(f"validation {metric} ×100")
             ax.set_title(f"{TASKS[task].label if task in TASKS else task}: MeZO validation curves")
-            ax.legend(fontsize=7)
-            fig.tight_layout()
-            path = out_dir / f"{task}_curves.png"
-            fig.savefig(path, dpi=110)
-            plt.close(fig)
-            paths[(task, "curves")] = path
+            paths[(task, "curves")] = _save(fig, ax, out_dir / f"{task}_curves.png", 7)
     return paths
+
+
+def _save(fig, ax, path: pathlib.Path, legend_size: int) -> pathlib.Path:
+    import matplotlib.pyplot as plt
+
+    ax.legend(fontsize=legend_size)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
 
 
 def _mean(xs):
