@@ -126,8 +126,10 @@ def method_for(method: str, protocol: TaskProtocol) -> Method:
 
 
 def method_label(method: str, task: str) -> str:
-    p = TASKS.get(task)
-    return method_for(method, p).label if p is not None and method in METHODS else METHODS.get(method, Method(method, method, "")).label
+    """The row label of a method on a task (a method or task unknown to this script: its name)."""
+    if method not in METHODS:
+        return method
+    return method_for(method, TASKS[task]).label if task in TASKS else METHODS[method].label
 
 
 @dataclasses.dataclass
