@@ -709,7 +709,7 @@ def render_markdown(records: list[dict], plots: dict, notes: list[str] = (), tit
              "`python benchmarks/results.py --dry-run` lists their commands, and benchmarks/README.md estimates "
              "their cost. Wall times depend on what else ran on the machine: each record in the JSONL keeps "
              "the 1-minute load average at the start and end of its cell.", ""]
-    lines += _protocol_section(records)
+    lines += _protocol_section(records, tasks)
     machines = sorted({_machine_label(r.get("machine") or {}) for r in ok})
     dates = sorted(r.get("date", "") for r in ok if r.get("date"))
     if machines:
@@ -784,7 +784,7 @@ def render_markdown(records: list[dict], plots: dict, notes: list[str] = (), tit
     return "\n".join(lines)
 
 
-def _protocol_section(records: list[dict]) -> list[str]:
+def _protocol_section(records: list[dict], tasks: Iterable[str] = ()) -> list[str]:
     lines = ["## Protocol", "",
              "Every method of a task sees the same data: `--num-train` training examples and `--num-test` test "
              "examples sampled with the cell's `--seed` (the baselines and `mezo-rl train` sample them "
@@ -805,7 +805,11 @@ def _protocol_section(records: list[dict]) -> list[str]:
             row["eval"].add(_arg(argv, "--num-eval"))
         if r["method"] == "icl":
             row["demos"].add(_arg(argv, "--num-demonstrations"))
-    for task in sorted(seen, key=_task_order):
+    for task in sorted(set(seen) | {t for t in tasks if t in TASKS}, key=_task_order):
+        if task not in seen:    # nothing run yet: this script's settings
+            p = TASKS[task]
+            lines.append(f"| {p.label} (planned) | {p.num_train} | {p.num_eval} | at most {p.num_test} | {p.icl_demos} |")
+            continue
         row = seen[task]
         f = lambda s: ", ".join(sorted(x for x in s if x)) or "–"  # noqa: E731
         lines.append(f"| {TASKS[task].label if task in TASKS else task} | {f(row['train'])} | {f(row['eval'])} | "

@@ -213,6 +213,7 @@ def test_render_markdown_tables_commands_and_not_measured_rows(tmp_path):
     squad = md.split("## SQuAD")[1].split("## ")[0]
     assert "| MeZO prefix (F1 objective) | not measured |" in squad and "Linear probing" not in squad
     assert "| every claim | SQuAD | – | **not measured** |" in md
+    assert "| SQuAD (planned) | 1000 | 100 | at most 200 | 2 |" in md
     assert (tmp_path / "results" / "sst2_bars.png").stat().st_size > 0
     assert (tmp_path / "results" / "sst2_curves.png").stat().st_size > 0
     assert "](results/sst2_bars.png)" in md
