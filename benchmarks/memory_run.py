@@ -1,12 +1,14 @@
 """Peak memory (RSS) of MeZO vs inference vs backprop AdamW on SmolLM2-135M, one process per mode.
 
-    flock /tmp/mezo-cpu.lock python benchmarks/memory_run.py [--steps 3] [--dtype float32]
+    flock /tmp/mezo-heavy.lock python benchmarks/memory_run.py [--steps 3] [--dtype float32] [--modes ...]
     python benchmarks/memory_run.py --mode mezo     # one mode in this process (what the driver runs)
 
 Modes (batch 16, sequence 64, random token ids, next-token cross-entropy from the logits):
   inference    two forward passes per step under torch.no_grad()
-  mezo         MeZO.step (two forwards + noise sweeps), default noise backend ("auto": compiled)
-  mezo-torch   MeZO.step with the plain torch.Generator noise backend (no compiler in the process)
+  mezo-<row>   one optimizer step per step, <row> one of benchmarks/step_cost.py's rows:
+               default (MeZO() defaults), gaussian (compiled), gaussian-torch (torch.Generator, no
+               compiler in the process), rademacher (compiled), lowrank1, lowrank4, reference
+               (Algorithm 1 written as the MeZO reference implementation writes it)
   adamw        forward + backward + torch.optim.AdamW step
 
 Reported per mode: RSS after loading the model, the peak RSS of the run phase (Linux VmHWM, reset
@@ -24,7 +26,9 @@ import sys
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-MODES = ("inference", "mezo", "mezo-torch", "adamw")
+from step_cost import ROWS, make_optimizer
+
+MODES = ("inference", *(f"mezo-{row}" for row in ROWS), "adamw")
 
 
 def _status_kb(field: str) -> int:
@@ -40,7 +44,6 @@ def run_mode(mode: str, steps: int, dtype: str) -> dict:
     import torch.nn.functional as F
 
     from mezo_rl.models import load_model
-    from mezo_rl.optim import MeZO
 
     model = load_model("smollm2-135m", dtype=dtype).model
     ids = torch.randint(0, model.config.vocab_size, (16, 64), generator=torch.Generator().manual_seed(0))
@@ -56,8 +59,8 @@ def run_mode(mode: str, steps: int, dtype: str) -> dict:
         for _ in range(2 * steps):
             with torch.no_grad():
                 loss()
-    elif mode in ("mezo", "mezo-torch"):
-        opt = MeZO(model.parameters(), lr=1e-7, eps=1e-3, noise_backend="auto" if mode == "mezo" else "torch")
+    elif mode.startswith("mezo-"):
+        opt = make_optimizer(mode.removeprefix("mezo-"), list(model.parameters()))
         for _ in range(steps):
             opt.step(loss)
     elif mode == "adamw":
@@ -78,13 +81,15 @@ def main():
     ap.add_argument("--mode", choices=MODES, help="run one mode in this process and print its JSON")
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--dtype", default="float32")
+    ap.add_argument("--modes", nargs="+", default=list(MODES), choices=MODES, help="modes of the driver (inference first)")
     ap.add_argument("--json", help="write all results here")
     args = ap.parse_args()
     if args.mode:
         print(json.dumps(run_mode(args.mode, args.steps, args.dtype)))
         return
     results = []
-    for mode in MODES:
+    modes = ["inference", *(m for m in args.modes if m != "inference")]
+    for mode in modes:
         out = subprocess.run([sys.executable, __file__, "--mode", mode, "--steps", str(args.steps), "--dtype", args.dtype],
                              check=True, capture_output=True, text=True).stdout
         results.append(json.loads(out.strip().splitlines()[-1]))

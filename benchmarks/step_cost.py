@@ -1,16 +1,25 @@
-"""What a MeZO step costs compared with a forward pass, on SmolLM2-135M (one process).
+"""What a MeZO step costs compared with two forward passes, per noise kind, on SmolLM2-135M
+(one process, so every ratio is within one run).
 
-    flock /tmp/mezo-cpu.lock python benchmarks/step_cost.py [--dtypes float32 bfloat16]
-        [--noise-backend auto|compiled|torch] [--noise gaussian|rademacher] [--reps 7] [--json out.json]
+    flock /tmp/mezo-heavy.lock python benchmarks/step_cost.py [--rows ...] [--reps 5]
+        [--dtype float32] [--threads 2] [--json out.json]
 
-For each dtype: F = median time of one forward pass of the plain model under torch.no_grad()
-(batch 16, sequence 64, random token ids, next-token cross-entropy computed from the logits),
-S = median time of one ``MeZO.step`` whose closure is that forward pass (dtypes: float32; bfloat16
-weights; autocast = float32 master weights with a bfloat16-autocast forward, the remedy for bf16 drift), and S / (2F): how much a
-step costs beyond its two forward passes. Also: the median time of one noise sweep over all
-parameters (the overhead a step adds is about three sweeps), for the chosen backend and for the
-plain torch generator. Peak memory is measured separately, one process per mode:
-benchmarks/memory_run.py.
+F = one forward pass of the plain model under torch.no_grad() (batch 16 x sequence 64 random
+token ids, next-token cross-entropy from the logits). For each row, S = one optimizer step whose
+closure is that forward pass, and S / (2F): what a step costs beyond its two forward passes.
+Forward and steps are interleaved (rep 1: F, every row's step; rep 2: ...) and the medians over
+``--reps`` are reported, so background load hits all rows alike.
+
+Rows (``--rows`` picks a subset):
+  default              MeZO() with every default (noise, backend)
+  gaussian             Gaussian z, compiled counter-hash kernel
+  gaussian-torch       Gaussian z, torch.Generator (no compiler)
+  rademacher           Rademacher z, compiled kernel
+  lowrank1, lowrank4   z = B A^T / sqrt(r) per matrix (r = 1, 4), Gaussian for 1-D tensors
+  reference            Algorithm 1 written the way the MeZO reference implementation writes it:
+                       torch.manual_seed(step seed) before each of four sweeps (+eps, -2eps, +eps,
+                       update), torch.normal per tensor, ``param.data = param.data + s * z * eps``
+Peak memory: benchmarks/memory_run.py (one process per mode, the same rows).
 """
 from __future__ import annotations
 
@@ -22,85 +31,121 @@ import time
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
-from mezo_rl import noise as mezo_noise
 from mezo_rl.models import load_model
 from mezo_rl.optim import MeZO
+
+ROWS = {
+    "default": {},
+    "gaussian": dict(noise="gaussian", noise_backend="compiled"),
+    "gaussian-torch": dict(noise="gaussian", noise_backend="torch"),
+    "rademacher": dict(noise="rademacher", noise_backend="compiled"),
+    "lowrank1": dict(noise="lowrank", rank=1),
+    "lowrank4": dict(noise="lowrank", rank=4),
+    "reference": None,
+}
+
+
+class ReferenceStyleMeZO:
+    """Algorithm 1 of Malladi et al. (2023) in the style of their reference implementation:
+    the global RNG is reseeded with the step's seed before every sweep, z is drawn per tensor with
+    ``torch.normal``, and each sweep rebinds ``param.data`` to a new tensor (``p + s * z * eps``:
+    three temporaries of the tensor's size). Four sweeps: +eps, -2 eps, +eps (restore), update."""
+
+    def __init__(self, params, lr: float, eps: float, weight_decay: float = 0.0, seed: int = 0):
+        self.params = [p for p in params if p.requires_grad]
+        self.lr, self.eps, self.wd = lr, eps, weight_decay
+        self.rng = np.random.default_rng(seed)
+
+    def _perturb(self, seed: int, scale: float) -> None:
+        torch.manual_seed(seed)
+        for p in self.params:
+            z = torch.normal(mean=0, std=1, size=p.data.size(), device=p.data.device, dtype=p.data.dtype)
+            p.data = p.data + scale * z * self.eps
+
+    @torch.no_grad()
+    def step(self, closure):
+        seed = int(self.rng.integers(1_000_000_000))
+        self._perturb(seed, 1.0)
+        l_plus = float(closure())
+        self._perturb(seed, -2.0)
+        l_minus = float(closure())
+        g = (l_plus - l_minus) / (2 * self.eps)
+        self._perturb(seed, 1.0)
+        torch.manual_seed(seed)
+        for p in self.params:
+            z = torch.normal(mean=0, std=1, size=p.data.size(), device=p.data.device, dtype=p.data.dtype)
+            p.data = p.data - self.lr * (g * z + self.wd * p.data)
+        return l_plus, l_minus
+
+
+def make_optimizer(row: str, params, lr: float = 1e-7, eps: float = 1e-3):
+    if ROWS[row] is None:
+        return ReferenceStyleMeZO(params, lr=lr, eps=eps)
+    return MeZO(params, lr=lr, eps=eps, record=False, **ROWS[row])
+
+
+def make_loss(model, ids):
+    def loss():
+        with torch.no_grad():
+            logits = model(input_ids=ids).logits
+            return F.cross_entropy(logits[:, :-1].flatten(0, 1).float(), ids[:, 1:].flatten())
+    return loss
 
 
 def batch(vocab: int, bsz: int = 16, seq: int = 64) -> torch.Tensor:
     return torch.randint(0, vocab, (bsz, seq), generator=torch.Generator().manual_seed(0))
 
 
-def make_loss(model, ids, autocast: bool = False):
-    def loss():
-        with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
-            logits = model(input_ids=ids).logits
-            return F.cross_entropy(logits[:, :-1].flatten(0, 1).float(), ids[:, 1:].flatten())
-    return loss
-
-
-def median_time(fn, reps: int) -> tuple[float, list[float]]:
-    times = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times), times
-
-
-def measure(dtype: str, backend: str, kind: str, reps: int) -> dict:
-    autocast = dtype == "autocast"  # float32 master weights, bfloat16 compute
-    lm = load_model("smollm2-135m", dtype="float32" if autocast else dtype)
-    model = lm.model
-    ids = batch(model.config.vocab_size)
-    loss = make_loss(model, ids, autocast)
-    opt = MeZO(model.parameters(), lr=1e-7, eps=1e-3, noise=kind, noise_backend=backend, record=False)
-    loss()
-    opt.step(loss)  # warm-up: first forward, compiles the noise kernels if needed
-    entries = opt._prepare()
-    out = {"dtype": dtype, "noise": kind, "backend": opt.noise_backend,
-           "params": sum(p.numel() for p in model.parameters()), "threads": torch.get_num_threads()}
-    # interleave forward and step measurements so background load hits both alike
-    fwd, step = [], []
-    for _ in range(reps):
-        fwd.append(median_time(loss, 1)[0])
-        step.append(median_time(lambda: opt.step(loss), 1)[0])
-    out["F"], out["S"] = statistics.median(fwd), statistics.median(step)
-    out["S/2F"] = out["S"] / (2 * out["F"])
-    out["F_all"], out["S_all"] = fwd, step
-    seeds = iter(range(10**6))
-    for name in sorted({opt.noise_backend, "torch"}):
-        saved, opt._backend = opt._backend, name
-        if name == "compiled":
-            mezo_noise.axpy_(torch.zeros(8, dtype=model.dtype), 0, kind, name, a=0.0)
-        with torch.no_grad():
-            out[f"sweep_{name}"] = median_time(lambda: opt._sweep(entries, next(seeds), 0.0), max(3, reps // 2))[0]
-        opt._backend = saved
-    return out
+def timed(fn) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--dtypes", nargs="+", default=["float32", "bfloat16", "autocast"],
-                    help="float32, bfloat16 (bf16 weights), autocast (fp32 weights, bf16 autocast forward)")
-    ap.add_argument("--noise-backend", default="auto", choices=mezo_noise.BACKENDS)
-    ap.add_argument("--noise", default="gaussian", choices=mezo_noise.KINDS)
-    ap.add_argument("--reps", type=int, default=7)
+    ap.add_argument("--rows", nargs="+", default=list(ROWS), choices=list(ROWS))
+    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--dtype", default="float32")
+    ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--json", help="also write the results here")
     args = ap.parse_args()
-    results = []
-    for dtype in args.dtypes:
-        r = measure(dtype, args.noise_backend, args.noise, args.reps)
-        results.append(r)
-        sweeps = "  ".join(f"{k}={v * 1e3:.0f}ms" for k, v in r.items() if k.startswith("sweep_"))
-        print(f"{dtype:9s} noise={r['noise']} backend={r['backend']} threads={r['threads']}: "
-              f"F={r['F'] * 1e3:.0f}ms  S={r['S'] * 1e3:.0f}ms  S/(2F)={r['S/2F']:.3f}  sweep: {sweeps}", flush=True)
+    torch.set_num_threads(args.threads)
+    model = load_model("smollm2-135m", dtype=args.dtype).model
+    ids = batch(model.config.vocab_size)
+    loss = make_loss(model, ids)
+    opts = {row: make_optimizer(row, list(model.parameters())) for row in args.rows}
+    loss()
+    for row, opt in opts.items():  # warm-up: compiles the noise kernels where needed
+        t = timed(lambda: opt.step(loss))
+        print(f"warm-up {row}: {t:.1f}s (backend {getattr(opt, 'noise_backend', '-')})", flush=True)
+    fwd, steps = [], {row: [] for row in opts}
+    for rep in range(args.reps):
+        fwd.append(timed(loss))
+        for row, opt in opts.items():
+            steps[row].append(timed(lambda: opt.step(loss)))
+        print(f"rep {rep + 1}: F {fwd[-1] * 1e3:.0f} ms, " + ", ".join(f"{r} {s[-1] * 1e3:.0f}" for r, s in steps.items()),
+              flush=True)
+    f_med = statistics.median(fwd)
+    ref = statistics.median(steps["reference"]) if "reference" in steps else None
+    out = {"dtype": args.dtype, "threads": args.threads, "reps": args.reps, "F": f_med, "F_all": fwd, "rows": []}
+    print(f"\nF = {f_med * 1e3:.0f} ms (median of {args.reps}; range {min(fwd) * 1e3:.0f}-{max(fwd) * 1e3:.0f})")
+    print(f"{'row':15s} {'S (ms)':>8s} {'S/(2F)':>7s} {'ref/S':>6s}  noise / backend")
+    for row, times in steps.items():
+        s = statistics.median(times)
+        opt = opts[row]
+        what = "reference style" if ROWS[row] is None else f"{opt.config['noise']}" + (
+            f" r={opt.config['rank']}" if opt.config["noise"] == "lowrank" else "") + f" / {opt.noise_backend}"
+        r = {"row": row, "what": what, "S": s, "S/2F": s / (2 * f_med), "ref/S": ref / s if ref else None, "S_all": times}
+        out["rows"].append(r)
+        print(f"{row:15s} {s * 1e3:8.0f} {r['S/2F']:7.3f} {r['ref/S'] or float('nan'):6.2f}  {what}")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump(results, f, indent=1)
+            json.dump(out, f, indent=1)
 
 
 if __name__ == "__main__":

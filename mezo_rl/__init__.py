@@ -4,27 +4,15 @@ Reference: Malladi et al., "Fine-Tuning Language Models with Just Forward Passes
 """
 __version__ = "0.1.0"
 
-# Public names are imported lazily so `import mezo_rl` stays cheap and a missing optional part
-# (e.g. while one layer is being developed) does not break the others.
-_EXPORTS = {
-    "MeZO": "mezo_rl.optim",
-    "StepResult": "mezo_rl.optim",
-    "get_scheduler": "mezo_rl.optim",
-    "Trajectory": "mezo_rl.trajectory",
-    "replay_trajectory": "mezo_rl.trajectory",
-    "load_model": "mezo_rl.models",
-    "LanguageModel": "mezo_rl.lm",
-    "Trainer": "mezo_rl.trainer",
-    "TrainingArguments": "mezo_rl.trainer",
-}
+# errors and registry first: `rewards` and `tasks` import them, and importing them runs this file.
+from mezo_rl.errors import ConfigError, UnknownNameError, UserError
+from mezo_rl.registry import Registry
+from mezo_rl.optim import MeZO, StepResult, get_scheduler
+from mezo_rl.trajectory import Trajectory, replay_trajectory
+from mezo_rl.lm import LanguageModel
+from mezo_rl.models import load_model
+from mezo_rl.arguments import TrainingArguments
+from mezo_rl.trainer import Trainer
 
-
-def __getattr__(name):
-    if name in _EXPORTS:
-        import importlib
-
-        return getattr(importlib.import_module(_EXPORTS[name]), name)
-    raise AttributeError(f"module 'mezo_rl' has no attribute {name!r}")
-
-
-__all__ = list(_EXPORTS)
+__all__ = ["MeZO", "StepResult", "get_scheduler", "Trajectory", "replay_trajectory", "load_model", "LanguageModel",
+           "Trainer", "TrainingArguments", "UserError", "ConfigError", "UnknownNameError", "Registry"]

@@ -16,55 +16,31 @@ summary.json. ``mezo-rl baseline --method zero-shot|icl|lp|ft`` runs them from t
 """
 from __future__ import annotations
 
-import os
+import json
+import pathlib
 import random
 import time
-from dataclasses import dataclass, field
-from typing import Optional
 
 import numpy as np
 import torch
+from tqdm.auto import tqdm
 
+from mezo_rl.arguments import METHODS, BaselineArguments
+from mezo_rl.evaluation import evaluate
+from mezo_rl.models import load_model
+from mezo_rl.outputs import model_outputs
 from mezo_rl.trainer import peak_rss_mb
+from rewards import candidate_cross_entropy
+from tasks import get_task
 
-METHODS = ("zero-shot", "icl", "lp", "ft")
-
-
-@dataclass
-class BaselineArguments:
-    """Options of ``mezo-rl baseline`` (each field is ``--field-name``)."""
-
-    method: str = field(default="zero-shot", metadata={"help": "zero-shot, icl, lp (linear probing) or ft (Adam fine-tuning)", "choices": list(METHODS)})
-    model: str = field(default="smollm2-135m", metadata={"help": "short name, hub id, local directory or .gguf file"})
-    task: str = field(default="sst2", metadata={"help": "task name (see `mezo-rl tasks`)"})
-    data_dir: Optional[str] = field(default=None, metadata={"help": "dataset directory (default: $MEZO_RL_DATA)"})
-    num_train: int = field(default=1000, metadata={"help": "training examples (demonstration pool for icl, training set for lp/ft)"})
-    num_test: int = field(default=500, metadata={"help": "test examples"})
-    seed: int = field(default=0, metadata={"help": "seed for data sampling, demonstrations and ft batches"})
-    dtype: str = field(default="float32", metadata={"help": "weights dtype", "choices": ["float32", "bfloat16"]})
-    eval_batch_size: int = field(default=16, metadata={"help": "examples per forward pass during evaluation"})
-    max_new_tokens: int = field(default=32, metadata={"help": "generation length for generation tasks"})
-    num_demonstrations: int = field(default=32, metadata={"help": "icl: demonstrations in the context (paper: 32)"})
-    lp_l2: float = field(default=1.0, metadata={"help": "lp: L2 penalty of the logistic regression (on standardised features)"})
-    ft_lr: float = field(default=1e-5, metadata={"help": "ft: Adam learning rate (paper: 1e-5, 5e-5, 8e-5)"})
-    ft_batch_size: int = field(default=8, metadata={"help": "ft: batch size (paper: 8)"})
-    ft_epochs: float = field(default=1.0, metadata={"help": "ft: epochs over the training examples (paper: 5)"})
-    ft_max_steps: Optional[int] = field(default=None, metadata={"help": "ft: stop after this many steps"})
-    output_dir: Optional[str] = field(default=None, metadata={"help": "write baseline_<method>.json here"})
-
-    def __post_init__(self):
-        if self.method not in METHODS:
-            raise ValueError(f"BaselineArguments.method: got {self.method!r}, accepted: {', '.join(METHODS)}")
-        if self.num_demonstrations < 1:
-            raise ValueError(f"BaselineArguments.num_demonstrations: expected >= 1, got {self.num_demonstrations}")
+__all__ = ["METHODS", "BaselineArguments", "zero_shot", "icl", "linear_probe", "finetune", "run_baseline",
+           "pick_demonstrations", "fit_logistic_regression"]
 
 
 def _evaluate(lm, task, examples, batch_size=16, max_new_tokens=32, demonstrations=None) -> dict:
-    from mezo_rl.evaluation import evaluate
-
     metrics = evaluate(lm, task, examples, batch_size=batch_size, max_new_tokens=max_new_tokens,
                        demonstrations=demonstrations)
-    return {k: float(v) for k, v in metrics.items() if isinstance(v, (int, float))}
+    return {k: float(v) for k, v in metrics.items()}
 
 
 def zero_shot(lm, task, test, *, batch_size=16, max_new_tokens=32) -> dict:
@@ -145,18 +121,10 @@ def linear_probe(lm, task, train, test, *, l2=1.0, batch_size=16) -> dict:
 def _ft_loss(lm, task, batch):
     """Differentiable loss of a batch, as in the paper's FT: cross-entropy over the candidates'
     mean log-likelihoods for classification; teacher-forced NLL of the correct candidate / gold
-    answer for multiple choice and generation."""
-    from rewards import candidate_cross_entropy
-
-    if task.kind == "classification":
-        prompts, candidates = zip(*(ex.for_lm(lm.is_causal) for ex in batch))
-        scores = lm.score(list(prompts), [list(c) for c in candidates])
-        labels = [ex.label for ex in batch]
-    else:
-        prompts = [ex.prompt for ex in batch]
-        scores = lm.score(prompts, [[ex.target] for ex in batch])
-        labels = [0] * len(batch)
-    return torch.stack(candidate_cross_entropy(scores, labels)).mean()
+    answer for multiple choice and generation. The scores come from the same
+    :func:`mezo_rl.outputs.model_outputs` as training and evaluation (so masked LMs use their prompt)."""
+    out = model_outputs(lm, batch, {"scores"}, gold_only=task.kind != "classification")
+    return torch.stack(candidate_cross_entropy(out.candidate_scores, out.labels)).mean()
 
 
 def finetune(lm, task, train, *, lr=1e-5, batch_size=8, epochs=1.0, max_steps=None, seed=0,
@@ -166,8 +134,6 @@ def finetune(lm, task, train, *, lr=1e-5, batch_size=8, epochs=1.0, max_steps=No
     Returns ``{"steps", "final_loss"}``. Memory: Adam keeps two parameter-sized buffers and backprop
     keeps the activations, which is the cost MeZO avoids; compare ``peak_rss_mb``.
     """
-    from tqdm.auto import tqdm
-
     steps_per_epoch = max(1, len(train) // batch_size)
     steps = max(1, int(round(epochs * steps_per_epoch)))
     if max_steps is not None:
@@ -198,22 +164,15 @@ def finetune(lm, task, train, *, lr=1e-5, batch_size=8, epochs=1.0, max_steps=No
 
 def run_baseline(args: BaselineArguments, lm=None, task=None, splits=None) -> dict:
     """Run one baseline end to end (load model/task/data unless given) and return its result dict."""
-    import json
-    import pathlib
-
     t0 = time.perf_counter()
     if task is None:
-        from tasks import get_task
-
         task = get_task(args.task)
     if splits is None:
-        data_dir = args.data_dir or os.environ.get("MEZO_RL_DATA")
+        data_dir = args.data_dir  # None: $MEZO_RL_DATA (tasks.data.data_root)
         need_train = args.method != "zero-shot"
         splits = {"test": task.load_split("test", data_dir=data_dir, n=args.num_test, seed=args.seed),
                   "train": task.load_split("train", data_dir=data_dir, n=args.num_train, seed=args.seed) if need_train else []}
     if lm is None:
-        from mezo_rl.models import load_model
-
         lm = load_model(args.model, dtype=args.dtype)
     kw = dict(batch_size=args.eval_batch_size, max_new_tokens=args.max_new_tokens)
     result = {"method": args.method, "model": args.model, "task": args.task}

@@ -25,7 +25,17 @@ import sys
 import typing
 from typing import Any, Optional
 
-from mezo_rl.trainer import TrainingArguments
+import yaml
+
+from mezo_rl.arguments import BaselineArguments, EvalRunArguments, TrainingArguments, parse_step
+from mezo_rl.baselines import run_baseline
+from mezo_rl.compare import compare, objective_variants, write_report
+from mezo_rl.evaluation import evaluate
+from mezo_rl.models import load_model
+from mezo_rl.rundir import load_run, save_model
+from mezo_rl.trainer import Trainer
+from rewards import describe_rewards
+from tasks import get_task, list_tasks
 
 
 # ---------------------------------------------------------------------- dataclass -> argparse
@@ -75,8 +85,6 @@ def load_config_file(path: str) -> dict:
         if path.endswith(".json"):
             data = json.load(fh)
         else:
-            import yaml
-
             data = yaml.safe_load(fh)
     if data is None:
         return {}
@@ -110,8 +118,6 @@ def parse_into(cls, ns: argparse.Namespace, config: Optional[dict] = None, skip=
 
 # ---------------------------------------------------------------------- subcommands
 def cmd_train(ns) -> int:
-    from mezo_rl.trainer import Trainer
-
     args = parse_into(TrainingArguments, ns, _config(ns))
     trainer = Trainer(args)
     summary = trainer.train()
@@ -131,55 +137,33 @@ def _print_summary(summary: dict, output_dir) -> None:
 
 
 def cmd_eval(ns) -> int:
-    from mezo_rl.evaluation import evaluate
-
-    from tasks import get_task
-
-    data_dir = ns.data_dir or os.environ.get("MEZO_RL_DATA")
-    if ns.run_dir:
-        from mezo_rl.trainer import load_run
-
-        lm, args, step = load_run(ns.run_dir, _step(ns.step))
-        task_name = ns.task or args.task
-        info = {"run_dir": ns.run_dir, "step": step}
+    args = parse_into(EvalRunArguments, ns)
+    if args.run_dir:
+        lm, run_args, step = load_run(args.run_dir, args.step)
+        task_name = args.task or run_args.task
+        info = {"run_dir": args.run_dir, "step": step}
     else:
-        from mezo_rl.models import load_model
-
-        lm = load_model(ns.model, dtype=ns.dtype)
-        task_name = ns.task or "sst2"
-        info = {"model": ns.model}
+        lm = load_model(args.model, dtype=args.dtype)
+        task_name = args.task or "sst2"
+        info = {"model": args.model}
     task = get_task(task_name)
-    examples = task.load_split(ns.split, data_dir=data_dir, n=ns.n, seed=ns.seed)
-    metrics = evaluate(lm, task, examples, batch_size=ns.batch_size, max_new_tokens=ns.max_new_tokens)
-    print(json.dumps({**info, "task": task_name, "split": ns.split, "n": len(examples),
+    examples = task.load_split(args.split, data_dir=args.data_dir, n=args.n, seed=args.seed)
+    metrics = evaluate(lm, task, examples, batch_size=args.batch_size, max_new_tokens=args.max_new_tokens)
+    print(json.dumps({**info, "task": task_name, "split": args.split, "n": len(examples),
                       "metrics": {k: float(v) for k, v in metrics.items()}}, indent=2))
     return 0
 
 
-def _step(text: str):
-    return text if text in ("best", "final") else int(text)
-
-
 def cmd_export(ns) -> int:
-    from mezo_rl.trainer import load_run
-
-    lm, args, step = load_run(ns.run_dir, _step(ns.step))
+    lm, args, step = load_run(ns.run_dir, parse_step(ns.step))
     merged = ns.merged if ns.merged is not None else args.peft == "lora"
-    if args.peft != "none":
-        from mezo_rl.peft import export_model
-
-        export_model(lm, ns.output, merged=merged)
-    else:
-        lm.model.save_pretrained(ns.output)
-        lm.tokenizer.save_pretrained(ns.output)
+    save_model(lm, args.peft, ns.output, merged=merged)
     print(f"wrote {ns.output} ({args.model} + {step} MeZO steps from {ns.run_dir}"
           + (f", {args.peft} {'merged' if merged else 'adapter'}" if args.peft != "none" else "") + ")")
     return 0
 
 
 def cmd_compare(ns) -> int:
-    from mezo_rl.compare import compare, objective_variants, write_report
-
     if ns.runs:
         names = [os.path.basename(os.path.normpath(r)) for r in ns.runs]
         paths = write_report(dict(zip(names, ns.runs)), ns.report_dir or ".")
@@ -211,16 +195,12 @@ def cmd_compare(ns) -> int:
 
 
 def cmd_baseline(ns) -> int:
-    from mezo_rl.baselines import BaselineArguments, run_baseline
-
     args = parse_into(BaselineArguments, ns, _config(ns))
     print(json.dumps(run_baseline(args), indent=2))
     return 0
 
 
 def cmd_tasks(ns) -> int:
-    from tasks import get_task, list_tasks
-
     for name in list_tasks():
         task = get_task(name)
         doc = (getattr(task, "description", None) or (type(task).__doc__ or "")).strip().splitlines()
@@ -229,8 +209,6 @@ def cmd_tasks(ns) -> int:
 
 
 def cmd_rewards(ns) -> int:
-    from rewards import describe_rewards
-
     rows = describe_rewards()
     width = max([len(r.name) for r in rows] + [4])
     print(f"{'name':{width}s}  {'needs':10s}  {'better':6s}  description")
@@ -246,8 +224,6 @@ def _config(ns) -> Optional[dict]:
 
 # ---------------------------------------------------------------------- parser
 def build_parser() -> argparse.ArgumentParser:
-    from mezo_rl.baselines import BaselineArguments
-
     parser = argparse.ArgumentParser(prog="mezo-rl", description="Fine-tune language models on any objective with MeZO "
                                      "(Malladi et al., 2023): forward passes only, inference memory.")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -258,18 +234,9 @@ def build_parser() -> argparse.ArgumentParser:
     add_dataclass_arguments(p, TrainingArguments)
     p.set_defaults(func=cmd_train)
 
-    p = sub.add_parser("eval", help="evaluate a model or a run on a task split (prints JSON)", formatter_class=fmt)
-    p.add_argument("--model", default="smollm2-135m", help="model to evaluate (ignored with --run-dir)")
-    p.add_argument("--run-dir", default=None, help="evaluate this run's weights instead (base + trajectory)")
-    p.add_argument("--step", default="best", help="with --run-dir: best, final or a step number")
-    p.add_argument("--task", default=None, help="task (default: sst2, or the run's task)")
-    p.add_argument("--split", default="validation", choices=["train", "validation", "test"])
-    p.add_argument("--n", type=int, default=None, help="evaluate on this many examples (default: all)")
-    p.add_argument("--seed", type=int, default=0, help="seed for subsampling with --n")
-    p.add_argument("--data-dir", default=None, help="dataset directory (default: $MEZO_RL_DATA)")
-    p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
-    p.add_argument("--batch-size", type=int, default=16)
-    p.add_argument("--max-new-tokens", type=int, default=32)
+    p = sub.add_parser("eval", help="evaluate a model or a run on a task split (prints JSON)",
+                       description=EvalRunArguments.__doc__)
+    add_dataclass_arguments(p, EvalRunArguments)
     p.set_defaults(func=cmd_eval)
 
     p = sub.add_parser("export", help="base model + trajectory -> save_pretrained directory", formatter_class=fmt)

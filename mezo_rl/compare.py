@@ -10,8 +10,8 @@ reads the runs' ``summary.json`` / ``metrics.jsonl`` and writes
 
 Example (cross-entropy vs accuracy on SST-2, same everything else)::
 
+    from mezo_rl.arguments import TrainingArguments
     from mezo_rl.compare import compare, objective_variants
-    from mezo_rl.trainer import TrainingArguments
     base = TrainingArguments(task="sst2", steps=100, output_dir="runs/compare-sst2")
     compare(objective_variants(base, ["cross_entropy", "accuracy"]), "runs/compare-sst2")
 """
@@ -23,7 +23,9 @@ import os
 import pathlib
 from typing import Callable, Optional
 
-from mezo_rl.trainer import Trainer, TrainingArguments
+from mezo_rl.arguments import TrainingArguments
+from mezo_rl.rundir import CONFIG_FILE, METRICS_FILE, SUMMARY_FILE
+from mezo_rl.trainer import Trainer
 
 
 def objective_variants(base: TrainingArguments, objectives: list[str]) -> dict[str, TrainingArguments]:
@@ -72,12 +74,12 @@ def _safe(name: str) -> str:
 def load_run_records(run_dir: str | os.PathLike) -> tuple[dict, dict, list[dict]]:
     """``(config, summary, validation eval records)`` of a finished run directory."""
     run = pathlib.Path(run_dir)
-    for f in ("config.json", "summary.json", "metrics.jsonl"):
+    for f in (CONFIG_FILE, SUMMARY_FILE, METRICS_FILE):
         if not (run / f).is_file():
             raise FileNotFoundError(f"{run} is not a finished mezo-rl run (missing {f})")
-    config = json.loads((run / "config.json").read_text())
-    summary = json.loads((run / "summary.json").read_text())
-    evals = [r for r in map(json.loads, (run / "metrics.jsonl").read_text().splitlines())
+    config = json.loads((run / CONFIG_FILE).read_text())
+    summary = json.loads((run / SUMMARY_FILE).read_text())
+    evals = [r for r in map(json.loads, (run / METRICS_FILE).read_text().splitlines())
              if r.get("split") == "validation"]
     return config, summary, evals
 

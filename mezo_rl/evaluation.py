@@ -19,61 +19,66 @@ from __future__ import annotations
 
 import torch
 
-from tasks import Example, Task, with_demonstrations
+import rewards
+import tasks
+from mezo_rl.outputs import example_columns, model_outputs
+
+# ``rewards`` and ``tasks`` are imported as modules (names looked up at call time): they import
+# ``mezo_rl.errors`` / ``mezo_rl.registry``, which runs ``mezo_rl/__init__`` and so this module, possibly
+# while they are still half-imported.
 
 
 def evaluate(
     lm,
-    task: Task,
-    examples: list[Example],
+    task,
+    examples: list,
     batch_size: int = 16,
-    demonstrations: list[Example] | None = None,
+    demonstrations: list | None = None,
     max_new_tokens: int = 50,
     metrics: list[str] | None = None,
 ) -> dict:
     """Metric name -> mean value over ``examples``, plus ``"n"`` (the number of examples).
 
+    The metrics are rewards (``task.metrics`` by default, or any reward reference) gathered into a
+    report-only objective; each batch goes through :func:`mezo_rl.outputs.model_outputs` exactly as
+    in training, and each metric's sums and counts are added up over the batches (values of
+    ``None``, "no opinion", are left out of the mean; a metric with no values is NaN).
+
     Args:
         lm: a ``mezo_rl.lm.LanguageModel``.
-        task: the task the examples come from (its ``kind`` picks scoring or generation; its
-            ``demonstration`` renders in-context examples).
+        task: the task the examples come from (its ``kind`` and columns are checked against the
+            metrics; its ``demonstration`` renders in-context examples).
         examples: the examples to evaluate.
         batch_size: examples per call to ``lm.score`` / ``lm.generate``.
         demonstrations: in-context examples prepended to every prompt (the ICL baseline; causal LMs only).
-        max_new_tokens: generation length limit (generation tasks).
-        metrics: reward names to compute (default: ``task.metrics``).
+        max_new_tokens: generation length limit (greedy decoding).
+        metrics: reward references to compute (default: ``task.metrics``).
     """
-    from rewards import get_reward
-
     if not examples:
         raise ValueError(f"evaluate: no examples given for task {task.name!r}")
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     if demonstrations and not lm.is_causal:
         raise ValueError("in-context demonstrations are supported for causal LMs only")
-    specs = [get_reward(m) for m in (metrics or task.metrics)]
+    specs = [rewards.get_reward(m) for m in (metrics or task.metrics)]
+    report = rewards.Objective(specs, weights=[0.0] * len(specs))  # weight 0: report only, never a loss
+    for spec in report.rewards:
+        if spec.needs == "generation" and task.kind != "generation":
+            raise ValueError(f"metric {spec.name!r} needs generated text; task {task.name!r} is {task.kind}")
+    report.check_columns(example_columns(examples), task_kind=task.kind)
+    report.check_compatible(bool(lm.is_causal))
     if demonstrations:
-        examples = [with_demonstrations(task, ex, demonstrations) for ex in examples]
+        examples = [tasks.with_demonstrations(task, ex, demonstrations) for ex in examples]
 
-    values = {s.name: [] for s in specs}
+    sums = dict.fromkeys(report.names, 0.0)
+    counts = dict.fromkeys(report.names, 0)
     with torch.no_grad():
         for start in range(0, len(examples), batch_size):
             batch = examples[start : start + batch_size]
-            if task.kind == "generation":
-                prompts = [ex.prompt for ex in batch]
-                completions = lm.generate(prompts, max_new_tokens=max_new_tokens)
-                kw = dict(completions=completions, answers=[ex.answers for ex in batch])
-            else:
-                prompts, candidates = zip(*(ex.for_lm(lm.is_causal) for ex in batch))
-                scores = lm.score(list(prompts), list(candidates))
-                kw = dict(completions=None, candidate_scores=scores, labels=[ex.label for ex in batch])
-            for s in specs:
-                if s.needs == "generation" and task.kind != "generation":
-                    raise ValueError(f"metric {s.name!r} needs generated text; task {task.name!r} is {task.kind}")
-                values[s.name] += s.fn(list(prompts), **kw)
-    out = {}
-    for name, vals in values.items():
-        vals = [v for v in vals if v is not None]
-        out[name] = float(sum(vals) / len(vals)) if vals else float("nan")
-    out["n"] = len(examples)
-    return out
+            out = report.evaluate(**model_outputs(lm, batch, report.needs, max_new_tokens=max_new_tokens).as_kwargs())
+            for name in report.names:
+                sums[name] += out.sums[name]
+                counts[name] += out.counts[name]
+    result = {name: sums[name] / counts[name] if counts[name] else float("nan") for name in report.names}
+    result["n"] = len(examples)
+    return result

@@ -33,13 +33,17 @@ from __future__ import annotations
 
 import math
 import warnings
+from dataclasses import dataclass
 
 import torch
 
-__all__ = ["BACKENDS", "KINDS", "tensor_key", "generate", "axpy_", "resolve_backend"]
+__all__ = ["BACKENDS", "KINDS", "NOISES", "NoiseSpec", "tensor_key", "generate", "axpy_", "resolve_backend"]
 
 BACKENDS = ("torch", "compiled", "auto")
+#: element-wise noise kinds (what :func:`generate` and :func:`axpy_` draw)
 KINDS = ("gaussian", "rademacher")
+#: every noise an optimizer can use: the element-wise kinds and low-rank matrices (:class:`NoiseSpec`)
+NOISES = KINDS + ("lowrank",)
 
 _M64 = (1 << 64) - 1
 _M32 = (1 << 32) - 1
@@ -169,12 +173,16 @@ def _hash_keys(key: int, device) -> torch.Tensor:
 _backend_ok: dict[str, bool] = {}
 
 
-def resolve_backend(backend: str) -> str:
-    """Map ``"auto"`` to ``"compiled"`` if torch.compile works here (tried once), else ``"torch"``."""
+def resolve_backend(backend: str, noise: str = "gaussian") -> str:
+    """Map ``"auto"`` to the backend for ``noise``: for element-wise noise ``"compiled"`` if
+    torch.compile works here (tried once), else ``"torch"``; for ``"lowrank"`` always ``"torch"``
+    (its random numbers are (m + n) r per matrix plus the 1-D tensors: a compiler would not pay)."""
     if backend not in BACKENDS:
         raise ValueError(f"noise backend must be one of {BACKENDS}, got {backend!r}")
     if backend != "auto":
         return backend
+    if noise == "lowrank":
+        return "torch"
     if "compiled" not in _backend_ok:
         try:
             probe = torch.zeros(4096)
@@ -230,3 +238,67 @@ def axpy_(p: torch.Tensor, key: int, kind: str, backend: str, a: float, b: float
     else:
         flat.add_(z, alpha=a).mul_(c).add_(z, alpha=b)
     return p
+
+
+# ----------------------------------------------------------------------------------------------
+# Per-tensor noise of an optimizer: element-wise or low-rank.
+
+_LOWRANK_TAG = 0x6C6F7772616E6B31  # "lowrank1": separates the key of factor A from that of factor B
+
+
+@dataclass(frozen=True)
+class NoiseSpec:
+    """The noise an optimizer draws for the tensor at position ``index`` at step ``seed``.
+
+    ``kind="gaussian"`` / ``"rademacher"``: element-wise z from :func:`tensor_key` (``backend``
+    resolved: ``"torch"`` or ``"compiled"``).
+
+    ``kind="lowrank"`` (LOZO, Chen et al. ICLR 2025; SubZero, Yu et al. 2024): a tensor with 2 or
+    more dimensions, viewed as an m x n matrix (n = the product of the other dimensions), gets
+    ``z = B A^T / sqrt(r)`` with B [m, r] and A [n, r] of independent N(0, 1) entries, so
+    ``E[z_ij z_kl] = (1/r) sum_q E[B_iq B_kq] E[A_jq A_lq] = [i=k][j=l]``: E[vec z vec z^T] = I,
+    the same second moment as Gaussian z, hence an unbiased SPSA estimate. Only (m + n) r random
+    numbers per matrix (from ``torch.Generator``); the sweep is one in-place ``addmm_`` (a BLAS
+    gemm with beta, no temporary of the matrix's size). 1-D tensors (biases, norms) keep
+    element-wise Gaussian noise. With ``interval = k > 1`` the factor A is held for k consecutive
+    noise samples (LOZO's lazy subspace: sample counter // k picks it), B is fresh every sample;
+    E[z z^T] = I then holds over the run, not within one block.
+    """
+
+    kind: str
+    backend: str
+    rank: int = 1
+    interval: int = 1
+
+    def _lowrank(self, p: torch.Tensor) -> bool:
+        return self.kind == "lowrank" and p.dim() >= 2
+
+    def factors(self, p: torch.Tensor, seed: int, index: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """(B [m, r], A [n, r]) float32 of a low-rank tensor: pure functions of (seed, index, shape)."""
+        m, r = p.shape[0], self.rank
+        n = p.numel() // m
+        k = int(seed) & _M32  # the sample counter within the run (seeds are run_seed * 2**32 + k)
+        block_seed = int(seed) - k + (k // self.interval) * self.interval
+        b = _torch_noise(tensor_key(seed, index, p.shape), m * r, "gaussian", p.device).view(m, r)
+        a = _torch_noise(tensor_key(block_seed, index, p.shape) ^ _LOWRANK_TAG, n * r, "gaussian", p.device)
+        return b, a.view(n, r)
+
+    def axpy_(self, p: torch.Tensor, seed: int, index: int, a: float, b: float = 0.0, c: float = 1.0) -> torch.Tensor:
+        """In place: ``p <- (p + a z) c + b z`` (low-rank: computed as ``c p + (a c + b) z``)."""
+        if not self._lowrank(p):
+            kind = "gaussian" if self.kind == "lowrank" else self.kind
+            return axpy_(p, tensor_key(seed, index, p.shape), kind, self.backend, a=a, b=b, c=c)
+        if not p.is_contiguous():
+            raise ValueError("MeZO noise needs contiguous parameters (got a non-contiguous tensor)")
+        fb, fa = self.factors(p, seed, index)
+        mat = p.view(p.shape[0], -1)
+        mat.addmm_(fb.to(p.dtype), fa.to(p.dtype).t(), beta=c, alpha=(a * c + b) / math.sqrt(self.rank))
+        return p
+
+    def sample(self, p: torch.Tensor, seed: int, index: int) -> torch.Tensor:
+        """z for ``p`` materialised as a float32 tensor of p's shape (momentum / Adam updates)."""
+        if not self._lowrank(p):
+            kind = "gaussian" if self.kind == "lowrank" else self.kind
+            return generate(tensor_key(seed, index, p.shape), p.numel(), kind, self.backend, p.device).view(p.shape)
+        fb, fa = self.factors(p, seed, index)
+        return (fb @ fa.t()).div_(math.sqrt(self.rank)).view(p.shape)

@@ -35,8 +35,13 @@ Variants (paper Appendix B), with their memory cost:
                 logged seeds instead, as the paper notes, but that costs one sweep per remembered
                 step; buffers are the honest default.)
 
-Noise: ``noise="gaussian"`` (default) or ``"rademacher"`` (z_i = +-1). With Rademacher z and a
-power-of-two eps (e.g. ``eps=2**-10``) the perturbation eps*z is exactly representable, and
+``normalize="std"``  FZOO-style: the projected gradient of sample j is (l+_j - l-_j) / (2 sigma),
+                sigma the standard deviation of the step's 2n closure values, instead of / (2 eps):
+                a step that does not depend on the loss scale (n=1: a sign step of length lr).
+
+Noise: ``noise="gaussian"`` (default), ``"rademacher"`` (z_i = +-1) or ``"lowrank"``
+(z = B A^T / sqrt(rank) per tensor of 2+ dimensions, LOZO/SubZero; :class:`mezo_rl.noise.NoiseSpec`).
+With Rademacher z and a power-of-two eps (e.g. ``eps=2**-10``) the perturbation eps*z is exactly representable, and
 ``theta + eps z - 2 eps z + eps z`` returns theta exactly whenever ``theta +- eps`` is exactly
 representable (see docs/engine.md for measured drift).
 
@@ -48,23 +53,33 @@ in the exact mode and within rounding (~1e-7 relative) otherwise; the trajectory
 aborted steps so that replay repeats their sweeps too.
 
 Reproducibility: step seeds are ``seed * 2**32 + k`` for the k-th noise sample of the run; the
-global RNG is never used. ``opt.trajectory`` logs every step; ``mezo_rl.replay_trajectory``
+global RNG is never used. ``opt.trajectory`` logs every step; :func:`replay_trajectory` (here, with
+the optimizer that re-executes the steps; :meth:`MeZO.replay` takes the seeds from the log)
 rebuilds the final weights from the initial ones; ``state_dict()`` resumes a run exactly.
 """
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass, field
+from typing import Iterable
 
 import torch
 
 from mezo_rl import noise as _noise
 from mezo_rl.trajectory import STATUS, Trajectory
 
-__all__ = ["MeZO", "StepResult", "get_scheduler"]
+__all__ = ["MeZO", "StepResult", "get_scheduler", "replay_trajectory"]
 
 _ESTIMATORS = ("two_point", "one_point")
 _NONFINITE = ("raise", "skip")
+_NORMALIZE = (None, "std")
+#: options of the whole run (the same in every param group), with their defaults
+_RUN_DEFAULTS = dict(n_spsa=1, noise="gaussian", rank=1, lowrank_interval=1, normalize=None,
+                     estimator="two_point", momentum=0.0, adam=False, betas=(0.9, 0.999), adam_eps=1e-8,
+                     seed=0, on_nonfinite="raise", noise_backend="auto")
+#: options added after the first trajectory format, with the value that reproduces older runs
+_ADDED_LATER = {k: _RUN_DEFAULTS[k] for k in ("rank", "lowrank_interval", "normalize")}
 
 
 @dataclass
@@ -73,10 +88,13 @@ class StepResult:
 
     ``loss_plus`` / ``loss_minus``: closure values at theta + eps z and theta - eps z (means over
     the n samples of n-SPSA; ``loss_minus`` is None for the one-point estimator).
-    ``projected_grads``: one scalar per sample, ``(l+ - l-) / (2 eps)`` with the first group's eps.
+    ``projected_grads``: the scalar applied per sample with the first group's eps:
+    ``(l+ - l-) / (2 eps)``, or ``(l+ - l-) / (2 sigma)`` with ``normalize="std"``.
     ``seeds``: the noise seed of each sample. ``loss``: the mean of all closure values.
     ``skipped``: True when a non-finite loss made the step a no-op (``on_nonfinite="skip"``).
-    ``lr``: the first group's learning rate used for the update.
+    ``lr``: the first group's learning rate used for the update. ``values``: every closure value,
+    in call order. ``spread``: sigma, the standard deviation of the step's closure values
+    (``normalize="std"`` only; 0 means the step changed nothing but weight decay).
     """
 
     loss_plus: float
@@ -87,6 +105,7 @@ class StepResult:
     skipped: bool = False
     lr: float = 0.0
     values: list[float] = field(default_factory=list)
+    spread: float | None = None
 
 
 class _ReplayAbort(Exception):
@@ -104,6 +123,12 @@ def _as_float(value) -> float:
         raise TypeError(f"the closure must return a float or a 0-d tensor, got {type(value).__name__}") from None
 
 
+def _spread(values: list[float]) -> float:
+    """Population standard deviation of the values (float64, fixed summation order)."""
+    mean = sum(values) / len(values)
+    return math.sqrt(sum((v - mean) ** 2 for v in values) / len(values))
+
+
 class MeZO(torch.optim.Optimizer):
     """In-place zeroth-order SGD (MeZO) and its Appendix-B variants; see the module docstring.
 
@@ -112,33 +137,50 @@ class MeZO(torch.optim.Optimizer):
             ``weight_decay``), as for any ``torch.optim`` optimizer. Tensors must be contiguous.
         lr: learning rate (per group). eps: perturbation scale (per group, > 0).
         weight_decay: decoupled decay ``theta <- theta (1 - lr wd)`` applied with the update.
-        n_spsa: samples of z per step (Algorithm 2). noise: ``"gaussian"`` or ``"rademacher"``.
+        n_spsa: samples of z per step (Algorithm 2).
+        noise: ``"gaussian"``, ``"rademacher"`` or ``"lowrank"`` (z = B A^T / sqrt(rank) per
+            tensor of 2+ dimensions, Gaussian for 1-D ones; see :class:`mezo_rl.noise.NoiseSpec`).
+        rank: r of the low-rank noise (>= 1; used only by ``noise="lowrank"``).
+        lowrank_interval: hold the factor A for this many noise samples (LOZO's lazy subspace;
+            1 = fresh every sample; used only by ``noise="lowrank"``).
+        normalize: None, or ``"std"``: divide each sample's loss difference by the standard
+            deviation sigma of the step's 2n closure values instead of by 2 eps (FZOO-style):
+            ``g_j = (l+_j - l-_j) / (2 sigma)``; no ZO update when sigma = 0. See docs/engine.md.
         estimator: ``"two_point"`` (SPSA, default) or ``"one_point"``.
         momentum: heavy-ball momentum in [0, 1) (0 = off). adam: use ZO-Adam with ``betas``
             and ``adam_eps``. momentum and adam are exclusive.
         seed: base seed of the run (0 <= seed < 2**31).
         on_nonfinite: ``"raise"`` or ``"skip"`` when the closure returns NaN/inf.
-        noise_backend: ``"auto"`` (compiled if torch.compile works, else torch), ``"compiled"``
-            or ``"torch"``; see :mod:`mezo_rl.noise`.
+        noise_backend: ``"auto"`` (element-wise noise: compiled if torch.compile works, else
+            torch; low-rank: torch), ``"compiled"`` or ``"torch"``; see :mod:`mezo_rl.noise`.
         record: keep ``opt.trajectory`` (default True).
+
+    Every hyperparameter is in ``opt.defaults`` (and, as in ``torch.optim``, in every param
+    group); those of the whole run (all but lr, eps, weight_decay) cannot differ between groups.
     """
 
     def __init__(self, params, lr: float = 1e-6, eps: float = 1e-3, weight_decay: float = 0.0, *,
-                 n_spsa: int = 1, noise: str = "gaussian", estimator: str = "two_point",
+                 n_spsa: int = 1, noise: str = "gaussian", rank: int = 1, lowrank_interval: int = 1,
+                 normalize: str | None = None, estimator: str = "two_point",
                  momentum: float = 0.0, adam: bool = False, betas=(0.9, 0.999), adam_eps: float = 1e-8,
                  seed: int = 0, on_nonfinite: str = "raise", noise_backend: str = "auto", record: bool = True):
-        if noise not in _noise.KINDS:
-            raise ValueError(f"noise must be one of {_noise.KINDS}, got {noise!r}")
+        if noise not in _noise.NOISES:
+            raise ValueError(f"noise must be one of {_noise.NOISES}, got {noise!r}")
         if estimator not in _ESTIMATORS:
             raise ValueError(f"estimator must be one of {_ESTIMATORS}, got {estimator!r}")
         if on_nonfinite not in _NONFINITE:
             raise ValueError(f"on_nonfinite must be one of {_NONFINITE}, got {on_nonfinite!r}")
         if noise_backend not in _noise.BACKENDS:
             raise ValueError(f"noise_backend must be one of {_noise.BACKENDS}, got {noise_backend!r}")
-        if not (isinstance(n_spsa, int) and n_spsa >= 1):
-            raise ValueError(f"n_spsa must be an integer >= 1, got {n_spsa!r}")
+        if normalize not in _NORMALIZE:
+            raise ValueError(f"normalize must be one of {_NORMALIZE}, got {normalize!r}")
+        for name, value in (("n_spsa", n_spsa), ("rank", rank), ("lowrank_interval", lowrank_interval)):
+            if not (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
+                raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
         if estimator == "one_point" and n_spsa != 1:
             raise ValueError("the one-point estimator uses one sample per step: n_spsa must be 1")
+        if estimator == "one_point" and normalize:
+            raise ValueError("normalize='std' needs the two-point estimator (one closure value per step has no spread)")
         if not 0.0 <= momentum < 1.0:
             raise ValueError(f"momentum must be in [0, 1), got {momentum!r}")
         if adam and momentum:
@@ -147,14 +189,16 @@ class MeZO(torch.optim.Optimizer):
             raise ValueError(f"betas must be two numbers in [0, 1), got {betas!r}")
         if not (isinstance(seed, int) and 0 <= seed < 2**31):
             raise ValueError(f"seed must be an integer in [0, 2**31), got {seed!r}")
-        super().__init__(params, dict(lr=lr, eps=eps, weight_decay=weight_decay))
-        self.config = dict(n_spsa=n_spsa, noise=noise, estimator=estimator, momentum=float(momentum),
+        self.config = dict(n_spsa=n_spsa, noise=noise, rank=rank, lowrank_interval=lowrank_interval,
+                           normalize=normalize, estimator=estimator, momentum=float(momentum),
                            adam=bool(adam), betas=[float(b) for b in betas], adam_eps=float(adam_eps),
                            seed=seed, on_nonfinite=on_nonfinite, noise_backend=noise_backend)
+        assert self.config.keys() == _RUN_DEFAULTS.keys()
+        super().__init__(params, dict(lr=lr, eps=eps, weight_decay=weight_decay, **self.config))
         self._samples = 0          # noise samples drawn so far; the next seed is seed * 2**32 + _samples
         self._updates = 0          # applied updates (Adam bias correction)
         self._prev_loss = None     # one-point estimator: the previous step's loss
-        self._backend = None       # resolved noise backend ("torch" | "compiled"), fixed at the first step
+        self._noise = None         # NoiseSpec with the resolved backend, fixed at the first step
         self._record = record
         self.trajectory = Trajectory()
 
@@ -165,6 +209,10 @@ class MeZO(torch.optim.Optimizer):
                                ("weight_decay", g["weight_decay"] >= 0, ">= 0")):
             if not ok:
                 raise ValueError(f"param group {name} must be {what}, got {g[name]!r}")
+        for name in _RUN_DEFAULTS:
+            if g[name] != self.defaults[name]:
+                raise ValueError(f"{name} is an option of the whole run, not of a param group: pass it to MeZO(...), "
+                                 f"got {g[name]!r} in a group and {self.defaults[name]!r} for the optimizer")
         for p in g["params"]:
             if not p.is_contiguous():
                 raise ValueError("MeZO perturbs tensors in place through a flat view: every parameter must be contiguous")
@@ -173,7 +221,7 @@ class MeZO(torch.optim.Optimizer):
     @property
     def noise_backend(self) -> str | None:
         """The noise backend in use (None until the first step resolves ``"auto"``)."""
-        return self._backend
+        return None if self._noise is None else self._noise.backend
 
     def _flat(self) -> list[tuple[int, torch.Tensor, dict]]:
         out, idx = [], 0
@@ -183,15 +231,19 @@ class MeZO(torch.optim.Optimizer):
                 idx += 1
         return out
 
+    def _set_backend(self, backend: str) -> None:
+        cfg = self.config
+        self._noise = _noise.NoiseSpec(cfg["noise"], backend, cfg["rank"], cfg["lowrank_interval"])
+
     def _prepare(self) -> list[tuple[int, torch.Tensor, dict]]:
         """Resolve the backend, fill the trajectory header, and list the trainable tensors."""
         flat = self._flat()
         trainable = [e for e in flat if e[1].requires_grad]
         if not trainable:
             raise ValueError("MeZO has no trainable tensors: every parameter has requires_grad=False")
-        if self._backend is None:
-            self._backend = _noise.resolve_backend(self.config["noise_backend"])
-        header = dict(self.config, noise_backend=self._backend,
+        if self._noise is None:
+            self._set_backend(_noise.resolve_backend(self.config["noise_backend"], self.config["noise"]))
+        header = dict(self.config, noise_backend=self._noise.backend,
                       calls_per_step=1 if self.config["estimator"] == "one_point" else 2 * self.config["n_spsa"],
                       group_sizes=[len(g["params"]) for g in self.param_groups],
                       group_weight_decays=[g["weight_decay"] for g in self.param_groups],
@@ -205,28 +257,22 @@ class MeZO(torch.optim.Optimizer):
                              "step; a trajectory describes one fixed setup: build a new MeZO for the new setup")
         return trainable
 
-    def _next_seed(self) -> int:
-        if self._replay_seeds is not None:
-            return self._replay_seeds.pop(0)
-        seed = self.config["seed"] * 2**32 + self._samples
-        self._samples += 1
-        return seed
-
-    _replay_seeds: list[int] | None = None
-
     def _sweep(self, entries, seed: int, a_mult: float, update=None) -> None:
         """For every trainable tensor: p <- (p + a_mult*eps*z) * c + b*z, (b, c) = update(group)."""
-        kind, backend = self.config["noise"], self._backend
         for idx, p, group in entries:
             b, c = update(group) if update is not None else (0.0, 1.0)
-            key = _noise.tensor_key(seed, idx, p.shape)
-            _noise.axpy_(p, key, kind, backend, a=a_mult * group["eps"], b=b, c=c)
+            self._noise.axpy_(p, seed, idx, a=a_mult * group["eps"], b=b, c=c)
 
-    def _grad(self, values: list[float], j: int, eps: float) -> float:
-        """Projected gradient of sample j for a group with perturbation scale eps."""
+    def _grads(self, values: list[float], eps: float, spread: float | None) -> list[float]:
+        """The projected gradient of each sample for a group with perturbation scale eps."""
         if self.config["estimator"] == "one_point":
-            return 0.0 if self._prev_loss is None else (values[0] - self._prev_loss) / eps
-        return (values[2 * j] - values[2 * j + 1]) / (2 * eps)
+            return [0.0 if self._prev_loss is None else (values[0] - self._prev_loss) / eps]
+        n = self.config["n_spsa"]
+        if spread is None:
+            return [(values[2 * j] - values[2 * j + 1]) / (2 * eps) for j in range(n)]
+        if spread == 0.0:  # every value equal: no direction is preferred
+            return [0.0] * n
+        return [(values[2 * j] - values[2 * j + 1]) / (2 * spread) for j in range(n)]
 
     # ------------------------------------------------------------------------------------------
     @torch.no_grad()
@@ -237,12 +283,18 @@ class MeZO(torch.optim.Optimizer):
         if closure is None:
             raise ValueError("MeZO.step needs a closure: MeZO evaluates the loss itself (it has no gradients)")
         entries = self._prepare()
+        base = self.config["seed"] * 2**32
+        seeds = [base + self._samples + j for j in range(self.config["n_spsa"])]
+        self._samples += len(seeds)
+        return self._step(entries, closure, seeds)
+
+    def _step(self, entries, closure, seeds: list[int]) -> StepResult:
+        """The step with its noise seeds given (by :meth:`step`, or by :meth:`replay` from the log)."""
         cfg = self.config
         n, one_point = cfg["n_spsa"], cfg["estimator"] == "one_point"
         buffered = cfg["adam"] or cfg["momentum"] > 0
         lrs = [g["lr"] for g in self.param_groups]
         epss = [g["eps"] for g in self.param_groups]
-        seeds = [self._next_seed() for _ in range(n)]
         values: list[float] = []
         offset = None  # (seed, mult): the parameters are currently theta + mult * eps * z(seed)
 
@@ -281,19 +333,20 @@ class MeZO(torch.optim.Optimizer):
         if buffered and offset is not None:  # one-point + momentum/Adam: restore before the update
             self._sweep(entries, offset[0], -offset[1])
         # The update. Parameters are at theta + offset (buffered variants: at theta).
-        grads = [self._grad(values, j, epss[0]) for j in range(n)]
+        spread = _spread(values) if cfg["normalize"] == "std" else None
+        grads = self._grads(values, epss[0], spread)
+        group_grads = {id(g): self._grads(values, g["eps"], spread) for g in self.param_groups}
 
         def sgd(j, decay):
             def coeffs(group):
-                b = -group["lr"] * self._grad(values, j, group["eps"]) / n
+                b = -group["lr"] * group_grads[id(group)][j] / n
                 return b, (1.0 - group["lr"] * group["weight_decay"]) if decay else 1.0
             return coeffs
 
         if buffered:
-            self._buffered_update(entries, seeds, values)
+            self._buffered_update(entries, seeds, group_grads)
         else:
-            last = seeds[-1]
-            self._sweep(entries, last, -offset[1], update=sgd(n - 1, decay=True))  # restore + update, fused
+            self._sweep(entries, seeds[-1], -offset[1], update=sgd(n - 1, decay=True))  # restore + update, fused
             for j in range(n - 1):  # Algorithm 2: the other samples' updates
                 self._sweep(entries, seeds[j], 0.0, update=sgd(j, decay=False))
         self._updates += 1
@@ -303,9 +356,10 @@ class MeZO(torch.optim.Optimizer):
         plus = values[0::2] if not one_point else values
         minus = values[1::2]
         return StepResult(loss_plus=sum(plus) / len(plus), loss_minus=None if one_point else sum(minus) / len(minus),
-                          projected_grads=grads, seeds=seeds, loss=sum(values) / len(values), lr=lrs[0], values=values)
+                          projected_grads=grads, seeds=seeds, loss=sum(values) / len(values), lr=lrs[0],
+                          values=values, spread=spread)
 
-    def _buffered_update(self, entries, seeds, values) -> None:
+    def _buffered_update(self, entries, seeds, group_grads) -> None:
         """Momentum / Adam: materialise z per tensor and update the per-tensor float32 buffers."""
         cfg = self.config
         n, mu, (b1, b2) = cfg["n_spsa"], cfg["momentum"], cfg["betas"]
@@ -314,8 +368,7 @@ class MeZO(torch.optim.Optimizer):
             lr = group["lr"]
             est = None  # the ZO gradient estimate for this tensor: mean_j g_j z_j
             for j, s in enumerate(seeds):
-                z = _noise.generate(_noise.tensor_key(s, idx, p.shape), p.numel(), cfg["noise"], self._backend, p.device)
-                z = z.view(p.shape).mul_(self._grad(values, j, group["eps"]) / n)
+                z = self._noise.sample(p, s, idx).mul_(group_grads[id(group)][j] / n)
                 est = z if est is None else est.add_(z)
             state = self.state[p]
             if group["weight_decay"]:
@@ -341,39 +394,39 @@ class MeZO(torch.optim.Optimizer):
                                    status=status, calls=len(values))
 
     # ------------------------------------------------------------------------------------------
-    def _replay(self, traj: Trajectory) -> None:
-        """Re-execute every logged step with the closure replaced by the logged values."""
-        seeds, values, lrs, epss = traj.seeds, traj.values, traj.lrs, traj.epss
-        status, calls, grads = traj.status, traj.calls, traj.projected_grads
-        for t in range(len(traj)):
-            for g, lr, eps in zip(self.param_groups, lrs[t], epss[t]):
-                g["lr"], g["eps"] = float(lr), float(eps)
-            self._replay_seeds = [int(s) for s in seeds[t]]
-            recorded = [float(v) for v in values[t][: calls[t]]]
-            it = iter(recorded)
+    @torch.no_grad()
+    def replay(self, trajectory: Trajectory) -> None:
+        """Re-execute every step of ``trajectory`` on this optimizer's parameters, with the
+        logged seeds, lrs and eps, and the closure replaced by the logged values. Raises
+        RuntimeError where the replay diverges from the log (an abort or projected gradient that
+        differs). Build the optimizer with :func:`replay_trajectory` unless you know its setup."""
+        entries = self._prepare()
+        for t, row in enumerate(trajectory):
+            for g, lr, eps in zip(self.param_groups, row.lrs, row.epss):
+                g["lr"], g["eps"] = lr, eps
+            recorded = iter(row.values[: row.calls])
 
             def closure():
                 try:
-                    return next(it)
+                    return next(recorded)
                 except StopIteration:
                     raise _ReplayAbort() from None
 
             try:
-                res = self.step(closure)
+                res = self._step(entries, closure, list(row.seeds))
             except (_ReplayAbort, FloatingPointError):
-                if status[t] != STATUS["aborted"]:
+                if row.status != STATUS["aborted"]:
                     raise RuntimeError(f"replay diverged at step {t}: it aborted, the run did not") from None
                 continue
-            if status[t] == STATUS["applied"] and res.projected_grads != [float(x) for x in grads[t]]:
+            if row.status == STATUS["applied"] and res.projected_grads != list(row.projected_grads):
                 raise RuntimeError(f"replay diverged at step {t}: projected gradients differ")
-        self._replay_seeds = None
 
     # ------------------------------------------------------------------------------------------
     def state_dict(self) -> dict:
         """The torch optimizer state plus MeZO's own: counters, one-point memory and the trajectory."""
         sd = super().state_dict()
         sd["mezo"] = {"config": dict(self.config), "samples": self._samples, "updates": self._updates,
-                      "prev_loss": self._prev_loss, "backend": self._backend,
+                      "prev_loss": self._prev_loss, "backend": self.noise_backend,
                       "trajectory": self.trajectory.state_dict() if self._record else None}
         return sd
 
@@ -382,19 +435,75 @@ class MeZO(torch.optim.Optimizer):
         extra = sd.pop("mezo", None)
         if extra is None:
             raise ValueError("not a MeZO state dict: the 'mezo' entry is missing")
-        if extra["config"] != self.config:
-            diff = {k: (extra["config"].get(k), v) for k, v in self.config.items() if extra["config"].get(k) != v}
+        saved = {**_ADDED_LATER, **extra["config"]}
+        if saved != self.config:
+            diff = {k: (saved.get(k), v) for k, v in self.config.items() if saved.get(k) != v}
             raise ValueError(f"the state dict was saved by a MeZO with a different configuration (saved, here): {diff}")
+        # groups saved before every hyperparameter was recorded in them: complete them from this run
+        sd["param_groups"] = [{**{k: v for k, v in mine.items() if k != "params"}, **theirs}
+                              for mine, theirs in zip(self.param_groups, sd["param_groups"])]
         super().load_state_dict(sd)
         # torch casts floating state to the parameter's dtype; MeZO's buffers stay float32
         for idx, p, _ in self._flat():
             for k, v in sd["state"].get(idx, {}).items():
                 if isinstance(v, torch.Tensor):
                     self.state[p][k] = v.detach().clone().to(p.device)
-        self._samples, self._updates = extra["samples"], extra["updates"]
-        self._prev_loss, self._backend = extra["prev_loss"], extra["backend"]
+        self._samples, self._updates, self._prev_loss = extra["samples"], extra["updates"], extra["prev_loss"]
+        self._noise = None
+        if extra["backend"] is not None:
+            self._set_backend(extra["backend"])
         if extra["trajectory"] is not None:
             self.trajectory = Trajectory.from_state_dict(extra["trajectory"])
+            if self.trajectory.header:
+                self.trajectory.header = {**_ADDED_LATER, **self.trajectory.header}
+
+
+def _flat_params(params) -> list[torch.Tensor]:
+    if isinstance(params, torch.nn.Module):
+        return list(params.parameters())
+    params = list(params)
+    if params and isinstance(params[0], dict):
+        return [p for g in params for p in g["params"]]
+    return [p[1] if isinstance(p, tuple) else p for p in params]
+
+
+def replay_trajectory(params: torch.nn.Module | Iterable, trajectory: Trajectory | str | os.PathLike) -> None:
+    """Rebuild trained weights in place from the initial weights and the run's trajectory.
+
+    ``params`` must hold the weights the run *started* from, in the optimizer's order: a module
+    (its ``.parameters()``), an iterable of tensors or ``(name, tensor)`` pairs, or the param
+    groups the optimizer was built with. Group structure (which tensors share an lr, eps and
+    weight decay) is taken from the trajectory. Tensors with ``requires_grad=False`` are left
+    alone, as in training. No data and no forward pass are needed; the result is bit-identical to
+    the end of the run on the same machine and torch version, with the same noise backend.
+    Momentum and Adam runs allocate their buffers again while replaying. Replay a prefix with
+    ``replay_trajectory(params, trajectory[:n])``.
+    """
+    traj = trajectory if isinstance(trajectory, Trajectory) else Trajectory.load(trajectory)
+    h = traj.header
+    if not h:
+        raise ValueError("the trajectory has no header: it was never filled by a MeZO run")
+    h = {**_ADDED_LATER, **h}
+    flat = _flat_params(params)
+    shapes = [list(p.shape) for p in flat]
+    if shapes != h["param_shapes"]:
+        first = next((i for i, (a, b) in enumerate(zip(shapes, h["param_shapes"])) if a != b),
+                     min(len(shapes), len(h["param_shapes"])))
+        raise ValueError(f"replay needs the {len(h['param_shapes'])} tensors the run was built with, in the same "
+                         f"order and shapes; got {len(flat)} tensors (first mismatch at index {first})")
+    dtypes = [str(p.dtype).removeprefix("torch.") for p in flat]
+    if dtypes != h["param_dtypes"]:
+        raise ValueError(f"replay needs the same dtypes as the run ({sorted(set(h['param_dtypes']))}); got {sorted(set(dtypes))}")
+    trainable = [i for i, p in enumerate(flat) if p.requires_grad]
+    if trainable != h["trainable"]:
+        raise ValueError("replay needs the same tensors to be trainable (requires_grad=True) as in the run")
+    groups, start = [], 0
+    for size, wd in zip(h["group_sizes"], h["group_weight_decays"]):
+        groups.append({"params": flat[start:start + size], "weight_decay": wd})
+        start += size
+    opt = MeZO(groups, lr=0.0, eps=1.0, betas=tuple(h["betas"]), record=False,
+               **{k: h[k] for k in _RUN_DEFAULTS if k != "betas"})
+    opt.replay(traj)
 
 
 def get_scheduler(name: str, optimizer: torch.optim.Optimizer, total_steps: int | None = None):

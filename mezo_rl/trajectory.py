@@ -2,11 +2,12 @@
 
 Every MeZO step is determined by a handful of scalars: the seed(s) of its noise, the loss values
 the closure returned (hence the projected gradient(s)), and the lr and eps of each param group.
-:class:`Trajectory` logs exactly those, one row per step, plus a header describing the run
-(noise kind and backend, estimator, variant, parameter shapes). With the initial weights,
-:func:`replay_trajectory` re-executes every sweep of every step, in the same order and with the
-same floating-point operations, and so ends at the very weights the run ended with
-(bit-identical on the same machine and torch version; no data, no forward pass).
+:class:`Trajectory` logs exactly those, one :class:`Step` row per step, plus a header describing
+the run (noise kind and backend, estimator, variant, parameter shapes). It is pure data: it knows
+nothing of optimizers. :func:`mezo_rl.optim.replay_trajectory` re-executes every sweep of every
+step from the initial weights, in the same order and with the same floating-point operations, and
+so ends at the very weights the run ended with (bit-identical on the same machine and torch
+version; no data, no forward pass).
 
 This is the paper's storage claim (section 2.1) made concrete: a fine-tuned model's checkpoint is
 the base model plus its trajectory. A step costs about 50 bytes before compression; 20,000 steps
@@ -21,91 +22,112 @@ from __future__ import annotations
 import io
 import json
 import os
-from typing import Iterable
+from typing import Iterator, NamedTuple
 
 import numpy as np
-import torch
 
-__all__ = ["Trajectory", "replay_trajectory", "STATUS"]
+__all__ = ["Trajectory", "Step", "STATUS", "COLUMNS", "replay_trajectory"]
 
 FORMAT = "mezo-rl-trajectory/1"
 #: row status codes
 STATUS = {"applied": 0, "skipped": 1, "aborted": 2}
 
 
+class Step(NamedTuple):
+    """One row of a trajectory: everything one ``MeZO.step`` used besides the weights."""
+
+    seeds: tuple[int, ...]            #: the noise seed of each of the n SPSA samples
+    values: tuple[float, ...]         #: what the closure returned, in call order (l+_1, l-_1, l+_2, ...)
+    projected_grads: tuple[float, ...]  #: the scalar applied per sample (see MeZO's ``normalize``)
+    lrs: tuple[float, ...]            #: lr of each param group at this step
+    epss: tuple[float, ...]           #: eps of each param group at this step
+    status: int                       #: STATUS code: applied, skipped or aborted
+    calls: int                        #: how many closure calls returned a value
+
+
+def _width_n(header: dict) -> int:
+    return header.get("n_spsa", 1)
+
+
+def _width_groups(header: dict) -> int:
+    return len(header.get("group_sizes", [0]))
+
+
+#: The one column list: (name, numpy dtype, width from the header or None for a scalar column),
+#: in :class:`Step` field order. Ragged rows (fewer values than the width) are NaN/0-padded on save.
+COLUMNS = (
+    ("seeds", np.int64, _width_n),
+    ("values", np.float64, lambda h: h.get("calls_per_step", 2)),
+    ("projected_grads", np.float64, _width_n),
+    ("lrs", np.float64, _width_groups),
+    ("epss", np.float64, _width_groups),
+    ("status", np.int8, None),
+    ("calls", np.int16, None),
+)
+assert tuple(name for name, _, _ in COLUMNS) == Step._fields
+
+
+def _column_property(name: str, doc: str) -> property:
+    return property(lambda self: self.column(name), doc=doc)
+
+
 class Trajectory:
-    """Per-step log of a MeZO run.
+    """Per-step log of a MeZO run: a header dict and a list of :class:`Step` rows.
 
-    Columns (numpy arrays, one row per step; see the properties):
-
-    - ``seeds`` int64 [T, n]: the noise seed of each of the n SPSA samples
-    - ``values`` float64 [T, k]: what the closure returned, in call order
-      (two-point: ``l+_1, l-_1, l+_2, l-_2, ...``; one-point: ``l_1``); NaN where not called
-    - ``projected_grads`` float64 [T, n]: ``(l+ - l-) / (2 eps)`` of each sample, with the first
-      param group's eps (one-point: ``(l - l_prev) / eps``)
-    - ``lrs``, ``epss`` float64 [T, G]: the lr and eps of each param group at that step
-    - ``status`` int8 [T]: 0 applied, 1 skipped (non-finite loss), 2 aborted (exception)
-    - ``calls`` int16 [T]: how many closure calls returned a value
-
-    ``header`` is a JSON-serialisable dict describing the run (set by the optimizer).
+    ``len(t)``, ``t[i]`` (a :class:`Step`), ``t[:n]`` (a Trajectory of the first n steps, same
+    header), iteration over rows. Columns as numpy arrays [T] or [T, width]
+    (:data:`COLUMNS`): ``seeds`` int64 [T, n]; ``values`` float64 [T, calls per step], NaN where
+    not called; ``projected_grads`` float64 [T, n] (empty rows for skipped/aborted steps: NaN);
+    ``lrs``, ``epss`` float64 [T, groups]; ``status`` int8 [T] (0 applied, 1 skipped, 2 aborted);
+    ``calls`` int16 [T]. ``header`` is a JSON-serialisable dict describing the run (set by the
+    optimizer).
     """
 
-    def __init__(self, header: dict | None = None):
+    def __init__(self, header: dict | None = None, steps=()):
         self.header: dict = dict(header or {})
-        self._rows: list[tuple] = []
+        self._rows: list[Step] = list(steps)
 
-    # -- building ------------------------------------------------------------------------------
+    # -- building and access ---------------------------------------------------------------------
     def append(self, *, seeds, values, projected_grads, lrs, epss, status: int, calls: int) -> None:
-        """Add one step (called by :class:`mezo_rl.MeZO`)."""
-        self._rows.append((tuple(int(s) for s in seeds), tuple(float(v) for v in values),
-                           tuple(float(g) for g in projected_grads), tuple(float(x) for x in lrs),
-                           tuple(float(x) for x in epss), int(status), int(calls)))
+        """Add one step (called by :class:`mezo_rl.optim.MeZO`)."""
+        self._rows.append(Step(tuple(int(s) for s in seeds), tuple(float(v) for v in values),
+                               tuple(float(g) for g in projected_grads), tuple(float(x) for x in lrs),
+                               tuple(float(x) for x in epss), int(status), int(calls)))
 
     def __len__(self) -> int:
         return len(self._rows)
 
+    def __iter__(self) -> Iterator[Step]:
+        return iter(self._rows)
+
+    def __getitem__(self, index):
+        if isinstance(index, slice):
+            return Trajectory(self.header, self._rows[index])
+        return self._rows[index]
+
     def __repr__(self) -> str:
         return f"Trajectory(steps={len(self)}, header={self.header})"
 
-    # -- columns -------------------------------------------------------------------------------
-    def _column(self, i: int, dtype, width: int | None = None) -> np.ndarray:
-        if not self._rows:
-            return np.zeros((0, width or 0), dtype=dtype)
-        col = [r[i] for r in self._rows]
-        if width is None:
-            return np.asarray(col, dtype=dtype)
-        out = np.full((len(col), width), np.nan if np.dtype(dtype).kind == "f" else 0, dtype=dtype)
-        for t, row in enumerate(col):
-            out[t, : len(row)] = row
+    # -- columns ---------------------------------------------------------------------------------
+    def column(self, name: str) -> np.ndarray:
+        """The column ``name`` of :data:`COLUMNS` as a numpy array (ragged rows padded)."""
+        i = Step._fields.index(name)
+        _, dtype, width_of = COLUMNS[i]
+        if width_of is None:
+            return np.asarray([r[i] for r in self._rows], dtype=dtype)
+        width = width_of(self.header)
+        out = np.full((len(self._rows), width), np.nan if np.dtype(dtype).kind == "f" else 0, dtype=dtype)
+        for t, row in enumerate(self._rows):
+            out[t, : len(row[i])] = row[i]
         return out
 
-    @property
-    def seeds(self) -> np.ndarray:
-        return self._column(0, np.int64, self.header.get("n_spsa", 1))
-
-    @property
-    def values(self) -> np.ndarray:
-        return self._column(1, np.float64, self.header.get("calls_per_step", 2))
-
-    @property
-    def projected_grads(self) -> np.ndarray:
-        return self._column(2, np.float64, self.header.get("n_spsa", 1))
-
-    @property
-    def lrs(self) -> np.ndarray:
-        return self._column(3, np.float64, len(self.header.get("group_sizes", [0])))
-
-    @property
-    def epss(self) -> np.ndarray:
-        return self._column(4, np.float64, len(self.header.get("group_sizes", [0])))
-
-    @property
-    def status(self) -> np.ndarray:
-        return self._column(5, np.int8)
-
-    @property
-    def calls(self) -> np.ndarray:
-        return self._column(6, np.int16)
+    seeds = _column_property("seeds", "int64 [T, n]: noise seed of each sample")
+    values = _column_property("values", "float64 [T, calls per step]: closure values in call order (NaN: not called)")
+    projected_grads = _column_property("projected_grads", "float64 [T, n]: the scalar applied per sample")
+    lrs = _column_property("lrs", "float64 [T, groups]: lr of each param group")
+    epss = _column_property("epss", "float64 [T, groups]: eps of each param group")
+    status = _column_property("status", "int8 [T]: 0 applied, 1 skipped, 2 aborted")
+    calls = _column_property("calls", "int16 [T]: closure calls that returned a value")
 
     @property
     def losses(self) -> np.ndarray:
@@ -114,25 +136,25 @@ class Trajectory:
         with np.errstate(all="ignore"):
             return np.nanmean(np.where(np.isfinite(v), v, np.nan), axis=1) if len(v) else np.zeros(0)
 
-    # -- (de)serialisation ---------------------------------------------------------------------
+    # -- (de)serialisation -----------------------------------------------------------------------
     def state_dict(self) -> dict:
         """Plain arrays + header; what :meth:`save` writes and :class:`MeZO` checkpoints."""
-        return {"format": FORMAT, "header": json.dumps(self.header), "seeds": self.seeds,
-                "values": self.values, "projected_grads": self.projected_grads, "lrs": self.lrs,
-                "epss": self.epss, "status": self.status, "calls": self.calls}
+        return {"format": FORMAT, "header": json.dumps(self.header),
+                **{name: self.column(name) for name, _, _ in COLUMNS}}
 
     @classmethod
     def from_state_dict(cls, state: dict) -> "Trajectory":
         fmt = str(np.asarray(state.get("format", "")))
         if fmt != FORMAT:
             raise ValueError(f"not a MeZO trajectory: format {fmt!r}, expected {FORMAT!r}")
+        cols = {name: np.asarray(state[name]) for name, _, _ in COLUMNS}
         traj = cls(json.loads(str(np.asarray(state["header"]))))
-        cols = [np.asarray(state[k]) for k in ("seeds", "values", "projected_grads", "lrs", "epss", "status", "calls")]
-        for t in range(len(cols[5])):
-            calls = int(cols[6][t])
-            traj._rows.append((tuple(int(s) for s in cols[0][t]), tuple(float(v) for v in cols[1][t][:calls]),
-                               tuple(float(g) for g in cols[2][t]), tuple(float(x) for x in cols[3][t]),
-                               tuple(float(x) for x in cols[4][t]), int(cols[5][t]), calls))
+        for t in range(len(cols["status"])):
+            calls = int(cols["calls"][t])
+            status = int(cols["status"][t])
+            grads = cols["projected_grads"][t] if status == STATUS["applied"] else ()
+            traj.append(seeds=cols["seeds"][t], values=cols["values"][t][:calls], projected_grads=grads,
+                        lrs=cols["lrs"][t], epss=cols["epss"][t], status=status, calls=calls)
         return traj
 
     def save(self, path: str | os.PathLike) -> None:
@@ -148,49 +170,12 @@ class Trajectory:
             return cls.from_state_dict({k: data[k] for k in data.files})
 
 
-def _flat_params(params) -> tuple[list[torch.Tensor], list[dict] | None]:
-    if isinstance(params, torch.nn.Module):
-        return list(params.parameters()), None
-    params = list(params)
-    if params and isinstance(params[0], dict):
-        return [p for g in params for p in g["params"]], params
-    return [p[1] if isinstance(p, tuple) else p for p in params], None
+def __getattr__(name: str):
+    # `from mezo_rl.trajectory import replay_trajectory` kept working for code written before replay
+    # moved to the optimizer (mezo_rl.optim), which imports this module: resolved on first use so
+    # this module itself never imports the optimizer.
+    if name == "replay_trajectory":
+        from mezo_rl.optim import replay_trajectory
 
-
-def replay_trajectory(params: torch.nn.Module | Iterable, trajectory: Trajectory | str | os.PathLike) -> None:
-    """Rebuild trained weights in place from the initial weights and the run's trajectory.
-
-    ``params`` must hold the weights the run *started* from, in the optimizer's order: a module
-    (its ``.parameters()``), an iterable of tensors or ``(name, tensor)`` pairs, or the param
-    groups the optimizer was built with. Group structure (which tensors share an lr, eps and
-    weight decay) is taken from the trajectory. Tensors with ``requires_grad=False`` are left
-    alone, as in training. No data and no forward pass are needed; the result is bit-identical to
-    the end of the run on the same machine and torch version, with the same noise backend.
-    Momentum and Adam runs allocate their buffers again while replaying.
-    """
-    from mezo_rl.optim import MeZO  # the optimizer re-executes its own steps
-
-    traj = trajectory if isinstance(trajectory, Trajectory) else Trajectory.load(trajectory)
-    h = traj.header
-    if not h:
-        raise ValueError("the trajectory has no header: it was never filled by a MeZO run")
-    flat, _ = _flat_params(params)
-    shapes = [list(p.shape) for p in flat]
-    if shapes != h["param_shapes"]:
-        raise ValueError(f"replay needs the {len(h['param_shapes'])} tensors the run was built with, in the same "
-                         f"order and shapes; got {len(flat)} tensors (first mismatch at index "
-                         f"{next((i for i, (a, b) in enumerate(zip(shapes, h['param_shapes'])) if a != b), min(len(shapes), len(h['param_shapes'])))})")
-    dtypes = [str(p.dtype).removeprefix("torch.") for p in flat]
-    if dtypes != h["param_dtypes"]:
-        raise ValueError(f"replay needs the same dtypes as the run ({sorted(set(h['param_dtypes']))}); got {sorted(set(dtypes))}")
-    trainable = [i for i, p in enumerate(flat) if p.requires_grad]
-    if trainable != h["trainable"]:
-        raise ValueError("replay needs the same tensors to be trainable (requires_grad=True) as in the run")
-    groups, start = [], 0
-    for size, wd in zip(h["group_sizes"], h["group_weight_decays"]):
-        groups.append({"params": flat[start:start + size], "weight_decay": wd})
-        start += size
-    opt = MeZO(groups, lr=0.0, eps=1.0, n_spsa=h["n_spsa"], noise=h["noise"], estimator=h["estimator"],
-               momentum=h["momentum"], adam=h["adam"], betas=tuple(h["betas"]), adam_eps=h["adam_eps"],
-               seed=h["seed"], on_nonfinite=h["on_nonfinite"], noise_backend=h["noise_backend"], record=False)
-    opt._replay(traj)
+        return replay_trajectory
+    raise AttributeError(f"module 'mezo_rl.trajectory' has no attribute {name!r}")

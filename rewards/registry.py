@@ -33,15 +33,12 @@ requires; :meth:`rewards.Objective.check_columns` checks these once, before trai
 """
 from __future__ import annotations
 
-import difflib
-import importlib
-import importlib.metadata
-import importlib.util
 import inspect
-import pathlib
-import sys
 from dataclasses import dataclass, replace
 from typing import Callable, NamedTuple
+
+from mezo_rl.errors import UnknownNameError
+from mezo_rl.registry import Registry
 
 ENTRY_POINT_GROUP = "mezo_rl.rewards"
 NEEDS = ("scores", "generation")
@@ -49,7 +46,7 @@ NEEDS = ("scores", "generation")
 RESERVED_KEYWORDS = ("prompts", "completions", "candidate_scores", "labels")
 
 
-class UnknownRewardError(LookupError):
+class UnknownRewardError(UnknownNameError):
     """Raised by :func:`get_reward` for a name that is neither registered nor an entry point."""
 
 
@@ -121,14 +118,28 @@ class RewardSpec:
         return frozenset(p.name for p in params if p.kind is not inspect.Parameter.VAR_POSITIONAL)
 
 
-_REGISTRY: dict[str, RewardSpec] = {}
-
-
 def _check_name(name) -> None:
     if not isinstance(name, str) or not name or name != name.strip() or any(c.isspace() for c in name):
         raise ValueError(f"reward name must be a non-empty string without spaces, got {name!r}")
     if ":" in name:
         raise ValueError(f"reward name {name!r} may not contain ':' (reserved for 'package.module:function' paths)")
+
+
+def _spec_for(fn, name: str, source: str) -> RewardSpec:
+    """A decorated function keeps its registered settings (renamed to an entry point's name); a plain
+    one is a TRL-style generation reward."""
+    if not callable(fn):
+        raise TypeError(f"{source} points at a {type(fn).__name__}, not a function")
+    spec = getattr(fn, "__mezo_reward__", None)
+    if isinstance(spec, RewardSpec) and spec.fn is fn:
+        return replace(spec, name=name) if source.startswith("entry point") and spec.name != name else spec
+    return RewardSpec(name=name, fn=fn, higher_is_better=True, needs="generation", source=source)
+
+
+REGISTRY: Registry[RewardSpec] = Registry(
+    "reward", ENTRY_POINT_GROUP, _spec_for, error=UnknownRewardError,
+    hint="A reward in your own code can be given as 'package.module:function' or 'file.py:function'.")
+_REGISTRY = REGISTRY._items  # name -> RewardSpec of the registered rewards
 
 
 def register_reward(
@@ -158,12 +169,8 @@ def register_reward(
             source=getattr(fn, "__module__", None) or "registered",
         )
         old = _REGISTRY.get(name)
-        if old is not None and old.fn is not fn and not replace:
-            raise ValueError(
-                f"a reward named {name!r} is already registered (from {old.source}); pick another name "
-                f"or pass register_reward({name!r}, ..., replace=True) to replace it"
-            )
-        _REGISTRY[name] = spec
+        REGISTRY.register(name, spec, replace=replace, source=old.source if old else "",
+                          same=lambda old, new: old.fn is new.fn)
         try:
             fn.__mezo_reward__ = spec
         except (AttributeError, TypeError):  # e.g. a builtin; lookup by name still works
@@ -175,77 +182,7 @@ def register_reward(
 
 def unregister_reward(name: str) -> None:
     """Remove a registered reward (mainly for tests and notebooks). Unknown names raise."""
-    if name not in _REGISTRY:
-        raise UnknownRewardError(f"no reward named {name!r} is registered")
-    del _REGISTRY[name]
-
-
-def _entry_points() -> dict[str, importlib.metadata.EntryPoint]:
-    return {ep.name: ep for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)}
-
-
-def _spec_for(fn, name: str, source: str) -> RewardSpec:
-    """A decorated function keeps its registered settings; a plain one is a TRL-style reward."""
-    spec = getattr(fn, "__mezo_reward__", None)
-    if isinstance(spec, RewardSpec) and spec.fn is fn:
-        return spec
-    return RewardSpec(name=name, fn=fn, higher_is_better=True, needs="generation", source=source)
-
-
-def _load_entry_point(ep: importlib.metadata.EntryPoint) -> RewardSpec:
-    dist = getattr(ep, "dist", None)
-    where = f"entry point {ep.name} = {ep.value!r} (group {ENTRY_POINT_GROUP!r}"
-    where += f", package {dist.name})" if dist is not None else ")"
-    try:
-        fn = ep.load()
-    except Exception as e:
-        raise ImportError(f"could not load reward from {where}: {type(e).__name__}: {e}") from e
-    if not callable(fn):
-        raise TypeError(f"{where} points at a {type(fn).__name__}, not a function")
-    spec = _spec_for(fn, ep.name, source=where)
-    return spec if spec.name == ep.name else replace(spec, name=ep.name)
-
-
-def _import_module_from_file(path: pathlib.Path):
-    path = path.resolve()
-    if not path.is_file():
-        raise FileNotFoundError(f"reward file {str(path)!r} does not exist")
-    for module in list(sys.modules.values()):  # already imported (e.g. it is the running script)?
-        if getattr(module, "__file__", None) and pathlib.Path(module.__file__).resolve() == path:
-            return module
-    module_name = f"_mezo_rl_user_rewards_{path.stem}_{abs(hash(str(path)))}"
-    spec = importlib.util.spec_from_file_location(module_name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[module_name] = module
-    try:
-        spec.loader.exec_module(module)
-    except BaseException:
-        del sys.modules[module_name]
-        raise
-    return module
-
-
-def _load_path(ref: str) -> RewardSpec:
-    module_part, _, attr = ref.rpartition(":")
-    if not module_part or not attr:
-        raise ValueError(f"reward path {ref!r} must look like 'package.module:function' or 'path/to/file.py:function'")
-    if module_part.endswith(".py") or "/" in module_part or "\\" in module_part:
-        module = _import_module_from_file(pathlib.Path(module_part))
-    else:
-        try:
-            module = importlib.import_module(module_part)
-        except ModuleNotFoundError as e:
-            raise ModuleNotFoundError(
-                f"reward path {ref!r}: cannot import module {module_part!r} ({e}); is it installed or on sys.path?"
-            ) from e
-    obj = module
-    for part in attr.split("."):
-        if not hasattr(obj, part):
-            raise AttributeError(f"reward path {ref!r}: {module_part!r} has no attribute {attr!r}")
-        obj = getattr(obj, part)
-    if not callable(obj):
-        raise TypeError(f"reward path {ref!r} points at a {type(obj).__name__}, not a function")
-    return _spec_for(obj, ref, source=f"path {ref!r}")
+    REGISTRY.unregister(name)
 
 
 def get_reward(ref) -> RewardSpec:
@@ -266,25 +203,12 @@ def get_reward(ref) -> RewardSpec:
         raise TypeError(
             f"a reward is given as a name, a 'package.module:function' path or a callable, got {type(ref).__name__}"
         )
-    if ":" in ref:
-        return _load_path(ref)
-    if ref in _REGISTRY:
-        return _REGISTRY[ref]
-    eps = _entry_points()
-    if ref in eps:
-        return _load_entry_point(eps[ref])
-    known = sorted(set(_REGISTRY) | set(eps))
-    close = difflib.get_close_matches(ref, known, n=3, cutoff=0.6)
-    hint = f"did you mean {' or '.join(repr(c) for c in close)}? " if close else ""
-    raise UnknownRewardError(
-        f"unknown reward {ref!r}; {hint}known rewards: {', '.join(known)}. "
-        f"A reward in your own code can be given as 'package.module:function' or 'file.py:function'."
-    )
+    return REGISTRY.get(ref)
 
 
 def list_rewards() -> list[str]:
     """Sorted names of all registered rewards and all entry-point rewards of installed packages."""
-    return sorted(set(_REGISTRY) | set(_entry_points()))
+    return REGISTRY.names()
 
 
 class RewardInfo(NamedTuple):
@@ -305,13 +229,13 @@ def describe_rewards() -> list[RewardInfo]:
     """
     rows = [
         RewardInfo(s.name, s.needs, s.higher_is_better, s.description, s.source)
-        for s in (_REGISTRY[n] for n in sorted(_REGISTRY))
+        for s in (REGISTRY[n] for n in REGISTRY)
     ]
-    for name, ep in sorted(_entry_points().items()):
-        if name in _REGISTRY:
+    for name, ep in sorted(REGISTRY.entry_points().items()):
+        if name in REGISTRY:
             continue
         try:
-            s = _load_entry_point(ep)
+            s = REGISTRY.load_entry_point(ep)
             rows.append(RewardInfo(s.name, s.needs, s.higher_is_better, s.description, s.source))
         except Exception as e:  # keep listing the others
             rows.append(RewardInfo(name, "?", None, f"failed to load: {e}", f"entry point {ep.value!r}"))

@@ -11,9 +11,11 @@ scores the candidates or generates after the prompt; the task knows nothing abou
 """
 from __future__ import annotations
 
-import difflib
 import random
 from dataclasses import dataclass, field, replace
+
+from mezo_rl.errors import UnknownNameError
+from mezo_rl.registry import Registry
 
 KINDS = ("classification", "multiple_choice", "generation")
 SPLITS = ("train", "validation", "test")
@@ -156,14 +158,23 @@ def with_demonstrations(task: Task, example: Example, demonstrations: list[Examp
 
 
 # ---------------------------------------------------------------------- registry
-class UnknownTaskError(KeyError):
+ENTRY_POINT_GROUP = "mezo_rl.tasks"
+
+
+class UnknownTaskError(UnknownNameError, KeyError):
     """No task of that name is registered (the message suggests close names)."""
 
-    def __str__(self):
-        return str(self.args[0])
+
+def _as_factory(obj, name: str, source: str):
+    """What the registry stores: a ``Task`` instance, or a class / function that returns one."""
+    if not (isinstance(obj, Task) or callable(obj)):
+        raise TypeError(f"task {name!r} ({source}) needs a Task, a Task subclass or a function, got {obj!r}")
+    return obj
 
 
-_REGISTRY: dict[str, object] = {}
+REGISTRY: Registry = Registry(
+    "task", ENTRY_POINT_GROUP, _as_factory, error=UnknownTaskError,
+    hint="A task in your own code can be given as 'package.module:name' or 'file.py:name'.")
 
 
 def register_task(name: str):
@@ -171,23 +182,15 @@ def register_task(name: str):
     or call ``register_task("name")(task_instance)`` to register a ready-made one (e.g. ``from_file``)."""
 
     def deco(obj):
-        if name in _REGISTRY:
-            raise ValueError(f"task {name!r} is already registered")
-        if not (isinstance(obj, Task) or callable(obj)):
-            raise TypeError(f"register_task({name!r}) needs a Task, a Task subclass or a function, got {obj!r}")
-        _REGISTRY[name] = obj
-        return obj
+        return REGISTRY.register(name, _as_factory(obj, name, "register_task"))
 
     return deco
 
 
 def get_task(name: str, **kwargs) -> Task:
-    """The registered task ``name`` (keyword arguments go to its class or function)."""
-    if name not in _REGISTRY:
-        close = difflib.get_close_matches(name.lower(), list(_REGISTRY), n=3, cutoff=0.5)
-        hint = f" Did you mean {', '.join(map(repr, close))}?" if close else ""
-        raise UnknownTaskError(f"unknown task {name!r}.{hint} Registered tasks: {', '.join(sorted(_REGISTRY))}")
-    obj = _REGISTRY[name]
+    """The task ``name``: registered, ``module:object`` / ``file.py:object``, or an entry point of the
+    group ``mezo_rl.tasks`` (keyword arguments go to its class or function)."""
+    obj = REGISTRY.get(name)
     if isinstance(obj, Task):
         if kwargs:
             raise TypeError(f"task {name!r} is a ready-made instance; it takes no arguments")
@@ -201,4 +204,5 @@ def get_task(name: str, **kwargs) -> Task:
 
 
 def list_tasks() -> list[str]:
-    return sorted(_REGISTRY)
+    """Registered task names and those of installed packages' ``mezo_rl.tasks`` entry points."""
+    return REGISTRY.names()

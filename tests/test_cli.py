@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from mezo_rl.cli import build_parser, main, parse_into
-from mezo_rl.trainer import TrainingArguments
+from mezo_rl.arguments import TrainingArguments
 
 
 def parse_train(argv, config=None):

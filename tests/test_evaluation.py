@@ -1,4 +1,6 @@
 """evaluate(): accuracy from argmax mean log-likelihood, generation metrics, masked LMs, ICL, errors."""
+import json
+
 import pytest
 import torch
 
@@ -84,3 +86,49 @@ def test_bad_input(tiny_causal_lm):
         evaluate(lm, task, [])
     with pytest.raises(ValueError, match="needs generated text"):
         evaluate(lm, task, [Example("a", [" b", " c"], 0)], metrics=["squad_f1"])
+
+
+def test_a_user_metric_is_both_a_training_reward_and_an_evaluation_metric(tmp_path, tiny_causal_lm):
+    """One reward reading candidate_scores, labels and a dataset column: it drives training and is
+    reported by evaluate(), through the same examples -> model outputs -> objective path."""
+    from conftest import make_tiny_causal_lm
+    from mezo_rl.outputs import objective_outputs
+    from mezo_rl.trainer import Trainer, TrainingArguments
+    from rewards import build_objective, register_reward, unregister_reward
+
+    @register_reward("test_weighted_margin", higher_is_better=True, needs="scores")
+    def weighted_margin(prompts, candidate_scores, labels, weight):
+        """weight * (mean log-likelihood of the gold candidate - that of the other one)."""
+        return [w * float(s.mean[y] - s.mean[1 - y]) for s, y, w in zip(candidate_scores, labels, weight)]
+
+    model, tok = tiny_causal_lm
+    lm = LanguageModel(model, tok)
+    words = ["good", "bad", "great", "dull", "warm", "sad", "fun", "cold"]
+    exs = [Example(f"the movie was {w} . It was", [" terrible", " great"], i % 2, columns={"weight": 1.0 + i})
+           for i, w in enumerate(words)]
+    try:
+        with torch.no_grad():
+            scores = lm.score([e.prompt for e in exs], [e.candidates for e in exs])
+        expected = [(1.0 + i) * float(s.mean[e.label] - s.mean[1 - e.label]) for i, (s, e) in enumerate(zip(scores, exs))]
+        # as an evaluation metric (in batches of 3: the sums add up over batches)
+        res = evaluate(lm, get_task("sst2"), exs, batch_size=3, metrics=["test_weighted_margin"])
+        assert res == {"test_weighted_margin": pytest.approx(sum(expected) / len(exs), rel=1e-6), "n": len(exs)}
+        # the same value as the training objective's component on the same examples
+        out = objective_outputs(lm, build_objective(["test_weighted_margin"]), exs)
+        assert out.components["test_weighted_margin"] == pytest.approx(res["test_weighted_margin"], rel=1e-6)
+        # as a training reward
+        args = TrainingArguments(model="tiny", task="sst2", reward=["test_weighted_margin"], steps=2, batch_size=4,
+                                 eval_steps=2, lr=1e-3, eps=1e-2, autocast="none", progress=False,
+                                 output_dir=str(tmp_path / "run"))
+        factory = lambda: LanguageModel(make_tiny_causal_lm(tok), tok)
+        trainer = Trainer(args, lm=lm, lm_factory=factory, task=get_task("sst2"),
+                          splits={"train": exs, "validation": exs, "test": []})
+        trainer.train()
+        records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+        assert all(isinstance(r["reward/test_weighted_margin"], float) for r in records if "split" not in r)
+        # a missing column is named before anything runs, in evaluation as in training
+        plain = [Example(e.prompt, e.candidates, e.label) for e in exs]
+        with pytest.raises(ValueError, match=r"needs column\(s\) \['weight'\]"):
+            evaluate(lm, get_task("sst2"), plain, metrics=["test_weighted_margin"])
+    finally:
+        unregister_reward("test_weighted_margin")

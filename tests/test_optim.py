@@ -1,57 +1,21 @@
-"""MeZO on a synthetic objective with a known optimum, its variants, safety and resumption.
-
-The objective is the paper's theory setting: a quadratic in d = 100,000 dimensions whose Hessian
-has low rank r = 8, L(theta) = 1/2 ||A (theta - theta*)||^2, so ZO-SGD converges at a rate set by
-r, not d. theta is split over three tensors of different shapes so per-tensor noise is exercised.
-"""
+"""MeZO on a synthetic objective with a known optimum (tests/engine_problems.py), its variants,
+safety and resumption."""
 import io
 
 import pytest
 import torch
 
-from mezo_rl.optim import MeZO, StepResult, get_scheduler
+from engine_problems import SHAPES, make_problem, one_thread, run  # noqa: F401 (fixture)
+from mezo_rl.optim import MeZO, StepResult
 
-D, R = 100_000, 8
-SHAPES = [(200, 250), (30_000,), (20_000,)]
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    """These tensors are small: one thread is faster, and immune to OpenMP stalls on a busy machine."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
-def make_problem(seed=0):
-    g = torch.Generator().manual_seed(seed)
-    q, _ = torch.linalg.qr(torch.randn(D, R, generator=g))  # orthonormal columns
-    scales = torch.linspace(0.5, 1.0, R)                      # Hessian eigenvalues 0.25..1
-    a = (q * scales).t().contiguous()                          # [R, D]
-    target = torch.randn(D, generator=g)
-    params = [torch.zeros(s).requires_grad_() for s in SHAPES]
-
-    def loss_fn():
-        theta = torch.cat([p.reshape(-1) for p in params])
-        return 0.5 * (a @ (theta - target)).pow(2).sum()
-
-    return params, loss_fn
-
-
-def run(params, loss_fn, steps, **kw):
-    kw.setdefault("noise_backend", "torch")
-    opt = MeZO(params, **kw)
-    for _ in range(steps):
-        opt.step(loss_fn)
-    return opt
-
-
-@pytest.mark.parametrize("noise_kind", ["gaussian", "rademacher"])
+@pytest.mark.parametrize("noise_kind", ["gaussian", "rademacher", "lowrank"])
 def test_mezo_cuts_quadratic_loss_by_90_percent(noise_kind):
-    params, loss_fn = make_problem()
+    params, loss_fn, _ = make_problem()
     start = loss_fn().item()
-    run(params, loss_fn, 80, lr=0.15, eps=1e-3, noise=noise_kind)
+    run(params, loss_fn, 80, lr=0.15, eps=1e-3, noise=noise_kind, rank=2)
     assert loss_fn().item() < 0.1 * start
 
 
@@ -63,7 +27,7 @@ def test_mezo_cuts_quadratic_loss_by_90_percent(noise_kind):
     dict(lr=0.15, weight_decay=1e-3),
 ])
 def test_variants_reduce_the_loss(variant):
-    params, loss_fn = make_problem()
+    params, loss_fn, _ = make_problem()
     start = loss_fn().item()
     variant = dict(variant)
     run(params, loss_fn, variant.pop("steps", 100), **variant)
@@ -71,7 +35,7 @@ def test_variants_reduce_the_loss(variant):
 
 
 def test_step_result_reports_what_happened():
-    params, loss_fn = make_problem()
+    params, loss_fn, _ = make_problem()
     opt = MeZO(params, lr=0.1, eps=1e-3, n_spsa=2, noise_backend="torch", seed=3)
     res = opt.step(loss_fn)
     assert isinstance(res, StepResult) and not res.skipped
@@ -83,20 +47,22 @@ def test_step_result_reports_what_happened():
     assert len(opt.trajectory) == 1
 
 
-def test_frozen_tensors_never_change_and_global_rng_is_untouched():
-    params, loss_fn = make_problem()
+@pytest.mark.parametrize("noise_kind", ["gaussian", "rademacher", "lowrank"])
+def test_frozen_tensors_never_change_and_global_rng_is_untouched(noise_kind):
+    params, loss_fn, _ = make_problem()
     params[1].requires_grad_(False)
     frozen = params[1].clone()
     rng = torch.get_rng_state()
-    run(params, loss_fn, 20, lr=0.1)
+    run(params, loss_fn, 20, lr=0.1, noise=noise_kind)
     assert torch.equal(params[1], frozen)
     assert not torch.equal(params[0], torch.zeros(SHAPES[0]))
     assert torch.equal(torch.get_rng_state(), rng)
 
 
-def test_closure_that_raises_on_second_call_leaves_weights_restored():
-    params, loss_fn = make_problem()
-    opt = MeZO(params, lr=0.1, eps=1e-3, noise_backend="torch")
+@pytest.mark.parametrize("noise_kind", ["gaussian", "rademacher", "lowrank"])
+def test_closure_that_raises_on_second_call_leaves_weights_restored(noise_kind):
+    params, loss_fn, _ = make_problem()
+    opt = MeZO(params, lr=0.1, eps=1e-3, noise=noise_kind, noise_backend="torch")
     opt.step(loss_fn)
     before = [p.detach().clone() for p in params]
     calls = []
@@ -129,7 +95,7 @@ def test_exact_mode_restores_bit_exactly_after_an_exception():
 
 
 def test_nonfinite_loss_raise_and_skip_policies():
-    params, loss_fn = make_problem()
+    params, loss_fn, _ = make_problem()
     before = [p.detach().clone() for p in params]
     opt = MeZO(params, lr=0.1, noise_backend="torch")
     with pytest.raises(FloatingPointError, match="non-finite"):
@@ -145,17 +111,17 @@ def test_nonfinite_loss_raise_and_skip_policies():
 @pytest.mark.parametrize("kw", [dict(), dict(momentum=0.5), dict(adam=True), dict(estimator="one_point", lr=5e-3, eps=1e-2)])
 def test_resume_from_state_dict_matches_unbroken_run(kw):
     kw = dict(dict(lr=0.1, eps=1e-3, noise_backend="torch", seed=11), **kw)
-    params_a, loss_a = make_problem()
+    params_a, loss_a, _ = make_problem()
     run(params_a, loss_a, 20, **kw)
 
-    params_b, loss_b = make_problem()
+    params_b, loss_b, _ = make_problem()
     opt = run(params_b, loss_b, 10, **kw)
     buf = io.BytesIO()
     torch.save({"opt": opt.state_dict(), "params": [p.detach() for p in params_b]}, buf)
     del opt
     buf.seek(0)
     ckpt = torch.load(buf, weights_only=False)
-    params_c, loss_c = make_problem()
+    params_c, loss_c, _ = make_problem()
     with torch.no_grad():
         for p, saved in zip(params_c, ckpt["params"]):
             p.copy_(saved)
@@ -169,7 +135,7 @@ def test_resume_from_state_dict_matches_unbroken_run(kw):
 
 
 def test_load_state_dict_rejects_other_configuration():
-    params, loss_fn = make_problem()
+    params, loss_fn, _ = make_problem()
     sd = run(params, loss_fn, 1, lr=0.1).state_dict()
     with pytest.raises(ValueError, match="rademacher"):
         MeZO(params, noise="rademacher", noise_backend="torch").load_state_dict(sd)

@@ -7,8 +7,13 @@ import pytest
 import torch
 
 from conftest import make_tiny_causal_lm
+from mezo_rl.arguments import TrainingArguments
+from mezo_rl.callbacks import TrainerCallback
 from mezo_rl.lm import LanguageModel
 from mezo_rl.peft import PEFT_DEFAULTS, apply_peft, export_model, load_adapter, peft_config
+from mezo_rl.rundir import load_run
+from mezo_rl.trainer import Trainer
+from tasks import Example, get_task
 
 METHODS = ("lora", "prefix")
 TEXT = "the movie was good and the acting was bad ."
@@ -261,9 +266,6 @@ def test_prefix_export_roundtrip_and_no_merge(tiny_tokenizer, tmp_path):
 
 @pytest.mark.parametrize("method", METHODS)
 def test_trainer_checkpoint_replays_and_exports_the_adapter(tiny_tokenizer, method, tmp_path):
-    from mezo_rl.trainer import Trainer, TrainerCallback, TrainingArguments, load_run
-    from tasks import Example, get_task
-
     class KeepFinal(TrainerCallback):  # the weights after the last step (train() then restores the best)
         def on_step_end(self, trainer, record):
             self.state = {k: v.clone() for k, v in trainer.lm.model.state_dict().items()}
@@ -321,7 +323,7 @@ def test_lora_default_targets_map_to_other_architectures(tiny_masked_lm):
 
 
 def test_paper_defaults():
-    assert PEFT_DEFAULTS["full"] == dict(lr=1e-6, eps=1e-3, weight_decay=0.0)
+    assert PEFT_DEFAULTS["full"] == dict(lr=2e-4, eps=1e-2, weight_decay=0.0)  # the measured trainer default
     assert PEFT_DEFAULTS["lora"] == dict(lr=1e-4, eps=1e-2, weight_decay=0.0)
     assert PEFT_DEFAULTS["prefix"] == dict(lr=1e-2, eps=1e-1, weight_decay=0.0)
 

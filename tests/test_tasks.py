@@ -128,7 +128,7 @@ def test_missing_files_are_reported_with_a_warning_or_an_error(shared_data_dir, 
 
 
 def test_registry_suggests_close_names_and_accepts_classes_functions_instances():
-    with pytest.raises(UnknownTaskError, match="Did you mean 'sst2'"):
+    with pytest.raises(UnknownTaskError, match="did you mean 'sst2'"):
         get_task("sst-2")
     with pytest.raises(ValueError, match="already registered"):
         register_task("sst2")(tasks.builtin.SST2)
@@ -252,3 +252,14 @@ def test_without_a_data_directory_the_hub_is_tried(monkeypatch):
         assert "MEZO_RL_DATA" in str(e) and "aps/super_glue" in str(e)
     else:  # the dataset happens to be in the local HF cache
         assert len(exs) == 3 and exs[0].prompt.endswith((" so", " because"))
+
+
+def test_tasks_are_found_by_module_path_and_unknown_names_are_user_errors():
+    from mezo_rl.errors import UnknownNameError
+
+    task = get_task("tasks.builtin:SST2")  # a Task subclass by import path, as rewards are
+    assert task.kind == "classification" and task.load_split is not None
+    with pytest.raises(UnknownNameError):
+        get_task("sst-2")
+    with pytest.raises(KeyError):  # still a KeyError for code that caught the old UnknownTaskError
+        get_task("sst-2")

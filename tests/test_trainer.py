@@ -13,8 +13,9 @@ import torch
 
 from conftest import make_tiny_causal_lm
 from mezo_rl.lm import LanguageModel
-from mezo_rl.trainer import (Trainer, TrainingArguments, load_run, param_groups, sample_batch_indices,
-                             trainable_parameters)
+from mezo_rl.arguments import TrainingArguments, parse_max_memory
+from mezo_rl.rundir import load_run, param_groups, trainable_parameters
+from mezo_rl.trainer import Trainer, sample_batch_indices
 from tasks import Example, get_task
 
 WORDS_POS = ["good", "great", "fun", "warm", "bright"]
@@ -227,8 +228,6 @@ def test_masked_lm_trains_on_the_mask_prompt(tmp_path, tiny_masked_lm):
 
 
 def test_max_memory_spec_is_parsed_and_bad_specs_are_named():
-    from mezo_rl.trainer import parse_max_memory
-
     assert parse_max_memory("0=20GiB, 1=20GiB,cpu=60GiB") == {0: "20GiB", 1: "20GiB", "cpu": "60GiB"}
     assert parse_max_memory(None) is None
     with pytest.raises(ValueError, match="20GiB.*DEVICE=SIZE"):
@@ -236,7 +235,5 @@ def test_max_memory_spec_is_parsed_and_bad_specs_are_named():
 
 
 def test_autocast_choice_is_validated():
-    from mezo_rl.trainer import TrainingArguments
-
     with pytest.raises(ValueError, match="autocast.*auto, none, bfloat16"):
         TrainingArguments(autocast="fp8")

@@ -5,69 +5,23 @@ import math
 import pytest
 import torch
 
-from mezo_rl.optim import MeZO, get_scheduler
-from mezo_rl.trajectory import Trajectory, replay_trajectory
-
-SHAPES = [(100, 120), (5_000,), (3_000,)]
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+from engine_problems import SMALL_SHAPES as SHAPES, make_problem as _make_problem, messy_run, one_thread, run  # noqa: F401
+from mezo_rl.optim import MeZO, replay_trajectory
+from mezo_rl.trajectory import Trajectory
 
 
-def make_problem(seed=0):
-    """A least-squares objective over three tensors (20k weights)."""
-    g = torch.Generator().manual_seed(seed)
-    d = sum(math.prod(s) for s in SHAPES)
-    a = torch.randn(16, d, generator=g) / d**0.5
-    target = torch.randn(d, generator=g)
-    params = [torch.zeros(s).requires_grad_() for s in SHAPES]
+def make_problem():
+    return _make_problem(SHAPES, rank=16)[:2]
 
-    def loss_fn():
-        theta = torch.cat([p.reshape(-1) for p in params])
-        return 0.5 * (a @ (theta - target)).pow(2).sum()
-
-    return params, loss_fn
-
-
-def run(params, loss_fn, steps, **kw):
-    kw.setdefault("noise_backend", "torch")
-    opt = MeZO(params, **kw)
-    for _ in range(steps):
-        opt.step(loss_fn)
-    return opt
-
-
-def _messy_run(params, loss_fn, **kw):
-    """A run exercising groups, weight decay, a schedule, n-SPSA, a skipped and an aborted step."""
-    groups = [{"params": params[:2], "weight_decay": 0.01}, {"params": params[2:], "lr": 0.05, "eps": 2e-3}]
-    kw = dict(dict(lr=0.1, eps=1e-3), **kw)
-    opt = MeZO(groups, noise_backend="torch", on_nonfinite="skip", **kw)
-    sched = get_scheduler("linear", opt, total_steps=40)
-    for t in range(30):
-        if t == 10:
-            opt.step(lambda: float("nan"))
-        elif t == 20:
-            with pytest.raises(ValueError):
-                opt.step(lambda: (_ for _ in ()).throw(ValueError("bad batch")))
-        else:
-            opt.step(loss_fn)
-        sched.step()
-    return opt
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.mark.parametrize("kw", [dict(n_spsa=2), dict(momentum=0.5), dict(adam=True),
                                 dict(estimator="one_point", lr=0.01, eps=0.01)])
 def test_replay_rebuilds_final_weights_bit_identically(kw, tmp_path):
-    from mezo_rl.trajectory import Trajectory, replay_trajectory
-
     params, loss_fn = make_problem()
     initial = [p.detach().clone().requires_grad_() for p in params]
-    opt = _messy_run(params, loss_fn, **kw)
+    opt = messy_run(params, loss_fn, **kw)
     assert sorted(set(opt.trajectory.status.tolist())) == [0, 1, 2]
     lrs = opt.trajectory.lrs
     assert lrs[0, 1] == 0.05 and lrs[29, 0] == pytest.approx(lrs[0, 0] * 11 / 40)
@@ -78,8 +32,6 @@ def test_replay_rebuilds_final_weights_bit_identically(kw, tmp_path):
 
 
 def test_replay_rejects_mismatched_parameters():
-    from mezo_rl.trajectory import replay_trajectory
-
     params, loss_fn = make_problem()
     opt = run(params, loss_fn, 2, lr=0.1)
     with pytest.raises(ValueError, match="shapes"):
@@ -89,8 +41,6 @@ def test_replay_rejects_mismatched_parameters():
 
 
 def test_trajectory_of_20000_steps_is_under_1_mb(tmp_path):
-    from mezo_rl.trajectory import Trajectory
-
     params, loss_fn = make_problem()
     opt = MeZO(params, lr=0.1, noise_backend="torch")
     opt.step(loss_fn)  # fills the header
@@ -110,8 +60,6 @@ def test_trajectory_of_20000_steps_is_under_1_mb(tmp_path):
 
 def test_tiny_language_model_step_and_replay(tiny_causal_lm):
     """A real transformers model: only trainable tensors move, and replay is bit-identical."""
-    from mezo_rl.trajectory import replay_trajectory
-
     model, tok = tiny_causal_lm
     for name, p in model.named_parameters():
         p.requires_grad_("layers.1" in name)  # train one block, freeze the rest

@@ -1,0 +1,288 @@
+"""Every option, declared once: small argument dataclasses composed per command.
+
+Each field carries its help text and, where it has them, its ``choices`` and its ``min`` in the
+field metadata; :class:`Arguments` checks every field against those in one loop, and
+``mezo_rl.cli`` turns the same fields into ``--options``. The pieces:
+
+==========================  =========================================================
+``ModelArguments``          model
+``TaskArguments``           task
+``ObjectiveArguments``      reward, reward_weights, reward_normalize
+``PeftArguments``           peft, lora_r, lora_alpha, num_prefix_tokens
+``DataArguments``           data_dir, num_train, num_eval, num_test
+``MeZOArguments``           steps, batch_size, lr, eps, weight_decay, lr_scheduler, ...
+``SeedArguments``           seed
+``ComputeArguments``        dtype, autocast, device_map, max_memory
+``GenerationArguments``     max_new_tokens, do_sample, temperature
+``EvalArguments``           eval_steps, metric_for_best, initial_test, eval_batch_size, logging_steps
+``OutputArguments``         output_dir, resume, save_model, tensorboard, progress
+==========================  =========================================================
+
+:class:`TrainingArguments` (``mezo-rl train``) inherits all of them and stays one flat dataclass.
+``mezo-rl baseline`` (:class:`BaselineArguments`) and ``mezo-rl eval`` (:class:`EvalRunArguments`)
+reuse single fields with :func:`shared`, so a default or a help text lives in one place.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from mezo_rl.errors import ConfigError
+from mezo_rl.peft import PEFT_DEFAULTS
+
+def option(default: Any = dataclasses.MISSING, help: str = "", *, choices=None, min: Optional[int] = None,
+           default_factory: Any = dataclasses.MISSING):
+    """A dataclass field with its ``--help`` text, accepted ``choices`` and integer ``min`` in the metadata."""
+    metadata: dict[str, Any] = {"help": help}
+    if choices is not None:
+        metadata["choices"] = list(choices)
+    if min is not None:
+        metadata["min"] = min
+    return field(default=default, default_factory=default_factory, metadata=metadata)
+
+
+def shared(cls, name: str, **metadata):
+    """The field ``name`` of the dataclass ``cls``, to declare the same option in another dataclass
+    (same default, help, choices; ``metadata`` overrides, e.g. a command-specific help text)."""
+    f = {f.name: f for f in dataclasses.fields(cls)}[name]
+    return field(default=f.default, default_factory=f.default_factory, metadata={**f.metadata, **metadata})
+
+
+def parse_max_memory(spec: Optional[str]) -> Optional[dict]:
+    """``"0=20GiB,cpu=60GiB"`` -> ``{0: "20GiB", "cpu": "60GiB"}`` (the form accelerate expects)."""
+    if not spec:
+        return None
+    out = {}
+    for part in spec.split(","):
+        key, sep, value = part.partition("=")
+        if not sep or not key.strip() or not value.strip():
+            raise ConfigError(f"--max-memory: cannot read {part!r}; expected DEVICE=SIZE pairs such as '0=20GiB,cpu=60GiB'")
+        key = key.strip()
+        out[int(key) if key.isdigit() else key] = value.strip()
+    return out
+
+
+def _fmt(x: float) -> str:
+    """1e-2 -> '1e-2', 2e-4 -> '2e-4' (how the help texts write learning rates)."""
+    mantissa, exp = f"{x:.0e}".split("e")
+    return f"{mantissa}e{int(exp)}"
+
+
+_FULL = PEFT_DEFAULTS["full"]
+
+
+@dataclass
+class Arguments:
+    """Base of the argument dataclasses: checks every field against its declared ``choices`` and ``min``."""
+
+    def __post_init__(self):
+        name = type(self).__name__
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if value is None:
+                continue
+            if "choices" in f.metadata and value not in f.metadata["choices"]:
+                raise ConfigError(f"{name}.{f.name}: got {value!r}, accepted: {', '.join(map(str, f.metadata['choices']))}")
+            if "min" in f.metadata and (isinstance(value, bool) or not isinstance(value, int) or value < f.metadata["min"]):
+                raise ConfigError(f"{name}.{f.name}: expected a positive integer, got {value!r}")
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict):
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(d) - known)
+        if unknown:
+            raise ConfigError(f"unknown {cls.__name__} field(s) {unknown}; accepted: {sorted(known)}")
+        return cls(**d)
+
+
+# ---------------------------------------------------------------------- the pieces
+@dataclass
+class ModelArguments(Arguments):
+    model: str = option("smollm2-135m", "short name (smollm2-135m), hub id, local directory or .gguf file")
+
+
+@dataclass
+class TaskArguments(Arguments):
+    task: str = option("sst2", "task name (see `mezo-rl tasks`)")
+
+
+@dataclass
+class ObjectiveArguments(Arguments):
+    reward: list[str] = option(help="reward/objective name (see `mezo-rl rewards`); repeat to combine several",
+                               default_factory=lambda: ["accuracy"])
+    reward_weights: Optional[list[float]] = option(None, "one weight per --reward (default: all 1)")
+    reward_normalize: Optional[str] = option(None, "'std': scale each reward by its spread on the first batch before weighting (default: no scaling)")
+
+    def __post_init__(self):
+        if isinstance(self.reward, str):
+            self.reward = [self.reward]
+        if not self.reward:
+            raise ConfigError(f"{type(self).__name__}.reward: give at least one reward name (see `mezo-rl rewards`)")
+        if self.reward_weights is not None and len(self.reward_weights) != len(self.reward):
+            raise ConfigError(
+                f"{type(self).__name__}.reward_weights: got {len(self.reward_weights)} weights for "
+                f"{len(self.reward)} rewards {self.reward}; give one weight per reward"
+            )
+        super().__post_init__()
+
+
+@dataclass
+class PeftArguments(Arguments):
+    peft: str = option("none", "none (full fine-tuning), lora or prefix", choices=["none", "lora", "prefix"])
+    lora_r: int = option(8, "LoRA rank (paper: 8)")
+    lora_alpha: int = option(16, "LoRA alpha (paper: 16)")
+    num_prefix_tokens: int = option(5, "prefix-tuning length (paper: 5)")
+
+
+@dataclass
+class DataArguments(Arguments):
+    # None: the tasks layer decides (tasks.data.data_root: $MEZO_RL_DATA, else the Hugging Face datasets)
+    data_dir: Optional[str] = option(None, "directory with the datasets (default: $MEZO_RL_DATA)")
+    num_train: int = option(1000, "training examples sampled from the train split (paper: 1000)", min=1)
+    num_eval: int = option(100, "validation examples (paper: 500)", min=1)
+    num_test: int = option(200, "test examples (paper: 1000)", min=0)
+
+
+@dataclass
+class MeZOArguments(Arguments):
+    steps: int = option(50, "training steps (paper: 20000)", min=0)
+    batch_size: int = option(32, "examples per step (paper: 16)", min=1)
+    lr: Optional[float] = option(None, f"learning rate (default: {_fmt(_FULL['lr'])} full, PEFT_DEFAULTS for lora/prefix)")
+    eps: Optional[float] = option(None, f"perturbation scale (default: {_fmt(_FULL['eps'])} full: with 1e-3 the accuracy of a 16-example batch is the same at +eps and -eps; PEFT_DEFAULTS for lora/prefix)")
+    weight_decay: Optional[float] = option(None, "decoupled weight decay, biases and norm weights exempt (default 0)")
+    lr_scheduler: str = option("constant", "constant (paper) or linear", choices=["constant", "linear"])
+    n_spsa: int = option(1, "SPSA samples per step (Appendix B.1)", min=1)
+    noise: str = option("gaussian", "perturbation distribution: gaussian, rademacher (+-1) or lowrank (z = B A^T / sqrt(rank) per matrix, LOZO)", choices=["gaussian", "rademacher", "lowrank"])
+    rank: int = option(1, "rank of --noise lowrank", min=1)
+    lowrank_interval: int = option(1, "hold the low-rank subspace factor for this many noise samples (LOZO; 1 = fresh every step)", min=1)
+    normalize: Optional[str] = option(None, "std: divide each loss difference by the spread of the step's losses instead of by 2 eps (FZOO-style; with one sample a sign step of length lr); default: none", choices=["std"])
+    estimator: str = option("two_point", "two_point (+/-eps) or one_point", choices=["two_point", "one_point"])
+    momentum: float = option(0.0, "ZO-SGD momentum (Appendix B.2)")
+    adam: bool = option(False, "ZO-Adam (Appendix B.2)")
+    on_nonfinite: str = option("raise", "what a non-finite loss does", choices=["raise", "skip"])
+
+
+@dataclass
+class SeedArguments(Arguments):
+    seed: int = option(0, "seed for data sampling, perturbations and generation")
+
+
+@dataclass
+class ComputeArguments(Arguments):
+    dtype: str = option("float32", "weights dtype", choices=["float32", "bfloat16"])
+    autocast: str = option("auto", "bf16 autocast of the forward passes with fp32 master weights: auto (only where the CPU has native bf16: AVX512-BF16/AMX; on AVX2-only CPUs it is ~3x slower than fp32), bfloat16 or none", choices=["auto", "none", "bfloat16"])
+    device_map: Optional[str] = option(None, "spread a model larger than one device over several (passed to from_pretrained, e.g. auto); offloading to disk is rejected")
+    max_memory: Optional[str] = option(None, "per-device memory caps with --device-map, e.g. '0=20GiB,1=20GiB,cpu=60GiB'")
+
+    def __post_init__(self):
+        super().__post_init__()
+        parse_max_memory(self.max_memory)  # a bad spec fails here, before any model is loaded
+
+
+@dataclass
+class GenerationArguments(Arguments):
+    max_new_tokens: int = option(32, "generation length for generation-based rewards and evaluation")
+    do_sample: bool = option(False, "sample completions during training (same seed at +eps and -eps) instead of greedy decoding")
+    temperature: float = option(1.0, "sampling temperature when --do-sample")
+
+
+@dataclass
+class EvalArguments(Arguments):
+    eval_steps: Optional[int] = option(None, "evaluate on validation every N steps (default: steps/5, as in the paper)", min=1)
+    metric_for_best: Optional[str] = option(None, "validation metric that picks the best step (default: the task's first metric)")
+    initial_test: bool = option(True, "also evaluate the untrained model on the test examples (summary.json: initial_test)")
+    eval_batch_size: int = option(32, "examples per forward pass during evaluation", min=1)
+    logging_steps: int = option(1, "write a metrics.jsonl record every N steps", min=1)
+
+
+@dataclass
+class OutputArguments(Arguments):
+    output_dir: str = option("runs/mezo", "where config, metrics, summary and checkpoint go")
+    resume: bool = option(False, "continue the run in --output-dir from its checkpoint")
+    save_model: bool = option(False, "also write the best weights with save_pretrained into OUTPUT_DIR/model")
+    tensorboard: bool = option(False, "also log to OUTPUT_DIR/tensorboard")
+    progress: bool = option(True, "show a tqdm progress bar")
+
+
+# ---------------------------------------------------------------------- per command
+# Base classes are listed last-first: a dataclass puts the fields of its last base first.
+@dataclass
+class TrainingArguments(OutputArguments, EvalArguments, GenerationArguments, ComputeArguments, SeedArguments,
+                        MeZOArguments, DataArguments, PeftArguments, ObjectiveArguments, TaskArguments, ModelArguments):
+    """Everything a training run needs. Each field is also a ``mezo-rl train`` option (``--field-name``).
+
+    Defaults are chosen so that ``mezo-rl train`` (SmolLM2-135M, SST-2, accuracy reward) finishes in
+    minutes on a 2-core CPU and visibly moves validation accuracy. The paper's OPT settings
+    (Table 16) are batch 16, lr 1e-6 or 1e-7, eps 1e-3, 20,000 steps, evaluation every 1/5 of the run,
+    on 1,000 train / 500 validation / 1,000 test examples: pass them explicitly to reproduce it.
+    """
+
+    def hyperparameters(self) -> dict:
+        """lr / eps / weight_decay with the per-mode defaults (``PEFT_DEFAULTS``) filled in (explicit values win)."""
+        defaults = PEFT_DEFAULTS["full" if self.peft == "none" else self.peft]
+        return {k: (getattr(self, k) if getattr(self, k) is not None else defaults[k])
+                for k in ("lr", "eps", "weight_decay")}
+
+    def resolved_eval_steps(self) -> int:
+        return self.eval_steps or max(1, self.steps // 5)
+
+
+METHODS = ("zero-shot", "icl", "lp", "ft")
+
+
+@dataclass
+class BaselineArguments(Arguments):
+    """Options of ``mezo-rl baseline`` (each field is ``--field-name``)."""
+
+    method: str = option("zero-shot", "zero-shot, icl, lp (linear probing) or ft (Adam fine-tuning)", choices=METHODS)
+    model: str = shared(ModelArguments, "model")
+    task: str = shared(TaskArguments, "task")
+    data_dir: Optional[str] = shared(DataArguments, "data_dir")
+    num_train: int = shared(DataArguments, "num_train", help="training examples (demonstration pool for icl, training set for lp/ft)")
+    num_test: int = shared(DataArguments, "num_test")
+    seed: int = shared(SeedArguments, "seed", help="seed for data sampling, demonstrations and ft batches")
+    dtype: str = shared(ComputeArguments, "dtype")
+    eval_batch_size: int = shared(EvalArguments, "eval_batch_size")
+    max_new_tokens: int = shared(GenerationArguments, "max_new_tokens")
+    num_demonstrations: int = option(32, "icl: demonstrations in the context (paper: 32)", min=1)
+    lp_l2: float = option(1.0, "lp: L2 penalty of the logistic regression (on standardised features)")
+    ft_lr: float = option(1e-5, "ft: Adam learning rate (paper: 1e-5, 5e-5, 8e-5)")
+    ft_batch_size: int = option(8, "ft: batch size (paper: 8)", min=1)
+    ft_epochs: float = option(1.0, "ft: epochs over the training examples (paper: 5)")
+    ft_max_steps: Optional[int] = option(None, "ft: stop after this many steps")
+    output_dir: Optional[str] = option(None, "write baseline_<method>.json here")
+
+
+@dataclass
+class EvalRunArguments(Arguments):
+    """Evaluate a model, or a run's best/final weights, on a task split; prints JSON."""
+
+    model: str = shared(ModelArguments, "model", help="model to evaluate (ignored with --run-dir)")
+    run_dir: Optional[str] = option(None, "evaluate this run's weights instead (base + trajectory)")
+    step: str = option("best", "with --run-dir: best, final or a step number")
+    task: Optional[str] = option(None, "task (default: sst2, or the run's task)")
+    split: str = option("validation", "the split to evaluate", choices=["train", "validation", "test"])
+    n: Optional[int] = option(None, "evaluate on this many examples (default: all)", min=1)
+    seed: int = shared(SeedArguments, "seed", help="seed for subsampling with --n")
+    data_dir: Optional[str] = shared(DataArguments, "data_dir")
+    dtype: str = shared(ComputeArguments, "dtype")
+    batch_size: int = shared(EvalArguments, "eval_batch_size")
+    max_new_tokens: int = shared(GenerationArguments, "max_new_tokens")
+
+    def __post_init__(self):
+        super().__post_init__()
+        parse_step(self.step)
+
+
+def parse_step(step) -> str | int:
+    """``"best"`` / ``"final"`` / a step number (``--step`` of eval and export)."""
+    if step in ("best", "final") or isinstance(step, int):
+        return step
+    try:
+        return int(step)
+    except ValueError:
+        raise ConfigError(f"--step: got {step!r}, accepted: best, final or a step number") from None
