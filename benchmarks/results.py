@@ -366,8 +366,9 @@ def read_run(cell: Cell, run_dir: pathlib.Path, protocol: TaskProtocol) -> dict:
         try:
             cfg = json.loads((run_dir / "config.json").read_text())
             out["batch"] = cfg.get("batch_size")
-            out["config"] = {k: cfg.get(k) for k in ("peft", "reward", "lr", "eps", "noise", "n_spsa", "batch_size",
-                                                      "steps", "eval_steps", "dtype", "autocast")}
+            out["config"] = {k: cfg.get(k) for k in ("peft", "reward", "lr", "eps", "noise", "normalize", "n_spsa",
+                                                      "momentum", "adam", "batch_size", "steps", "eval_steps", "dtype",
+                                                      "autocast") if k in cfg}
         except (OSError, ValueError):
             out["batch"] = int(_arg(cell.argv, "--batch-size", 0)) or None
         out["curve"] = validation_curve(run_dir / "metrics.jsonl", protocol.metric)
