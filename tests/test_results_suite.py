@@ -1,0 +1,267 @@
+"""benchmarks/results.py: keying, resume, verdicts and rendering (fast, pure functions fed with
+fabricated cell records as *inputs*), and the quick mode end to end on the real model (slow)."""
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+REPO = pathlib.Path(__file__).resolve().parent.parent
+spec = importlib.util.spec_from_file_location("results_suite", REPO / "benchmarks" / "results.py")
+rs = importlib.util.module_from_spec(spec)
+sys.modules["results_suite"] = rs
+spec.loader.exec_module(rs)
+
+
+def _rec(task="sst2", method="zero-shot", seed=0, value=0.5, n=872, status="ok", model="smollm2-135m",
+         argv=None, steps=None, batch=None, curve=None, date="2026-11-23T12:00:00Z"):
+    argv = argv or ["baseline", "--method", method, "--task", task, "--seed", str(seed)]
+    return {"key": rs.cell_key(model, task, method, seed, argv), "model": model, "task": task, "method": method,
+            "seed": seed, "variant": rs.variant_of(argv), "argv": argv, "status": status, "value": value, "n": n,
+            "metric": "accuracy", "steps": steps, "batch": batch, "wall_time_s": 10.0, "peak_rss_mb": 1000.0,
+            "command": "python -m mezo_rl " + " ".join(argv), "curve": curve, "date": date,
+            "machine": {"cpu": "test CPU", "logical_cpus": 2}}
+
+
+def _train_argv(method, seed, steps=200, task="sst2"):
+    return rs.build_argv("smollm2-135m", rs.TASKS[task], method, seed, rs.Settings(steps=(steps,)), steps)
+
+
+# --- keying and planning ----------------------------------------------------------------------------
+
+def test_key_depends_on_every_setting_but_not_on_where_the_run_writes():
+    s = rs.Settings()
+    base = rs.build_argv("smollm2-135m", rs.TASKS["sst2"], "mezo-full", 0, s, 200)
+    assert "--output-dir" not in base
+    k = rs.cell_key("smollm2-135m", "sst2", "mezo-full", 0, base)
+    assert k == rs.cell_key("smollm2-135m", "sst2", "mezo-full", 0, list(base))
+    assert k != rs.cell_key("smollm2-135m", "sst2", "mezo-full", 1, base)
+    other_steps = rs.build_argv("smollm2-135m", rs.TASKS["sst2"], "mezo-full", 0, s, 400)
+    assert k != rs.cell_key("smollm2-135m", "sst2", "mezo-full", 0, other_steps)
+    extra = rs.build_argv("smollm2-135m", rs.TASKS["sst2"], "mezo-full", 0,
+                          rs.Settings(method_args={"mezo-full": ["--lr", "2e-5"]}), 200)
+    assert extra[-2:] == ["--lr", "2e-5"]
+    assert k != rs.cell_key("smollm2-135m", "sst2", "mezo-full", 0, extra)
+    # seeds of one setting share a variant; a changed setting is another variant
+    assert rs.variant_of(base) == rs.variant_of(rs.build_argv("smollm2-135m", rs.TASKS["sst2"], "mezo-full", 2, s, 200))
+    assert rs.variant_of(base) != rs.variant_of(other_steps)
+
+
+def test_plan_same_data_for_every_method_and_the_right_objective():
+    s = rs.Settings(steps=(100, 400))
+    cells = rs.plan(["smollm2-135m"], ["sst2", "squad"], list(rs.METHODS), [0, 1], s, {"sst2": 872, "squad": 10570})
+    by = {}
+    for c in cells:
+        by.setdefault((c.task, c.method), []).append(c)
+    # zero-shot on the whole SST-2 test split: the seed changes nothing, one cell; SQuAD samples 200 of 10570
+    assert [c.seed for c in by[("sst2", "zero-shot")]] == [0]
+    assert [c.seed for c in by[("squad", "zero-shot")]] == [0, 1]
+    assert ("squad", "lp") not in by                                  # linear probing: classification only
+    assert sorted((c.seed, c.steps) for c in by[("sst2", "mezo-full")]) == [(0, 100), (0, 400), (1, 100), (1, 400)]
+    for c in cells:   # every method of a task samples the same train/test examples
+        p = rs.TASKS[c.task]
+        assert rs._arg(c.argv, "--num-train") == str(p.num_train)
+        assert rs._arg(c.argv, "--num-test") == str(p.num_test)
+        assert rs._arg(c.argv, "--seed") == str(c.seed)
+    metric_sst2 = by[("sst2", "mezo-metric")][0].argv
+    metric_squad = by[("squad", "mezo-metric")][0].argv
+    assert rs._arg(metric_sst2, "--reward") == "accuracy" and rs._arg(metric_sst2, "--peft") == "none"
+    assert rs._arg(metric_squad, "--reward") == "squad_f1" and rs._arg(metric_squad, "--peft") == "prefix"
+    assert all(rs._arg(by[("sst2", m)][0].argv, "--reward") == "cross_entropy" for m in rs.MEZO_CE)
+    assert len({c.key for c in cells}) == len(cells)
+    # seed-major order: every seed-0 cell comes before any seed-1 cell
+    seeds = [c.seed for c in cells]
+    assert seeds == sorted(seeds)
+
+
+# --- the results file and resuming ------------------------------------------------------------------
+
+def test_pending_skips_finished_cells_and_retries_failed_ones(tmp_path):
+    cells = rs.plan(["smollm2-135m"], ["rte"], ["zero-shot", "lp", "ft"], [0], rs.Settings(), {"rte": 277})
+    path = tmp_path / "cells.jsonl"
+    ok = dict(_rec("rte", "zero-shot"), key=cells[0].key)
+    failed = dict(_rec("rte", "lp", status="failed"), key=cells[1].key)
+    for r in (ok, failed):
+        rs.append_record(path, r)
+    with open(path, "a") as f:
+        f.write('{"key": "torn')                    # an interrupted write is ignored
+    records = rs.load_records(path)
+    assert len(records) == 2
+    assert [c.method for c in rs.pending(cells, records)] == ["lp", "ft"]
+    # appended after the torn line, a later success replaces the failure (the latest line of a key wins)
+    rs.append_record(path, dict(failed, status="ok"))
+    assert [c.method for c in rs.pending(cells, rs.load_records(path))] == ["ft"]
+
+
+def test_a_crashing_cell_is_recorded_as_failed_with_the_cli_error(tmp_path):
+    """The real CLI, given an option value it rejects, exits non-zero before loading anything."""
+    cell = rs.Cell("smollm2-135m", "sst2", "zero-shot", 0, None,
+                   ["baseline", "--method", "no-such-method", "--task", "sst2"])
+    rec = rs.run_cell(cell, tmp_path, rs.TASKS["sst2"], {"cpu": "x"}, log=lambda *_: None)
+    assert rec["status"] == "failed"
+    assert rec["returncode"] != 0
+    assert "no-such-method" in rec["error"]
+    assert rec["command"].startswith("python -m mezo_rl baseline --method no-such-method")
+    assert rec["wall_time_s"] > 0 and rec["peak_rss_mb"] > 0
+
+
+# --- aggregation and verdicts -----------------------------------------------------------------------
+
+def test_aggregate_mean_std_and_standard_error():
+    recs = [_rec("sst2", "mezo-prefix", seed=s, value=v, n=872, argv=_train_argv("mezo-prefix", s),
+                 steps=200, batch=16) for s, v in ((0, 0.60), (1, 0.64), (2, 0.65))]
+    recs.append(dict(recs[0], value=0.10))          # an older line of the same cell: superseded below
+    recs.append(recs[0])
+    (g,) = rs.aggregate(recs)
+    assert g.seeds == [0, 1, 2] and g.k == 3
+    assert g.mean == pytest.approx((0.60 + 0.64 + 0.65) / 3)
+    std = math.sqrt(sum((v - g.mean) ** 2 for v in (0.60, 0.64, 0.65)) / 2)
+    assert g.std == pytest.approx(std)
+    assert g.se == pytest.approx(max(math.sqrt(g.mean * (1 - g.mean) / 872), std / math.sqrt(3)))
+    (one,) = rs.aggregate([_rec(value=0.5, n=100)])
+    assert one.std is None and one.se == pytest.approx(0.05)
+
+
+def _verdict(vs, claim, task="sst2"):
+    (v,) = [v for v in vs if v.claim == claim and v.task == task]
+    return v
+
+
+def test_verdicts_are_computed_from_the_numbers():
+    n = 872
+    recs = [_rec("sst2", "zero-shot", value=0.50, n=n),
+            _rec("sst2", "icl", value=0.58, n=n),
+            _rec("sst2", "ft", value=0.80, n=n, steps=125, batch=8),
+            _rec("sst2", "mezo-full", value=0.62, n=n, argv=_train_argv("mezo-full", 0), steps=200, batch=16),
+            _rec("sst2", "mezo-prefix", value=0.66, n=n, argv=_train_argv("mezo-prefix", 0), steps=200, batch=16),
+            _rec("sst2", "mezo-metric", value=0.53, n=n, argv=_train_argv("mezo-metric", 0), steps=200, batch=32)]
+    vs = rs.verdicts(rs.aggregate(recs))
+    se = lambda a, b: math.sqrt(a * (1 - a) / n + b * (1 - b) / n)  # noqa: E731
+    # best MeZO (prefix 0.66) vs zero-shot 0.50: 16 points, far beyond 2 SE
+    assert 0.16 > 2 * se(0.66, 0.50)
+    assert _verdict(vs, "MeZO well above zero-shot").verdict == rs.HOLDS
+    assert "+16.0 points" in _verdict(vs, "MeZO well above zero-shot").detail
+    # vs ICL 0.58: 8 points, also beyond 2 SE (~4.7)
+    assert _verdict(vs, "MeZO well above ICL").verdict == rs.HOLDS
+    # full 0.62 vs prefix 0.66: a 4-point gap, within the 5-point tolerance; LoRA reported missing
+    v = _verdict(vs, "MeZO full / LoRA / prefix comparable")
+    assert v.verdict == rs.HOLDS and "4.0 points" in v.detail and "MeZO LoRA" in v.detail
+    # accuracy objective 0.53 vs 0.50: 3 points < 2 SE (~4.8): not "well above"
+    assert 0.03 < 2 * se(0.53, 0.50)
+    assert _verdict(vs, "accuracy/F1 objective well above zero-shot").verdict == rs.FAILS
+    # MeZO 0.66 vs FT 0.80: 14 points short
+    v = _verdict(vs, "MeZO within 5 points of FT")
+    assert v.verdict == rs.FAILS and "-14.0 points" in v.detail and "200" in v.detail
+
+
+def test_within_ft_reports_the_fewest_steps_that_reach_it_and_missing_cells_say_not_measured():
+    n = 872
+    recs = [_rec("rte", "ft", value=0.60, n=n, steps=125, batch=8)]
+    for steps, value in ((100, 0.50), (400, 0.56), (1600, 0.59)):
+        recs.append(_rec("rte", "mezo-lora", value=value, n=n, argv=_train_argv("mezo-lora", 0, steps, "rte"),
+                         steps=steps, batch=16))
+    vs = rs.verdicts(rs.aggregate(recs))
+    v = _verdict(vs, "MeZO within 5 points of FT", "rte")
+    assert v.verdict == rs.HOLDS and "first at 400 MeZO steps" in v.detail
+    assert _verdict(vs, "MeZO well above zero-shot", "rte").verdict == rs.MISSING
+    assert _verdict(vs, "MeZO well above ICL", "rte").verdict == rs.MISSING
+    assert _verdict(vs, "accuracy/F1 objective well above zero-shot", "rte").verdict == rs.MISSING
+    assert _verdict(vs, "MeZO full / LoRA / prefix comparable", "rte").verdict == rs.MISSING
+
+
+def test_comparable_fails_beyond_the_tolerance():
+    recs = [_rec("sst2", m, value=v, argv=_train_argv(m, 0), steps=200, batch=16)
+            for m, v in (("mezo-full", 0.55), ("mezo-lora", 0.52), ("mezo-prefix", 0.70))]
+    v = _verdict(rs.verdicts(rs.aggregate(recs)), "MeZO full / LoRA / prefix comparable")
+    assert v.verdict == rs.FAILS and "18.0 points" in v.detail
+
+
+# --- rendering --------------------------------------------------------------------------------------
+
+def test_render_markdown_tables_commands_and_not_measured_rows(tmp_path):
+    recs = [_rec("sst2", "zero-shot", value=0.5092, n=872),
+            _rec("sst2", "mezo-prefix", seed=0, value=0.60, n=872, argv=_train_argv("mezo-prefix", 0), steps=200,
+                 batch=16, curve=[[0, 0.5], [40, 0.55], [200, 0.6]]),
+            _rec("sst2", "mezo-prefix", seed=1, value=0.64, n=872, argv=_train_argv("mezo-prefix", 1), steps=200,
+                 batch=16, curve=[[0, 0.5], [40, 0.57], [200, 0.62]]),
+            _rec("rte", "lp", value=0.55, n=277, status="failed")]
+    recs[-1]["error"] = "Traceback ...\nValueError: boom"
+    path = tmp_path / "cells.jsonl"
+    for r in recs:
+        rs.append_record(path, r)
+    rs.append_record(path, {"status": "note", "model": "gemma3-270m", "note": "gemma3-270m: not available here"})
+    md_path = rs.render(path, tmp_path / "results.md", tasks=["sst2", "squad"])
+    md = md_path.read_text()
+    assert "## SST-2" in md and "## RTE" in md
+    zs_row = next(l for l in md.splitlines() if l.startswith("| Zero-shot |"))
+    assert "**50.9**" in zs_row and "| 872 |" in zs_row
+    prefix_row = next(l for l in md.splitlines() if l.startswith("| MeZO prefix (CE) |"))
+    std = 100 * math.sqrt(((0.60 - 0.62) ** 2 + (0.64 - 0.62) ** 2) / 1)
+    assert f"**62.0** ± {std:.1f}" in prefix_row and "| 0,1 |" in prefix_row and "200 × 16" in prefix_row
+    assert next(l for l in md.splitlines() if l.startswith("| ICL |")).count("not measured") == 1
+    assert "| Linear probing | failed |" in md and "ValueError: boom" in md
+    assert "gemma3-270m: not available here" in md
+    assert "python -m mezo_rl baseline --method zero-shot" in md     # the commands, in footnotes
+    assert "## The paper's claims at this scale" in md and "**not measured**" in md
+    # a task without any cell still has its section and its claims row, all "not measured"
+    squad = md.split("## SQuAD")[1].split("## ")[0]
+    assert "| MeZO prefix (F1 objective) | not measured |" in squad and "Linear probing" not in squad
+    assert "| every claim | SQuAD | – | **not measured** |" in md
+    assert "| SQuAD (planned) | 1000 | 100 | at most 200 | 2 |" in md
+    assert (tmp_path / "results" / "sst2_bars.png").stat().st_size > 0
+    assert (tmp_path / "results" / "sst2_curves.png").stat().st_size > 0
+    assert "](results/sst2_bars.png)" in md
+
+
+def test_render_only_command_line(tmp_path):
+    path = tmp_path / "cells.jsonl"
+    rs.append_record(path, _rec("sst2", "zero-shot", value=0.5, n=872))
+    out = tmp_path / "r.md"
+    assert rs.main(["--render-only", "--results", str(path), "--out-md", str(out)]) == 0
+    assert "**50.0**" in out.read_text()
+
+
+def test_only_filter_is_checked():
+    assert rs.parse_only(["task=sst2,rte", "seed=0"]) == {"task": {"sst2", "rte"}, "seed": {"0"}}
+    with pytest.raises(SystemExit, match="unknown field 'steps'"):
+        rs.parse_only(["steps=3"])
+    with pytest.raises(SystemExit, match="unknown method"):
+        rs.parse_method_args(["mezo=--lr 1"])
+
+
+# --- end to end -------------------------------------------------------------------------------------
+
+@pytest.mark.slow
+def test_quick_mode_end_to_end(tmp_path):
+    """The suite's --quick mode on SmolLM2 (a few minutes on 2 cores): real cells through the real CLI."""
+    results, md = tmp_path / "cells.jsonl", tmp_path / "results.md"
+    cmd = [sys.executable, str(REPO / "benchmarks" / "results.py"), "--quick", "--results", str(results),
+           "--out-md", str(md), "--runs-dir", str(tmp_path / "runs")]
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    p = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr[-3000:]
+    recs = [r for r in rs.load_records(results) if "key" in r]
+    assert sorted(r["method"] for r in recs) == sorted(rs.QUICK["methods"])
+    for r in recs:
+        assert r["status"] == "ok", r.get("error")
+        assert 0.0 <= r["value"] <= 1.0 and r["n"] == 16
+        assert r["wall_time_s"] > 0 and r["peak_rss_mb"] > 100      # a real model was loaded
+        assert r["command"].startswith("python -m mezo_rl ")
+    prefix = next(r for r in recs if r["method"] == "mezo-prefix")
+    assert prefix["steps"] == 4 and prefix["batch"] == 4 and len(prefix["curve"]) >= 2
+    ft = next(r for r in recs if r["method"] == "ft")
+    assert ft["steps"] == 2
+    text = md.read_text()
+    assert "## SST-2" in text and "## The paper's claims at this scale" in text
+    assert (tmp_path / "results" / "sst2_bars.png").stat().st_size > 0
+    assert (tmp_path / "results" / "sst2_curves.png").stat().st_size > 0
+    # resuming: everything is done, nothing runs again
+    p2 = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True)
+    assert p2.returncode == 0 and "0 to run" in p2.stdout
+    assert len([r for r in rs.load_records(results) if "key" in r]) == len(recs)
