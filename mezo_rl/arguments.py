@@ -134,7 +134,7 @@ class ObjectiveArguments(Arguments):
 
 @dataclass
 class PeftArguments(Arguments):
-    peft: str = option("none", "none (full fine-tuning), lora or prefix", choices=["none", *PEFT_METHODS])
+    peft: str = option("norm", "what MeZO trains: norm (the final normalisation layer's gains: the main job's default, see README), none (every weight: full fine-tuning), lora or prefix", choices=["norm", "none", *PEFT_METHODS])
     lora_r: int = option(8, "LoRA rank (paper: 8)")
     lora_alpha: int = option(16, "LoRA alpha (paper: 16)")
     num_prefix_tokens: int = option(5, "prefix-tuning length (paper: 5)")
@@ -155,23 +155,23 @@ class DataArguments(Arguments):
     # None: the tasks layer decides (tasks.data.data_root: $MEZO_RL_DATA, else the Hugging Face datasets)
     data_dir: Optional[str] = option(None, "directory with the datasets (default: $MEZO_RL_DATA)")
     num_train: int = option(1000, "training examples sampled from the train split (paper: 1000)", min=1)
-    num_eval: int = option(100, "validation examples (paper: 500)", min=1)
-    num_test: int = option(200, "test examples (paper: 1000)", min=0)
+    num_eval: int = option(200, "validation examples, sampled from the train split outside the training examples where the task has no validation file (paper: 500)", min=1)
+    num_test: int = option(1000, "test examples (paper: 1000; the whole split where it is smaller, e.g. SST-2's 872)", min=0)
 
 
 @dataclass
 class MeZOArguments(Arguments):
-    steps: int = option(50, "training steps (paper: 20000)", min=0)
+    steps: int = option(150, "training steps (paper: 20000)", min=0)
     batch_size: int = option(32, "examples per step (paper: 16)", min=1)
-    lr: Optional[float] = option(None, f"learning rate (default: {_fmt(_FULL['lr'])} full, PEFT_DEFAULTS for lora/prefix)")
-    eps: Optional[float] = option(None, f"perturbation scale (default: {_fmt(_FULL['eps'])} full: with 1e-3 the accuracy of a 16-example batch is the same at +eps and -eps; PEFT_DEFAULTS for lora/prefix)")
+    lr: Optional[float] = option(None, f"learning rate; with --normalize std the length of each sign step (default per --peft mode, PEFT_DEFAULTS: norm {_fmt(PEFT_DEFAULTS['norm']['lr'])}, full {_fmt(_FULL['lr'])}, lora {_fmt(PEFT_DEFAULTS['lora']['lr'])}, prefix {_fmt(PEFT_DEFAULTS['prefix']['lr'])})")
+    eps: Optional[float] = option(None, f"perturbation scale (default per --peft mode: norm {_fmt(PEFT_DEFAULTS['norm']['eps'])}, full {_fmt(_FULL['eps'])}, lora {_fmt(PEFT_DEFAULTS['lora']['eps'])}, prefix {_fmt(PEFT_DEFAULTS['prefix']['eps'])}; with the paper's 1e-3 the accuracy of a batch is the same at +eps and -eps)")
     weight_decay: Optional[float] = option(None, "decoupled weight decay, biases and norm weights exempt (default 0)")
     lr_scheduler: str = option("constant", "constant (paper) or linear", choices=["constant", "linear"])
     n_spsa: int = option(1, "SPSA samples per step (Appendix B.1)", min=1)
-    noise: str = option("gaussian", "perturbation distribution: gaussian, rademacher (+-1) or lowrank (z = B A^T / sqrt(rank) per matrix, LOZO)", choices=NOISE_KINDS)
+    noise: Optional[str] = option(None, "perturbation distribution: gaussian, rademacher (+-1) or lowrank (z = B A^T / sqrt(rank) per matrix, LOZO) (default per --peft mode: rademacher for norm, gaussian otherwise)", choices=NOISE_KINDS)
     rank: int = option(1, "rank of --noise lowrank", min=1)
     lowrank_interval: int = option(1, "hold the low-rank subspace factor for this many noise samples (LOZO; 1 = fresh every step)", min=1)
-    normalize: Optional[str] = option(None, "std: divide each loss difference by the spread of the step's losses instead of by 2 eps (FZOO-style; with one sample a sign step of length lr); default: none", choices=["std"])
+    normalize: Optional[str] = option(None, "std: divide each loss difference by the spread of the step's losses instead of by 2 eps (FZOO-style; with one sample a sign step of length lr); none: divide by 2 eps (the paper) (default per --peft mode: std for norm, none otherwise)", choices=["std", "none"])
     estimator: str = option("two_point", "two_point (+/-eps) or one_point", choices=["two_point", "one_point"])
     momentum: float = option(0.0, "ZO-SGD momentum (Appendix B.2)")
     adam: bool = option(False, "ZO-Adam (Appendix B.2)")
@@ -234,10 +234,12 @@ class TrainingArguments(OutputArguments, EvalArguments, GenerationArguments, Com
     """
 
     def hyperparameters(self) -> dict:
-        """lr / eps / weight_decay with the per-mode defaults (``PEFT_DEFAULTS``) filled in (explicit values win)."""
+        """lr / eps / weight_decay / noise / normalize with the per-mode defaults (``PEFT_DEFAULTS``) filled in (explicit values win)."""
         defaults = PEFT_DEFAULTS["full" if self.peft == "none" else self.peft]
-        return {k: (getattr(self, k) if getattr(self, k) is not None else defaults[k])
-                for k in ("lr", "eps", "weight_decay")}
+        out = {k: (getattr(self, k) if getattr(self, k) is not None else defaults[k])
+               for k in ("lr", "eps", "weight_decay", "noise", "normalize")}
+        out["normalize"] = None if out["normalize"] == "none" else out["normalize"]
+        return out
 
     def resolved_eval_steps(self) -> int:
         return self.eval_steps or max(1, self.steps // 5)

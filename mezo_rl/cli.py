@@ -32,6 +32,7 @@ from mezo_rl.baselines import run_baseline
 from mezo_rl.compare import compare, objective_variants, write_report
 from mezo_rl.evaluation import evaluate
 from mezo_rl.models import load_model
+from mezo_rl.peft import PEFT_METHODS
 from mezo_rl.rundir import load_run, save_model
 from mezo_rl.trainer import Trainer
 from rewards import describe_rewards
@@ -159,7 +160,7 @@ def cmd_export(ns) -> int:
     merged = ns.merged if ns.merged is not None else args.peft == "lora"
     save_model(lm, args.peft, ns.output, merged=merged)
     print(f"wrote {ns.output} ({args.model} + {step} MeZO steps from {ns.run_dir}"
-          + (f", {args.peft} {'merged' if merged else 'adapter'}" if args.peft != "none" else "") + ")")
+          + (f", {args.peft} {'merged' if merged else 'adapter'}" if args.peft in PEFT_METHODS else "") + ")")
     return 0
 
 

@@ -35,7 +35,7 @@ from mezo_rl.arguments import TrainingArguments, parse_max_memory, parse_step
 from mezo_rl.distributed import check_no_offload
 from mezo_rl.errors import ConfigError
 from mezo_rl.models import load_model
-from mezo_rl.peft import apply_peft, export_model, peft_config
+from mezo_rl.peft import FINAL_NORM, PEFT_METHODS, apply_peft, export_model, peft_config
 from mezo_rl.optim import replay_trajectory
 from mezo_rl.trajectory import Trajectory
 
@@ -139,15 +139,17 @@ def build_model(args: TrainingArguments, lm=None):
                         max_memory=parse_max_memory(args.max_memory))
         if args.device_map is not None:
             check_no_offload(lm.model)  # weights offloaded to disk cannot be perturbed in place
-    if args.peft != "none":
+    if args.peft == "norm":
+        freeze_unmatched(lm.model, FINAL_NORM, what="--peft norm (the final normalisation layer)")
+    elif args.peft != "none":
         lm = apply_peft(lm, args.peft, r=args.lora_r, alpha=args.lora_alpha,
                         num_prefix_tokens=args.num_prefix_tokens, seed=args.seed)
     if args.trainable is not None:
-        freeze_unmatched(lm.model, args.trainable)
+        freeze_unmatched(lm.model, args.trainable, what=f"--trainable {args.trainable!r}")
     return lm
 
 
-def freeze_unmatched(model: torch.nn.Module, pattern: str) -> None:
+def freeze_unmatched(model: torch.nn.Module, pattern: str, what: str) -> None:
     """Freeze every trainable parameter whose name does not match ``pattern`` (``re.search``).
 
     Deterministic in (model, pattern), so a replay rebuilds the same trainable set in the same order.
@@ -156,7 +158,7 @@ def freeze_unmatched(model: torch.nn.Module, pattern: str) -> None:
     trainable = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
     if not any(regex.search(n) for n, _ in trainable):
         names = ", ".join(n for n, _ in trainable[:4])
-        raise ConfigError(f"--trainable {pattern!r} matches no trainable parameter; names look like: {names}, ...")
+        raise ConfigError(f"{what}: {pattern!r} matches no trainable parameter; names look like: {names}, ...")
     for n, p in trainable:
         if not regex.search(n):
             p.requires_grad_(False)
@@ -164,7 +166,7 @@ def freeze_unmatched(model: torch.nn.Module, pattern: str) -> None:
 
 def model_identity(args: TrainingArguments, lm) -> dict:
     """What the checkpoint needs besides the trajectory: the base model and the adapter."""
-    return {"model": args.model, "dtype": args.dtype, "peft": peft_config(lm) if args.peft != "none" else None,
+    return {"model": args.model, "dtype": args.dtype, "peft": peft_config(lm) if args.peft in PEFT_METHODS else None,
             "parameters": sum(p.numel() for p in trainable_parameters(lm.model)),
             "transformers": version("transformers"), "torch": torch.__version__}
 
@@ -258,7 +260,7 @@ def save_model(lm, peft: str, out_dir: str | os.PathLike, merged: Optional[bool]
     (``mezo_rl.peft.export_model``) a LoRA adapter merged into the weights by default (``merged``),
     a prefix adapter as adapter files."""
     out_dir = pathlib.Path(out_dir)
-    if peft != "none":
+    if peft in PEFT_METHODS:
         export_model(lm, out_dir, merged=(peft == "lora") if merged is None else merged)
     else:
         lm.model.save_pretrained(out_dir)

@@ -43,7 +43,7 @@ def factory(tiny_tokenizer):
 
 
 def make_args(tmp_path, name="run", **kw):
-    base = dict(model="tiny", task="sst2", reward=["cross_entropy"], steps=6, batch_size=4, eval_steps=3,
+    base = dict(model="tiny", task="sst2", reward=["cross_entropy"], peft="none", steps=6, batch_size=4, eval_steps=3,
                 lr=1e-3, eps=1e-2, autocast="none", progress=False, output_dir=str(tmp_path / name),
                 num_train=24, num_eval=12, num_test=12)
     base.update(kw)
@@ -185,7 +185,7 @@ def test_batches_are_a_pure_function_of_seed_and_step():
     (dict(reward=["accuracy"], reward_weights=[1.0, 2.0]), "one weight per reward"),
     (dict(steps=-1), "steps"),
     (dict(batch_size=0), "batch_size"),
-    (dict(peft="adapters"), "accepted: none, lora, prefix"),
+    (dict(peft="adapters"), "accepted: norm, none, lora, prefix"),
 ])
 def test_bad_arguments_name_the_problem(bad, match):
     with pytest.raises(ValueError, match=match):
