@@ -7,8 +7,10 @@
 F = one forward pass of the plain model under torch.no_grad() (batch 16 x sequence 64 random
 token ids, next-token cross-entropy from the logits). For each row, S = one optimizer step whose
 closure is that forward pass, and S / (2F): what a step costs beyond its two forward passes.
-Forward and steps are interleaved (rep 1: F, every row's step; rep 2: ...) and the medians over
-``--reps`` are reported, so background load hits all rows alike.
+Forward and steps are interleaved (rep 1: F, every row's step; rep 2: ...) so background load
+hits all rows alike. Reported per row: the median over ``--reps`` of wall time and of process CPU
+time (all threads; on a shared machine where other jobs preempt this one, CPU time is the steadier
+measure of the work itself: preemption adds wall time, not CPU time), and the ratios of each.
 
 Rows (``--rows`` picks a subset):
   default              MeZO() with every default (noise, backend)
@@ -100,10 +102,11 @@ def batch(vocab: int, bsz: int = 16, seq: int = 64) -> torch.Tensor:
     return torch.randint(0, vocab, (bsz, seq), generator=torch.Generator().manual_seed(0))
 
 
-def timed(fn) -> float:
-    t0 = time.perf_counter()
+def timed(fn) -> tuple[float, float]:
+    """(wall seconds, process CPU seconds) of one call."""
+    w0, c0 = time.perf_counter(), time.process_time()
     fn()
-    return time.perf_counter() - t0
+    return time.perf_counter() - w0, time.process_time() - c0
 
 
 def main():
@@ -121,28 +124,32 @@ def main():
     opts = {row: make_optimizer(row, list(model.parameters())) for row in args.rows}
     loss()
     for row, opt in opts.items():  # warm-up: compiles the noise kernels where needed
-        t = timed(lambda: opt.step(loss))
+        t = timed(lambda: opt.step(loss))[0]
         print(f"warm-up {row}: {t:.1f}s (backend {getattr(opt, 'noise_backend', '-')})", flush=True)
     fwd, steps = [], {row: [] for row in opts}
     for rep in range(args.reps):
         fwd.append(timed(loss))
         for row, opt in opts.items():
             steps[row].append(timed(lambda: opt.step(loss)))
-        print(f"rep {rep + 1}: F {fwd[-1] * 1e3:.0f} ms, " + ", ".join(f"{r} {s[-1] * 1e3:.0f}" for r, s in steps.items()),
+        print(f"rep {rep + 1}: F {fwd[-1][0] * 1e3:.0f} ms, " + ", ".join(f"{r} {s[-1][0] * 1e3:.0f}" for r, s in steps.items()),
               flush=True)
-    f_med = statistics.median(fwd)
-    ref = statistics.median(steps["reference"]) if "reference" in steps else None
-    out = {"dtype": args.dtype, "threads": args.threads, "reps": args.reps, "F": f_med, "F_all": fwd, "rows": []}
-    print(f"\nF = {f_med * 1e3:.0f} ms (median of {args.reps}; range {min(fwd) * 1e3:.0f}-{max(fwd) * 1e3:.0f})")
-    print(f"{'row':15s} {'S (ms)':>8s} {'S/(2F)':>7s} {'ref/S':>6s}  noise / backend")
+    f_wall, f_cpu = (statistics.median(t[i] for t in fwd) for i in (0, 1))
+    med = {row: tuple(statistics.median(t[i] for t in times) for i in (0, 1)) for row, times in steps.items()}
+    ref = med.get("reference")
+    out = {"dtype": args.dtype, "threads": args.threads, "reps": args.reps, "F": f_wall, "F_cpu": f_cpu,
+           "F_all": fwd, "rows": []}
+    print(f"\nF = {f_wall * 1e3:.0f} ms wall, {f_cpu * 1e3:.0f} ms CPU (medians of {args.reps})")
+    print(f"{'row':15s} {'S wall':>7s} {'S/(2F)':>7s} {'ref/S':>6s} {'S CPU':>7s} {'S/(2F)':>7s} {'ref/S':>6s}  noise / backend")
     for row, times in steps.items():
-        s = statistics.median(times)
-        opt = opts[row]
+        (s_wall, s_cpu), opt = med[row], opts[row]
         what = "reference style" if ROWS[row] is None else f"{opt.config['noise']}" + (
             f" r={opt.config['rank']}" if opt.config["noise"] == "lowrank" else "") + f" / {opt.noise_backend}"
-        r = {"row": row, "what": what, "S": s, "S/2F": s / (2 * f_med), "ref/S": ref / s if ref else None, "S_all": times}
+        r = {"row": row, "what": what, "S": s_wall, "S/2F": s_wall / (2 * f_wall), "ref/S": ref[0] / s_wall if ref else None,
+             "S_cpu": s_cpu, "S/2F_cpu": s_cpu / (2 * f_cpu), "ref/S_cpu": ref[1] / s_cpu if ref else None, "S_all": times}
         out["rows"].append(r)
-        print(f"{row:15s} {s * 1e3:8.0f} {r['S/2F']:7.3f} {r['ref/S'] or float('nan'):6.2f}  {what}")
+        nan = float("nan")
+        print(f"{row:15s} {s_wall * 1e3:7.0f} {r['S/2F']:7.3f} {r['ref/S'] or nan:6.2f} {s_cpu * 1e3:7.0f} "
+              f"{r['S/2F_cpu']:7.3f} {r['ref/S_cpu'] or nan:6.2f}  {what}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(out, f, indent=1)
