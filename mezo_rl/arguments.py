@@ -7,6 +7,7 @@ field metadata; :class:`Arguments` checks every field against those in one loop,
 ==========================  =========================================================
 ``ModelArguments``          model
 ``TaskArguments``           task
+``DataTaskArguments``       template, label_column, candidates, target_column, validation_file, test_file, dataset_config
 ``ObjectiveArguments``      reward, reward_weights, reward_normalize
 ``PeftArguments``           peft, lora_r, lora_alpha, num_prefix_tokens
 ``DataArguments``           data_dir, num_train, num_eval, num_test
@@ -20,12 +21,15 @@ field metadata; :class:`Arguments` checks every field against those in one loop,
 
 :class:`TrainingArguments` (``mezo-rl train``) inherits all of them and stays one flat dataclass.
 ``mezo-rl baseline`` (:class:`BaselineArguments`) and ``mezo-rl eval`` (:class:`EvalRunArguments`)
-reuse single fields with :func:`shared`, so a default or a help text lives in one place.
+reuse single fields with :func:`shared`, so a default or a help text lives in one place, and inherit
+``DataTaskArguments`` (a data file or dataset as the task, in every command).
 """
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
+import typing
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
@@ -34,14 +38,51 @@ from mezo_rl.noise import NOISES as NOISE_KINDS
 from mezo_rl.peft import PEFT_DEFAULTS, PEFT_METHODS
 
 def option(default: Any = dataclasses.MISSING, help: str = "", *, choices=None, min: Optional[int] = None,
+           gt: Optional[float] = None, ge: Optional[float] = None, lt: Optional[float] = None,
            default_factory: Any = dataclasses.MISSING):
-    """A dataclass field with its ``--help`` text, accepted ``choices`` and integer ``min`` in the metadata."""
+    """A dataclass field with its ``--help`` text and what it accepts in the metadata: ``choices``,
+    an integer ``min``, or number bounds ``gt`` (>), ``ge`` (>=), ``lt`` (<)."""
     metadata: dict[str, Any] = {"help": help}
     if choices is not None:
         metadata["choices"] = list(choices)
-    if min is not None:
-        metadata["min"] = min
+    for key, bound in (("min", min), ("gt", gt), ("ge", ge), ("lt", lt)):
+        if bound is not None:
+            metadata[key] = bound
     return field(default=default, default_factory=default_factory, metadata=metadata)
+
+
+def flag(name: str) -> str:
+    """The command-line spelling of a field: ``eval_steps`` -> ``--eval-steps``."""
+    return "--" + name.replace("_", "-")
+
+
+_BOUNDS = {"gt": (lambda v, b: v > b, ">"), "ge": (lambda v, b: v >= b, ">="), "lt": (lambda v, b: v < b, "<")}
+
+
+def unwrap_optional(tp):
+    """``Optional[X]`` -> ``X`` (other types unchanged)."""
+    if typing.get_origin(tp) is typing.Union or type(tp).__name__ == "UnionType":
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        if len(args) == 1:
+            return args[0]
+    return tp
+
+
+def _check_type(name: str, value, tp):
+    """``value`` as the field's type (an int where a float is expected becomes a float); ConfigError otherwise."""
+    tp = unwrap_optional(tp)
+    if tp is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if typing.get_origin(tp) is list:
+        (item,) = typing.get_args(tp)
+        if isinstance(value, (list, tuple)):
+            return [_check_type(name, v, item) for v in value]
+    elif tp in (int, float, str, bool) and isinstance(value, tp) and not (tp is int and isinstance(value, bool)):
+        return value
+    elif tp not in (int, float, str, bool):
+        return value
+    expected = {int: "an integer", float: "a number", str: "a string", bool: "true or false"}.get(tp, f"a list of {tp}")
+    raise ConfigError(f"{flag(name)}: got {value!r} ({type(value).__name__}), expected {expected}")
 
 
 def shared(cls, name: str, **metadata):
@@ -79,15 +120,20 @@ class Arguments:
     """Base of the argument dataclasses: checks every field against its declared ``choices`` and ``min``."""
 
     def __post_init__(self):
-        name = type(self).__name__
+        hints = typing.get_type_hints(type(self))
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
             if value is None:
                 continue
+            value = _check_type(f.name, value, hints[f.name])
+            setattr(self, f.name, value)
             if "choices" in f.metadata and value not in f.metadata["choices"]:
-                raise ConfigError(f"{name}.{f.name}: got {value!r}, accepted: {', '.join(map(str, f.metadata['choices']))}")
-            if "min" in f.metadata and (isinstance(value, bool) or not isinstance(value, int) or value < f.metadata["min"]):
-                raise ConfigError(f"{name}.{f.name}: expected a positive integer, got {value!r}")
+                raise ConfigError(f"{flag(f.name)}: got {value!r}, accepted: {', '.join(map(str, f.metadata['choices']))}")
+            if "min" in f.metadata and value < f.metadata["min"]:
+                raise ConfigError(f"{flag(f.name)}: got {value!r}, accepted: an integer >= {f.metadata['min']}")
+            for key, (ok, sign) in _BOUNDS.items():
+                if key in f.metadata and not (math.isfinite(value) and ok(value, f.metadata[key])):
+                    raise ConfigError(f"{flag(f.name)}: got {value!r}, accepted: a number {sign} {f.metadata[key]:g}")
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -108,8 +154,31 @@ class ModelArguments(Arguments):
 
 
 @dataclass
+class DataTaskArguments(Arguments):
+    """How a data file or a Hugging Face dataset becomes a task (``tasks.user``); shared by every command."""
+
+    template: Optional[str] = option(None, "data file/dataset tasks: the prompt, with {column} fields, e.g. '{text} It was'")
+    label_column: Optional[str] = option(None, "classification: the column with the label (the right candidate's index or text)")
+    candidates: Optional[list[str]] = option(None, "classification: the continuations to score (comma-separated or repeated), e.g. terrible,great")
+    target_column: Optional[str] = option(None, "generation: the column with the gold answer (a string or a list)")
+    validation_file: Optional[str] = option(None, "data file tasks: a separate validation file (default: carved from the train rows)")
+    test_file: Optional[str] = option(None, "data file tasks: a separate test file (default: carved from the train rows)")
+    dataset_config: Optional[str] = option(None, "Hugging Face dataset tasks: the configuration name (e.g. sst2 of nyu-mll/glue)")
+
+
+@dataclass
 class TaskArguments(Arguments):
-    task: str = option("sst2", "task name (see `mezo-rl tasks`)")
+    task: str = option("sst2", "a task name (see `mezo-rl tasks`), 'module:function' / 'file.py:function' returning a "
+                               "Task, a data file (.jsonl/.json/.csv/.tsv: give --template and the columns) or a "
+                               "Hugging Face dataset (hub id or local directory, with --template and the columns)")
+
+
+DATA_TASK_FIELDS = tuple(f.name for f in dataclasses.fields(DataTaskArguments))
+
+
+def data_task_options(args) -> dict:
+    """The data file/dataset task options given in ``args`` (any arguments object with those fields)."""
+    return {k: getattr(args, k) for k in DATA_TASK_FIELDS if getattr(args, k, None) not in (None, [])}
 
 
 @dataclass
@@ -117,17 +186,17 @@ class ObjectiveArguments(Arguments):
     reward: list[str] = option(help="reward/objective name (see `mezo-rl rewards`); repeat to combine several",
                                default_factory=lambda: ["accuracy"])
     reward_weights: Optional[list[float]] = option(None, "one weight per --reward (default: all 1)")
-    reward_normalize: Optional[str] = option(None, "'std': scale each reward by its spread on the first batch before weighting (default: no scaling)")
+    reward_normalize: Optional[str] = option(None, "'std': scale each reward by its spread on the first batch before weighting (default: no scaling)", choices=["std"])
 
     def __post_init__(self):
         if isinstance(self.reward, str):
             self.reward = [self.reward]
         if not self.reward:
-            raise ConfigError(f"{type(self).__name__}.reward: give at least one reward name (see `mezo-rl rewards`)")
+            raise ConfigError("--reward: give at least one reward name (see `mezo-rl rewards`)")
         if self.reward_weights is not None and len(self.reward_weights) != len(self.reward):
             raise ConfigError(
-                f"{type(self).__name__}.reward_weights: got {len(self.reward_weights)} weights for "
-                f"{len(self.reward)} rewards {self.reward}; give one weight per reward"
+                f"--reward-weights: got {len(self.reward_weights)} weights for "
+                f"{len(self.reward)} rewards {self.reward}; give one weight per --reward"
             )
         super().__post_init__()
 
@@ -135,9 +204,9 @@ class ObjectiveArguments(Arguments):
 @dataclass
 class PeftArguments(Arguments):
     peft: str = option("norm", "what MeZO trains: norm (the final normalisation layer's gains: the main job's default, see README), none (every weight: full fine-tuning), lora or prefix", choices=["norm", "none", *PEFT_METHODS])
-    lora_r: int = option(8, "LoRA rank (paper: 8)")
-    lora_alpha: int = option(16, "LoRA alpha (paper: 16)")
-    num_prefix_tokens: int = option(5, "prefix-tuning length (paper: 5)")
+    lora_r: int = option(8, "LoRA rank (paper: 8)", min=1)
+    lora_alpha: int = option(16, "LoRA alpha (paper: 16)", min=1)
+    num_prefix_tokens: int = option(5, "prefix-tuning length (paper: 5)", min=1)
     trainable: Optional[str] = option(None, "train only the parameters whose names match this regular expression (re.search; the others are frozen), e.g. 'norm' for the normalisation weights (LN-tuning); default: all of them (the adapter's with --peft)")
 
     def __post_init__(self):
@@ -163,9 +232,9 @@ class DataArguments(Arguments):
 class MeZOArguments(Arguments):
     steps: int = option(150, "training steps (paper: 20000)", min=0)
     batch_size: int = option(32, "examples per step (paper: 16)", min=1)
-    lr: Optional[float] = option(None, f"learning rate; with --normalize std the length of each sign step (default per --peft mode, PEFT_DEFAULTS: norm {_fmt(PEFT_DEFAULTS['norm']['lr'])}, full {_fmt(_FULL['lr'])}, lora {_fmt(PEFT_DEFAULTS['lora']['lr'])}, prefix {_fmt(PEFT_DEFAULTS['prefix']['lr'])})")
-    eps: Optional[float] = option(None, f"perturbation scale (default per --peft mode: norm {_fmt(PEFT_DEFAULTS['norm']['eps'])}, full {_fmt(_FULL['eps'])}, lora {_fmt(PEFT_DEFAULTS['lora']['eps'])}, prefix {_fmt(PEFT_DEFAULTS['prefix']['eps'])}; with the paper's 1e-3 the accuracy of a batch is the same at +eps and -eps)")
-    weight_decay: Optional[float] = option(None, "decoupled weight decay, biases and norm weights exempt (default 0)")
+    lr: Optional[float] = option(None, f"learning rate; with --normalize std the length of each sign step (default per --peft mode, PEFT_DEFAULTS: norm {_fmt(PEFT_DEFAULTS['norm']['lr'])}, full {_fmt(_FULL['lr'])}, lora {_fmt(PEFT_DEFAULTS['lora']['lr'])}, prefix {_fmt(PEFT_DEFAULTS['prefix']['lr'])})", ge=0)
+    eps: Optional[float] = option(None, f"perturbation scale (default per --peft mode: norm {_fmt(PEFT_DEFAULTS['norm']['eps'])}, full {_fmt(_FULL['eps'])}, lora {_fmt(PEFT_DEFAULTS['lora']['eps'])}, prefix {_fmt(PEFT_DEFAULTS['prefix']['eps'])}; with the paper's 1e-3 the accuracy of a batch is the same at +eps and -eps)", gt=0)
+    weight_decay: Optional[float] = option(None, "decoupled weight decay, biases and norm weights exempt (default 0)", ge=0)
     lr_scheduler: str = option("constant", "constant (paper) or linear", choices=["constant", "linear"])
     n_spsa: int = option(1, "SPSA samples per step (Appendix B.1)", min=1)
     noise: Optional[str] = option(None, "perturbation distribution: gaussian, rademacher (+-1) or lowrank (z = B A^T / sqrt(rank) per matrix, LOZO) (default per --peft mode: rademacher for norm, gaussian otherwise)", choices=NOISE_KINDS)
@@ -173,7 +242,7 @@ class MeZOArguments(Arguments):
     lowrank_interval: int = option(1, "hold the low-rank subspace factor for this many noise samples (LOZO; 1 = fresh every step)", min=1)
     normalize: Optional[str] = option(None, "std: divide each loss difference by the spread of the step's losses instead of by 2 eps (FZOO-style; with one sample a sign step of length lr); none: divide by 2 eps (the paper) (default per --peft mode: std for norm, none otherwise)", choices=["std", "none"])
     estimator: str = option("two_point", "two_point (+/-eps) or one_point", choices=["two_point", "one_point"])
-    momentum: float = option(0.0, "ZO-SGD momentum (Appendix B.2)")
+    momentum: float = option(0.0, "ZO-SGD momentum (Appendix B.2)", ge=0, lt=1)
     adam: bool = option(False, "ZO-Adam (Appendix B.2)")
     on_nonfinite: str = option("raise", "what a non-finite loss does", choices=["raise", "skip"])
 
@@ -197,9 +266,15 @@ class ComputeArguments(Arguments):
 
 @dataclass
 class GenerationArguments(Arguments):
-    max_new_tokens: int = option(32, "generation length for generation-based rewards and evaluation")
+    max_new_tokens: int = option(32, "generation length for generation-based rewards and evaluation", min=1)
     do_sample: bool = option(False, "sample completions during training (same seed at +eps and -eps) instead of greedy decoding")
-    temperature: float = option(1.0, "sampling temperature when --do-sample")
+    temperature: float = option(1.0, "sampling temperature when --do-sample (> 0)")
+
+    def __post_init__(self):
+        super().__post_init__()
+        if self.do_sample and not self.temperature > 0:
+            raise ConfigError(f"--do-sample needs --temperature > 0, got {self.temperature!r} "
+                              f"(for greedy decoding leave out --do-sample)")
 
 
 @dataclass
@@ -224,7 +299,8 @@ class OutputArguments(Arguments):
 # Base classes are listed last-first: a dataclass puts the fields of its last base first.
 @dataclass
 class TrainingArguments(OutputArguments, EvalArguments, GenerationArguments, ComputeArguments, SeedArguments,
-                        MeZOArguments, DataArguments, PeftArguments, ObjectiveArguments, TaskArguments, ModelArguments):
+                        MeZOArguments, DataArguments, PeftArguments, ObjectiveArguments, DataTaskArguments, TaskArguments,
+                        ModelArguments):
     """Everything a training run needs. Each field is also a ``mezo-rl train`` option (``--field-name``).
 
     Defaults are chosen so that ``mezo-rl train`` (SmolLM2-135M, SST-2, accuracy reward) finishes in
@@ -249,7 +325,7 @@ METHODS = ("zero-shot", "icl", "lp", "ft")
 
 
 @dataclass
-class BaselineArguments(Arguments):
+class BaselineArguments(DataTaskArguments):
     """Options of ``mezo-rl baseline`` (each field is ``--field-name``)."""
 
     method: str = option("zero-shot", "zero-shot, icl, lp (linear probing) or ft (Adam fine-tuning)", choices=METHODS)
@@ -272,13 +348,14 @@ class BaselineArguments(Arguments):
 
 
 @dataclass
-class EvalRunArguments(Arguments):
+class EvalRunArguments(DataTaskArguments):
     """Evaluate a model, or a run's best/final weights, on a task split; prints JSON."""
 
     model: str = shared(ModelArguments, "model", help="model to evaluate (ignored with --run-dir)")
     run_dir: Optional[str] = option(None, "evaluate this run's weights instead (base + trajectory)")
     step: str = option("best", "with --run-dir: best, final or a step number")
-    task: Optional[str] = option(None, "task (default: sst2, or the run's task)")
+    task: Optional[str] = option(None, "task (default: sst2, or the run's task); as for train: a name, "
+                                       "'module:function', a data file or a Hugging Face dataset")
     split: str = option("validation", "the split to evaluate", choices=["train", "validation", "test"])
     n: Optional[int] = option(None, "evaluate on this many examples (default: all)", min=1)
     seed: int = shared(SeedArguments, "seed", help="seed for subsampling with --n")

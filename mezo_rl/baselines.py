@@ -25,13 +25,13 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from mezo_rl import checks
 from mezo_rl.arguments import METHODS, BaselineArguments
 from mezo_rl.evaluation import evaluate
 from mezo_rl.models import load_model
 from mezo_rl.outputs import model_outputs
 from mezo_rl.trainer import peak_rss_mb
 from rewards import candidate_cross_entropy
-from tasks import get_task
 
 __all__ = ["METHODS", "BaselineArguments", "zero_shot", "icl", "linear_probe", "finetune", "run_baseline",
            "pick_demonstrations", "fit_logistic_regression"]
@@ -166,12 +166,10 @@ def run_baseline(args: BaselineArguments, lm=None, task=None, splits=None) -> di
     """Run one baseline end to end (load model/task/data unless given) and return its result dict."""
     t0 = time.perf_counter()
     if task is None:
-        task = get_task(args.task)
+        task = checks.resolve_task(args)  # a name, module:function, data file or dataset (+ its options)
     if splits is None:
-        data_dir = args.data_dir  # None: $MEZO_RL_DATA (tasks.data.data_root)
-        need_train = args.method != "zero-shot"
-        splits = {"test": task.load_split("test", data_dir=data_dir, n=args.num_test, seed=args.seed),
-                  "train": task.load_split("train", data_dir=data_dir, n=args.num_train, seed=args.seed) if need_train else []}
+        sizes = {"test": args.num_test, **({"train": args.num_train} if args.method != "zero-shot" else {})}
+        splits = {"train": [], **checks.load_splits(task, args.task, sizes, args.data_dir, args.seed)}
     if lm is None:
         lm = load_model(args.model, dtype=args.dtype)
     kw = dict(batch_size=args.eval_batch_size, max_new_tokens=args.max_new_tokens)

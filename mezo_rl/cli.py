@@ -7,6 +7,7 @@ Subcommands::
     mezo-rl export    base model + trajectory -> a save_pretrained directory
     mezo-rl compare   train several objectives/configs on the same data and seed; table + plots
     mezo-rl baseline  zero-shot, ICL, linear probing or Adam fine-tuning on the same data
+    mezo-rl report    a run's summary (task, model, objective, before -> after with n, best step) + curves.png
     mezo-rl tasks     list the tasks
     mezo-rl rewards   list the rewards
 
@@ -14,40 +15,61 @@ Options come from dataclasses, in the style of Hugging Face's ``HfArgumentParser
 ``--field-name`` (``--field_name`` works too), booleans take ``--flag`` / ``--no-flag``, list fields
 are repeatable (``--reward accuracy --reward cross_entropy``; ``--reward accuracy,cross_entropy``
 also works). ``--config file.yaml`` (or .json) supplies values; options on the command line win.
+
+Errors: a mistake the user can fix (a :class:`~mezo_rl.errors.UserError`: a bad option, an unknown
+name, a missing file, a bad combination) ends the command with one line on stderr,
+``mezo-rl: error: <what was wrong and what is accepted>``, and exit status 2; the checks run before any
+model or data is loaded (:mod:`mezo_rl.checks`). ``--debug`` (anywhere on the command line) or
+``MEZO_RL_DEBUG=1`` also prints the traceback. Ctrl-C / SIGTERM during ``train`` writes a checkpoint
+at the last completed step and prints the command that resumes (exit status 130 / 143).
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import os
+import pathlib
+import shlex
+import signal
 import sys
+import traceback
 import typing
 from typing import Any, Optional
 
 import yaml
 
-from mezo_rl.arguments import BaselineArguments, EvalRunArguments, TrainingArguments, parse_step
+from mezo_rl import checks, plots, rundir
+from mezo_rl.arguments import (BaselineArguments, EvalRunArguments, TrainingArguments, data_task_options,
+                               parse_step, unwrap_optional)
 from mezo_rl.baselines import run_baseline
 from mezo_rl.compare import compare, objective_variants, write_report
+from mezo_rl.distributed import DistContext
+from mezo_rl.errors import ConfigError, UserError
 from mezo_rl.evaluation import evaluate
-from mezo_rl.models import load_model
+from mezo_rl.models import check_model, load_model
 from mezo_rl.peft import PEFT_METHODS
 from mezo_rl.rundir import load_run, save_model
-from mezo_rl.trainer import Trainer
+from mezo_rl.runguard import RunLock
+from mezo_rl.trainer import Trainer, TrainingInterrupted
 from rewards import describe_rewards
 from tasks import get_task, list_tasks
 
 
+class UsageError(ConfigError):
+    """What argparse rejects (an unknown option, a value of the wrong type, an invalid choice)."""
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse, with its errors raised as :class:`UsageError` (one line, through ``main``) instead of
+    printing the usage and exiting."""
+
+    def error(self, message):
+        raise UsageError(f"{message} (see `{self.prog} --help`)")
+
+
 # ---------------------------------------------------------------------- dataclass -> argparse
-def _unwrap_optional(tp):
-    if typing.get_origin(tp) is typing.Union or type(tp).__name__ == "UnionType":
-        args = [a for a in typing.get_args(tp) if a is not type(None)]
-        if len(args) == 1:
-            return args[0]
-    return tp
-
-
 def _split_commas(item_type):
     def parse(text: str):
         return [item_type(t) for t in text.split(",") if t.strip()]
@@ -61,7 +83,7 @@ def add_dataclass_arguments(parser: argparse.ArgumentParser, cls, skip=()) -> No
     for f in dataclasses.fields(cls):
         if f.name in skip:
             continue
-        tp = _unwrap_optional(hints[f.name])
+        tp = unwrap_optional(hints[f.name])
         names = [f"--{f.name.replace('_', '-')}"] + ([f"--{f.name}"] if "_" in f.name else [])
         default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
         help_text = f.metadata.get("help", "") + f" (default: {default})"
@@ -78,20 +100,24 @@ def add_dataclass_arguments(parser: argparse.ArgumentParser, cls, skip=()) -> No
             parser.add_argument(*names, type=tp, metavar=tp.__name__.upper(), **kw)
 
 
-def load_config_file(path: str) -> dict:
+def load_config_file(path: str, flag: str = "--config") -> dict:
     """Read a YAML or JSON file of option values (keys as field names; dashes allowed)."""
     if not os.path.isfile(path):
-        raise SystemExit(f"--config: file not found: {path}")
+        raise ConfigError(f"{flag}: file not found: {path}")
     with open(path) as fh:
-        if path.endswith(".json"):
-            data = json.load(fh)
-        else:
-            data = yaml.safe_load(fh)
+        try:
+            data = json.load(fh) if path.endswith(".json") else yaml.safe_load(fh)
+        except json.JSONDecodeError as e:
+            raise ConfigError(f"{flag} {path}: not valid JSON ({e.msg} at line {e.lineno}, column {e.colno})") from e
+        except yaml.YAMLError as e:
+            mark = getattr(e, "problem_mark", None)
+            where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+            raise ConfigError(f"{flag} {path}: not valid YAML ({getattr(e, 'problem', None) or type(e).__name__}{where})") from e
     if data is None:
         return {}
     if not isinstance(data, dict):
-        raise SystemExit(f"--config {path}: expected a mapping of option: value, got {type(data).__name__}")
-    return {k.replace("-", "_"): v for k, v in data.items()}
+        raise ConfigError(f"{flag} {path}: expected a mapping of option: value, got {type(data).__name__}")
+    return {str(k).replace("-", "_"): v for k, v in data.items()}
 
 
 def parse_into(cls, ns: argparse.Namespace, config: Optional[dict] = None, skip=()):
@@ -100,7 +126,7 @@ def parse_into(cls, ns: argparse.Namespace, config: Optional[dict] = None, skip=
     values = {}
     unknown = sorted(set(config or {}) - fields)
     if unknown:
-        raise SystemExit(f"config file: unknown option(s) {unknown}; accepted: {sorted(fields)}")
+        raise ConfigError(f"config file: unknown option(s) {unknown}; accepted: {sorted(fields)}")
     values.update(config or {})
     for name in fields:
         if hasattr(ns, name):
@@ -108,55 +134,93 @@ def parse_into(cls, ns: argparse.Namespace, config: Optional[dict] = None, skip=
             if isinstance(v, list) and v and isinstance(v[0], list):  # appended comma-lists
                 v = [x for part in v for x in part]
             values[name] = v
-    for name in ("reward",):
+    for name in ("reward", "candidates"):
         if isinstance(values.get(name), str):
             values[name] = [s.strip() for s in values[name].split(",") if s.strip()]
-    try:
-        return cls(**values)
-    except (TypeError, ValueError) as e:
-        raise SystemExit(f"invalid options: {e}")
+    return cls(**values)  # the argument dataclasses raise ConfigError naming the option
 
 
 # ---------------------------------------------------------------------- subcommands
+@contextlib.contextmanager
+def _model_loading_bars(show: bool):
+    """transformers' weight-loading progress bars, shown only with --progress."""
+    import transformers.utils.logging as hf_logging
+
+    was = hf_logging.is_progress_bar_enabled()
+    (hf_logging.enable_progress_bar if show else hf_logging.disable_progress_bar)()
+    try:
+        yield
+    finally:
+        (hf_logging.enable_progress_bar if was else hf_logging.disable_progress_bar)()
+
+
 def cmd_train(ns) -> int:
     args = parse_into(TrainingArguments, ns, _config(ns))
-    trainer = Trainer(args)
-    summary = trainer.train()
-    if trainer.dist.is_main:  # under torchrun, one report
+    with _model_loading_bars(args.progress):
+        return _train(args)
+
+
+def _train(args) -> int:
+    dist = DistContext.from_env()
+    task = checks.check_training(args)  # options, task, rewards, model, data and output directory: nothing loaded yet
+    with RunLock(args.output_dir) if dist.is_main else contextlib.nullcontext():  # one run per output directory
+        trainer = Trainer(args, task=task, dist=dist)
+        summary = trainer.train()
+    if dist.is_main:  # under torchrun, one report
         _print_summary(summary, args.output_dir)
     return 0
 
 
 def _print_summary(summary: dict, output_dir) -> None:
-    metric = summary["metric_for_best"]
-    before = summary["initial_validation"].get(metric)
-    best = (summary["validation"] or {}).get(metric)
-    test = (summary["test"] or {}).get(metric)
-    print(f"validation {metric}: {before:.4f} -> {best:.4f} (best step {summary['best_step']} of {summary['steps']}); "
-          f"test {metric}: {test if test is None else round(test, 4)}; {summary['wall_time_s']:.0f} s; "
-          f"results in {output_dir}")
+    out = pathlib.Path(output_dir)
+    files = [f for f in (rundir.SUMMARY_FILE, rundir.METRICS_FILE, plots.CURVES_FILE) if (out / f).is_file()]
+    print(f"results in {out}: {', '.join(files)}, {rundir.CHECKPOINT_DIR}/ ({summary['wall_time_s']:.0f} s)")
+    print(plots.results_line(summary))
+
+
+def _task_args(args, default_task: str = "sst2", run_args=None):
+    """The arguments that name the task: ``args`` when it names one, else the run's (``run_args``), else the default."""
+    if args.task is not None:
+        return args
+    if data_task_options(args):
+        raise ConfigError(f"{', '.join('--' + k.replace('_', '-') for k in data_task_options(args))} need --task "
+                          f"(the data file or dataset they describe)")
+    return run_args if run_args is not None else dataclasses.replace(args, task=default_task)
 
 
 def cmd_eval(ns) -> int:
     args = parse_into(EvalRunArguments, ns)
+    run_args = None
     if args.run_dir:
-        lm, run_args, step = load_run(args.run_dir, args.step)
-        task_name = args.task or run_args.task
+        checks.check_run_dir(args.run_dir)
+        run_args = rundir.read_args(args.run_dir)
+    else:
+        check_model(args.model, args.dtype)
+    task_args = _task_args(args, run_args=run_args)
+    data_dir = args.data_dir if args.data_dir is not None or run_args is None else run_args.data_dir
+    checks.check_data_dir(data_dir)
+    task = checks.resolve_task(task_args)
+    examples = checks.load_splits(task, task_args.task, {args.split: args.n}, data_dir, args.seed)[args.split]
+    if args.run_dir:
+        lm, _, step = load_run(args.run_dir, args.step)
         info = {"run_dir": args.run_dir, "step": step}
     else:
         lm = load_model(args.model, dtype=args.dtype)
-        task_name = args.task or "sst2"
         info = {"model": args.model}
-    task = get_task(task_name)
-    examples = task.load_split(args.split, data_dir=args.data_dir, n=args.n, seed=args.seed)
-    metrics = evaluate(lm, task, examples, batch_size=args.batch_size, max_new_tokens=args.max_new_tokens)
-    print(json.dumps({**info, "task": task_name, "split": args.split, "n": len(examples),
+    metrics = evaluate(lm, task, examples, batch_size=args.batch_size, max_new_tokens=args.max_new_tokens,
+                       progress=True, desc=f"{args.split}")
+    print(json.dumps({**info, "task": task_args.task, "split": args.split, "n": len(examples),
                       "metrics": {k: float(v) for k, v in metrics.items()}}, indent=2))
     return 0
 
 
 def cmd_export(ns) -> int:
-    lm, args, step = load_run(ns.run_dir, parse_step(ns.step))
+    checks.check_run_dir(ns.run_dir)
+    step = parse_step(ns.step)
+    out = pathlib.Path(ns.output)
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"--output {str(out)!r} is not a directory (a file is there)")
+    lm, args, step = load_run(ns.run_dir, step)
     merged = ns.merged if ns.merged is not None else args.peft == "lora"
     save_model(lm, args.peft, ns.output, merged=merged)
     print(f"wrote {ns.output} ({args.model} + {step} MeZO steps from {ns.run_dir}"
@@ -175,18 +239,22 @@ def cmd_compare(ns) -> int:
             variants.update(objective_variants(base, [o for part in ns.objective for o in part]))
         for path in ns.variant or []:
             name = os.path.splitext(os.path.basename(path))[0]
-            overrides = load_config_file(path)
+            overrides = load_config_file(path, flag="--variant")
             unknown = sorted(set(overrides) - {f.name for f in dataclasses.fields(TrainingArguments)})
             if unknown:
-                raise SystemExit(f"--variant {path}: unknown option(s) {unknown}; use `mezo-rl train` option names")
+                raise ConfigError(f"--variant {path}: unknown option(s) {unknown}; use `mezo-rl train` option names")
             try:
                 variants[name] = dataclasses.replace(base, **overrides, resume=False)
-            except (TypeError, ValueError) as e:
-                raise SystemExit(f"--variant {path}: {e}")
+            except UserError as e:
+                raise ConfigError(f"--variant {path}: {e}") from e
         if len(variants) < 2:
-            raise SystemExit("compare: give at least two variants (--objective cross_entropy --objective accuracy, "
-                             "and/or --variant a.yaml --variant b.yaml), or --runs DIR DIR to report finished runs")
-        compare(variants, base.output_dir)
+            raise ConfigError("compare: give at least two variants (--objective cross_entropy --objective accuracy, "
+                              "and/or --variant a.yaml --variant b.yaml), or --runs DIR DIR to report finished runs")
+        for args in variants.values():  # every run's options, before the first one starts
+            checks.check_training(args, output=False)
+        checks.check_output_dir(base)
+        with RunLock(base.output_dir), _model_loading_bars(base.progress):
+            compare(variants, base.output_dir)
         paths = {k: os.path.join(base.output_dir, n) for k, n in
                  (("table", "comparison.md"), ("validation_vs_steps.png", "validation_vs_steps.png"),
                   ("validation_vs_time.png", "validation_vs_time.png"))}
@@ -197,7 +265,17 @@ def cmd_compare(ns) -> int:
 
 def cmd_baseline(ns) -> int:
     args = parse_into(BaselineArguments, ns, _config(ns))
-    print(json.dumps(run_baseline(args), indent=2))
+    check_model(args.model, args.dtype)
+    checks.check_data_dir(args.data_dir)
+    task = checks.resolve_task(args)
+    if args.output_dir is not None and pathlib.Path(args.output_dir).is_file():
+        raise ConfigError(f"--output-dir {args.output_dir!r} is not a directory (a file is there)")
+    print(json.dumps(run_baseline(args, task=task), indent=2))
+    return 0
+
+
+def cmd_report(ns) -> int:
+    print(plots.report(ns.run_dir, plot=ns.plot))
     return 0
 
 
@@ -225,8 +303,11 @@ def _config(ns) -> Optional[dict]:
 
 # ---------------------------------------------------------------------- parser
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="mezo-rl", description="Fine-tune language models on any objective with MeZO "
-                                     "(Malladi et al., 2023): forward passes only, inference memory.")
+    parser = ArgumentParser(prog="mezo-rl", description="Fine-tune language models on any objective with MeZO "
+                            "(Malladi et al., 2023): forward passes only, inference memory.")
+    parser.add_argument("--debug", action="store_true",
+                        help="on an error, also print the Python traceback (also: MEZO_RL_DEBUG=1; accepted anywhere "
+                        "on the command line)")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     fmt = argparse.ArgumentDefaultsHelpFormatter
 
@@ -268,6 +349,15 @@ def build_parser() -> argparse.ArgumentParser:
     add_dataclass_arguments(p, BaselineArguments)
     p.set_defaults(func=cmd_baseline)
 
+    p = sub.add_parser("report", help="summary of a run (before -> after with n, best step) and its curves.png",
+                       description="Print a run's task, model, objective, steps, validation and test before -> after "
+                       "with n, best step, wall time and peak memory, and write RUN_DIR/curves.png (training reward "
+                       "per step with a running mean, validation metric at each evaluation). Works on unfinished runs.")
+    p.add_argument("run_dir", metavar="RUN_DIR", help="a `mezo-rl train` output directory")
+    p.add_argument("--plot", action=argparse.BooleanOptionalAction, default=True,
+                   help="write RUN_DIR/curves.png (needs matplotlib)")
+    p.set_defaults(func=cmd_report)
+
     p = sub.add_parser("tasks", help="list the tasks")
     p.set_defaults(func=cmd_tasks)
     p = sub.add_parser("rewards", help="list the rewards")
@@ -275,10 +365,42 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+DEBUG_ENV = "MEZO_RL_DEBUG"
+
+
+def _resume_command(argv: list[str]) -> str:
+    """The command line that continues an interrupted ``train`` (the same options plus ``--resume``)."""
+    return shlex.join(["mezo-rl", *[a for a in argv if a != "--resume"], "--resume"])
+
+
 def main(argv: Optional[list[str]] = None) -> int:
-    parser = build_parser()
-    ns = parser.parse_args(argv)
-    return ns.func(ns)
+    """Run the command; returns the exit status (0 ok, 2 a user error, 130/143 interrupted)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in argv or os.environ.get(DEBUG_ENV, "").lower() in ("1", "true", "yes", "on")
+    argv = [a for a in argv if a != "--debug"]
+    try:
+        ns = build_parser().parse_args(argv)
+        return ns.func(ns)
+    except UserError as err:
+        if debug:
+            traceback.print_exc()
+        message = " ".join(str(err).split("\n")).strip() or type(err).__name__
+        print(f"mezo-rl: error: {message}", file=sys.stderr)
+        return 2
+    except TrainingInterrupted as err:
+        if debug:
+            traceback.print_exc()
+        signum = getattr(signal, err.signal_name or "SIGINT", signal.SIGINT)
+        then = f"resume with: {_resume_command(argv)}" if argv[:1] == ["train"] else \
+            f"resume that run with: mezo-rl train --config {pathlib.Path(err.output_dir) / rundir.CONFIG_FILE} --resume"
+        print(f"mezo-rl: interrupted at step {err.step} of {err.steps} ({err.signal_name or 'SIGINT'}); weights restored, "
+              f"checkpoint written to {err.output_dir}; {then}", file=sys.stderr)
+        return 128 + int(signum)
+    except KeyboardInterrupt:
+        if debug:
+            traceback.print_exc()
+        print("mezo-rl: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

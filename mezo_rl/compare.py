@@ -18,13 +18,12 @@ Example (cross-entropy vs accuracy on SST-2, same everything else)::
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import pathlib
 from typing import Callable, Optional
 
 from mezo_rl.arguments import TrainingArguments
-from mezo_rl.rundir import CONFIG_FILE, METRICS_FILE, SUMMARY_FILE
+from mezo_rl.plots import load_run_records, objective_text, plot_validation, pyplot
 from mezo_rl.trainer import Trainer
 
 
@@ -71,19 +70,6 @@ def _safe(name: str) -> str:
     return "".join(c if c.isalnum() or c in "-_+." else "_" for c in name)
 
 
-def load_run_records(run_dir: str | os.PathLike) -> tuple[dict, dict, list[dict]]:
-    """``(config, summary, validation eval records)`` of a finished run directory."""
-    run = pathlib.Path(run_dir)
-    for f in (CONFIG_FILE, SUMMARY_FILE, METRICS_FILE):
-        if not (run / f).is_file():
-            raise FileNotFoundError(f"{run} is not a finished mezo-rl run (missing {f})")
-    config = json.loads((run / CONFIG_FILE).read_text())
-    summary = json.loads((run / SUMMARY_FILE).read_text())
-    evals = [r for r in map(json.loads, (run / METRICS_FILE).read_text().splitlines())
-             if r.get("split") == "validation"]
-    return config, summary, evals
-
-
 def _fmt(x, digits=4):
     return "-" if x is None else (f"{x:.{digits}f}" if isinstance(x, float) else str(x))
 
@@ -106,33 +92,19 @@ def write_report(run_dirs: dict[str, str | os.PathLike], output_dir: str | os.Pa
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for name, (config, summary, _) in runs.items():
-        objective = " + ".join(
-            f"{w:g}*{r}" if w != 1 else r
-            for r, w in zip(config["reward"], config.get("reward_weights") or [1] * len(config["reward"])))
         lines.append("| " + " | ".join([
-            name, objective, str(summary["steps"]), str(summary["best_step"]),
+            name, objective_text(config), str(summary["steps"]), str(summary["best_step"]),
             _fmt((summary["initial_validation"] or {}).get(metric)), _fmt((summary["validation"] or {}).get(metric)),
             _fmt((summary["test"] or {}).get(metric)), _fmt(summary["wall_time_s"], 1), _fmt(summary.get("peak_rss_mb"), 0),
         ]) + " |")
     paths = {"table": out / "comparison.md"}
     paths["table"].write_text("\n".join(lines) + "\n")
 
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     for x_key, x_label, fname in (("step", "training step", "validation_vs_steps.png"),
                                   ("wall_time_s", "wall-clock time (s)", "validation_vs_time.png")):
         fig, ax = plt.subplots(figsize=(6, 4))
-        for name, (_, _, evals) in runs.items():
-            pts = [(r[x_key], r["metrics"][metric]) for r in evals if metric in r["metrics"]]
-            if pts:
-                ax.plot(*zip(*pts), marker="o", label=name)
-        ax.set_xlabel(x_label)
-        ax.set_ylabel(f"validation {metric}")
-        ax.grid(alpha=0.3)
-        ax.legend()
+        plot_validation(ax, {name: evals for name, (_, _, evals) in runs.items()}, metric, x_key, x_label)
         fig.tight_layout()
         paths[fname] = out / fname
         fig.savefig(paths[fname], dpi=120)

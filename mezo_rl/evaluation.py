@@ -18,10 +18,13 @@ training objectives agree.
 from __future__ import annotations
 
 import torch
+from tqdm.auto import tqdm
 
 import rewards
 import tasks
 from mezo_rl.outputs import example_columns, model_outputs
+
+PROGRESS_DELAY_S = 3.0  # an evaluation shorter than this shows no progress bar
 
 # ``rewards`` and ``tasks`` are imported as modules (names looked up at call time): they import
 # ``mezo_rl.errors`` / ``mezo_rl.registry``, which runs ``mezo_rl/__init__`` and so this module, possibly
@@ -36,6 +39,8 @@ def evaluate(
     demonstrations: list | None = None,
     max_new_tokens: int = 50,
     metrics: list[str] | None = None,
+    progress: bool = False,
+    desc: str = "evaluating",
 ) -> dict:
     """Metric name -> mean value over ``examples``, plus ``"n"`` (the number of examples).
 
@@ -53,6 +58,9 @@ def evaluate(
         demonstrations: in-context examples prepended to every prompt (the ICL baseline; causal LMs only).
         max_new_tokens: generation length limit (greedy decoding).
         metrics: reward references to compute (default: ``task.metrics``).
+        progress: show a tqdm progress bar (on stderr) once the evaluation has taken more than
+            ``PROGRESS_DELAY_S`` seconds (generation on a few hundred examples does; scoring a
+            hundred examples usually does not); ``desc`` labels it.
     """
     if not examples:
         raise ValueError(f"evaluate: no examples given for task {task.name!r}")
@@ -72,13 +80,16 @@ def evaluate(
 
     sums = dict.fromkeys(report.names, 0.0)
     counts = dict.fromkeys(report.names, 0)
-    with torch.no_grad():
+    bar = tqdm(total=len(examples), desc=desc, unit="ex", delay=PROGRESS_DELAY_S, leave=False, disable=not progress,
+               dynamic_ncols=True)
+    with torch.no_grad(), bar:
         for start in range(0, len(examples), batch_size):
             batch = examples[start : start + batch_size]
             out = report.evaluate(**model_outputs(lm, batch, report.needs, max_new_tokens=max_new_tokens).as_kwargs())
             for name in report.names:
                 sums[name] += out.sums[name]
                 counts[name] += out.counts[name]
+            bar.update(len(batch))
     result = {name: sums[name] / counts[name] if counts[name] else float("nan") for name in report.names}
     result["n"] = len(examples)
     return result

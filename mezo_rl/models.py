@@ -28,6 +28,7 @@ import tempfile
 
 import torch
 
+from .errors import ConfigError, UserError
 from .lm import LanguageModel
 
 log = logging.getLogger(__name__)
@@ -40,8 +41,39 @@ SHORT_NAMES = {
 DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16}
 
 
-class ModelNotFoundError(FileNotFoundError):
-    """No model could be loaded from the given name; the message lists everything that was tried."""
+class ModelNotFoundError(UserError, FileNotFoundError):
+    """No model could be loaded from the given name; the (one-line) message lists everything that was tried."""
+
+
+def _not_found(verb: str, name: str, tried: list[str]) -> ModelNotFoundError:
+    return ModelNotFoundError(f"could not {verb} model {name!r}; tried: " + "; ".join(tried))
+
+
+def _hub_offline() -> bool:
+    return os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on")
+
+
+def check_model(name: str, dtype: str = "float32") -> None:
+    """Check, without loading anything, that ``load_model(name, dtype)`` can find the model.
+
+    Short names, ``.gguf`` files and local directories are checked on disk. A hub id is checked
+    against the local Hugging Face cache when offline (``HF_HUB_OFFLINE=1``); online it is accepted
+    here and ``load_model`` reports a failed download. Raises :class:`ModelNotFoundError` (one line,
+    naming everything tried) or :class:`~mezo_rl.errors.ConfigError` for a bad dtype.
+    """
+    if dtype not in DTYPES:
+        raise ConfigError(f"dtype must be one of {sorted(DTYPES)}, got {dtype!r}")
+    tried: list[str] = []
+    source = _resolve(name, tried)
+    if source is None:
+        raise _not_found("find", name, tried)
+    kind, where, _ = source
+    if kind == "pretrained" and not pathlib.Path(str(where)).is_dir() and _hub_offline():
+        from huggingface_hub import try_to_load_from_cache
+
+        if not isinstance(try_to_load_from_cache(str(where), "config.json"), str):
+            tried.append(f"hub id {str(where)!r} is not in the local Hugging Face cache (HF_HUB_OFFLINE=1)")
+            raise _not_found("find", name, tried)
 
 
 def cache_root() -> pathlib.Path:
@@ -74,7 +106,7 @@ def load_model(
     The model is returned in eval mode (no dropout: MeZO's +eps and -eps passes must see the same function).
     """
     if dtype not in DTYPES:
-        raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {dtype!r}")
+        raise ConfigError(f"dtype must be one of {sorted(DTYPES)}, got {dtype!r}")
     kw = dict(from_pretrained_kwargs, dtype=DTYPES[dtype])
     if device_map is not None:
         kw["device_map"] = device_map
@@ -84,7 +116,7 @@ def load_model(
     tried = []
     source = _resolve(name, tried)
     if source is None:
-        raise ModelNotFoundError(f"could not find model {name!r}; tried:\n  - " + "\n  - ".join(tried))
+        raise _not_found("find", name, tried)
     kind, where, label = source
     try:
         if kind == "gguf":
@@ -92,7 +124,7 @@ def load_model(
         model, tokenizer = _from_pretrained(where, kw)
     except OSError as e:  # hub id not in the local cache while offline, missing files, ...
         tried.append(f"from_pretrained({str(where)!r}): {type(e).__name__}: {str(e).splitlines()[0]}")
-        raise ModelNotFoundError(f"could not load model {name!r}; tried:\n  - " + "\n  - ".join(tried)) from e
+        raise _not_found("load", name, tried) from e
     if device_map is None:
         model.to(device)
     model.eval()

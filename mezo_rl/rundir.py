@@ -24,6 +24,7 @@ import math
 import os
 import pathlib
 import re
+import shutil
 from dataclasses import dataclass
 from importlib.metadata import version
 from typing import Optional
@@ -62,6 +63,7 @@ class TrainerState:
     initial_test: Optional[dict] = None
     last_validation: Optional[dict] = None
     wall_time_s: float = 0.0  # up to the last save
+    last_eval_step: Optional[int] = None  # the step of the last validation (None in checkpoints older than it)
     objective: Optional[dict] = None  # Objective.state_dict(): the frozen normalisation scales
 
     @classmethod
@@ -103,7 +105,8 @@ def append_jsonl(path: pathlib.Path, record: dict) -> None:
 def read_args(run_dir: str | os.PathLike) -> TrainingArguments:
     config = pathlib.Path(run_dir) / CONFIG_FILE
     if not config.is_file():
-        raise FileNotFoundError(f"{run_dir} is not a mezo-rl run directory (no {CONFIG_FILE})")
+        raise ConfigError(f"{str(run_dir)!r} is not a mezo-rl run directory (no {CONFIG_FILE}); "
+                          f"give the --output-dir of a `mezo-rl train` run")
     return TrainingArguments.from_dict(json.loads(config.read_text()))
 
 
@@ -172,22 +175,38 @@ def model_identity(args: TrainingArguments, lm) -> dict:
 
 
 # ---------------------------------------------------------------------- checkpoint
-def save_checkpoint(run_dir: pathlib.Path, state: TrainerState, identity: dict, optimizer, scheduler) -> None:
+def checkpoint_dir(run_dir: str | os.PathLike) -> pathlib.Path:
+    """``run_dir/checkpoint``; if a save was cut off between its two renames, the previous one
+    (``checkpoint.old``), which is complete."""
+    run = pathlib.Path(run_dir)
+    ckpt, old = run / CHECKPOINT_DIR, run / (CHECKPOINT_DIR + ".old")
+    return old if not ckpt.is_dir() and old.is_dir() else ckpt
+
+
+def save_checkpoint(run_dir: pathlib.Path, state: TrainerState, identity: dict, optimizer, scheduler, *,
+                    optimizer_state: Optional[dict] = None, trajectory: Optional[Trajectory] = None) -> None:
     """Write ``checkpoint/``: base identity, trajectory, optimizer + scheduler state, trainer state.
 
-    The optimizer's counters and schedule are tiny for plain MeZO; momentum/Adam add their
-    parameter-sized buffers, which is what resuming those variants costs.
+    All files are written to ``checkpoint.tmp/`` first and the directory is then swapped in, so a
+    run stopped at any moment leaves one complete checkpoint (the new one, or the previous one).
+    ``optimizer_state`` / ``trajectory`` replace ``optimizer.state_dict()`` / ``optimizer.trajectory``
+    (an interrupted step is left out of both). The optimizer's counters and schedule are tiny for
+    plain MeZO; momentum/Adam add their parameter-sized buffers, which is what resuming those costs.
     """
-    ckpt = run_dir / CHECKPOINT_DIR
-    ckpt.mkdir(parents=True, exist_ok=True)
-    write_json(ckpt / MODEL_FILE, identity)
-    tmp = ckpt / (TRAJECTORY_FILE + ".tmp")
-    optimizer.trajectory.save(tmp)
-    os.replace(tmp, ckpt / TRAJECTORY_FILE)
-    tmp = ckpt / (OPTIMIZER_FILE + ".tmp")
-    torch.save({"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict()}, tmp)
-    os.replace(tmp, ckpt / OPTIMIZER_FILE)
-    state.save(ckpt / STATE_FILE)
+    run_dir = pathlib.Path(run_dir)
+    ckpt, tmp, old = run_dir / CHECKPOINT_DIR, run_dir / (CHECKPOINT_DIR + ".tmp"), run_dir / (CHECKPOINT_DIR + ".old")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    write_json(tmp / MODEL_FILE, identity)
+    (trajectory if trajectory is not None else optimizer.trajectory).save(tmp / TRAJECTORY_FILE)
+    torch.save({"optimizer": optimizer_state if optimizer_state is not None else optimizer.state_dict(),
+                "scheduler": scheduler.state_dict()}, tmp / OPTIMIZER_FILE)
+    state.save(tmp / STATE_FILE)
+    if ckpt.is_dir():
+        shutil.rmtree(old, ignore_errors=True)
+        os.replace(ckpt, old)
+    os.replace(tmp, ckpt)
+    shutil.rmtree(old, ignore_errors=True)
 
 
 # what may change when a run is resumed (everything else must match config.json)
@@ -215,9 +234,9 @@ def truncate_metrics(run_dir: pathlib.Path, step: int) -> None:
 
 def load_checkpoint(run_dir: pathlib.Path, optimizer, scheduler) -> TrainerState:
     """Restore the optimizer and scheduler from ``checkpoint/``; returns the saved :class:`TrainerState`."""
-    ckpt = run_dir / CHECKPOINT_DIR
+    ckpt = checkpoint_dir(run_dir)
     if not (ckpt / STATE_FILE).is_file():
-        raise FileNotFoundError(f"--resume: no checkpoint in {ckpt} (start the run without --resume)")
+        raise ConfigError(f"--resume: no checkpoint in {ckpt} (start the run without --resume)")
     state = TrainerState.load(ckpt / STATE_FILE)
     saved = torch.load(ckpt / OPTIMIZER_FILE, weights_only=False)
     optimizer.load_state_dict(saved["optimizer"])
@@ -243,7 +262,7 @@ def load_run(run_dir: str | os.PathLike, step: str | int = "best", lm=None):
     """
     run = pathlib.Path(run_dir)
     args = read_args(run)
-    ckpt = run / CHECKPOINT_DIR
+    ckpt = checkpoint_dir(run)
     trajectory = Trajectory.load(ckpt / TRAJECTORY_FILE)
     state = TrainerState.load(ckpt / STATE_FILE)
     step = parse_step(step)

@@ -26,8 +26,7 @@ import numpy as np
 import torch
 
 import rewards
-import tasks
-from mezo_rl import rundir
+from mezo_rl import checks, plots, rundir
 from mezo_rl.arguments import TrainingArguments, parse_max_memory
 from mezo_rl.callbacks import ProgressCallback, TensorBoardCallback, TrainerCallback
 from mezo_rl.distributed import DistContext
@@ -37,11 +36,13 @@ from mezo_rl.optim import MeZO, get_scheduler
 from mezo_rl.outputs import autocast, example_columns, objective_outputs
 from mezo_rl.rundir import (CHECKPOINT_DIR, TRAJECTORY_FILE, TrainerState, build_model, load_run, param_groups,
                             trainable_parameters)
+from mezo_rl.runguard import InterruptGuard
+from mezo_rl.trajectory import STATUS
 
 # ``rewards`` / ``tasks`` are imported as modules: they import mezo_rl.errors / mezo_rl.registry, which
 # runs mezo_rl/__init__ (and so this module) possibly while they are half-imported.
 # Names from the pieces trainer.py was split into stay importable from here (README, examples, tests).
-__all__ = ["Trainer", "TrainingArguments", "TrainerCallback", "TrainerState", "load_run", "param_groups",
+__all__ = ["Trainer", "TrainingArguments", "TrainingInterrupted", "TrainerCallback", "TrainerState", "load_run", "param_groups",
            "trainable_parameters", "sample_batch_indices", "objective_outputs", "parse_max_memory",
            "peak_rss_mb", "primary_metric", "CHECKPOINT_DIR", "TRAJECTORY_FILE"]
 
@@ -77,6 +78,15 @@ def _num(x):
     return None if x is None else float(x.float().mean()) if isinstance(x, torch.Tensor) else float(x)
 
 
+class TrainingInterrupted(KeyboardInterrupt):
+    """Ctrl-C or SIGTERM stopped :meth:`Trainer.train`; a checkpoint at ``step`` (the last completed
+    step) was written to ``output_dir``, from which ``--resume`` continues bit-identically."""
+
+    def __init__(self, step: int, steps: int, output_dir, signal_name: Optional[str] = None):
+        super().__init__(f"interrupted at step {step} of {steps}")
+        self.step, self.steps, self.output_dir, self.signal_name = step, steps, output_dir, signal_name
+
+
 class Trainer:
     """Fine-tunes ``lm`` on ``task`` against ``objective`` with MeZO.
 
@@ -100,7 +110,7 @@ class Trainer:
         self.args, self.lm_factory = args, lm_factory
         self.dist = dist if dist is not None else DistContext.from_env()
         self.output_dir = pathlib.Path(args.output_dir)
-        self.task = task if task is not None else tasks.get_task(args.task)
+        self.task = task if task is not None else checks.resolve_task(args)
         self.objective = objective if objective is not None else rewards.build_objective(
             list(args.reward), weights=args.reward_weights, normalize=args.reward_normalize)
         self.splits = splits if splits is not None else self._load_splits()
@@ -128,6 +138,7 @@ class Trainer:
         self.trajectory = None  # the run's Trajectory, set when training ends (also opt.trajectory while training)
         self._components: list[dict] = []
         self._t_start = time.perf_counter()
+        self._guard = InterruptGuard()  # inactive (no signal handlers) outside train()
 
     @property
     def step(self) -> int:
@@ -136,14 +147,14 @@ class Trainer:
     def _load_splits(self) -> dict:
         a = self.args
         sizes = {"train": a.num_train, "validation": a.num_eval, "test": a.num_test}
-        return {split: self.task.load_split(split, data_dir=a.data_dir, n=n, seed=a.seed) for split, n in sizes.items()}
+        return checks.load_splits(self.task, a.task, sizes, a.data_dir, a.seed)
 
     # -------------------------------------------------------------- loss and step
     def compute_loss(self, examples, sample_seed: Optional[int] = None) -> float:
         """The objective's loss on ``examples``: this rank's shard, statistics all-reduced across ranks,
         ``objective.loss_from`` (every rank gets the same loss, hence the same update)."""
         a = self.args
-        with autocast(a.autocast, self.lm.device.type):
+        with self._guard.interruptible(), autocast(a.autocast, self.lm.device.type):
             out = objective_outputs(self.lm, self.objective, self.dist.shard(examples), sample_seed=sample_seed,
                                     max_new_tokens=a.max_new_tokens, do_sample=a.do_sample, temperature=a.temperature)
         parts, keys = ("sums", "sq_sums", "counts"), self.objective.names  # the same order on every rank
@@ -179,9 +190,11 @@ class Trainer:
     # -------------------------------------------------------------- evaluation
     def evaluate(self, split: str = "validation") -> dict:
         """Task metrics of the current weights on ``split`` (``mezo_rl.evaluation.evaluate``)."""
-        with autocast(self.args.autocast, self.lm.device.type):
-            metrics = evaluate(self.lm, self.task, self.splits[split], batch_size=self.args.eval_batch_size,
-                               max_new_tokens=self.args.max_new_tokens)
+        a = self.args
+        with self._guard.interruptible(), autocast(a.autocast, self.lm.device.type):
+            metrics = evaluate(self.lm, self.task, self.splits[split], batch_size=a.eval_batch_size,
+                               max_new_tokens=a.max_new_tokens, progress=a.progress and self.dist.is_main,
+                               desc=f"{split} (step {self.step})")
         return {k: float(v) for k, v in metrics.items()}
 
     def _evaluate_and_log(self, split: str) -> dict:
@@ -197,6 +210,7 @@ class Trainer:
     def _validate(self) -> dict:
         s = self.state
         s.last_validation = metrics = self._evaluate_and_log("validation")
+        s.last_eval_step = self.step
         value = metrics[primary_metric(self.task, metrics, self.args.metric_for_best)]
         if s.best_value is None or value > s.best_value:
             s.best_value, s.best_step, s.best_validation = value, self.step, metrics
@@ -213,10 +227,36 @@ class Trainer:
     def save_checkpoint(self) -> None:
         """Write checkpoint/ (base identity + trajectory + optimizer + trainer state); main rank only."""
         if self.dist.is_main:
-            state = TrainerState(**{**vars(self.state), "wall_time_s": self.wall_time(),
-                                    "objective": self.objective.state_dict()})
-            rundir.save_checkpoint(self.output_dir, state, rundir.model_identity(self.args, self.lm),
-                                   self.optimizer, self.scheduler)
+            with self._guard.deferred():
+                rundir.save_checkpoint(self.output_dir, self._state_to_save(), rundir.model_identity(self.args, self.lm),
+                                       self.optimizer, self.scheduler)
+
+    def _state_to_save(self) -> TrainerState:
+        return TrainerState(**{**vars(self.state), "wall_time_s": self.wall_time(), "objective": self.objective.state_dict()})
+
+    def _save_interrupted(self) -> None:
+        """The checkpoint after Ctrl-C / SIGTERM: the state at the last completed step.
+
+        The signal stops a step only inside its loss closure (``InterruptGuard``); the optimizer then
+        restores the weights and logs the step as aborted, having drawn its seeds and changed nothing
+        else. That step is left out of the checkpoint (its trajectory row, and its seeds from the
+        sample counter), so ``--resume`` redoes it with the same seeds: the resumed run is the
+        uninterrupted one, bit for bit.
+        """
+        if not self.dist.is_main or self.optimizer is None:
+            return
+        trajectory = self.optimizer.trajectory
+        extra = len(trajectory) - self.step
+        opt_state = self.optimizer.state_dict()
+        if extra == 1 and int(trajectory.status[-1]) == STATUS["aborted"]:
+            trajectory = trajectory[:self.step]
+            opt_state["mezo"]["trajectory"] = trajectory.state_dict()
+            opt_state["mezo"]["samples"] -= len(self.optimizer.trajectory.seeds[-1])  # the seeds it drew
+        elif extra != 0:
+            raise RuntimeError(f"interrupted with {len(trajectory)} trajectory rows at step {self.step}; cannot checkpoint")
+        with self._guard.deferred():
+            rundir.save_checkpoint(self.output_dir, self._state_to_save(), rundir.model_identity(self.args, self.lm),
+                                   self.optimizer, self.scheduler, optimizer_state=opt_state, trajectory=trajectory)
 
     def _resume(self) -> None:
         """Restore a run from its checkpoint: replay the trajectory, restore optimizer and best step."""
@@ -256,22 +296,18 @@ class Trainer:
         self.dist.check_same_object(a.to_dict(), what="training arguments")
         for cb in self.callbacks:
             cb.on_train_begin(self)
-        if s.initial_validation is None:
-            s.initial_validation = self._validate()
-            if a.initial_test and self.splits["test"]:
-                s.initial_test = self._evaluate_and_log("test")
-            self.save_checkpoint()
-        eval_steps = a.resolved_eval_steps()
-        while self.step < a.steps:
-            record = self.training_step()
-            if self.step % a.logging_steps == 0 or self.step == a.steps:
-                self._log(record)
-            for cb in self.callbacks:
-                cb.on_step_end(self, record)
-            if self.step % eval_steps == 0 or self.step == a.steps:
-                self._validate()
+        try:
+            with self._guard:
+                self._train_loop()
                 self.save_checkpoint()
-        self.save_checkpoint()
+                return self._finish()
+        except KeyboardInterrupt:
+            self._save_interrupted()
+            raise TrainingInterrupted(self.step, a.steps, self.output_dir, self._guard.signal_name) from None
+
+    def _finish(self) -> dict:
+        """The best step's weights on the test examples, the summary (and curves.png)."""
+        a, s = self.args, self.state
         self.trajectory, final_step = self.optimizer.trajectory, self.step
         self._restore_best()
         test = self._evaluate_and_log("test")
@@ -288,10 +324,35 @@ class Trainer:
                                                               "initial_test", "final_validation")
                               for k, v in (summary[split] or {}).items()}
         if self.dist.is_main:
-            rundir.write_json(self.output_dir / rundir.SUMMARY_FILE, summary)
+            with self._guard.deferred():
+                rundir.write_json(self.output_dir / rundir.SUMMARY_FILE, summary)
+                plots.write_curves_or_warn(self.output_dir)
         for cb in self.callbacks:
             cb.on_train_end(self, summary)
         return summary
+
+    def _train_loop(self) -> None:
+        """Initial evaluation, then steps with evaluations and checkpoints, up to ``args.steps``."""
+        a, s = self.args, self.state
+        if s.initial_validation is None:
+            s.initial_validation = self._validate()
+            if a.initial_test and self.splits["test"]:
+                s.initial_test = self._evaluate_and_log("test")
+            self.save_checkpoint()
+        eval_steps = a.resolved_eval_steps()
+        if self.step and s.last_eval_step not in (None, self.step) and (self.step % eval_steps == 0 or self.step == a.steps):
+            self._validate()  # stopped during this step's evaluation: do it now, as an uninterrupted run did
+            self.save_checkpoint()
+        while self.step < a.steps:
+            self._guard.check()  # a signal held since the last step stops the run here
+            record = self.training_step()
+            if self.step % a.logging_steps == 0 or self.step == a.steps:
+                self._log(record)
+            for cb in self.callbacks:
+                cb.on_step_end(self, record)
+            if self.step % eval_steps == 0 or self.step == a.steps:
+                self._validate()
+                self.save_checkpoint()
 
     def save_model(self, out_dir) -> None:
         """Write the current weights (``mezo_rl.rundir.save_model``: LoRA merged, prefix as adapter files)."""

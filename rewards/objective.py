@@ -48,6 +48,8 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
+from mezo_rl.errors import UserError
+
 from .registry import RESERVED_KEYWORDS, RewardSpec, get_reward
 
 NORMALIZE = (None, "std")
@@ -194,14 +196,20 @@ class Objective:
         for r in self.rewards:
             accepted = r.accepted_keywords
             kwargs = given if accepted is None else {k: v for k, v in given.items() if k in accepted}
-            result = _call(r, kwargs)
+            result = _call(r, kwargs, prompts, n)
             (pending if inspect.isawaitable(result) else raw)[r.name] = result
         if pending:
-            raw.update(zip(pending, _run_async(list(pending.items()))))
+            results = _run_async(list(pending.items()))
+            for name, result in zip(pending, results):
+                if isinstance(result, Exception):
+                    message = str(result).splitlines()[0] if str(result) else ""
+                    raise RewardError(f"reward {name!r} raised {type(result).__name__}{': ' + message if message else ''} "
+                                      f"on a batch of {n} examples") from result
+            raw.update(zip(pending, results))
 
         values, sums, sq_sums, counts = {}, {}, {}, {}
         for r in self.rewards:
-            vals = _validate(r.name, raw[r.name], n)
+            vals = _validate(r.name, raw[r.name], n, prompts)
             kept = [v for v in vals if v is not None]
             values[r.name] = vals
             sums[r.name] = math.fsum(kept)
@@ -271,18 +279,49 @@ class Objective:
         self.scales = None if state["scales"] is None else dict(state["scales"])
 
 
-def _call(r: RewardSpec, kwargs: dict):
+class RewardError(UserError, ValueError):
+    """A reward raised, or returned something unusable; the one-line message names the reward and the example."""
+
+
+class RewardTypeError(RewardError, TypeError):
+    """A reward returned a value of the wrong type."""
+
+
+def _example(i: int, prompts) -> str:
+    prompt = str(prompts[i]) if prompts is not None and 0 <= i < len(prompts) else ""
+    short = prompt if len(prompt) <= 60 else prompt[:57] + "..."
+    return f"example {i}" + (f" (prompt {short!r})" if prompt else "")
+
+
+def _call(r: RewardSpec, kwargs: dict, prompts=None, n: int | None = None):
+    """Call the reward; if it raises, find the first example it raises on (by calling it on each
+    example alone) and raise a RewardError naming the reward, the example and the original error."""
     try:
         return r.fn(**kwargs)
-    except Exception as e:
-        if hasattr(e, "add_note"):
-            e.add_note(f"(raised by reward {r.name!r})")
+    except RewardError:
         raise
+    except Exception as e:
+        where = f"a batch of {n} examples"
+        if n and n > 1 and not inspect.iscoroutinefunction(r.fn):
+            for i in range(n):
+                one = {k: (v[i:i + 1] if isinstance(v, (list, tuple)) and len(v) == n else v) for k, v in kwargs.items()}
+                try:
+                    result = r.fn(**one)
+                except Exception:
+                    where = _example(i, prompts)
+                    break
+                if inspect.isawaitable(result):
+                    result.close()
+        elif n == 1:
+            where = _example(0, prompts)
+        message = str(e).splitlines()[0] if str(e) else ""
+        raise RewardError(f"reward {r.name!r} ({r.source}) raised {type(e).__name__}"
+                          f"{': ' + message if message else ''} on {where}") from e
 
 
 def _run_async(items: list[tuple[str, Any]]) -> list[Any]:
     async def gather():
-        return await asyncio.gather(*(aw for _, aw in items))
+        return await asyncio.gather(*(aw for _, aw in items), return_exceptions=True)
 
     try:
         asyncio.get_running_loop()
@@ -292,7 +331,7 @@ def _run_async(items: list[tuple[str, Any]]) -> list[Any]:
         return pool.submit(asyncio.run, gather()).result()
 
 
-def _as_number(name: str, i: int, v) -> float | None:
+def _as_number(name: str, i: int, v, prompts=None) -> float | None:
     """One reward value as a float. Accepted: None, int, float, bool (as 1.0/0.0, as TRL accepts it),
     numpy real scalars and one-element real tensors/arrays."""
     if v is None:
@@ -305,25 +344,25 @@ def _as_number(name: str, i: int, v) -> float | None:
     if isinstance(v, numbers.Real):
         x = float(v)
         if not math.isfinite(x):
-            raise ValueError(f"reward {name!r} returned {x} for example {i}; values must be finite numbers or None")
+            raise RewardError(f"reward {name!r} returned {x} for {_example(i, prompts)}; values must be finite numbers or None")
         return x
-    raise TypeError(
-        f"reward {name!r} returned {v!r} ({type(v).__name__}) for example {i}; "
+    raise RewardTypeError(
+        f"reward {name!r} returned {v!r} ({type(v).__name__}) for {_example(i, prompts)}; "
         f"accepted values are real numbers (int, float, bool) or None for 'no opinion'"
     )
 
 
-def _validate(name: str, values, n: int) -> list[float | None]:
+def _validate(name: str, values, n: int, prompts=None) -> list[float | None]:
     if isinstance(values, (str, bytes, dict)) or not hasattr(values, "__len__"):
-        raise TypeError(
+        raise RewardTypeError(
             f"reward {name!r} returned a {type(values).__name__}; it must return a list with one value per example ({n})"
         )
     if hasattr(values, "tolist"):  # tensor / ndarray
         values = values.tolist()
     values = list(values)
     if len(values) != n:
-        raise ValueError(f"reward {name!r} returned {len(values)} values for a batch of {n}; it must return one per example")
-    return [_as_number(name, i, v) for i, v in enumerate(values)]
+        raise RewardError(f"reward {name!r} returned {len(values)} values for a batch of {n}; it must return one per example")
+    return [_as_number(name, i, v, prompts) for i, v in enumerate(values)]
 
 
 def build_objective(rewards, weights: Sequence[float] | None = None, normalize: str | None = None) -> Objective:

@@ -174,7 +174,8 @@ def _as_factory(obj, name: str, source: str):
 
 REGISTRY: Registry = Registry(
     "task", ENTRY_POINT_GROUP, _as_factory, error=UnknownTaskError,
-    hint="A task in your own code can be given as 'package.module:name' or 'file.py:name'.")
+    hint="A task in your own code can be given as 'package.module:name' or 'file.py:name'; your own data as "
+         "a file (--task FILE.jsonl/.json/.csv/.tsv --template ...) or a Hugging Face dataset id.")
 
 
 def register_task(name: str):

@@ -19,7 +19,7 @@ from __future__ import annotations
 import pathlib
 
 from .base import Example, Task, continuation, register_task, MASK
-from .data import carve, data_root, find, hub_rows, read, read_table, warn_once
+from .data import TaskFileNotFoundError, carve, data_root, find, hub_rows, read, read_table, warn_once
 
 YES_NO = ["No", "Yes"]  # label 0 = false, 1 = true (SuperGLUE booleans)
 
@@ -71,7 +71,7 @@ class FileTask(Task):
             files = {"train": self.train_files, "validation": self.validation_files, "test": self.test_files}[part]
             return self._from_files(root, files)
         if self.hf is None:
-            raise FileNotFoundError(f"task {self.name!r} needs a data directory (data_dir=... or MEZO_RL_DATA)")
+            raise TaskFileNotFoundError(f"task {self.name!r} needs a data directory (data_dir=... or MEZO_RL_DATA)")
         dataset, config, splits = self.hf
         return [ex for row in self.hf_rows(hub_rows(self.name, dataset, config, splits[part])) for ex in self.make(row)]
 
@@ -109,17 +109,17 @@ class FileTask(Task):
             raise ValueError(f"task {self.name!r} has no LM-BFF k-shot files (those exist for sst2, sst5, trec, rte, mnli, snli)")
         root = data_root(data_dir)
         if root is None:
-            raise FileNotFoundError("the LM-BFF k-shot files need a data directory (data_dir=... or MEZO_RL_DATA)")
+            raise TaskFileNotFoundError("the LM-BFF k-shot files need a data directory (data_dir=... or MEZO_RL_DATA)")
         folder = root / "LM-BFF-k-shot" / self.lmbff / f"16-{seed}"
         if not folder.is_dir():
-            raise FileNotFoundError(f"task {self.name!r}: no LM-BFF k-shot folder {str(folder)!r} (seeds: 13, 21, 42, 87, 100)")
+            raise TaskFileNotFoundError(f"task {self.name!r}: no LM-BFF k-shot folder {str(folder)!r} (seeds: 13, 21, 42, 87, 100)")
         stem = {"train": "train", "validation": "dev", "test": "test"}[split]
         files = sorted(p for p in folder.iterdir() if p.stem in (stem, stem + "_matched"))
         if not files:
             if split == "test":
                 warn_once(f"{self.name}: no LM-BFF test file in {folder}; using the task's own test split")
                 return self.examples("test", data_dir)
-            raise FileNotFoundError(f"task {self.name!r}: no {stem}.* file in {str(folder)!r}")
+            raise TaskFileNotFoundError(f"task {self.name!r}: no {stem}.* file in {str(folder)!r}")
         return [ex for row in self.kshot_rows(files[0]) for ex in self.make(row)]
 
     def kshot_rows(self, path: pathlib.Path) -> list[dict]:
@@ -522,7 +522,7 @@ class NLI13(FileTask):
         files = sorted((root / "LM-BFF-k-shot" / self.lmbff).glob("16-*/*.tsv"))
         files = [f for f in files if f.stem in ("train", "dev", "dev_matched")]
         if not files:
-            raise FileNotFoundError(f"task {self.name!r}: no LM-BFF k-shot files under {str(root / 'LM-BFF-k-shot' / self.lmbff)!r}")
+            raise TaskFileNotFoundError(f"task {self.name!r}: no LM-BFF k-shot files under {str(root / 'LM-BFF-k-shot' / self.lmbff)!r}")
         seen, pool = set(), []
         for f in files:  # the union of the five seeds' train and dev files, without duplicates
             for row in self.kshot_rows(f):

@@ -14,7 +14,13 @@ import os
 import pathlib
 import random
 
+from mezo_rl.errors import UserError
+
 log = logging.getLogger("tasks")
+
+
+class TaskFileNotFoundError(UserError, FileNotFoundError):
+    """A task's data (directory, file or dataset) cannot be found; the one-line message says where it looked."""
 
 CARVE_SEED = 0  # validation/test carved out of a train file always use this seed: splits never overlap
 
@@ -27,7 +33,7 @@ def data_root(data_dir=None) -> pathlib.Path | None:
         return None
     root = pathlib.Path(given).expanduser()
     if not root.is_dir():
-        raise FileNotFoundError(f"data directory {str(root)!r} does not exist (from {'data_dir' if data_dir is not None else 'MEZO_RL_DATA'})")
+        raise TaskFileNotFoundError(f"data directory {str(root)!r} does not exist (from {'data_dir' if data_dir is not None else 'MEZO_RL_DATA'})")
     return root
 
 
@@ -38,17 +44,17 @@ def hub_rows(task: str, dataset: str, config: str | None, split: str) -> list[di
 
         return list(datasets.load_dataset(dataset, config, split=split))
     except Exception as e:
-        raise FileNotFoundError(
+        raise TaskFileNotFoundError(
             f"task {task!r}: no data directory given (data_dir=..., CLI --data-dir, or MEZO_RL_DATA pointing at a "
             f"directory laid out like ../shared/data), and the Hugging Face dataset {dataset!r}"
-            f"{f' ({config})' if config else ''} split {split!r} could not be loaded: {type(e).__name__}: {e}"
+            f"{f' ({config})' if config else ''} split {split!r} could not be loaded: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
         ) from e
 
 
 def find(root: pathlib.Path, relative: str, task: str) -> pathlib.Path:
     path = root / relative
     if not path.is_file():
-        raise FileNotFoundError(f"task {task!r}: data file {str(path)!r} not found (expected under the data directory {str(root)!r})")
+        raise TaskFileNotFoundError(f"task {task!r}: data file {str(path)!r} not found (expected under the data directory {str(root)!r})")
     return path
 
 

@@ -1,15 +1,33 @@
-"""User tasks without code: a JSONL or CSV file plus a template.
+"""User tasks without code: a data file or a Hugging Face dataset, plus a template.
 
-    >>> from tasks import from_file, register_task
+    >>> from tasks import from_file, from_dataset, register_task
     >>> task = from_file("reviews.jsonl", template="Review: {text}\\nSentiment:",
-    ...                  label_column="label", candidates=[" negative", " positive"])
+    ...                  label_column="label", candidates=["negative", "positive"])
     >>> task = from_file({"train": "qa_train.csv", "test": "qa_test.csv"},
     ...                  template="Question: {question}\\nAnswer:", target_column="answer")
+    >>> task = from_dataset("stanfordnlp/imdb", template="{text} It was", label_column="label",
+    ...                     candidates=["terrible", "great"])       # a hub id, or a local dataset directory
     >>> register_task("reviews")(task)     # now get_task("reviews") and `--task reviews` find it
 
-Classification: ``candidates`` are the continuations to score and ``label_column`` holds either the
-index of the right candidate or its text (compared without surrounding whitespace). Generation:
-``target_column`` holds the gold answer (a string, or a list of acceptable answers).
+Files: JSONL, JSON (a list of objects; JSON Lines under a .json name also works), CSV or TSV with a
+header row. Hugging Face datasets: a hub id (online, or already in the local cache), a directory
+written by ``save_to_disk`` (read with ``datasets.load_from_disk``) or a directory of data files
+(``datasets.load_dataset``).
+
+Classification: ``candidates`` are the continuations to score; each becomes a continuation of the
+prompt (a leading space is added where neither side has whitespace: ``"great"`` after ``"It was"``
+is scored as ``" great"``). ``label_column`` holds the index of the right candidate or its text
+(compared without surrounding whitespace); rows labelled ``None`` or ``-1`` (Hugging Face's
+"no label", e.g. GLUE test splits) are left out. Generation: ``target_column`` holds the gold answer
+(a string, a list of acceptable answers, or SQuAD's ``{"text": [...]}``).
+
+Splits: a file per split (``{"train": ..., "validation": ..., "test": ...}``); a split without a file
+(or a dataset split that is missing or has no labels) is carved out of the train rows: 10% each (at
+least one row) after a fixed shuffle, the rest stays train, so nothing is evaluated on training rows.
+
+Mistakes raise :class:`~mezo_rl.errors.UserError` subclasses whose one-line message names the
+problem: a missing file, a missing column (and the columns that exist), a label that matches no
+candidate (and the row), a bad combination of options.
 """
 from __future__ import annotations
 
@@ -18,71 +36,131 @@ import json
 import pathlib
 import string
 
+from mezo_rl.errors import ConfigError, UserError
+
 from .base import SPLITS, Example, Task, continuation
-from .data import warn_once
+from .data import TaskFileNotFoundError, carve, warn_once
+
+__all__ = ["DATA_SUFFIXES", "MissingColumnError", "TaskDataError", "TaskFileNotFoundError", "TemplateTask",
+           "FileTemplateTask", "DatasetTemplateTask", "check_template_options", "from_file", "from_dataset",
+           "read_rows", "HELD_OUT_FRACTION"]
+
+DATA_SUFFIXES = (".jsonl", ".json", ".csv", ".tsv")
+HELD_OUT_FRACTION = 0.1  # of the train rows, for each split that has no file of its own
+NO_LABEL = (None, -1, "", "-1")
 
 
-def _read_rows(path: pathlib.Path) -> list[dict]:
+class MissingColumnError(UserError, KeyError):
+    """A template field or label/target column that the data does not have."""
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return str(self.args[0]) if self.args else ""
+
+
+class TaskDataError(UserError, ValueError):
+    """Data that cannot be read or used as asked (bad JSON, a label that matches no candidate, ...)."""
+
+
+# ---------------------------------------------------------------------------------------- options
+def template_fields(template: str) -> list[str]:
+    """The ``{column}`` names in ``template`` (ConfigError for anything else inside braces)."""
+    try:
+        fields = [f for _, f, _, _ in string.Formatter().parse(template) if f is not None]
+    except ValueError as e:
+        raise ConfigError(f"template {template!r}: {e}; write columns as {{column}} and literal braces as {{{{ }}}}") from None
+    bad = [f for f in fields if not f or not f.isidentifier()]
+    if bad:
+        raise ConfigError(f"template {template!r}: every {{field}} must be a column name, got {bad}")
+    return fields
+
+
+def check_template_options(template, label_column=None, candidates=None, target_column=None) -> str:
+    """Check the options of a file or dataset task without reading any data; returns its kind.
+
+    Accepted: ``template`` plus either ``target_column`` (generation) or ``label_column`` with two
+    or more ``candidates`` (classification). Raises :class:`~mezo_rl.errors.ConfigError`.
+    """
+    if not template:
+        raise ConfigError("a file or dataset task needs a template (--template), e.g. '{text} It was'")
+    template_fields(template)
+    if target_column is not None:
+        if label_column is not None or candidates:
+            raise ConfigError("give either a target column (generation: --target-column) or a label column and "
+                              "candidates (classification: --label-column with --candidates), not both")
+        return "generation"
+    if label_column is None:
+        raise ConfigError("a file or dataset task needs --target-column (generation) or --label-column and "
+                          "--candidates (classification); got neither")
+    if not candidates or len(candidates) < 2:
+        raise ConfigError(f"--label-column {label_column!r} needs two or more --candidates (the continuations "
+                          f"to score, e.g. --candidates terrible,great); got {list(candidates or [])}")
+    if any(not str(c).strip() for c in candidates):
+        raise ConfigError(f"--candidates: every candidate must have some text; got {list(candidates)}")
+    return "classification"
+
+
+# ---------------------------------------------------------------------------------------- reading
+def read_rows(path: str | pathlib.Path) -> list[dict]:
+    """The rows of a JSONL / JSON / CSV / TSV file as dicts (TaskDataError naming the file and line)."""
+    path = pathlib.Path(path)
+    if path.suffix not in DATA_SUFFIXES:
+        raise TaskDataError(f"task file {str(path)!r}: expected a .jsonl, .json, .csv or .tsv file")
     if not path.is_file():
-        raise FileNotFoundError(f"task file {str(path)!r} not found")
-    if path.suffix in (".jsonl", ".json"):
-        with open(path, encoding="utf-8") as f:
-            if path.suffix == ".json":
-                rows = json.load(f)
-            else:
-                rows = []
-                for i, line in enumerate(f, 1):
-                    if line.strip():
-                        try:
-                            rows.append(json.loads(line))
-                        except json.JSONDecodeError as e:
-                            raise ValueError(f"{path}: line {i} is not valid JSON ({e})") from None
-    elif path.suffix in (".csv", ".tsv"):
-        with open(path, encoding="utf-8", newline="") as f:
-            rows = list(csv.DictReader(f, delimiter="\t" if path.suffix == ".tsv" else ","))
+        raise TaskFileNotFoundError(f"task file {str(path)!r} not found")
+    text = path.read_text(encoding="utf-8")
+    if path.suffix in (".csv", ".tsv"):
+        rows = list(csv.DictReader(text.splitlines(), delimiter="\t" if path.suffix == ".tsv" else ","))
     else:
-        raise ValueError(f"task file {str(path)!r}: expected a .jsonl, .json, .csv or .tsv file")
+        rows = None
+        if path.suffix == ".json":
+            try:
+                rows = json.loads(text)
+            except json.JSONDecodeError:
+                rows = None  # JSON Lines under a .json name (common on the hub): read line by line below
+            if isinstance(rows, dict):  # {"data": [...]}: one list of rows inside an object
+                lists = [v for v in rows.values() if isinstance(v, list)]
+                rows = lists[0] if len(lists) == 1 else rows
+        if rows is None:
+            rows = []
+            for i, line in enumerate(text.splitlines(), 1):
+                if line.strip():
+                    try:
+                        rows.append(json.loads(line))
+                    except json.JSONDecodeError as e:
+                        raise TaskDataError(f"{path}: line {i} is not valid JSON ({e.msg})") from None
     if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
-        raise ValueError(f"task file {str(path)!r}: expected one object (row) per line / a list of objects")
+        raise TaskDataError(f"task file {str(path)!r}: expected one object (row) per line, or a list of objects")
     if not rows:
-        raise ValueError(f"task file {str(path)!r} has no rows")
+        raise TaskDataError(f"task file {str(path)!r} has no rows")
     return rows
 
 
-class FileTemplateTask(Task):
-    """A task built from files and a ``{column}`` template (see ``from_file``)."""
+# ---------------------------------------------------------------------------------------- tasks
+class TemplateTask(Task):
+    """Rows rendered through a ``{column}`` template; subclasses say where each split's rows come from."""
 
-    def __init__(self, files, template, label_column=None, candidates=None, target_column=None, name=None):
-        self.files = {s: pathlib.Path(p) for s, p in (files.items() if isinstance(files, dict) else {s: files for s in SPLITS}.items())}
-        bad = set(self.files) - set(SPLITS)
-        if bad:
-            raise ValueError(f"files: unknown split(s) {sorted(bad)}; accepted: {SPLITS}")
-        self.shared_file = not isinstance(files, dict)
-        self.template = template
-        self.fields = [f for _, f, _, _ in string.Formatter().parse(template) if f is not None]
-        if any(not f or not f.isidentifier() for f in self.fields):
-            raise ValueError(f"template {template!r}: every field must be a {{column}} name")
-        if target_column is not None:
-            if label_column is not None or candidates is not None:
-                raise ValueError("give either target_column (generation) or label_column + candidates (classification), not both")
-            self.kind = "generation"
-        elif label_column is not None and candidates:
-            self.kind = "classification"
-        else:
-            raise ValueError("a file task needs target_column (generation) or label_column and candidates (classification)")
+    def __init__(self, template, label_column=None, candidates=None, target_column=None, name=None):
+        self.kind = check_template_options(template, label_column, candidates, target_column)
+        self.template, self.fields = template, template_fields(template)
         self.label_column, self.target_column = label_column, target_column
-        self.candidates = list(candidates) if candidates else None
-        self.name = name or next(iter(self.files.values())).stem
-        for split, path in self.files.items():  # fail now, not in the middle of training
-            self._check_columns(_read_rows(path)[0], path)
+        self.candidates = [str(c) for c in candidates] if candidates else None
+        self.name = name or "user"
 
-    def _check_columns(self, row, path):
-        needed = self.fields + [c for c in (self.label_column, self.target_column) if c is not None]
-        missing = [c for c in needed if c not in row]
+    # subclasses: _split_rows(split) -> (rows, source) or None when the split has no rows of its own
+    def _split_rows(self, split):
+        raise NotImplementedError
+
+    def _needed_columns(self) -> list[str]:
+        return list(dict.fromkeys(self.fields + [c for c in (self.label_column, self.target_column) if c is not None]))
+
+    def _check_columns(self, columns, source) -> None:
+        missing = [c for c in self._needed_columns() if c not in columns]
         if missing:
-            raise KeyError(f"task file {str(path)!r}: missing column(s) {missing}; the file has columns {sorted(row)}")
+            raise MissingColumnError(f"{source}: missing column(s) {missing} (used by "
+                                     f"{'the template' if set(missing) <= set(self.fields) else 'the options'}); "
+                                     f"the data has columns {sorted(columns)}")
 
-    def _label(self, value, path, i) -> int:
+    def _label(self, value, source, i) -> int:
         if isinstance(value, str) and value.strip().lstrip("-").isdigit():
             value = int(value)
         if isinstance(value, int) and not isinstance(value, bool):
@@ -92,26 +170,151 @@ class FileTemplateTask(Task):
             texts = [c.strip() for c in self.candidates]
             if str(value).strip() in texts:
                 return texts.index(str(value).strip())
-        raise ValueError(f"{path} row {i}: label {value!r} is neither a candidate index 0..{len(self.candidates) - 1} "
-                         f"nor one of the candidates {self.candidates}")
+        raise TaskDataError(f"{source} row {i + 1}: label {value!r} is neither a candidate index 0..{len(self.candidates) - 1} "
+                            f"nor one of the candidates {self.candidates}")
+
+    def _example(self, row, source, i) -> Example | None:
+        self._check_columns(row, source)
+        prompt = self.template.format(**{f: row[f] for f in self.fields})
+        if self.kind == "generation":
+            gold = row[self.target_column]
+            if isinstance(gold, dict) and "text" in gold:  # SQuAD's {"text": [...], "answer_start": [...]}
+                gold = gold["text"]
+            gold = [str(g) for g in (gold if isinstance(gold, (list, tuple)) else [gold])
+                    if g is not None and str(g).strip()]
+            if not gold:
+                return None
+            return Example(prompt, answers=list(dict.fromkeys(continuation(prompt, g) for g in gold)), columns=dict(row))
+        value = row[self.label_column]
+        if value in NO_LABEL:
+            return None
+        return Example(prompt, [continuation(prompt, c) for c in self.candidates], self._label(value, source, i),
+                       columns=dict(row))
+
+    def _labelled(self, rows, source) -> list[tuple[dict, int]]:
+        kept = []
+        for i, row in enumerate(rows):
+            self._check_columns(row, source)
+            column = self.target_column if self.kind == "generation" else self.label_column
+            if row[column] not in NO_LABEL:
+                kept.append((row, i))
+        return kept
+
+    def _carved(self):
+        """split -> (rows with their row numbers, source) for every split, carving the missing ones from train."""
+        if getattr(self, "_splits", None) is None:
+            own = {s: self._split_rows(s) for s in SPLITS}
+            if own["train"] is None:
+                raise TaskDataError(f"task {self.name!r} has no train rows")
+            splits, missing = {}, []
+            for split in SPLITS:
+                if own[split] is None:
+                    missing.append(split)
+                    continue
+                rows, source = own[split]
+                labelled = self._labelled(rows, source)
+                if not labelled and split != "train":
+                    warn_once(f"task {self.name!r}: {source} has no labelled rows; its {split} rows are carved from train")
+                    missing.append(split)
+                    continue
+                splits[split] = (labelled, source)
+            train, source = splits["train"]
+            if missing:
+                n = max(1, round(HELD_OUT_FRACTION * len(train)))
+                if len(train) < n * len(missing) + 1:
+                    raise TaskDataError(f"{source} has {len(train)} labelled rows: too few to carve "
+                                        f"{' and '.join(missing)} rows out of it; give separate files for them")
+                parts = carve(train, [n] * len(missing))
+                for split, part in zip(missing, parts):
+                    splits[split] = (part, f"{source} (carved {split} rows)")
+                splits["train"] = (parts[-1], source)
+            self._splits = splits
+        return self._splits
 
     def examples(self, split, data_dir=None):
-        if split not in self.files:
-            raise ValueError(f"task {self.name!r} has no {split!r} file; it has {sorted(self.files)}")
-        if self.shared_file and split != "train":
-            warn_once(f"task {self.name!r}: one file serves every split; pass files={{'train': ..., 'test': ...}} to keep them apart")
-        path = self.files[split]
-        out = []
-        for i, row in enumerate(_read_rows(path)):
-            self._check_columns(row, path)
-            prompt = self.template.format(**{f: row[f] for f in self.fields})
-            if self.kind == "generation":
-                gold = row[self.target_column]
-                gold = gold if isinstance(gold, list) else [gold]
-                out.append(Example(prompt, answers=[continuation(prompt, str(g)) for g in gold], columns=row))
+        if split not in SPLITS:
+            raise ConfigError(f"split must be one of {SPLITS}, got {split!r}")
+        rows, source = self._carved()[split]
+        out = [self._example(row, source, i) for row, i in rows]
+        return [ex for ex in out if ex is not None]
+
+
+class FileTemplateTask(TemplateTask):
+    """A task from JSONL/JSON/CSV/TSV files and a ``{column}`` template (see :func:`from_file`)."""
+
+    def __init__(self, files, template, label_column=None, candidates=None, target_column=None, name=None):
+        files = files if isinstance(files, dict) else {"train": files}
+        bad = set(files) - set(SPLITS)
+        if bad:
+            raise ConfigError(f"files: unknown split(s) {sorted(bad)}; accepted: {SPLITS}")
+        if "train" not in files:
+            raise ConfigError(f"files: a train file is needed; got {sorted(files)}")
+        self.files = {s: pathlib.Path(p) for s, p in files.items() if p is not None}
+        super().__init__(template, label_column, candidates, target_column, name or self.files["train"].stem)
+        self._rows = {}
+        for split, path in self.files.items():  # fail now, not in the middle of training
+            self._check_columns(self._read(path)[0], repr(str(path)))
+
+    def _read(self, path):
+        if path not in self._rows:
+            self._rows[path] = read_rows(path)
+        return self._rows[path]
+
+    def _split_rows(self, split):
+        path = self.files.get(split)
+        return None if path is None else (self._read(path), repr(str(path)))
+
+
+def _datasets():
+    try:
+        import datasets
+    except ImportError:
+        raise UserError("Hugging Face dataset tasks need the datasets package: pip install datasets") from None
+    return datasets
+
+
+class DatasetTemplateTask(TemplateTask):
+    """A task from a Hugging Face dataset (hub id or local directory) and a template (see :func:`from_dataset`)."""
+
+    SPLIT_NAMES = {"train": ("train",), "validation": ("validation", "valid", "dev", "val"), "test": ("test",)}
+
+    def __init__(self, dataset, template, label_column=None, candidates=None, target_column=None, name=None,
+                 config=None):
+        super().__init__(template, label_column, candidates, target_column,
+                         name or pathlib.Path(str(dataset)).name or str(dataset))
+        self.dataset, self.config = str(dataset), config
+        self.data = self._load()
+        for split in self.data:
+            self._check_columns(set(self.data[split].column_names), self._source(split))
+
+    def _source(self, split=None) -> str:
+        where = f"dataset {self.dataset!r}{f' ({self.config})' if self.config else ''}"
+        return where if split is None else f"{where} split {split!r}"
+
+    def _load(self) -> dict:
+        datasets = _datasets()
+        path = pathlib.Path(self.dataset).expanduser()
+        try:
+            if path.is_dir() and ((path / "dataset_dict.json").is_file() or (path / "state.json").is_file()):
+                data = datasets.load_from_disk(str(path))  # written by save_to_disk
             else:
-                out.append(Example(prompt, list(self.candidates), self._label(row[self.label_column], path, i), columns=row))
-        return out
+                data = datasets.load_dataset(str(path) if path.is_dir() else self.dataset, self.config)
+        except Exception as e:  # the library raises many types (offline, not found, bad config)
+            where = "local dataset directory" if path.is_dir() else "Hugging Face dataset"
+            raise TaskFileNotFoundError(f"{where} {self.dataset!r} could not be loaded "
+                                        f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}); give a "
+                                        f"hub id (online or in the local cache), a save_to_disk directory or a data file") from None
+        if isinstance(data, datasets.Dataset):
+            data = {"train": data}
+        return dict(data)
+
+    def _split_rows(self, split):
+        name = next((n for n in self.SPLIT_NAMES[split] if n in self.data), None)
+        if name is None:
+            if split == "train":
+                raise TaskDataError(f"{self._source()} has no train split; its splits are {sorted(self.data)}")
+            return None
+        return list(self.data[name]), self._source(name)
 
 
 def from_file(files, template: str, label_column: str | None = None, candidates: list[str] | None = None,
@@ -119,14 +322,86 @@ def from_file(files, template: str, label_column: str | None = None, candidates:
     """A task from a JSONL/JSON/CSV/TSV file (or ``{"train": path, "validation": path, "test": path}``).
 
     Args:
-        files: one path (used for every split, with a warning) or a dict of split -> path.
+        files: the train file, or a dict of split -> path; splits without a file are carved out of
+            the train rows (10% each, at least one row, fixed shuffle).
         template: the prompt, with ``{column}`` fields filled from each row.
         label_column, candidates: classification: the column with the right candidate's index or text,
-            and the candidate continuations (with their leading space, e.g. ``[" no", " yes"]``).
+            and the candidate continuations (a leading space is added where needed).
         target_column: generation: the column with the gold answer (string or list of strings).
-        name: the task's name (default: the file's stem).
+        name: the task's name (default: the train file's stem).
 
-    Missing files, missing columns and labels that match no candidate raise errors naming the problem.
+    Missing files, missing columns and labels that match no candidate raise UserError subclasses
+    naming the problem.
     """
     return FileTemplateTask(files, template, label_column=label_column, candidates=candidates,
                             target_column=target_column, name=name)
+
+
+def from_dataset(dataset: str, template: str, label_column: str | None = None, candidates: list[str] | None = None,
+                 target_column: str | None = None, name: str | None = None, config: str | None = None) -> Task:
+    """A task from a Hugging Face dataset: a hub id, a ``save_to_disk`` directory or a directory of data files.
+
+    The splits ``train``, ``validation`` (or ``valid``/``dev``) and ``test`` are used; a missing or
+    unlabelled one is carved out of train as in :func:`from_file`. ``config`` is the dataset's
+    configuration name (e.g. ``"sst2"`` of ``"nyu-mll/glue"``). Other arguments as :func:`from_file`.
+    """
+    return DatasetTemplateTask(dataset, template, label_column=label_column, candidates=candidates,
+                               target_column=target_column, name=name, config=config)
+
+
+# ---------------------------------------------------------------------------------------- from options
+def data_task_options(template=None, label_column=None, candidates=None, target_column=None, validation_file=None,
+                      test_file=None, dataset_config=None) -> dict:
+    """The options that describe a data task, without the unset ones."""
+    given = dict(template=template, label_column=label_column, candidates=candidates, target_column=target_column,
+                 validation_file=validation_file, test_file=test_file, dataset_config=dataset_config)
+    return {k: v for k, v in given.items() if v not in (None, [], ())}
+
+
+def is_data_task(spec: str, options: dict, registered) -> bool:
+    """Whether ``spec`` (with the data options ``options``) names a data file or a dataset rather than a
+    registered task or code: a path ending in .jsonl/.json/.csv/.tsv, an existing directory, or any
+    other name that is not registered and not ``module:object`` when data options are given."""
+    path = pathlib.Path(str(spec)).expanduser()
+    if path.suffix.lower() in DATA_SUFFIXES or path.is_dir():
+        return True
+    return bool(options) and ":" not in str(spec) and spec not in registered
+
+
+def check_data_task(spec: str, options: dict, registered=()) -> None:
+    """Check a data task's options and that its files exist, reading nothing (ConfigError / TaskFileNotFoundError).
+
+    ``registered``: the registered task names; data options given with one of them are refused.
+    """
+    if not is_data_task(spec, options, registered):
+        if options:
+            flags = ", ".join("--" + k.replace("_", "-") for k in options)
+            raise ConfigError(f"{flags} describe a data file or dataset task (--task FILE.jsonl/.json/.csv/.tsv, a "
+                              f"dataset directory or hub id); {spec!r} is a {'built-in or registered' if spec in registered else 'code'} task")
+        return
+    check_template_options(options.get("template"), options.get("label_column"), options.get("candidates"),
+                           options.get("target_column"))
+    path = pathlib.Path(str(spec)).expanduser()
+    if path.suffix.lower() in DATA_SUFFIXES:
+        for flag, p in (("--task", path), ("--validation-file", options.get("validation_file")),
+                        ("--test-file", options.get("test_file"))):
+            if p is not None and not pathlib.Path(p).expanduser().is_file():
+                raise TaskFileNotFoundError(f"{flag}: task file {str(p)!r} not found")
+            if p is not None and pathlib.Path(p).suffix.lower() not in DATA_SUFFIXES:
+                raise ConfigError(f"{flag} {str(p)!r}: expected a .jsonl, .json, .csv or .tsv file")
+        if options.get("dataset_config"):
+            raise ConfigError("--dataset-config applies to a Hugging Face dataset, not to a data file")
+    elif options.get("validation_file") or options.get("test_file"):
+        raise ConfigError("--validation-file / --test-file apply to a data file task; a dataset's splits come from the "
+                          "dataset (a missing or unlabelled one is carved from train)")
+
+
+def data_task(spec: str, options: dict) -> Task:
+    """Build the data task that :func:`check_data_task` accepted (this reads the data and checks the columns)."""
+    kw = dict(template=options.get("template"), label_column=options.get("label_column"),
+              candidates=options.get("candidates"), target_column=options.get("target_column"))
+    path = pathlib.Path(str(spec)).expanduser()
+    if path.suffix.lower() in DATA_SUFFIXES:
+        files = {"train": path, "validation": options.get("validation_file"), "test": options.get("test_file")}
+        return from_file({k: v for k, v in files.items() if v is not None}, **kw)
+    return from_dataset(str(spec), config=options.get("dataset_config"), **kw)

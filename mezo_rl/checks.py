@@ -1,0 +1,150 @@
+"""What a command checks before it loads any model or data, so a mistake costs a second, not a model load.
+
+Order (``mezo-rl train``): the option values and their combinations (the argument dataclasses, on
+construction); then the task (a registered name, ``module:function``, a data file or a dataset, with
+its options), the rewards (names, ``module:function`` paths, entry points), the model (found on disk
+or in the local cache, not loaded), the data directory, and the output directory (not a file; with
+``--resume``, a checkpoint of a run with the same arguments). Every failure is a
+:class:`~mezo_rl.errors.UserError` with a one-line message naming the culprit and what is accepted.
+
+Errors raised by a user's own task code while its data is read name the task and the split
+(:func:`load_splits`); a user's reward that fails names the reward and the example
+(``rewards.objective.RewardError``).
+"""
+from __future__ import annotations
+
+import os
+import pathlib
+from typing import Callable, TypeVar
+
+import rewards
+import tasks
+from mezo_rl import rundir
+from mezo_rl.arguments import data_task_options
+from mezo_rl.errors import ConfigError, UnknownNameError, UserError
+from mezo_rl.models import check_model
+
+# ``rewards`` and ``tasks`` are used as modules (names looked up at call time): importing ``tasks`` first
+# imports mezo_rl (through mezo_rl.errors), and so this module, while ``tasks`` is still half-imported.
+
+__all__ = ["TaskCodeError", "user_code", "resolve_task", "check_rewards", "check_output_dir", "check_run_dir",
+           "check_training", "load_splits"]
+
+T = TypeVar("T")
+
+
+class TaskCodeError(UserError):
+    """A user's task code raised while its examples were read."""
+
+
+def user_code(what: str, ref: str, load: Callable[[], T]) -> T:
+    """``load()``, with any failure to find or import ``ref`` (a name, ``module:object`` or
+    ``file.py:object``) turned into one :class:`~mezo_rl.errors.UnknownNameError` line naming ``what``."""
+    try:
+        return load()
+    except UserError:
+        raise
+    except (ImportError, AttributeError, FileNotFoundError, ValueError, TypeError) as e:
+        raise UnknownNameError(f"{what} {ref!r}: {_one_line(e)}") from e
+    except Exception as e:  # the user's module raised while being imported
+        raise UnknownNameError(f"{what} {ref!r}: loading it raised {type(e).__name__}: {_one_line(e)}") from e
+
+
+def _one_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0] if text else type(e).__name__
+
+
+def _is_user_code(task) -> bool:
+    return not type(task).__module__.startswith("tasks.")
+
+
+def resolve_task(args):
+    """The task ``args.task`` names, with the data options of ``args`` (``template``, columns, files).
+
+    Data files and datasets are built here (reading them checks their columns); a registered name,
+    ``module:function`` or entry point comes from the task registry. Options that do not fit the
+    task are refused before anything is read.
+    """
+    options = data_task_options(args)
+    registered = tasks.list_tasks()
+    tasks.user.check_data_task(args.task, options, registered)
+    if tasks.user.is_data_task(args.task, options, registered):
+        return tasks.user.data_task(args.task, options)
+    return user_code("--task", args.task, lambda: tasks.get_task(args.task))
+
+
+def check_rewards(refs) -> list:
+    """Every reward reference resolves (registered name, entry point, ``module:function``, ``file.py:function``)."""
+    return [user_code("--reward", ref, lambda ref=ref: rewards.get_reward(ref)) for ref in refs]
+
+
+def check_data_dir(data_dir) -> None:
+    if data_dir is not None:
+        tasks.data.data_root(data_dir)  # TaskFileNotFoundError naming the directory
+
+
+def check_output_dir(args) -> None:
+    """``--output-dir`` is a directory or can be one; with ``--resume`` it holds a checkpoint of this run."""
+    out = pathlib.Path(args.output_dir)
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"--output-dir {str(out)!r} is not a directory (a file is there); give a directory path")
+    parent = next((p for p in out.absolute().parents if p.exists()), None)
+    if not out.exists() and parent is not None and not (parent.is_dir() and os.access(parent, os.W_OK)):
+        raise ConfigError(f"--output-dir {str(out)!r} cannot be created ({str(parent)!r} is not a writable directory)")
+    if args.resume:
+        state = out / rundir.CHECKPOINT_DIR / rundir.STATE_FILE
+        if not state.is_file() or not (out / rundir.CONFIG_FILE).is_file():
+            raise ConfigError(f"--resume: no checkpoint in {str(out)!r} (no {rundir.CHECKPOINT_DIR}/{rundir.STATE_FILE}); "
+                              f"start the run without --resume")
+        rundir.check_resumable(out, args)
+
+
+def check_run_dir(run_dir) -> pathlib.Path:
+    """``run_dir`` holds a ``mezo-rl train`` run with a checkpoint (for eval --run-dir, export)."""
+    run = pathlib.Path(run_dir)
+    if not run.is_dir():
+        raise ConfigError(f"run directory {str(run)!r} does not exist; give the --output-dir of a `mezo-rl train` run")
+    missing = [f for f in (rundir.CONFIG_FILE, f"{rundir.CHECKPOINT_DIR}/{rundir.STATE_FILE}",
+                           f"{rundir.CHECKPOINT_DIR}/{rundir.TRAJECTORY_FILE}") if not (run / f).is_file()]
+    if missing:
+        raise ConfigError(f"{str(run)!r} is not a mezo-rl run directory (missing {', '.join(missing)}); "
+                          f"give the --output-dir of a `mezo-rl train` run")
+    return run
+
+
+def check_training(args, *, model: bool = True, output: bool = True):
+    """Everything ``mezo-rl train`` checks before loading a model; returns the resolved task.
+
+    ``model=False`` skips the model check (a model object is given), ``output=False`` the output
+    directory check (the caller writes elsewhere). The task's data is read only for data-file and
+    dataset tasks (to check their columns); built-in tasks read theirs later.
+    """
+    check_rewards(args.reward)
+    if model:
+        check_model(args.model, args.dtype)
+    check_data_dir(args.data_dir)
+    if output:
+        check_output_dir(args)
+    task = resolve_task(args)
+    if args.metric_for_best is not None and args.metric_for_best not in task.metrics:
+        raise ConfigError(f"--metric-for-best {args.metric_for_best!r} is not an evaluation metric of task "
+                          f"{args.task!r}; accepted: {', '.join(task.metrics)}")
+    return task
+
+
+def load_splits(task, task_ref: str, sizes: dict, data_dir, seed: int) -> dict:
+    """``task.load_split`` for each split; a user's task code that raises becomes a
+    :class:`TaskCodeError` naming the task and the split (``--debug`` shows the traceback)."""
+    out = {}
+    for split, n in sizes.items():
+        try:
+            out[split] = task.load_split(split, data_dir=data_dir, n=n, seed=seed)
+        except UserError:
+            raise
+        except Exception as e:
+            if not _is_user_code(task):
+                raise
+            raise TaskCodeError(f"task {task_ref!r} raised {type(e).__name__}: {_one_line(e)} while reading its "
+                                f"{split!r} examples") from e
+    return out
