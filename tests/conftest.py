@@ -117,6 +117,15 @@ def tiny_masked_lm(tiny_mlm_tokenizer):
     return make_tiny_masked_lm(tiny_mlm_tokenizer), tiny_mlm_tokenizer
 
 
+@pytest.fixture()
+def tiny_model_dir(tmp_path, tiny_tokenizer):
+    """A tiny causal LM saved with save_pretrained, for `--model DIR` on the command line."""
+    path = tmp_path / "tiny-model"
+    make_tiny_causal_lm(tiny_tokenizer).save_pretrained(path)
+    tiny_tokenizer.save_pretrained(path)
+    return path
+
+
 @pytest.fixture(scope="session")
 def shared_data_dir():
     """The real datasets beside the checkout (../shared/data); tests that need them skip without it."""
@@ -125,3 +134,48 @@ def shared_data_dir():
     if not path.is_dir():
         pytest.skip(f"real data directory not found at {path} (set MEZO_RL_DATA)")
     return path
+
+
+# ---------------------------------------------------------------------------- float32 tolerances
+FLOAT32_UNIT_ROUNDOFF = torch.finfo(torch.float32).eps / 2  # u = 2**-24
+
+
+def float32_rounding_bound(magnitude, n_terms: int) -> float:
+    """A first-order worst-case bound on the float32 rounding error of a value of size ``magnitude``
+    computed through a chain of reductions (dot products, softmax sums) of ``n_terms`` terms in all.
+
+    Summing n terms in floating point errs by at most gamma_n * sum|x_i|, gamma_n = n*u / (1 - n*u)
+    (Higham, *Accuracy and Stability of Numerical Algorithms*, eq. 3.5); to first order the relative
+    errors of chained reductions add, so n is the total over the chain. Two float32 computations of
+    the same value that differ only in summation order (another batch size or padding, another BLAS
+    blocking or thread count) both lie within this bound of the exact value, hence within twice it
+    of each other: callers comparing two float32 results use ``2 *``. ``magnitude`` stands for
+    sum|x_i| and should be at least the size of the compared values.
+    """
+    gamma = n_terms * FLOAT32_UNIT_ROUNDOFF / (1 - n_terms * FLOAT32_UNIT_ROUNDOFF)
+    return gamma * float(magnitude)
+
+
+def model_reduction_terms(model, seq_len: int) -> int:
+    """Total reduction length along one forward pass of a transformer, for :func:`float32_rounding_bound`.
+
+    Per layer: two norms, the q/k/v and output projections (hidden size each), the attention scores
+    (head size), the softmax and the weighted sum over ``seq_len`` positions, the MLP's up and down
+    projections (hidden size, MLP width). Then the final norm, the output head and the log-softmax
+    over the vocabulary.
+    """
+    cfg = model.config
+    h, width = cfg.hidden_size, getattr(cfg, "intermediate_size", 4 * cfg.hidden_size)
+    head = h // cfg.num_attention_heads
+    per_layer = 2 * h + 2 * h + head + 2 * seq_len + h + width
+    return cfg.num_hidden_layers * per_layer + 2 * h + cfg.vocab_size
+
+
+def assert_float32_close(actual, expected, model, seq_len: int, extra_terms: int = 0) -> None:
+    """``actual`` and ``expected``, two float32 results of ``model``'s forward on inputs of at most
+    ``seq_len`` tokens that differ only in summation order, agree within twice the rounding bound
+    (``extra_terms``: further summed terms on top of one forward, e.g. the tokens of a log-likelihood)."""
+    actual, expected = torch.as_tensor(actual), torch.as_tensor(expected, dtype=torch.as_tensor(actual).dtype)
+    magnitude = max(float(actual.abs().max()), float(expected.abs().max()))
+    tol = 2 * float32_rounding_bound(magnitude, model_reduction_terms(model, seq_len) + extra_terms)
+    torch.testing.assert_close(actual, expected, atol=tol, rtol=0)

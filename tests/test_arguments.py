@@ -15,18 +15,41 @@ def _fields(cls) -> dict:
 
 
 @pytest.mark.parametrize("cls", [TrainingArguments, BaselineArguments, EvalRunArguments])
-def test_every_declared_choice_and_minimum_is_checked(cls):
+def test_every_declared_choice_minimum_and_bound_is_checked(cls):
     for f in dataclasses.fields(cls):
+        opt = "--" + f.name.replace("_", "-")  # the message names the option as the user typed it
         if "choices" in f.metadata:
-            with pytest.raises(ValueError, match=f"{cls.__name__}.{f.name}: got 'bogus', accepted: "
-                                                 + ", ".join(f.metadata["choices"])):
+            with pytest.raises(ValueError, match=f"{opt}: got 'bogus', accepted: " + ", ".join(f.metadata["choices"])):
                 cls(**{f.name: "bogus"})
             for choice in f.metadata["choices"]:
                 assert getattr(cls(**{f.name: choice}), f.name) == choice
         if "min" in f.metadata:
-            with pytest.raises(ValueError, match=f"{cls.__name__}.{f.name}: expected a positive integer"):
+            with pytest.raises(ValueError, match=f"{opt}: got {f.metadata['min'] - 1}, accepted: an integer >= "):
                 cls(**{f.name: f.metadata["min"] - 1})
             assert getattr(cls(**{f.name: f.metadata["min"]}), f.name) == f.metadata["min"]
+        for key, outside, inside in (("gt", 0.0, 1e-9), ("ge", -1e-9, 0.0), ("lt", 0.0, -1e-9)):
+            if key in f.metadata:
+                bound = f.metadata[key]
+                with pytest.raises(ConfigError, match=f"{opt}: got .*, accepted: a number"):
+                    cls(**{f.name: bound + outside})
+                assert getattr(cls(**{f.name: bound + inside}), f.name) == bound + inside
+                with pytest.raises(ConfigError, match=f"{opt}: got nan"):
+                    cls(**{f.name: float("nan")})
+
+
+def test_the_issue_bad_values_and_combinations_are_refused():
+    for kwargs, message in ((dict(eps=0), "--eps: got 0.0, accepted: a number > 0"),
+                            (dict(lr=-1), "--lr: got -1.0, accepted: a number >= 0"),
+                            (dict(reward_normalize="minmax"), "--reward-normalize: got 'minmax', accepted: std"),
+                            (dict(max_new_tokens=0), "--max-new-tokens: got 0, accepted: an integer >= 1"),
+                            (dict(do_sample=True, temperature=0.0), "--do-sample needs --temperature > 0"),
+                            (dict(eps="1e-3"), r"--eps: got '1e-3' \(str\), expected a number"),  # a quoted YAML value
+                            (dict(steps=True), r"--steps: got True \(bool\), expected an integer"),
+                            (dict(reward=["accuracy"], reward_weights=[1, 2]), "--reward-weights: got 2 weights for 1 rewards")):
+        with pytest.raises(ConfigError, match=message):
+            TrainingArguments(**kwargs)
+    assert TrainingArguments(temperature=0.0).temperature == 0.0  # unused without --do-sample
+    assert TrainingArguments(lr=1, reward_weights=[2]).lr == 1.0 and TrainingArguments(reward_weights=[2]).reward_weights == [2.0]
 
 
 def test_argument_errors_are_config_errors():

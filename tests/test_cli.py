@@ -48,18 +48,18 @@ def test_config_file_then_command_line_wins(tmp_path):
     assert (args.steps, args.batch_size, args.reward, args.lr) == (3, 4, ["cross_entropy"], 1e-7)
 
 
-def test_bad_options_name_the_problem(tmp_path, capsys):
-    with pytest.raises(SystemExit, match="reward_weights"):
+def test_bad_options_name_the_problem(tmp_path):
+    from mezo_rl.cli import UsageError, load_config_file
+    from mezo_rl.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="--reward-weights"):
         parse_train(["--reward", "accuracy", "--reward-weights", "1,2"])
-    with pytest.raises(SystemExit):
+    with pytest.raises(UsageError, match="invalid choice: 'adapters'"):
         build_parser().parse_args(["train", "--peft", "adapters"])
-    assert "invalid choice: 'adapters'" in capsys.readouterr().err
     cfg = tmp_path / "bad.yaml"
     cfg.write_text("stepz: 3\n")
     ns = build_parser().parse_args(["train"])
-    from mezo_rl.cli import load_config_file
-
-    with pytest.raises(SystemExit, match="unknown option.*stepz"):
+    with pytest.raises(ConfigError, match="unknown option.*stepz"):
         parse_into(TrainingArguments, ns, load_config_file(str(cfg)))
 
 
@@ -85,16 +85,6 @@ def test_python_dash_m_entry_point():
     assert res.returncode == 0
     for cmd in ("train", "eval", "export", "compare", "baseline", "tasks", "rewards"):
         assert cmd in res.stdout
-
-
-@pytest.fixture()
-def tiny_model_dir(tmp_path, tiny_tokenizer):
-    from conftest import make_tiny_causal_lm
-
-    path = tmp_path / "tiny-model"
-    make_tiny_causal_lm(tiny_tokenizer).save_pretrained(path)
-    tiny_tokenizer.save_pretrained(path)
-    return path
 
 
 def test_compare_export_and_eval_end_to_end(tmp_path, tiny_model_dir, shared_data_dir, capsys):
@@ -141,7 +131,15 @@ def test_train_command_writes_a_run(tmp_path, tiny_model_dir, shared_data_dir, c
     cfg.write_text(f"model: {tiny_model_dir}\ntask: sst2\nreward: [cross_entropy]\nsteps: 2\nbatch_size: 4\n"
                    f"num_train: 16\nnum_eval: 8\nnum_test: 8\nautocast: none\nprogress: false\nlr: 1.0e-3\n")
     assert main(["train", "--config", str(cfg), "--data-dir", str(shared_data_dir), "--output-dir", str(out)]) == 0
-    assert "validation accuracy:" in capsys.readouterr().out
+    lines = capsys.readouterr().out.splitlines()
+    summary = json.loads((out / "summary.json").read_text())
+    assert lines[-2].startswith(f"results in {out}: summary.json, metrics.jsonl, curves.png, checkpoint/")
+    v0, v1 = summary["initial_validation"]["accuracy"], summary["validation"]["accuracy"]
+    t0, t1 = summary["initial_test"]["accuracy"], summary["test"]["accuracy"]
+    assert lines[-1] == (f"validation accuracy {v0:.3f} -> {v1:.3f} (n=8), test accuracy {t0:.3f} -> {t1:.3f} (n=8), "
+                         f"best step {summary['best_step']} of 2")
+    assert (out / "curves.png").read_bytes()[:4] == b"\x89PNG"
+    assert not (out / ".lock").exists()
     assert json.loads((out / "summary.json").read_text())["steps"] == 2
     assert json.loads((out / "config.json").read_text())["model"] == str(tiny_model_dir)
 
@@ -153,3 +151,14 @@ def test_baseline_command(tmp_path, tiny_model_dir, shared_data_dir, capsys):
     result = json.loads(capsys.readouterr().out)
     assert result["method"] == "lp" and 0.0 <= result["test"]["accuracy"] <= 1.0
     assert json.loads((tmp_path / "baseline_lp.json").read_text()) == result
+
+
+def test_docs_cli_md_and_the_readme_table_are_generated_from_the_parser():
+    import importlib.util
+    import pathlib
+
+    path = pathlib.Path(__file__).resolve().parents[1] / "docs" / "generate_cli.py"
+    spec = importlib.util.spec_from_file_location("generate_cli", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert module.main(["--check"]) == 0, "run: python docs/generate_cli.py"

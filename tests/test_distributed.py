@@ -14,8 +14,9 @@ import torch
 import torch.multiprocessing as mp
 
 import mezo_rl.distributed as D
-from conftest import make_tiny_causal_lm
+from conftest import FLOAT32_UNIT_ROUNDOFF, float32_rounding_bound, make_tiny_causal_lm, model_reduction_terms
 from mezo_rl.distributed import DistContext, WeightMismatchError, check_no_offload, weight_checksums
+from mezo_rl.trajectory import Trajectory, replay_trajectory
 
 
 def _free_port() -> int:
@@ -212,7 +213,8 @@ def _global_loss(ctx, lm, objective, shard) -> float:
 def _train_data_parallel(ctx, model, tokenizer, steps, lr=1e-4, eps=1e-3, seed=0):
     """The trainer's plan: same global batch on every rank, own shard, all-reduced objective stats.
 
-    Returns the global losses the closures returned (identical on every rank) and the optimizer.
+    Returns the global losses the closures returned (identical on every rank), the optimizer and
+    the objective (whose ``scales`` the first batch fixed).
     """
     from mezo_rl.lm import LanguageModel
     from mezo_rl.optim import MeZO
@@ -230,7 +232,7 @@ def _train_data_parallel(ctx, model, tokenizer, steps, lr=1e-4, eps=1e-3, seed=0
             return losses[-1]
 
         opt.step(closure)
-    return losses, opt
+    return losses, opt, objective
 
 
 def _train_worker(rank, world_size, port, model_dir, out_dir, steps):
@@ -242,7 +244,7 @@ def _train_worker(rank, world_size, port, model_dir, out_dir, steps):
         tokenizer = AutoTokenizer.from_pretrained(model_dir)
         ctx.check_same_weights(model.named_parameters())
         before = ctx.bytes_communicated
-        losses, opt = _train_data_parallel(ctx, model, tokenizer, steps)
+        losses, opt, _ = _train_data_parallel(ctx, model, tokenizer, steps)
         bytes_per_step = (ctx.bytes_communicated - before) / steps
         if ctx.is_main:  # only rank 0 writes the run's files
             opt.trajectory.save(os.path.join(out_dir, "trajectory.npz"))
@@ -269,20 +271,52 @@ def test_two_ranks_match_each_other_and_a_single_process_run(tmp_path, tiny_caus
     for name, t in r0["state"].items():
         assert torch.equal(t, r1["state"][name]), f"ranks diverged in {name}"
 
-    # one process on the union of the shards, same seeds: equal up to float rounding
-    single_losses, _ = _train_data_parallel(DistContext(), model, tokenizer, steps)
-    torch.testing.assert_close(torch.tensor(r0["losses"]), torch.tensor(single_losses), rtol=1e-5, atol=1e-6)
+    # One process on the union of the shards, same seeds: equal up to float32 rounding. The shards
+    # are scored in other batch shapes than the whole batch, so each log-likelihood may differ in
+    # the order of its float32 sums: the tolerances below are derived from that, not tuned.
+    from mezo_rl.lm import LanguageModel
+    from mezo_rl.noise import generate, tensor_key
+
+    with torch.no_grad():
+        scores = LanguageModel(model, tokenizer).score([f"{t} It was" for t, _ in REVIEWS],
+                                                       [[" great", " terrible"]] * len(REVIEWS))
+    longest = max(len(tokenizer(f"{t} It was great")["input_ids"]) for t, _ in REVIEWS)
+    delta = float32_rounding_bound(max(float(s.mean.abs().max()) for s in scores),
+                                   model_reduction_terms(model, longest))  # one mean log-likelihood
+    single_losses, single_opt, objective = _train_data_parallel(DistContext(), model, tokenizer, steps)
+    # The loss is mean(CE) / s (accuracy has weight 0; brevity is exact and has no spread). CE = logsumexp(m) - m_y
+    # moves by at most 2 delta when every m does; the scale s (the std of the first batch's CE values) by at most
+    # 2 delta sqrt(B / (B - 1)). Both runs carry such errors, hence the leading 2.
+    s, b = objective.scales["cross_entropy"], GLOBAL_BATCH
+    for two, one in zip(r0["losses"], single_losses):
+        assert abs(two - one) <= 2 * (2 * delta + abs(one) * 2 * delta * (b / (b - 1)) ** 0.5) / s, (two, one)
+
+    # The weights: each run moved every tensor by -lr * g_t * z_t per step, with the same z_t (same seeds) and its
+    # own projected gradient g_t, so they differ by lr * sum_t |g_t - g'_t| |z_t|, plus the rounding of the three
+    # in-place float32 updates of a step (each rounds twice, at most u * |value| each), in each of the two runs.
+    two_traj = Trajectory.load(out_dir / "trajectory.npz")
+    assert (two_traj.seeds == single_opt.trajectory.seeds).all()
+    g_diff = torch.as_tensor(two_traj.projected_grads - single_opt.trajectory.projected_grads, dtype=torch.float64)
+    lr, eps = single_opt.param_groups[0]["lr"], single_opt.param_groups[0]["eps"]
     moved = 0.0
-    for name, t in model.state_dict().items():
-        torch.testing.assert_close(r0["state"][name], t, rtol=0, atol=1e-6)
-        moved = max(moved, float((t - initial[name]).abs().max()))
+    state = model.state_dict()
+    for index, (name, p) in enumerate(model.named_parameters()):
+        explained = torch.zeros(p.numel(), dtype=torch.float64)
+        largest = initial[name].abs().max().double()
+        for t in range(steps):
+            z = generate(tensor_key(int(two_traj.seeds[t, 0]), index, p.shape), p.numel(), "gaussian", "torch").double()
+            explained += lr * g_diff[t].abs().sum() * z.abs()
+            largest += 2 * eps * z.abs().max() + lr * abs(float(single_opt.trajectory.projected_grads[t, 0])) * z.abs().max()
+        rounding = 2 * steps * 3 * 2 * FLOAT32_UNIT_ROUNDOFF * largest
+        diff = (r0["state"][name] - state[name]).double().reshape(-1).abs()
+        assert (diff <= explained + rounding).all(), f"{name}: {float((diff - explained - rounding).max())} beyond the bound"
+        moved = max(moved, float((state[name] - initial[name]).abs().max()))
     assert moved > 1e-3, "training must move the weights for the comparison to mean anything"
 
     # per step: 2 closures x (sums, counts, sq_sums) x 3 components x 8 bytes
     assert r0["bytes_per_step"] == r1["bytes_per_step"] == 2 * 3 * 3 * 8
     # only rank 0 wrote the trajectory, and it replays the run
     assert sorted(p.name for p in out_dir.iterdir()) == ["rank0.pt", "rank1.pt", "trajectory.npz"]
-    from mezo_rl.trajectory import Trajectory, replay_trajectory
 
     fresh = make_tiny_causal_lm(tokenizer)
     replay_trajectory(list(fresh.parameters()), Trajectory.load(out_dir / "trajectory.npz"))
@@ -304,8 +338,8 @@ def test_device_map_auto_trains_in_place_and_offload_is_rejected(tmp_path, tiny_
     plain = load_model(str(tmp_path / "model"))
     mapped = load_model(str(tmp_path / "model"), device_map="auto", max_memory={"cpu": "1GiB"})
     check_no_offload(mapped.model)
-    plain_losses, _ = _train_data_parallel(DistContext(), plain.model, plain.tokenizer, steps=2)
-    mapped_losses, _ = _train_data_parallel(DistContext(), mapped.model, mapped.tokenizer, steps=2)
+    plain_losses, *_ = _train_data_parallel(DistContext(), plain.model, plain.tokenizer, steps=2)
+    mapped_losses, *_ = _train_data_parallel(DistContext(), mapped.model, mapped.tokenizer, steps=2)
     assert plain_losses == mapped_losses
     for (name, a), b in zip(plain.model.state_dict().items(), mapped.model.state_dict().values()):
         assert torch.equal(a, b), name
@@ -357,12 +391,24 @@ def test_torchrun_mezo_rl_train_matches_a_single_process_run(tmp_path, tiny_caus
     assert files(two) == files(one)
     steps_two, steps_one = _step_records(two), _step_records(one)
     assert [r["step"] for r in steps_two] == [1, 2, 3]
-    # the global loss of each step equals the single-process loss on the whole batch
+    # The global loss of each step equals the single-process loss on the whole batch up to float32 rounding:
+    # each rank scores its shard in other batch shapes, so a mean log-likelihood m may differ by 2 delta, and the
+    # cross-entropy logsumexp(m) - m_y (the loss, unnormalised) by twice that. Derived from the train examples.
+    from mezo_rl.lm import LanguageModel
+    from tasks import get_task
+
+    train = get_task("sst2").load_split("train", data_dir=shared_data_dir, n=20, seed=0)
+    with torch.no_grad():
+        scores = LanguageModel(model, tokenizer).score([e.prompt for e in train], [e.candidates for e in train])
+    longest = max(len(tokenizer(e.prompt + c)["input_ids"]) for e in train for c in e.candidates)
+    delta = float32_rounding_bound(max(float(s.mean.abs().max()) for s in scores), model_reduction_terms(model, longest))
     for key in ("loss_plus", "loss_minus"):
-        torch.testing.assert_close(torch.tensor([r[key] for r in steps_two]),
-                                   torch.tensor([r[key] for r in steps_one]), rtol=1e-5, atol=1e-6)
+        for a, b in zip((r[key] for r in steps_two), (r[key] for r in steps_one)):
+            assert abs(a - b) <= 2 * 2 * delta, (key, a, b)
     t2 = Trajectory.load(two / CHECKPOINT_DIR / TRAJECTORY_FILE)
     t1 = Trajectory.load(one / CHECKPOINT_DIR / TRAJECTORY_FILE)
     assert (t2.seeds == t1.seeds).all()
-    torch.testing.assert_close(torch.as_tensor(t2.projected_grads), torch.as_tensor(t1.projected_grads),
-                               rtol=1e-3, atol=1e-3)
+    # g = (L+ - L-) / (2 eps): the projected gradients differ by what the logged losses explain, no more
+    for r2, r1, g2, g1, eps in zip(steps_two, steps_one, t2.projected_grads[:, 0], t1.projected_grads[:, 0], t1.epss[:, 0]):
+        explained = (abs(r2["loss_plus"] - r1["loss_plus"]) + abs(r2["loss_minus"] - r1["loss_minus"])) / (2 * eps)
+        assert abs(g2 - g1) <= explained * (1 + 1e-9) + 4 * 2 ** -53 * (abs(g1) + abs(g2)), (g2, g1, explained)

@@ -3,6 +3,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from conftest import assert_float32_close
 from mezo_rl.lm import MASK, LanguageModel
 
 PROMPTS = ["the movie was good and the acting was bad . It was", "Yes or No ?", "the sun rose early and the people"]
@@ -28,13 +29,15 @@ def test_causal_score_matches_full_forward_and_is_batch_invariant(tiny_causal_lm
         single = [lm.score([p], [c])[0] for p, c in zip(PROMPTS, CANDS)]
         for p, cands, b, s in zip(PROMPTS, CANDS, batched, single):
             assert b.sum.shape == (len(cands),) and b.sum.dtype == torch.float32
-            torch.testing.assert_close(b.sum, s.sum, atol=1e-5, rtol=1e-5)
-            torch.testing.assert_close(b.mean, s.mean, atol=1e-5, rtol=1e-5)
+            longest = max(len(tok(p + c)["input_ids"]) for c in cands)
+            n_max = int(b.n_tokens.max())
+            assert_float32_close(b.sum, s.sum, model, longest, extra_terms=n_max)
+            assert_float32_close(b.mean, s.mean, model, longest, extra_terms=n_max)
             for j, c in enumerate(cands):
                 ref, n = reference_causal_score(model, tok, p, c)
                 assert b.n_tokens[j] == n
-                assert b.sum[j].item() == pytest.approx(ref, abs=1e-4)
-                assert b.mean[j].item() == pytest.approx(ref / n, abs=1e-4)
+                assert_float32_close(b.sum[j], torch.tensor(ref), model, longest, extra_terms=n)
+                assert_float32_close(b.mean[j], torch.tensor(ref / n), model, longest, extra_terms=n)
 
 
 def test_score_is_differentiable(tiny_causal_lm):
@@ -63,7 +66,7 @@ def test_score_only_computes_logits_at_scored_positions(tiny_causal_lm):
         assert seqs == [1] and rows == [3]  # single-token candidates of one prompt share one sequence
     hook.remove(), emb.remove()
     ref = [reference_causal_score(model, tok, "Yes or No ?", c)[0] for c in single]
-    torch.testing.assert_close(s.sum, torch.tensor(ref), atol=1e-5, rtol=1e-5)
+    assert_float32_close(s.sum, torch.tensor(ref), model, len(tok("Yes or No ? a")["input_ids"]), extra_terms=1)
 
 
 def test_score_bad_input(tiny_causal_lm):
@@ -98,12 +101,13 @@ def test_masked_lm_scores_label_words_at_the_mask(tiny_masked_lm):
             ids = ids + [tok.mask_token_id] * len(c) + tok(" .", add_special_tokens=False)["input_ids"]
             logp = F.log_softmax(model(input_ids=torch.tensor([ids])).logits[0], -1)
             ref = sum(logp[m + i, t].item() for i, t in enumerate(c))
-            assert s[0].sum[j].item() == pytest.approx(ref, abs=1e-5)
+            assert_float32_close(s[0].sum[j], torch.tensor(ref), model, len(ids), extra_terms=len(c))
             assert s[0].n_tokens[j] == len(c)
         single = lm.score([prompt], [words])[0]
     assert len(tok(" was", add_special_tokens=False)["input_ids"]) == 1
     assert len(tok(" great", add_special_tokens=False)["input_ids"]) > 1
-    torch.testing.assert_close(s[0].sum, single.sum, atol=1e-5, rtol=1e-5)
+    n_max = int(single.n_tokens.max())
+    assert_float32_close(s[0].sum, single.sum, model, len(tok(prompt)["input_ids"]) + n_max, extra_terms=n_max)
     with pytest.raises(ValueError, match="exactly once"):
         lm.score(["no mask here"], [[" great"]])
 
@@ -157,7 +161,7 @@ def test_features(tiny_causal_lm, tiny_masked_lm):
     lm = LanguageModel(*tiny_causal_lm, batch_size=2)
     f = lm.features(PROMPTS)
     assert f.shape == (3, 32) and f.dtype == torch.float32
-    torch.testing.assert_close(f[1], lm.features(PROMPTS[1:2])[0], atol=1e-5, rtol=1e-5)
+    assert_float32_close(f[1], lm.features(PROMPTS[1:2])[0], lm.model, max(len(lm.tokenizer(p)["input_ids"]) for p in PROMPTS))
     assert LanguageModel(*tiny_masked_lm).features(PROMPTS).shape == (3, 32)
 
 
@@ -173,7 +177,8 @@ def test_smollm2_scoring_and_generation():
         for p, c, b in zip(prompts, cands, batched):
             for j, cand in enumerate(c):
                 ref, n = reference_causal_score(lm.model, lm.tokenizer, p, cand)
-                assert b.sum[j].item() == pytest.approx(ref, abs=2e-3) and b.n_tokens[j] == n
+                assert b.n_tokens[j] == n
+                assert_float32_close(b.sum[j], torch.tensor(ref), lm.model, len(lm.tokenizer(p + cand)["input_ids"]), extra_terms=n)
         assert batched[0].mean[1] > batched[0].mean[0] and batched[1].mean[0] > batched[1].mean[1]
     squad_style = "Title: France\nContext: Paris is the capital of France.\nQuestion: What is the capital of France?\nAnswer:"
     out = lm.generate([squad_style, "1, 2, 3, 4,"], max_new_tokens=8)

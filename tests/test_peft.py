@@ -6,7 +6,7 @@ import json
 import pytest
 import torch
 
-from conftest import make_tiny_causal_lm
+from conftest import assert_float32_close, make_tiny_causal_lm
 from mezo_rl.arguments import TrainingArguments
 from mezo_rl.callbacks import TrainerCallback
 from mezo_rl.lm import LanguageModel
@@ -17,6 +17,11 @@ from tasks import Example, get_task
 
 METHODS = ("lora", "prefix")
 TEXT = "the movie was good and the acting was bad ."
+
+
+def lora_terms(model, r=8) -> int:
+    """The reductions LoRA adds to each layer's chain (x A: hidden size terms, then B: r terms)."""
+    return model.config.num_hidden_layers * (model.config.hidden_size + r)
 
 
 def make_lm(tokenizer, seed=0, **overrides):
@@ -149,7 +154,7 @@ def test_prefix_is_real_activations_of_sampled_tokens(tiny_tokenizer):
         assert torch.equal(layer.self_attn.mezo_prefix.values, cache.layers[i].values[0])
     with torch.no_grad():
         adapted = lm.model(input_ids=x).logits
-    torch.testing.assert_close(adapted, reference, atol=1e-5, rtol=1e-5)
+    assert_float32_close(adapted, reference, lm.model, m + x.shape[1])
     assert (adapted - plain).abs().max() > 1e-2  # the prefix matters
     # real activations are not noise: keys carry the k_proj structure (their scale), not N(0, 1)
     assert lm.model.model.layers[0].self_attn.mezo_prefix.keys.std() < 0.5
@@ -167,7 +172,7 @@ def test_prefix_works_through_the_bare_decoder_and_eager_attention(tiny_tokenize
             bare = lm.model.lm_head(lm.model.model(input_ids=x).last_hidden_state)
         torch.testing.assert_close(bare, full)
         outs.append(full)
-    torch.testing.assert_close(outs[0], outs[1], atol=1e-5, rtol=1e-5)
+    assert_float32_close(outs[0], outs[1], lm.model, 5 + x.shape[1])  # 5: the default prefix length
 
 
 # ------------------------------------------------------------------------ padding and generation
@@ -184,8 +189,10 @@ def test_batched_scores_equal_one_at_a_time(tiny_tokenizer, method):
             p.add_(0.05 * torch.randn_like(p))
         batched = lm.score(PROMPTS, CANDIDATES)
         single = [lm.score([p], [c])[0] for p, c in zip(PROMPTS, CANDIDATES)]
+    longest = max(len(tiny_tokenizer(p + c)["input_ids"]) for p, cs in zip(PROMPTS, CANDIDATES) for c in cs)
     for b, s in zip(batched, single):
-        torch.testing.assert_close(b.sum, s.sum, atol=1e-4, rtol=1e-5)
+        # + the prefix's 5 positions in the attention sums (prefix) or LoRA's extra products (lora)
+        assert_float32_close(b.sum, s.sum, lm.model, longest + 5, extra_terms=int(s.n_tokens.max()) + lora_terms(lm.model))
 
 
 def test_prefix_left_padding_without_position_ids(tiny_tokenizer):
@@ -199,7 +206,7 @@ def test_prefix_left_padding_without_position_ids(tiny_tokenizer):
         batched = lm.model.model(input_ids=ids, attention_mask=mask).last_hidden_state
         for i, r in enumerate(rows):
             alone = lm.model.model(input_ids=torch.tensor([r])).last_hidden_state[0]
-            torch.testing.assert_close(batched[i, width - len(r):], alone, atol=1e-5, rtol=1e-5)
+            assert_float32_close(batched[i, width - len(r):], alone, lm.model, width + 5)
 
 
 def test_prefix_generation_with_kv_cache(tiny_tokenizer):
@@ -235,14 +242,15 @@ def test_lora_export_adapter_is_peft_format_and_merged_model_matches(tiny_tokeni
 
     export_model(lm, tmp_path / "adapter")
     peft_loaded = PeftModel.from_pretrained(make_tiny_causal_lm(tiny_tokenizer), tmp_path / "adapter")
-    torch.testing.assert_close(logits(peft_loaded, TEXT, tiny_tokenizer), expected, atol=1e-5, rtol=1e-5)
+    n_text = len(tiny_tokenizer.encode(TEXT))
+    assert_float32_close(logits(peft_loaded, TEXT, tiny_tokenizer), expected, lm.model, n_text, extra_terms=lora_terms(lm.model))
     ours = load_adapter(make_lm(tiny_tokenizer), tmp_path / "adapter")
     assert torch.equal(logits(ours.model, TEXT, tiny_tokenizer), expected)
 
     export_model(lm, tmp_path / "merged", merged=True)
     merged = AutoModelForCausalLM.from_pretrained(tmp_path / "merged")
     assert not any("lora" in n for n, _ in merged.named_parameters())
-    torch.testing.assert_close(logits(merged, TEXT, tiny_tokenizer), expected, atol=1e-5, rtol=1e-5)
+    assert_float32_close(logits(merged, TEXT, tiny_tokenizer), expected, lm.model, n_text, extra_terms=lora_terms(lm.model))
     # exporting left the adapter in place
     assert torch.equal(logits(lm.model, TEXT, tiny_tokenizer), expected)
 
@@ -349,11 +357,12 @@ def test_smollm2_prefix_and_lora(tmp_path):
     apply_peft(lm, "prefix")
     assert sum(p.numel() for p in trainable(lm)) == 30 * 2 * 3 * 5 * 64
     with torch.no_grad():
-        torch.testing.assert_close(lm.model(input_ids=x).logits, reference, atol=2e-4, rtol=1e-4)
+        assert_float32_close(lm.model(input_ids=x).logits, reference, lm.model, 5 + x.shape[1])
         batched = lm.score(PROMPTS, CANDIDATES)
         single = [lm.score([p], [c])[0] for p, c in zip(PROMPTS, CANDIDATES)]
+    longest = max(len(lm.tokenizer(p + c)["input_ids"]) for p, cs in zip(PROMPTS, CANDIDATES) for c in cs)
     for b, s in zip(batched, single):
-        torch.testing.assert_close(b.sum, s.sum, atol=1e-3, rtol=1e-4)
+        assert_float32_close(b.sum, s.sum, lm.model, longest + 5, extra_terms=int(s.n_tokens.max()))
 
     lm = apply_peft(load_model("smollm2-135m"), "lora")
     with torch.no_grad():
@@ -364,4 +373,4 @@ def test_smollm2_prefix_and_lora(tmp_path):
     export_model(lm, tmp_path / "merged", merged=True)
     merged = AutoModelForCausalLM.from_pretrained(tmp_path / "merged")
     with torch.no_grad():
-        torch.testing.assert_close(merged(input_ids=x).logits, expected, atol=2e-4, rtol=1e-4)
+        assert_float32_close(merged(input_ids=x).logits, expected, lm.model, x.shape[1], extra_terms=lora_terms(lm.model))

@@ -1,11 +1,10 @@
 """Tasks: the paper's prompts verbatim, real-data loading for every built-in task, splits and sampling,
-the registry, user file tasks, in-context demonstrations, clear errors."""
-import json
+the registry, in-context demonstrations (user file tasks: test_user_tasks.py), clear errors."""
 
 import pytest
 
 import tasks
-from tasks import (KINDS, PAPER_TASKS, Example, UnknownTaskError, from_file, get_task, list_tasks, register_task,
+from tasks import (KINDS, PAPER_TASKS, Example, UnknownTaskError, get_task, list_tasks, register_task,
                    sample_per_class, with_demonstrations)
 
 
@@ -147,54 +146,6 @@ def test_registry_suggests_close_names_and_accepts_classes_functions_instances()
 
     t = get_task("test-fn-task", suffix=" ?")
     assert t.name == "test-fn-task" and t.load_split("test")[0].prompt == "x ?"
-
-
-@pytest.fixture()
-def review_file(tmp_path):
-    rows = [{"text": "the movie was good", "label": "positive"}, {"text": "the acting was bad", "label": 0},
-            {"text": "It was great", "label": 1}]
-    path = tmp_path / "reviews.jsonl"
-    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
-    return path
-
-
-def test_user_jsonl_task(review_file):
-    task = from_file(review_file, template="Review: {text}\nSentiment:", label_column="label",
-                     candidates=[" negative", " positive"])
-    assert task.name == "reviews" and task.kind == "classification" and task.metrics == ["accuracy"]
-    exs = task.load_split("test")
-    assert [e.label for e in exs] == [1, 0, 1]
-    assert exs[0].prompt == "Review: the movie was good\nSentiment:" and exs[0].columns["text"] == "the movie was good"
-    register_task("test-reviews")(task)
-    assert get_task("test-reviews") is task
-
-
-def test_user_csv_generation_task(tmp_path):
-    path = tmp_path / "qa.csv"
-    path.write_text("question,answer\nwhat is 2+2?,4\nwho wrote it?,a person\n")
-    task = from_file({"train": path, "test": path}, template="Q: {question}\nA:", target_column="answer")
-    ex = task.load_split("train")[1]
-    assert task.kind == "generation" and ex.prompt == "Q: who wrote it?\nA:" and ex.answers == [" a person"]
-    with pytest.raises(ValueError, match="no 'validation' file"):
-        task.load_split("validation")
-
-
-def test_user_task_errors(review_file, tmp_path):
-    with pytest.raises(FileNotFoundError, match="nope.jsonl"):
-        from_file(tmp_path / "nope.jsonl", template="{text}", label_column="label", candidates=[" a", " b"])
-    with pytest.raises(KeyError, match=r"missing column\(s\) \['review'\].*columns \['label', 'text'\]"):
-        from_file(review_file, template="{review} It was", label_column="label", candidates=[" bad", " good"])
-    with pytest.raises(KeyError, match="missing column"):
-        from_file(review_file, template="{text}", label_column="stars", candidates=[" bad", " good"])
-    with pytest.raises(ValueError, match="target_column .* or label_column and candidates"):
-        from_file(review_file, template="{text}", label_column="label")
-    task = from_file(review_file, template="{text}", label_column="label", candidates=[" bad", " good"])
-    with pytest.raises(ValueError, match="label 'positive' is neither a candidate index"):
-        task.load_split("test")
-    bad = tmp_path / "bad.txt"
-    bad.write_text("x")
-    with pytest.raises(ValueError, match="expected a .jsonl"):
-        from_file(bad, template="{text}", target_column="label")
 
 
 def test_in_context_demonstrations(shared_data_dir):

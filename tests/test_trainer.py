@@ -182,9 +182,9 @@ def test_batches_are_a_pure_function_of_seed_and_step():
 
 @pytest.mark.parametrize("bad, match", [
     (dict(reward=[]), "at least one reward"),
-    (dict(reward=["accuracy"], reward_weights=[1.0, 2.0]), "one weight per reward"),
-    (dict(steps=-1), "steps"),
-    (dict(batch_size=0), "batch_size"),
+    (dict(reward=["accuracy"], reward_weights=[1.0, 2.0]), "one weight per --reward"),
+    (dict(steps=-1), "--steps"),
+    (dict(batch_size=0), "--batch-size"),
     (dict(peft="adapters"), "accepted: norm, none, lora, prefix"),
 ])
 def test_bad_arguments_name_the_problem(bad, match):
