@@ -1,0 +1,92 @@
+"""Regenerate docs/cli.md (every command's --help) and README.md's `mezo-rl train` option table from the parser.
+
+    python docs/generate_cli.py          # rewrite both files
+    python docs/generate_cli.py --check  # exit 1 if either is out of date (tests/test_cli.py runs this check)
+
+The help text is rendered 108 columns wide (argparse's width for COLUMNS=110).
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import os
+import pathlib
+import sys
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+WIDTH_COLUMNS = "110"
+HEADER = """# `mezo-rl` command reference
+
+Generated from the parser by `python docs/generate_cli.py` (`mezo-rl COMMAND --help`). Options of
+`train`, `compare` and `baseline` are dataclass fields (`mezo_rl.trainer.TrainingArguments`,
+`mezo_rl.baselines.BaselineArguments`); each is also accepted with underscores, and in a `--config`
+YAML/JSON file (command line wins).
+"""
+TABLE_HEAD = "| option | default | meaning |"
+
+
+@contextlib.contextmanager
+def _columns():
+    old = os.environ.get("COLUMNS")
+    os.environ["COLUMNS"] = WIDTH_COLUMNS
+    try:
+        yield
+    finally:
+        if old is None:
+            del os.environ["COLUMNS"]
+        else:
+            os.environ["COLUMNS"] = old
+
+
+def cli_markdown() -> str:
+    """docs/cli.md: the top-level help, then each subcommand's help, in the parser's order."""
+    from mezo_rl.cli import build_parser
+
+    with _columns():
+        parser = build_parser()
+        parts = [HEADER, "## mezo-rl\n", "```\n" + parser.format_help().rstrip() + "\n```\n"]
+        sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+        for name, p in sub.choices.items():
+            parts += [f"## mezo-rl {name}\n", "```\n" + p.format_help().rstrip() + "\n```\n"]
+    return "\n".join(parts)
+
+
+def train_table() -> str:
+    """README's table of `mezo-rl train` options: one row per TrainingArguments field."""
+    from mezo_rl.trainer import TrainingArguments
+
+    rows = [TABLE_HEAD, "|---|---|---|"]
+    for f in dataclasses.fields(TrainingArguments):
+        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+        meaning = f.metadata.get("help", "")
+        if "choices" in f.metadata and not all(str(c) in meaning for c in f.metadata["choices"]):
+            meaning += f" ({' / '.join(map(str, f.metadata['choices']))})"
+        rows.append(f"| `--{f.name.replace('_', '-')}` | `{default}` | {meaning.replace('|', '/')} |")
+    return "\n".join(rows)
+
+
+def readme_with_table(readme: str) -> str:
+    start = readme.index(TABLE_HEAD)
+    end = readme.index("\n\n", start)
+    return readme[:start] + train_table() + readme[end:]
+
+
+def main(argv=None) -> int:
+    check = "--check" in (argv if argv is not None else sys.argv[1:])
+    targets = {ROOT / "docs" / "cli.md": cli_markdown(),
+               ROOT / "README.md": readme_with_table((ROOT / "README.md").read_text())}
+    stale = [p for p, text in targets.items() if p.read_text() != text]
+    if check:
+        for p in stale:
+            print(f"{p.relative_to(ROOT)} is out of date: run python docs/generate_cli.py", file=sys.stderr)
+        return 1 if stale else 0
+    for p in stale:
+        p.write_text(targets[p])
+        print(f"wrote {p.relative_to(ROOT)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(ROOT))
+    sys.exit(main())
