@@ -69,10 +69,13 @@ import torch
 from mezo_rl import noise as _noise
 from mezo_rl.trajectory import STATUS, Trajectory
 
-__all__ = ["MeZO", "StepResult", "get_scheduler", "replay_trajectory"]
+__all__ = ["MeZO", "StepResult", "get_scheduler", "replay_trajectory", "ESTIMATORS", "ON_NONFINITE", "SCHEDULERS"]
 
-_ESTIMATORS = ("two_point", "one_point")
-_NONFINITE = ("raise", "skip")
+#: accepted values of MeZO's ``estimator`` / ``on_nonfinite`` and of :func:`get_scheduler`'s ``name``
+#: (the one declaration: command-line choices can be read from here, as noise kinds from ``noise.NOISES``)
+ESTIMATORS = ("two_point", "one_point")
+ON_NONFINITE = ("raise", "skip")
+SCHEDULERS = ("constant", "linear")
 _NORMALIZE = (None, "std")
 #: options of the whole run (the same in every param group), with their defaults
 _RUN_DEFAULTS = dict(n_spsa=1, noise="gaussian", rank=1, lowrank_interval=1, normalize=None,
@@ -166,10 +169,10 @@ class MeZO(torch.optim.Optimizer):
                  seed: int = 0, on_nonfinite: str = "raise", noise_backend: str = "auto", record: bool = True):
         if noise not in _noise.NOISES:
             raise ValueError(f"noise must be one of {_noise.NOISES}, got {noise!r}")
-        if estimator not in _ESTIMATORS:
-            raise ValueError(f"estimator must be one of {_ESTIMATORS}, got {estimator!r}")
-        if on_nonfinite not in _NONFINITE:
-            raise ValueError(f"on_nonfinite must be one of {_NONFINITE}, got {on_nonfinite!r}")
+        if estimator not in ESTIMATORS:
+            raise ValueError(f"estimator must be one of {ESTIMATORS}, got {estimator!r}")
+        if on_nonfinite not in ON_NONFINITE:
+            raise ValueError(f"on_nonfinite must be one of {ON_NONFINITE}, got {on_nonfinite!r}")
         if noise_backend not in _noise.BACKENDS:
             raise ValueError(f"noise_backend must be one of {_noise.BACKENDS}, got {noise_backend!r}")
         if normalize not in _NORMALIZE:
@@ -518,4 +521,4 @@ def get_scheduler(name: str, optimizer: torch.optim.Optimizer, total_steps: int 
         if not (isinstance(total_steps, int) and total_steps > 0):
             raise ValueError(f"the linear schedule needs total_steps > 0, got {total_steps!r}")
         return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: max(0.0, 1.0 - step / total_steps))
-    raise ValueError(f"unknown lr schedule {name!r}; choose 'constant' or 'linear'")
+    raise ValueError(f"unknown lr schedule {name!r}; choose {' or '.join(map(repr, SCHEDULERS))}")

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from engine_problems import SHAPES, make_problem, one_thread, run  # noqa: F401 (fixture)
-from mezo_rl.optim import MeZO, StepResult
+from mezo_rl.optim import ESTIMATORS, ON_NONFINITE, SCHEDULERS, MeZO, StepResult, get_scheduler
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -150,6 +150,19 @@ def test_load_state_dict_rejects_other_configuration():
 def test_bad_arguments_are_named(bad, match):
     with pytest.raises(ValueError, match=match):
         MeZO([torch.zeros(3, requires_grad=True)], **bad)
+
+
+def test_declared_choices_are_exactly_what_the_engine_accepts():
+    """ESTIMATORS / ON_NONFINITE / SCHEDULERS are the one declaration of those options' values."""
+    t = [torch.zeros(3, requires_grad=True)]
+    for estimator in ESTIMATORS:
+        MeZO(t, estimator=estimator, noise_backend="torch")
+    for policy in ON_NONFINITE:
+        MeZO(t, on_nonfinite=policy, noise_backend="torch")
+    for name in SCHEDULERS:
+        assert get_scheduler(name, MeZO(t, noise_backend="torch"), total_steps=10) is not None
+    with pytest.raises(ValueError, match="'constant' or 'linear'"):
+        get_scheduler("cosine", MeZO(t, noise_backend="torch"), total_steps=10)
 
 
 def test_bad_closures_are_named():
