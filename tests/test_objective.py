@@ -3,26 +3,14 @@ from __future__ import annotations
 
 import asyncio
 import math
-from dataclasses import dataclass
 
 import pytest
 import torch
 
+from fake_scores import scores
 from mezo_rl.errors import UserError
 from rewards import build_objective, normalize_answer
 from rewards.objective import RewardError
-
-
-@dataclass
-class Scores:
-    """Candidate log-likelihoods shaped like mezo_rl.lm.CandidateScores."""
-
-    sum: torch.Tensor
-    mean: torch.Tensor
-
-
-def scores(*means):
-    return [Scores(sum=torch.tensor(m), mean=torch.tensor(m)) for m in means]
 
 
 def length(prompts, completions, **kwargs):

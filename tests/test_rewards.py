@@ -5,12 +5,12 @@ import math
 import pathlib
 import subprocess
 import sys
-from dataclasses import dataclass
 
 import pytest
 import torch
 
 import rewards
+from fake_scores import Scores, scores
 from rewards import (
     UnknownRewardError,
     describe,
@@ -25,18 +25,6 @@ from rewards import (
 )
 
 USER_DIR = pathlib.Path(__file__).parent / "user_rewards"
-
-
-@dataclass
-class Scores:
-    """Candidate log-likelihoods shaped like mezo_rl.lm.CandidateScores (rewards duck-type it)."""
-
-    sum: torch.Tensor
-    mean: torch.Tensor
-
-
-def scores(*means):
-    return [Scores(sum=torch.tensor(m) * 2, mean=torch.tensor(m)) for m in means]
 
 
 def call(name, **kwargs):
@@ -335,6 +323,29 @@ def test_trl_reward_function_used_as_is():
     out = objective.evaluate(prompts=["p", "p"], completions=["x" * 20, "x" * 10], columns={"other": [1, 2]})
     assert out.values["reward_len"] == [0.0, -10.0]
     assert out.loss == pytest.approx(5.0)
+
+
+def test_a_reward_can_wrap_a_hugging_face_evaluate_metric_script_offline(monkeypatch):
+    """Why pyproject declares `evaluate` (mezo-rl itself never imports it): a user reward may wrap an
+    `evaluate` metric, and one loaded from a local script needs no network."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_EVALUATE_OFFLINE", "1")
+    import evaluate  # the declared dependency; imported here only, to keep the other tests' start-up light
+
+    metric = evaluate.load(str(USER_DIR / "word_overlap"), keep_in_memory=True)
+
+    @register_reward("test_word_overlap", needs="generation")
+    def word_overlap(prompts, completions, answers):
+        return [metric.compute(predictions=[c], references=[a[0]])["overlap"] for c, a in zip(completions, answers)]
+
+    try:
+        objective = rewards.build_objective(["test_word_overlap"])
+        objective.check_columns(["answers"], task_kind="generation")
+        out = objective.evaluate(prompts=["q", "q", "q"], completions=[" Denver Broncos", " Paris", " the Rhine"],
+                                 columns={"answers": [[" Denver Broncos"], [" Rome"], [" the river Rhine"]]})
+        assert out.values["test_word_overlap"] == [1.0, 0.0, pytest.approx(2 / 3)]
+    finally:
+        unregister_reward("test_word_overlap")
 
 
 @pytest.mark.parametrize("first", ["rewards", "tasks", "mezo_rl.registry", "mezo_rl", "mezo_rl.cli"])
