@@ -30,6 +30,9 @@ import torch
 import torch.nn.functional as F
 
 MASK = "[MASK]"  # the mask placeholder in masked-LM prompts (replaced by tokenizer.mask_token_id)
+# the final normalisation layer of common decoder LMs (Llama/Gemma/Mistral/Qwen, GPT-2, OPT, Falcon):
+# the boundary of the trunk cache below, and what ``--peft norm`` trains (mezo_rl.peft.FINAL_NORM)
+FINAL_NORM_MODULES = ("model.norm", "transformer.ln_f", "model.decoder.final_layer_norm", "transformer.norm_f")
 
 
 @dataclass
@@ -77,6 +80,7 @@ class LanguageModel:
             raise ValueError(f"{type(model).__name__} is a masked LM but its tokenizer has no mask token")
         self._base, self._head = _split_base_and_head(model)
         self._newline_ids = None
+        self._trunk = None  # the frozen-trunk cache, when enabled (enable_trunk_cache)
 
     @property
     def device(self) -> torch.device:
@@ -106,6 +110,75 @@ class LanguageModel:
             logits = torch.tanh(logits / cap) * cap
         return logits
 
+    # ------------------------------------------------------------------ frozen-trunk cache
+    def enable_trunk_cache(self) -> bool:
+        """Compute the trunk once per scored sequence while only the final norm (and head) can change.
+
+        The trunk is everything before the final normalisation layer (``FINAL_NORM_MODULES``). While
+        every trunk parameter is frozen (``requires_grad=False``), its output at a scored position is a
+        function of the input tokens alone, so ``score`` keeps the final norm's *input* at the scored
+        positions of each (sequence, positions) it has seen and, on a hit, runs only the final norm and
+        the output head. The scores are those of a full forward pass (the same computation on the same
+        inputs); what changes is the cost: for SmolLM2 on SST-2 the norm + head are about 1/100 of a
+        forward. This is what makes MeZO on the final norm (``--peft norm``) cheap.
+
+        The cache is bypassed (and emptied) whenever a trunk parameter requires grad. It cannot see
+        frozen weights changed in place (``load_state_dict``, a replay onto them): call
+        ``clear_trunk_cache()`` after doing that. Memory: hidden-size floats per scored token.
+        ``generate`` and ``features`` never use it.
+
+        Returns whether the cache is on: False (and nothing changes) for a masked LM, a model without a
+        final norm named in ``FINAL_NORM_MODULES``, or one whose base output is not that norm's output
+        (checked on a probe input).
+        """
+        modules = dict(self.model.named_modules())
+        name = next((n for n in FINAL_NORM_MODULES if n in modules), None)
+        if not self.is_causal or self._base is None or name is None:
+            return False
+        norm = modules[name]
+        own = {id(p) for p in norm.parameters()}
+        trunk_params = [p for p in self._base.parameters() if id(p) not in own]
+        ids = torch.tensor([self.tokenizer("a b", add_special_tokens=True)["input_ids"]], device=self.device)
+        with torch.no_grad():
+            hidden, pre = self._base_with_norm_input(norm, ids, torch.ones_like(ids))
+            if not torch.equal(norm(pre), hidden):  # e.g. OPT-350m projects after its final norm
+                return False
+        self._trunk = {"norm": norm, "params": trunk_params, "cache": {}, "encode": {}}
+        return True
+
+    def clear_trunk_cache(self) -> None:
+        """Forget the cached trunk outputs (after changing frozen weights in place)."""
+        if self._trunk is not None:
+            self._trunk["cache"].clear()
+
+    def disable_trunk_cache(self) -> None:
+        self._trunk = None
+
+    @property
+    def trunk_cache_size(self) -> int:
+        """Cached (sequence, positions) entries; 0 when the cache is off."""
+        return 0 if self._trunk is None else len(self._trunk["cache"])
+
+    def _trunk_cache(self):
+        """The cache state if it may be used now (every trunk parameter frozen), else None."""
+        t = self._trunk
+        if t is None:
+            return None
+        if any(p.requires_grad for p in t["params"]):
+            t["cache"].clear()  # the trunk may change: nothing cached can be trusted
+            return None
+        return t
+
+    def _base_with_norm_input(self, norm, input_ids, attention_mask):
+        """The base's output and its final norm's input, from one forward pass."""
+        seen = []
+        handle = norm.register_forward_pre_hook(lambda module, args: seen.append(args[0]))
+        try:
+            hidden, _ = self._hidden(input_ids, attention_mask)
+        finally:
+            handle.remove()
+        return hidden, seen[-1]
+
     # ------------------------------------------------------------------ scoring
     def score(self, prompts: list[str], candidates: list[list[str]]) -> list[CandidateScores]:
         """Log-likelihood of each candidate continuation, over the candidate's tokens only.
@@ -128,12 +201,22 @@ class LanguageModel:
         """
         if len(prompts) != len(candidates):
             raise ValueError(f"score: got {len(prompts)} prompts but {len(candidates)} candidate lists")
+        trunk = self._trunk_cache()
+        encode = self._encode_causal if self.is_causal else self._encode_masked
         pairs = []
         for i, (p, cands) in enumerate(zip(prompts, candidates)):
             if isinstance(cands, str) or not cands:
                 raise ValueError(f"score: candidates[{i}] must be a non-empty list of strings, got {cands!r}")
             for c in cands:
-                pairs.append(self._encode_causal(p, c) if self.is_causal else self._encode_masked(p, c))
+                if trunk is None:
+                    pairs.append(encode(p, c))
+                else:  # the same texts come back every step: tokenise each pair once
+                    key = (p, c)
+                    if key not in trunk["encode"]:
+                        trunk["encode"][key] = encode(p, c)
+                    pairs.append(trunk["encode"][key])
+        if trunk is not None:
+            return self._collect(self._score_cached(pairs, trunk), pairs, candidates)
 
         # Pairs with the same input share one row. A causal input is prompt + candidate[:-1] (the last
         # candidate token is a target only), so e.g. all single-token label words of a prompt share one.
@@ -149,6 +232,11 @@ class LanguageModel:
                 for j, s in zip(rows[key], row_sums):
                     totals[j] = s
 
+        return self._collect(totals, pairs, candidates)
+
+    @staticmethod
+    def _collect(totals, pairs, candidates) -> list[CandidateScores]:
+        """Per-pair summed log-likelihoods -> one CandidateScores per prompt."""
         out, k = [], 0
         for cands in candidates:
             n = len(cands)
@@ -157,6 +245,36 @@ class LanguageModel:
             out.append(CandidateScores(sum=s, mean=s / counts, n_tokens=counts))
             k += n
         return out
+
+    def _score_cached(self, pairs, trunk, chunk: int = 512) -> list[torch.Tensor]:
+        """Summed log-likelihood of each pair from the cached trunk outputs (filling the misses first)."""
+        cache, norm = trunk["cache"], trunk["norm"]
+        keys = [(tuple(ids), tuple(pos)) for ids, pos, _ in pairs]
+        missing = sorted({k for k in keys if k not in cache}, key=lambda k: len(k[0]))
+        dev = self.device
+        for start in range(0, len(missing), self.batch_size):  # the trunk, once per new sequence
+            batch = missing[start : start + self.batch_size]
+            T = max(len(ids) for ids, _ in batch)
+            input_ids = torch.full((len(batch), T), self.tokenizer.pad_token_id, dtype=torch.long)
+            mask = torch.zeros((len(batch), T), dtype=torch.long)
+            for b, (ids, _) in enumerate(batch):  # right padding, as in _score_batch
+                input_ids[b, : len(ids)] = torch.tensor(ids, dtype=torch.long)
+                mask[b, : len(ids)] = 1
+            with torch.no_grad():
+                _, pre = self._base_with_norm_input(norm, input_ids.to(dev), mask.to(dev))
+            for b, key in enumerate(batch):
+                cache[key] = pre[b, list(key[1])].clone()
+        totals = []
+        for start in range(0, len(pairs), chunk):  # final norm + head over every scored token at once
+            part = range(start, min(start + chunk, len(pairs)))
+            pre = torch.cat([cache[keys[j]] for j in part])
+            targets = torch.tensor([t for j in part for t in pairs[j][2]], device=pre.device)
+            owner = torch.tensor([i for i, j in enumerate(part) for _ in pairs[j][2]], device=pre.device)
+            logp = F.log_softmax(self._logits(norm(pre)), dim=-1)
+            tok_lp = logp.gather(1, targets.to(logp.device)[:, None]).squeeze(1)
+            sums = torch.zeros(len(part), device=logp.device, dtype=torch.float32).index_add(0, owner.to(logp.device), tok_lp)
+            totals += list(sums.unbind(0))
+        return totals
 
     def _encode_causal(self, prompt: str, candidate: str):
         """(input_ids, scored positions, target ids) for prompt + candidate."""

@@ -36,10 +36,13 @@ import copy
 import importlib
 import json
 import os
+import re
 from contextlib import contextmanager
 
 import torch
 from torch import nn
+
+from mezo_rl.lm import FINAL_NORM_MODULES
 
 PEFT_METHODS = ("lora", "prefix")
 
@@ -56,14 +59,17 @@ PEFT_METHODS = ("lora", "prefix")
 # objective the ZO estimate over 576 directions is usable where one over 134M is mostly noise; lr is
 # the length of a sign step (normalize="std", Rademacher probes, FZOO-style). Measured: SST-2 test
 # accuracy 0.516 -> 0.667 (n = 872) in 150 x 32 steps (README, main job; benchmarks/README.md).
+# With the trunk frozen its outputs are computed once per example (LanguageModel.enable_trunk_cache), so
+# a norm step costs the final norm and the output head only (~1/100 of a forward): two SPSA samples per
+# step (n_spsa=2) and many steps fit the main job's 10 minutes (steps/batch: arguments.RUN_LENGTH).
 PEFT_DEFAULTS = {
-    "full": dict(lr=2e-4, eps=1e-2, weight_decay=0.0, noise="gaussian", normalize=None),
-    "norm": dict(lr=2e-2, eps=1e-1, weight_decay=0.0, noise="rademacher", normalize="std"),
-    "lora": dict(lr=1e-4, eps=1e-2, weight_decay=0.0, noise="gaussian", normalize=None),
-    "prefix": dict(lr=1e-2, eps=1e-1, weight_decay=0.0, noise="gaussian", normalize=None),
+    "full": dict(lr=2e-4, eps=1e-2, weight_decay=0.0, noise="gaussian", normalize=None, n_spsa=1),
+    "norm": dict(lr=2e-2, eps=1e-1, weight_decay=0.0, noise="rademacher", normalize="std", n_spsa=2),
+    "lora": dict(lr=1e-4, eps=1e-2, weight_decay=0.0, noise="gaussian", normalize=None, n_spsa=1),
+    "prefix": dict(lr=1e-2, eps=1e-1, weight_decay=0.0, noise="gaussian", normalize=None, n_spsa=1),
 }
-# the final normalisation layer of common decoder LMs (Llama/Gemma/Mistral/Qwen, GPT-2, OPT, Falcon)
-FINAL_NORM = r"^(model\.norm|transformer\.ln_f|model\.decoder\.final_layer_norm|transformer\.norm_f)\.weight$"
+# the gains of the final normalisation layer (mezo_rl.lm.FINAL_NORM_MODULES: Llama/Gemma/Mistral/Qwen, GPT-2, OPT, Falcon)
+FINAL_NORM = "^(" + "|".join(re.escape(name) for name in FINAL_NORM_MODULES) + r")\.weight$"
 
 _CONFIG_ATTR = "mezo_peft_config"   # where apply_peft records its config on the HF model
 _PREFIX_ATTR = "mezo_prefix"        # the PrefixKV child module added to each attention layer

@@ -149,6 +149,9 @@ def build_model(args: TrainingArguments, lm=None):
                         num_prefix_tokens=args.num_prefix_tokens, seed=args.seed)
     if args.trainable is not None:
         freeze_unmatched(lm.model, args.trainable, what=f"--trainable {args.trainable!r}")
+    # with the trunk frozen (--peft norm) each scored sequence runs through it once; used only while
+    # every trunk weight is frozen, so the other modes are unaffected (LanguageModel.enable_trunk_cache)
+    lm.enable_trunk_cache()
     return lm
 
 

@@ -185,3 +185,76 @@ def test_smollm2_scoring_and_generation():
     assert "Paris" in out[0] and all("\n" not in o for o in out)
     assert lm.generate(["Once upon a time"], max_new_tokens=8, do_sample=True, seed=7) == \
         lm.generate(["Once upon a time"], max_new_tokens=8, do_sample=True, seed=7)
+
+
+# ---------------------------------------------------------------------------- frozen-trunk cache
+def _freeze_all_but_final_norm(model):
+    for name, p in model.named_parameters():
+        p.requires_grad_(name == "model.norm.weight")
+
+
+def test_trunk_cache_scores_equal_full_forwards_and_follow_the_final_norm(tiny_causal_lm):
+    model, tok = tiny_causal_lm
+    _freeze_all_but_final_norm(model)
+    plain, cached = LanguageModel(model, tok), LanguageModel(model, tok)
+    assert cached.enable_trunk_cache()
+    runs = []
+    hook = model.model.layers[0].register_forward_hook(lambda m, i, o: runs.append(1))
+    with torch.no_grad():
+        for step in range(3):  # the final norm changes between calls, as under MeZO
+            model.model.norm.weight.mul_(1.0 + 0.3 * (step + 1))
+            runs.clear()
+            got = cached.score(PROMPTS, CANDS)
+            trunk_runs = len(runs)
+            want = plain.score(PROMPTS, CANDS)
+            for p, cands, g, w in zip(PROMPTS, CANDS, got, want):
+                longest = max(len(tok(p + c)["input_ids"]) for c in cands)
+                assert_float32_close(g.sum, w.sum, model, longest, extra_terms=int(w.n_tokens.max()))
+                assert torch.equal(g.n_tokens, w.n_tokens)
+            assert trunk_runs == (1 if step == 0 else 0)  # the trunk ran for the first call only
+    hook.remove()
+    distinct = {(tuple(ids), tuple(pos)) for p, cands in zip(PROMPTS, CANDS)
+                for ids, pos, _ in (cached._encode_causal(p, c) for c in cands)}
+    assert cached.trunk_cache_size == len(distinct) < sum(len(c) for c in CANDS)  # shared inputs share an entry
+
+
+def test_trunk_cache_gives_gradients_for_the_final_norm(tiny_causal_lm):
+    model, tok = tiny_causal_lm
+    _freeze_all_but_final_norm(model)
+    lm = LanguageModel(model, tok)
+    lm.enable_trunk_cache()
+    lm.score(PROMPTS[:1], CANDS[:1])  # fill the cache
+    s = lm.score(PROMPTS[:1], CANDS[:1])[0]
+    (-s.mean[0]).backward()
+    assert model.model.norm.weight.grad is not None and model.model.norm.weight.grad.abs().sum() > 0
+
+
+def test_trunk_cache_is_bypassed_while_a_trunk_weight_is_trainable(tiny_causal_lm):
+    model, tok = tiny_causal_lm
+    _freeze_all_but_final_norm(model)
+    lm = LanguageModel(model, tok)
+    lm.enable_trunk_cache()
+    with torch.no_grad():
+        lm.score(PROMPTS, CANDS)
+        assert lm.trunk_cache_size > 0
+        w = model.model.layers[1].mlp.down_proj.weight
+        w.requires_grad_(True)  # the trunk may now change: the cache must not be trusted
+        before = lm.score(PROMPTS[:1], CANDS[:1])[0].sum
+        assert lm.trunk_cache_size == 0
+        w.add_(0.5)
+        after = lm.score(PROMPTS[:1], CANDS[:1])[0].sum
+    assert not torch.equal(before, after)  # the change is seen: nothing stale was served
+
+
+def test_trunk_cache_refuses_layouts_it_cannot_rebuild(tiny_causal_lm, tiny_masked_lm):
+    model, tok = tiny_masked_lm
+    assert not LanguageModel(model, tok).enable_trunk_cache()  # masked LM
+    model, tok = tiny_causal_lm
+    lm = LanguageModel(model, tok)
+    def project(module, args, out):  # the base does more after its final norm (as OPT-350m's project_out)
+        out.last_hidden_state = out.last_hidden_state * 2
+        return out
+    handle = model.model.register_forward_hook(project)
+    assert not lm.enable_trunk_cache()
+    handle.remove()
+    assert lm.enable_trunk_cache()
