@@ -114,6 +114,11 @@ def _fmt(x: float) -> str:
 
 _FULL = PEFT_DEFAULTS["full"]
 
+# The run length of `mezo-rl train` per --peft mode, each measured to finish in about 10 minutes on a
+# 2-core CPU with SmolLM2-135M on SST-2 (README, main job). A norm step costs the final norm and the
+# output head only (the trunk's outputs are cached), so that mode affords ten times the steps.
+RUN_LENGTH = {"norm": dict(steps=1500, batch_size=64), "other": dict(steps=150, batch_size=32)}
+
 
 @dataclass
 class Arguments:
@@ -230,13 +235,13 @@ class DataArguments(Arguments):
 
 @dataclass
 class MeZOArguments(Arguments):
-    steps: int = option(150, "training steps (paper: 20000)", min=0)
-    batch_size: int = option(32, "examples per step (paper: 16)", min=1)
+    steps: Optional[int] = option(None, f"training steps (paper: 20000) (default per --peft mode: norm {RUN_LENGTH['norm']['steps']}, otherwise {RUN_LENGTH['other']['steps']})", min=0)
+    batch_size: Optional[int] = option(None, f"examples per step (paper: 16) (default per --peft mode: norm {RUN_LENGTH['norm']['batch_size']}, otherwise {RUN_LENGTH['other']['batch_size']})", min=1)
     lr: Optional[float] = option(None, f"learning rate; with --normalize std the length of each sign step (default per --peft mode, PEFT_DEFAULTS: norm {_fmt(PEFT_DEFAULTS['norm']['lr'])}, full {_fmt(_FULL['lr'])}, lora {_fmt(PEFT_DEFAULTS['lora']['lr'])}, prefix {_fmt(PEFT_DEFAULTS['prefix']['lr'])})", ge=0)
     eps: Optional[float] = option(None, f"perturbation scale (default per --peft mode: norm {_fmt(PEFT_DEFAULTS['norm']['eps'])}, full {_fmt(_FULL['eps'])}, lora {_fmt(PEFT_DEFAULTS['lora']['eps'])}, prefix {_fmt(PEFT_DEFAULTS['prefix']['eps'])}; with the paper's 1e-3 the accuracy of a batch is the same at +eps and -eps)", gt=0)
     weight_decay: Optional[float] = option(None, "decoupled weight decay, biases and norm weights exempt (default 0)", ge=0)
     lr_scheduler: str = option("constant", "constant (paper) or linear", choices=["constant", "linear"])
-    n_spsa: int = option(1, "SPSA samples per step (Appendix B.1)", min=1)
+    n_spsa: Optional[int] = option(None, f"SPSA samples per step (Appendix B.1) (default per --peft mode: norm {PEFT_DEFAULTS['norm']['n_spsa']}, otherwise 1)", min=1)
     noise: Optional[str] = option(None, "perturbation distribution: gaussian, rademacher (+-1) or lowrank (z = B A^T / sqrt(rank) per matrix, LOZO) (default per --peft mode: rademacher for norm, gaussian otherwise)", choices=NOISE_KINDS)
     rank: int = option(1, "rank of --noise lowrank", min=1)
     lowrank_interval: int = option(1, "hold the low-rank subspace factor for this many noise samples (LOZO; 1 = fresh every step)", min=1)
@@ -309,11 +314,17 @@ class TrainingArguments(OutputArguments, EvalArguments, GenerationArguments, Com
     on 1,000 train / 500 validation / 1,000 test examples: pass them explicitly to reproduce it.
     """
 
+    def __post_init__(self):
+        super().__post_init__()
+        for key, value in RUN_LENGTH["norm" if self.peft == "norm" else "other"].items():
+            if getattr(self, key) is None:  # the per-mode run length, written into config.json as resolved
+                setattr(self, key, value)
+
     def hyperparameters(self) -> dict:
-        """lr / eps / weight_decay / noise / normalize with the per-mode defaults (``PEFT_DEFAULTS``) filled in (explicit values win)."""
+        """lr / eps / weight_decay / noise / normalize / n_spsa with the per-mode defaults (``PEFT_DEFAULTS``) filled in (explicit values win)."""
         defaults = PEFT_DEFAULTS["full" if self.peft == "none" else self.peft]
         out = {k: (getattr(self, k) if getattr(self, k) is not None else defaults[k])
-               for k in ("lr", "eps", "weight_decay", "noise", "normalize")}
+               for k in ("lr", "eps", "weight_decay", "noise", "normalize", "n_spsa")}
         out["normalize"] = None if out["normalize"] == "none" else out["normalize"]
         return out
 

@@ -129,7 +129,7 @@ class Trainer:
             self.callbacks.append(ProgressCallback())
         h = args.hyperparameters()
         self.optimizer = MeZO(param_groups(self.lm.model, h["weight_decay"]), lr=h["lr"], eps=h["eps"],
-                              weight_decay=h["weight_decay"], n_spsa=args.n_spsa, noise=h["noise"],
+                              weight_decay=h["weight_decay"], n_spsa=h["n_spsa"], noise=h["noise"],
                               rank=args.rank, lowrank_interval=args.lowrank_interval, normalize=h["normalize"],
                               estimator=args.estimator, momentum=args.momentum, adam=args.adam, seed=args.seed,
                               on_nonfinite=args.on_nonfinite)

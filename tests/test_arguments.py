@@ -5,7 +5,7 @@ import dataclasses
 
 import pytest
 
-from mezo_rl.arguments import (BaselineArguments, EvalRunArguments, TrainingArguments, parse_step)
+from mezo_rl.arguments import (RUN_LENGTH, BaselineArguments, EvalRunArguments, TrainingArguments, parse_step)
 from mezo_rl.errors import ConfigError
 from mezo_rl.peft import PEFT_DEFAULTS
 
@@ -76,6 +76,16 @@ def test_learning_rate_defaults_live_in_peft_defaults():
     for peft, mode in (("none", "full"), ("lora", "lora"), ("prefix", "prefix")):
         assert TrainingArguments(peft=peft).hyperparameters() == PEFT_DEFAULTS[mode]
     assert TrainingArguments(lr=1e-3).hyperparameters()["lr"] == 1e-3
+
+
+def test_run_length_defaults_depend_on_the_mode_and_explicit_values_win():
+    norm, full = TrainingArguments(), TrainingArguments(peft="none")
+    assert (norm.steps, norm.batch_size) == (RUN_LENGTH["norm"]["steps"], RUN_LENGTH["norm"]["batch_size"])
+    assert (full.steps, full.batch_size) == (RUN_LENGTH["other"]["steps"], RUN_LENGTH["other"]["batch_size"])
+    assert norm.hyperparameters()["n_spsa"] == PEFT_DEFAULTS["norm"]["n_spsa"]
+    mine = TrainingArguments(steps=7, batch_size=3, n_spsa=5)
+    assert (mine.steps, mine.batch_size, mine.hyperparameters()["n_spsa"]) == (7, 3, 5)
+    assert TrainingArguments(**mine.to_dict()).to_dict() == mine.to_dict()  # config.json round-trips
 
 
 def test_step_references():

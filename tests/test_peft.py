@@ -331,12 +331,12 @@ def test_lora_default_targets_map_to_other_architectures(tiny_masked_lm):
 
 
 def test_paper_defaults():
-    paper = dict(weight_decay=0.0, noise="gaussian", normalize=None)
+    paper = dict(weight_decay=0.0, noise="gaussian", normalize=None, n_spsa=1)
     assert PEFT_DEFAULTS["full"] == dict(lr=2e-4, eps=1e-2, **paper)  # the measured full-parameter default
     assert PEFT_DEFAULTS["lora"] == dict(lr=1e-4, eps=1e-2, **paper)
     assert PEFT_DEFAULTS["prefix"] == dict(lr=1e-2, eps=1e-1, **paper)
-    # the main job's mode: sign steps of length lr on the final norm's gains (measured, README)
-    assert PEFT_DEFAULTS["norm"] == dict(lr=2e-2, eps=1e-1, weight_decay=0.0, noise="rademacher", normalize="std")
+    # the main job's mode: sign steps of length lr on the final norm's gains, two samples a step (measured, README)
+    assert PEFT_DEFAULTS["norm"] == dict(lr=2e-2, eps=1e-1, weight_decay=0.0, noise="rademacher", normalize="std", n_spsa=2)
 
 
 # ------------------------------------------------------------------------------- the real model
