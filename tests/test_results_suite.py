@@ -71,7 +71,11 @@ def test_plan_same_data_for_every_method_and_the_right_objective():
         assert rs._arg(c.argv, "--seed") == str(c.seed)
     metric_sst2 = by[("sst2", "mezo-metric")][0].argv
     metric_squad = by[("squad", "mezo-metric")][0].argv
-    assert rs._arg(metric_sst2, "--reward") == "accuracy" and rs._arg(metric_sst2, "--peft") == "none"
+    assert rs._arg(metric_sst2, "--reward") == "accuracy" and rs._arg(metric_sst2, "--peft") == "norm"
+    # the final norm runs its own length whatever --steps says (the main job's); on classification only
+    assert sorted(c.steps for c in by[("sst2", "mezo-metric")]) == [rs.NORM["steps"]] * 2
+    assert rs._arg(by[("sst2", "mezo-norm")][0].argv, "--reward") == "cross_entropy"
+    assert ("squad", "mezo-norm") not in by
     assert rs._arg(metric_squad, "--reward") == "squad_f1" and rs._arg(metric_squad, "--peft") == "prefix"
     assert all(rs._arg(by[("sst2", m)][0].argv, "--reward") == "cross_entropy" for m in rs.MEZO_CE)
     assert len({c.key for c in cells}) == len(cells)
