@@ -1,6 +1,8 @@
 """Baselines: zero-shot, ICL, linear probing (scipy logistic regression), Adam fine-tuning."""
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 import torch
@@ -10,6 +12,7 @@ from mezo_rl.baselines import (BaselineArguments, finetune, fit_logistic_regress
                                pick_demonstrations, run_baseline, zero_shot, _ft_loss)
 from mezo_rl.evaluation import evaluate
 from mezo_rl.lm import LanguageModel
+from rewards import candidate_cross_entropy
 from tasks import Example, get_task
 from test_trainer import sst2_like
 
@@ -76,6 +79,21 @@ def test_finetune_generation_uses_teacher_forced_gold_answer(lm):
     finetune(lm, task, train, lr=1e-2, batch_size=4, epochs=5, progress=False)
     with torch.no_grad():
         assert float(_ft_loss(lm, task, train)) < before
+
+
+def test_finetune_on_a_masked_lm_scores_the_mask_prompt(tiny_masked_lm):
+    """The backprop baseline reads the model outputs training reads: a masked LM scores the mask
+    prompt and the label words (it once scored ``ex.prompt``, which has no [MASK])."""
+    lm = LanguageModel(*tiny_masked_lm)
+    task = get_task("sst2")
+    train = [Example(prompt=ex.prompt, candidates=ex.candidates, label=ex.label, mask_prompt=ex.prompt + " [MASK] .",
+                     mask_candidates=["terrible", "great"]) for ex in sst2_like(8, 0)]
+    with torch.no_grad():
+        scores = lm.score([ex.mask_prompt for ex in train], [ex.mask_candidates for ex in train])
+        expected = float(torch.stack(candidate_cross_entropy(scores, [ex.label for ex in train])).mean())
+        assert float(_ft_loss(lm, task, train)) == pytest.approx(expected, rel=1e-6)
+    info = finetune(lm, task, train, lr=5e-3, batch_size=8, epochs=2, progress=False)
+    assert info["steps"] == 2 and math.isfinite(info["final_loss"])
 
 
 def test_run_baseline_writes_its_result(tmp_path, lm):
