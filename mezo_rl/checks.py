@@ -3,8 +3,9 @@
 Order (``mezo-rl train``): the option values and their combinations (the argument dataclasses, on
 construction); then the task (a registered name, ``module:function``, a data file or a dataset, with
 its options), the rewards (names, ``module:function`` paths, entry points), the model (found on disk
-or in the local cache, not loaded), the data directory, and the output directory (not a file; with
-``--resume``, a checkpoint of a run with the same arguments). Every failure is a
+or in the local cache, not loaded), the data directory, the output directory (not a file; with
+``--resume``, a checkpoint of a run with the same arguments), and whether the rewards fit the task's
+kind and the model (generation rewards need a causal LM). Every failure is a
 :class:`~mezo_rl.errors.UserError` with a one-line message naming the culprit and what is accepted.
 
 Errors raised by a user's own task code while its data is read name the task and the split
@@ -22,12 +23,12 @@ import tasks
 from mezo_rl import rundir
 from mezo_rl.arguments import data_task_options
 from mezo_rl.errors import ConfigError, UnknownNameError, UserError
-from mezo_rl.models import check_model
+from mezo_rl.models import check_model, model_architectures
 
 # ``rewards`` and ``tasks`` are used as modules (names looked up at call time): importing ``tasks`` first
 # imports mezo_rl (through mezo_rl.errors), and so this module, while ``tasks`` is still half-imported.
 
-__all__ = ["TaskCodeError", "user_code", "resolve_task", "check_rewards", "check_output_dir", "check_run_dir",
+__all__ = ["TaskCodeError", "user_code", "resolve_task", "check_rewards", "check_reward_fit", "check_output_dir", "check_run_dir",
            "check_training", "load_splits"]
 
 T = TypeVar("T")
@@ -79,6 +80,17 @@ def check_rewards(refs) -> list:
     return [user_code("--reward", ref, lambda ref=ref: rewards.get_reward(ref)) for ref in refs]
 
 
+def check_reward_fit(args, task, model=None) -> None:
+    """The rewards fit the task's kind (``accuracy`` is for classification and multiple choice) and, where
+    the model's ``config.json`` is at hand, the model (generation rewards need a causal LM): checks that need
+    no data and no weights. The rewards' dataset columns are checked once the task's examples are read."""
+    objective = rewards.build_objective(list(args.reward), weights=args.reward_weights, normalize=args.reward_normalize)
+    objective.check_task_kind(task.kind)
+    archs = model_architectures(model) if model is not None else None
+    if archs is not None:
+        objective.check_compatible(not any(a.endswith("ForMaskedLM") for a in archs))
+
+
 def check_data_dir(data_dir) -> None:
     if data_dir is not None:
         tasks.data.data_root(data_dir)  # TaskFileNotFoundError naming the directory
@@ -127,6 +139,7 @@ def check_training(args, *, model: bool = True, output: bool = True):
     if output:
         check_output_dir(args)
     task = resolve_task(args)
+    check_reward_fit(args, task, args.model if model else None)
     if args.metric_for_best is not None and args.metric_for_best not in task.metrics:
         raise ConfigError(f"--metric-for-best {args.metric_for_best!r} is not an evaluation metric of task "
                           f"{args.task!r}; accepted: {', '.join(task.metrics)}")

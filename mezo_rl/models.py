@@ -76,6 +76,29 @@ def check_model(name: str, dtype: str = "float32") -> None:
             raise _not_found("find", name, tried)
 
 
+def model_architectures(name: str) -> list[str] | None:
+    """The ``architectures`` of the model ``name`` from its ``config.json``, read without loading any weights:
+    a local directory's, or a hub id's in the local Hugging Face cache. None where no config.json is at hand
+    (GGUF files and short names, which are causal LMs; a hub id not yet downloaded)."""
+    source = _resolve(name, [])
+    if source is None or source[0] != "pretrained":
+        return None
+    where = pathlib.Path(str(source[1]))
+    config = where / "config.json" if where.is_dir() else None
+    if config is None:
+        from huggingface_hub import try_to_load_from_cache
+
+        cached = try_to_load_from_cache(str(source[1]), "config.json")
+        config = pathlib.Path(cached) if isinstance(cached, str) else None
+    if config is None or not config.is_file():
+        return None
+    try:
+        archs = json.loads(config.read_text()).get("architectures")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return [str(a) for a in archs] if isinstance(archs, list) else None
+
+
 def cache_root() -> pathlib.Path:
     """Where dequantised GGUF models are cached: $MEZO_RL_CACHE/models or ~/.cache/mezo_rl/models."""
     base = os.environ.get("MEZO_RL_CACHE")

@@ -48,7 +48,7 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-from mezo_rl.errors import UserError
+from mezo_rl.errors import ConfigError, UserError
 
 from .registry import RESERVED_KEYWORDS, RewardSpec, get_reward
 
@@ -106,8 +106,8 @@ class Objective:
     # ---- checks done once, before training ---------------------------------------------------
 
     def check_columns(self, available_columns, task_kind: str | None = None) -> None:
-        """Raise ``ValueError`` if a reward requires a dataset column the task does not provide,
-        or (when ``task_kind`` is given) was declared for other task kinds.
+        """Raise :class:`RewardConfigError` (a ``ValueError``) if a reward requires a dataset column
+        the task does not provide, or (when ``task_kind`` is given) was declared for other task kinds.
 
         Required columns are read from each function's signature: parameters without a default
         other than ``prompts``, ``completions``, ``candidate_scores`` and ``labels``. The trainer
@@ -119,20 +119,31 @@ class Objective:
             missing = [c for c in r.required_columns if c not in available]
             if missing:
                 problems.append(f"reward {r.name!r} needs column(s) {missing}")
-            if task_kind is not None and r.task_kinds is not None and task_kind not in r.task_kinds:
-                problems.append(
-                    f"reward {r.name!r} works on {'/'.join(r.task_kinds)} tasks, not {task_kind!r} ones"
-                )
+        problems += self._kind_problems(task_kind)
         if problems:
-            raise ValueError(
+            raise RewardConfigError(
                 "; ".join(problems)
                 + f". The task provides columns {sorted(available)}"
                 + (f" and is of kind {task_kind!r}" if task_kind else "")
                 + ". Give the reward's extra parameters defaults, or choose rewards that fit the task."
             )
 
+    def check_task_kind(self, task_kind: str) -> None:
+        """Raise :class:`RewardConfigError` if a reward was declared for other task kinds than ``task_kind``
+        (``accuracy`` on a generation task). Needs no data: the command line runs it before loading any."""
+        problems = self._kind_problems(task_kind)
+        if problems:
+            raise RewardConfigError("; ".join(problems) + "; choose rewards that fit the task (see `mezo-rl rewards`)")
+
+    def _kind_problems(self, task_kind: str | None) -> list[str]:
+        if task_kind is None:
+            return []
+        return [f"reward {r.name!r} works on {'/'.join(r.task_kinds)} tasks, not {task_kind!r} ones"
+                for r in self.rewards if r.task_kinds is not None and task_kind not in r.task_kinds]
+
     def check_compatible(self, can_generate: bool) -> None:
-        """Raise ``ValueError`` if a generation reward is used where the model can only score candidates.
+        """Raise :class:`RewardConfigError` (a ``ValueError``) if a generation reward is used where the
+        model can only score candidates.
 
         ``can_generate``: whether the model can produce completions (a causal LM: ``lm.is_causal``).
         """
@@ -146,7 +157,7 @@ class Objective:
             return
         gen = [r.name for r in self.rewards if r.needs == "generation"]
         if gen:
-            raise ValueError(
+            raise RewardConfigError(
                 f"reward(s) {gen} need generated completions, but this setup can only score candidates "
                 f"(e.g. a masked LM, or a task without free-form answers). Use score-based rewards here "
                 f"(needs='scores', e.g. cross_entropy, accuracy)."
@@ -279,6 +290,11 @@ class Objective:
         self.scales = None if state["scales"] is None else dict(state["scales"])
 
 
+class RewardConfigError(ConfigError):
+    """Rewards that do not fit the task or the model (a missing column, another task kind, generation
+    rewards on a model that cannot generate): a bad combination of options, refused before training."""
+
+
 class RewardError(UserError, ValueError):
     """A reward raised, or returned something unusable; the one-line message names the reward and the example."""
 
@@ -372,29 +388,30 @@ def build_objective(rewards, weights: Sequence[float] | None = None, normalize: 
     ``"package.module:function"`` / ``"file.py:function"`` paths, callables). ``weights``: one
     non-negative number per reward (default all 1.0; 0 = report only). ``normalize``: ``None`` or
     ``"std"`` (see the module docstring for why the scale is frozen after the first batch).
+    Bad weights or duplicates raise :class:`RewardConfigError` (a ``ValueError``).
     """
     if isinstance(rewards, (str, RewardSpec)) or callable(rewards):
         rewards = [rewards]
     specs = [get_reward(r) for r in rewards]
     if not specs:
-        raise ValueError("build_objective needs at least one reward")
+        raise RewardConfigError("build_objective needs at least one reward")
     names = [s.name for s in specs]
     dupes = sorted({x for x in names if names.count(x) > 1})
     if dupes:
-        raise ValueError(f"reward(s) {dupes} given more than once; combine their weights into one entry instead")
+        raise RewardConfigError(f"reward(s) {dupes} given more than once; combine their weights into one entry instead")
     if weights is None:
         weights = [1.0] * len(specs)
     weights = list(weights)
     if len(weights) != len(specs):
-        raise ValueError(f"got {len(weights)} weight(s) for {len(specs)} reward(s) {names}; give one weight per reward")
+        raise RewardConfigError(f"got {len(weights)} weight(s) for {len(specs)} reward(s) {names}; give one weight per reward")
     for name, w in zip(names, weights):
         if isinstance(w, bool) or not isinstance(w, numbers.Real) or not math.isfinite(w) or w < 0:
-            raise ValueError(
+            raise RewardConfigError(
                 f"weight {w!r} for reward {name!r} is invalid; weights must be finite numbers >= 0 "
                 f"(0 = report only). To minimise a reward, register it with higher_is_better=False"
             )
     if all(w == 0 for w in weights):
-        raise ValueError(f"all weights are 0 for rewards {names}; at least one reward must drive the loss")
+        raise RewardConfigError(f"all weights are 0 for rewards {names}; at least one reward must drive the loss")
     if normalize not in NORMALIZE:
-        raise ValueError(f"normalize={normalize!r} is not one of {NORMALIZE}")
+        raise RewardConfigError(f"normalize={normalize!r} is not one of {NORMALIZE}")
     return Objective(specs, weights, normalize)

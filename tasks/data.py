@@ -33,7 +33,7 @@ def data_root(data_dir=None) -> pathlib.Path | None:
         return None
     root = pathlib.Path(given).expanduser()
     if not root.is_dir():
-        raise TaskFileNotFoundError(f"data directory {str(root)!r} does not exist (from {'data_dir' if data_dir is not None else 'MEZO_RL_DATA'})")
+        raise TaskFileNotFoundError(f"data directory {str(root)!r} does not exist (given as {'--data-dir / data_dir=' if data_dir is not None else '$MEZO_RL_DATA'})")
     return root
 
 

@@ -87,6 +87,42 @@ def test_unknown_names_and_missing_files_are_refused(argv, culprits, out, capsys
     assert_one_line_error(rc, err, *culprits)
 
 
+@pytest.fixture()
+def unloadable_models(tmp_path):
+    """Model directories holding only a config.json: found by the checks, but loading one would fail."""
+    made = {}
+    for name, arch in (("causal", "LlamaForCausalLM"), ("masked", "BertForMaskedLM")):
+        made[name] = tmp_path / f"{name}-config-only"
+        made[name].mkdir()
+        (made[name] / "config.json").write_text(json.dumps({"architectures": [arch]}))
+    return made
+
+
+@pytest.mark.parametrize("argv, culprits", [
+    (["--task", "squad", "--reward", "accuracy"], ["reward 'accuracy'", "classification/multiple_choice", "'generation'"]),
+    (["--task", "copa", "--reward", "squad_f1"], ["reward(s) ['squad_f1'] need generated completions", "masked"]),
+    (["--reward", "cross_entropy", "--reward-weights", "nan"], ["weight nan", "'cross_entropy'"]),
+    (["--reward", "cross_entropy", "--reward", "accuracy", "--reward-weights", "0,0"], ["all weights are 0"]),
+    (["--reward", "accuracy", "--reward", "accuracy"], ["['accuracy'] given more than once"]),
+])
+def test_rewards_that_do_not_fit_the_task_or_the_model_are_refused_before_any_data_or_weights(
+        argv, culprits, unloadable_models, out, tmp_path, capsys):
+    # the data directory is empty and the model has no weights: reading either would fail differently
+    (tmp_path / "no-data").mkdir()
+    model = unloadable_models["masked" if "squad_f1" in argv else "causal"]
+    rc, _, err = run_cli(["train", "--model", model, "--data-dir", tmp_path / "no-data", "--output-dir", out, *argv],
+                         capsys)
+    assert_one_line_error(rc, err, *culprits)
+
+
+def test_a_reward_needing_a_column_the_task_lacks_is_refused_before_the_model_loads(unloadable_models, out,
+                                                                                   shared_data_dir, capsys):
+    # the columns are known once the examples are read (before the model: this one has no weights)
+    rc, _, err = run_cli(["train", "--model", unloadable_models["causal"], "--data-dir", shared_data_dir,
+                          "--task", "sst2", "--reward", "squad_f1", "--output-dir", out], capsys)
+    assert_one_line_error(rc, err, "reward 'squad_f1' needs column(s) ['answers']", "['label', 'sentence']")
+
+
 def test_unparsable_yaml_and_a_bad_config_value(tmp_path, out, capsys):
     bad = tmp_path / "bad.yaml"
     bad.write_text("steps: [1, 2\nlr: 0.1\n")
