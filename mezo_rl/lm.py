@@ -122,6 +122,10 @@ class LanguageModel:
         inputs); what changes is the cost: for SmolLM2 on SST-2 the norm + head are about 1/100 of a
         forward. This is what makes MeZO on the final norm (``--peft norm``) cheap.
 
+        A forward pass's last bits depend on the batch it ran in (padding, matrix blocking), so an entry
+        keeps the values of the call that filled it: fill it the same way in every run (the trainer
+        scores each whole split once first) if runs must agree bit for bit.
+
         The cache is bypassed (and emptied) whenever a trunk parameter requires grad. It cannot see
         frozen weights changed in place (``load_state_dict``, a replay onto them): call
         ``clear_trunk_cache()`` after doing that. Memory: hidden-size floats per scored token.
@@ -153,6 +157,11 @@ class LanguageModel:
 
     def disable_trunk_cache(self) -> None:
         self._trunk = None
+
+    @property
+    def trunk_cache_active(self) -> bool:
+        """Whether ``score`` reads the trunk cache now (enabled, and every trunk weight frozen)."""
+        return self._trunk_cache() is not None
 
     @property
     def trunk_cache_size(self) -> int:

@@ -33,7 +33,7 @@ from mezo_rl.distributed import DistContext
 from mezo_rl.errors import ConfigError
 from mezo_rl.evaluation import evaluate
 from mezo_rl.optim import MeZO, get_scheduler
-from mezo_rl.outputs import autocast, example_columns, objective_outputs
+from mezo_rl.outputs import autocast, example_columns, model_outputs, objective_outputs
 from mezo_rl.rundir import (CHECKPOINT_DIR, TRAJECTORY_FILE, TrainerState, build_model, load_run, param_groups,
                             trainable_parameters)
 from mezo_rl.runguard import InterruptGuard
@@ -267,6 +267,19 @@ class Trainer:
         if self.dist.is_main:
             rundir.truncate_metrics(self.output_dir, self.step)
 
+    def _warm_trunk_cache(self) -> None:
+        """With the trunk frozen (``--peft norm``), run it over each whole split that will be scored,
+        before anything else is (``LanguageModel.enable_trunk_cache``). Every cached value then comes
+        from the same batch of sequences in any run, so a resumed run computes bit for bit what an
+        uninterrupted one did; the work is what the first steps and evaluations would do anyway."""
+        if not self.lm.trunk_cache_active:
+            return
+        eval_scores = any(rewards.get_reward(m).needs == "scores" for m in self.task.metrics)
+        with torch.no_grad(), autocast(self.args.autocast, self.lm.device.type), self._guard.interruptible():
+            for split, examples in self.splits.items():
+                if examples and ("scores" in self.objective.needs if split == "train" else eval_scores):
+                    model_outputs(self.lm, examples, {"scores"})
+
     def _restore_best(self) -> None:
         """Put the best step's weights in ``self.lm`` (replay of the trajectory prefix on a fresh base)."""
         if self.state.best_step == self.step:
@@ -277,6 +290,7 @@ class Trainer:
         gc.collect()
         self.lm = build_model(self.args, self.lm_factory() if self.lm_factory is not None else None)
         rundir.replay_prefix(self.lm, self.trajectory, self.state.best_step)
+        self._warm_trunk_cache()
 
     # -------------------------------------------------------------- main loop
     def train(self) -> dict:
@@ -334,6 +348,7 @@ class Trainer:
     def _train_loop(self) -> None:
         """Initial evaluation, then steps with evaluations and checkpoints, up to ``args.steps``."""
         a, s = self.args, self.state
+        self._warm_trunk_cache()
         if s.initial_validation is None:
             s.initial_validation = self._validate()
             if a.initial_test and self.splits["test"]:

@@ -29,17 +29,28 @@ def step_records(run_dir: pathlib.Path) -> list[dict]:
 
 
 def test_sigint_checkpoints_and_the_resumed_run_is_bit_identical(tmp_path, tiny_model_dir, shared_data_dir, capsys):
-    from mezo_rl.trainer import load_run
-
     # a weight-0 reward that sleeps 20 ms per call makes a step last long enough to be interrupted inside it
     common = ["--model", str(tiny_model_dir), "--task", "sst2", "--data-dir", str(shared_data_dir),
               "--reward", "cross_entropy", "--reward", f"{PAUSE}:pause", "--reward-weights", "1,0",
               "--steps", "12", "--eval-steps", "4", "--batch-size", "4", "--num-train", "16", "--num-eval", "4",
               "--num-test", "4", "--lr", "1e-3", "--eps", "1e-2", "--autocast", "none", "--no-progress", "--seed", "3"]
     whole, parts = tmp_path / "whole", tmp_path / "parts"
-    assert main(["train", *common, "--output-dir", str(whole)]) == 0
+    # every part of the comparison runs with the same number of threads: a forward pass's last bits may
+    # depend on how its work is split (bit-identical resume is promised on the same machine and settings)
+    threads = os.environ.get("OMP_NUM_THREADS", "1")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path), OMP_NUM_THREADS=threads)
+    torch_threads = torch.get_num_threads()
+    torch.set_num_threads(int(threads))
+    try:
+        _interrupt_resume_and_compare(common, whole, parts, env, capsys)
+    finally:
+        torch.set_num_threads(torch_threads)
 
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path), OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"))
+
+def _interrupt_resume_and_compare(common, whole, parts, env, capsys):
+    from mezo_rl.trainer import load_run
+
+    assert main(["train", *common, "--output-dir", str(whole)]) == 0
     proc = subprocess.Popen([sys.executable, "-m", "mezo_rl", "train", *common, "--output-dir", str(parts)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     deadline = time.monotonic() + 300
