@@ -316,9 +316,17 @@ class TrainingArguments(OutputArguments, EvalArguments, GenerationArguments, Com
 
     def __post_init__(self):
         super().__post_init__()
-        for key, value in RUN_LENGTH["norm" if self.peft == "norm" else "other"].items():
-            if getattr(self, key) is None:  # the per-mode run length, written into config.json as resolved
-                setattr(self, key, value)
+        self._defaulted = tuple(key for key in RUN_LENGTH["other"] if getattr(self, key) is None)
+        for key in self._defaulted:  # the per-mode run length, written into config.json as resolved
+            setattr(self, key, RUN_LENGTH["norm" if self.peft == "norm" else "other"][key])
+
+    def replace(self, **changes) -> "TrainingArguments":
+        """``dataclasses.replace`` for variants: the run length these arguments took from their --peft
+        mode is taken from the new one's (a prefix variant of the norm main job runs prefix's length)."""
+        values = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        values.update({key: None for key in self._defaulted})
+        values.update(changes)
+        return type(self)(**values)
 
     def hyperparameters(self) -> dict:
         """lr / eps / weight_decay / noise / normalize / n_spsa with the per-mode defaults (``PEFT_DEFAULTS``) filled in (explicit values win)."""

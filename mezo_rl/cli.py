@@ -244,7 +244,7 @@ def cmd_compare(ns) -> int:
             if unknown:
                 raise ConfigError(f"--variant {path}: unknown option(s) {unknown}; use `mezo-rl train` option names")
             try:
-                variants[name] = dataclasses.replace(base, **overrides, resume=False)
+                variants[name] = base.replace(**overrides, resume=False)
             except UserError as e:
                 raise ConfigError(f"--variant {path}: {e}") from e
         if len(variants) < 2:

@@ -86,6 +86,11 @@ def test_run_length_defaults_depend_on_the_mode_and_explicit_values_win():
     mine = TrainingArguments(steps=7, batch_size=3, n_spsa=5)
     assert (mine.steps, mine.batch_size, mine.hyperparameters()["n_spsa"]) == (7, 3, 5)
     assert TrainingArguments(**mine.to_dict()).to_dict() == mine.to_dict()  # config.json round-trips
+    # a variant in another mode takes that mode's run length, unless the run length was given
+    prefix = norm.replace(peft="prefix")
+    assert (prefix.steps, prefix.batch_size) == (RUN_LENGTH["other"]["steps"], RUN_LENGTH["other"]["batch_size"])
+    assert mine.replace(peft="prefix").steps == 7
+    assert norm.replace(steps=9).steps == 9
 
 
 def test_step_references():
