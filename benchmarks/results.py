@@ -766,7 +766,8 @@ def render_markdown(records: list[dict], plots: dict, notes: list[str] = (), tit
               "result: the larger of sqrt(p(1-p)/n) (test sampling; an upper bound for F1) and std/sqrt(seeds); "
               f"of a difference: both combined in quadrature. \"Well above\" = by more than {Z:g} SE; "
               f"\"comparable\" / \"within\" = a gap of at most {100 * TOLERANCE:g} points. MeZO = the best of "
-              "full / LoRA / prefix with cross-entropy, as the paper reports the best of the three.", "",
+              "full / LoRA / prefix (the paper reports the best of the three) and the final norm, with "
+              "cross-entropy; \"full / LoRA / prefix comparable\" compares those three only.", "",
               "| claim | task | model | verdict | by how much |", "|---|---|---|---|---|"]
     vs = verdicts(groups)
     # claims with nothing measured for a (task, model) at all still get their rows
