@@ -35,6 +35,7 @@ from typing import Any, Optional
 
 from mezo_rl.errors import ConfigError
 from mezo_rl.noise import NOISES as NOISE_KINDS
+from mezo_rl.optim import ESTIMATORS, ON_NONFINITE, SCHEDULERS
 from mezo_rl.peft import PEFT_DEFAULTS, PEFT_METHODS
 
 def option(default: Any = dataclasses.MISSING, help: str = "", *, choices=None, min: Optional[int] = None,
@@ -240,16 +241,16 @@ class MeZOArguments(Arguments):
     lr: Optional[float] = option(None, f"learning rate; with --normalize std the length of each sign step (default per --peft mode, PEFT_DEFAULTS: norm {_fmt(PEFT_DEFAULTS['norm']['lr'])}, full {_fmt(_FULL['lr'])}, lora {_fmt(PEFT_DEFAULTS['lora']['lr'])}, prefix {_fmt(PEFT_DEFAULTS['prefix']['lr'])})", ge=0)
     eps: Optional[float] = option(None, f"perturbation scale (default per --peft mode: norm {_fmt(PEFT_DEFAULTS['norm']['eps'])}, full {_fmt(_FULL['eps'])}, lora {_fmt(PEFT_DEFAULTS['lora']['eps'])}, prefix {_fmt(PEFT_DEFAULTS['prefix']['eps'])}; with the paper's 1e-3 the accuracy of a batch is the same at +eps and -eps)", gt=0)
     weight_decay: Optional[float] = option(None, "decoupled weight decay, biases and norm weights exempt (default 0)", ge=0)
-    lr_scheduler: str = option("constant", "constant (paper) or linear", choices=["constant", "linear"])
+    lr_scheduler: str = option("constant", "constant (paper) or linear", choices=SCHEDULERS)
     n_spsa: Optional[int] = option(None, f"SPSA samples per step (Appendix B.1) (default per --peft mode: norm {PEFT_DEFAULTS['norm']['n_spsa']}, otherwise 1)", min=1)
     noise: Optional[str] = option(None, "perturbation distribution: gaussian, rademacher (+-1) or lowrank (z = B A^T / sqrt(rank) per matrix, LOZO) (default per --peft mode: rademacher for norm, gaussian otherwise)", choices=NOISE_KINDS)
     rank: int = option(1, "rank of --noise lowrank", min=1)
     lowrank_interval: int = option(1, "hold the low-rank subspace factor for this many noise samples (LOZO; 1 = fresh every step)", min=1)
     normalize: Optional[str] = option(None, "std: divide each loss difference by the spread of the step's losses instead of by 2 eps (FZOO-style; with one sample a sign step of length lr); none: divide by 2 eps (the paper) (default per --peft mode: std for norm, none otherwise)", choices=["std", "none"])
-    estimator: str = option("two_point", "two_point (+/-eps) or one_point", choices=["two_point", "one_point"])
+    estimator: str = option("two_point", "two_point (+/-eps) or one_point", choices=ESTIMATORS)
     momentum: float = option(0.0, "ZO-SGD momentum (Appendix B.2)", ge=0, lt=1)
     adam: bool = option(False, "ZO-Adam (Appendix B.2)")
-    on_nonfinite: str = option("raise", "what a non-finite loss does", choices=["raise", "skip"])
+    on_nonfinite: str = option("raise", "what a non-finite loss does", choices=ON_NONFINITE)
 
 
 @dataclass
