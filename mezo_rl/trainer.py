@@ -267,7 +267,7 @@ class Trainer:
         if self.dist.is_main:
             rundir.truncate_metrics(self.output_dir, self.step)
 
-    def _warm_trunk_cache(self) -> None:
+    def _warm_trunk_cache(self, splits=("train", "validation", "test")) -> None:
         """With the trunk frozen (``--peft norm``), run it over each whole split that will be scored,
         before anything else is (``LanguageModel.enable_trunk_cache``). Every cached value then comes
         from the same batch of sequences in any run, so a resumed run computes bit for bit what an
@@ -276,7 +276,8 @@ class Trainer:
             return
         eval_scores = any(rewards.get_reward(m).needs == "scores" for m in self.task.metrics)
         with torch.no_grad(), autocast(self.args.autocast, self.lm.device.type), self._guard.interruptible():
-            for split, examples in self.splits.items():
+            for split in splits:
+                examples = self.splits[split]
                 if examples and ("scores" in self.objective.needs if split == "train" else eval_scores):
                     model_outputs(self.lm, examples, {"scores"})
 
@@ -290,7 +291,7 @@ class Trainer:
         gc.collect()
         self.lm = build_model(self.args, self.lm_factory() if self.lm_factory is not None else None)
         rundir.replay_prefix(self.lm, self.trajectory, self.state.best_step)
-        self._warm_trunk_cache()
+        self._warm_trunk_cache(("test",))  # all that is left to score
 
     # -------------------------------------------------------------- main loop
     def train(self) -> dict:
