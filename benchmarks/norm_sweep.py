@@ -62,7 +62,7 @@ def normalised_features(lm, examples, batch_size=32):
 
 
 def run(cfg, seed, n_train, y_train, n_test, y_test, gains, heads):
-    w = gains.clone()
+    w = gains.clone().requires_grad_(True)  # MeZO trains tensors that require grad
     opt = MeZO([w], lr=cfg["lr"], eps=cfg["eps"], noise="rademacher", normalize="std", n_spsa=cfg["n_spsa"],
                seed=seed, noise_backend="torch", record=False)
     for step in range(cfg["steps"]):
