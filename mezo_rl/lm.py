@@ -155,9 +155,6 @@ class LanguageModel:
         if self._trunk is not None:
             self._trunk["cache"].clear()
 
-    def disable_trunk_cache(self) -> None:
-        self._trunk = None
-
     @property
     def trunk_cache_active(self) -> bool:
         """Whether ``score`` reads the trunk cache now (enabled, and every trunk weight frozen)."""
@@ -177,6 +174,17 @@ class LanguageModel:
             t["cache"].clear()  # the trunk may change: nothing cached can be trusted
             return None
         return t
+
+    def _right_padded(self, seqs):
+        """(input_ids, attention_mask) [B, T] on the model's device, right padding: every real token keeps
+        its position, so padding never changes a sequence's hidden states."""
+        T = max(len(ids) for ids in seqs)
+        input_ids = torch.full((len(seqs), T), self.tokenizer.pad_token_id, dtype=torch.long)
+        mask = torch.zeros((len(seqs), T), dtype=torch.long)
+        for b, ids in enumerate(seqs):
+            input_ids[b, : len(ids)] = torch.tensor(ids, dtype=torch.long)
+            mask[b, : len(ids)] = 1
+        return input_ids.to(self.device), mask.to(self.device)
 
     def _base_with_norm_input(self, norm, input_ids, attention_mask):
         """The base's output and its final norm's input, from one forward pass."""
@@ -260,17 +268,10 @@ class LanguageModel:
         cache, norm = trunk["cache"], trunk["norm"]
         keys = [(tuple(ids), tuple(pos)) for ids, pos, _ in pairs]
         missing = sorted({k for k in keys if k not in cache}, key=lambda k: len(k[0]))
-        dev = self.device
         for start in range(0, len(missing), self.batch_size):  # the trunk, once per new sequence
             batch = missing[start : start + self.batch_size]
-            T = max(len(ids) for ids, _ in batch)
-            input_ids = torch.full((len(batch), T), self.tokenizer.pad_token_id, dtype=torch.long)
-            mask = torch.zeros((len(batch), T), dtype=torch.long)
-            for b, (ids, _) in enumerate(batch):  # right padding, as in _score_batch
-                input_ids[b, : len(ids)] = torch.tensor(ids, dtype=torch.long)
-                mask[b, : len(ids)] = 1
             with torch.no_grad():
-                _, pre = self._base_with_norm_input(norm, input_ids.to(dev), mask.to(dev))
+                _, pre = self._base_with_norm_input(norm, *self._right_padded([ids for ids, _ in batch]))
             for b, key in enumerate(batch):
                 cache[key] = pre[b, list(key[1])].clone()
         totals = []
@@ -337,22 +338,16 @@ class LanguageModel:
     def _score_batch(self, inputs, pairs_per_input):
         """Run the distinct input sequences ``inputs`` once; return, per input, the summed candidate
         log-likelihood of each of its (ids, positions, targets) pairs."""
-        dev = self.device
-        T = max(len(ids) for ids in inputs)
-        input_ids = torch.full((len(inputs), T), self.tokenizer.pad_token_id, dtype=torch.long)
-        mask = torch.zeros((len(inputs), T), dtype=torch.long)
         rows, cols, targets, owner = [], [], [], []
         n_pairs = 0
-        for b, (ids, pairs) in enumerate(zip(inputs, pairs_per_input)):  # right padding: real positions unchanged
-            input_ids[b, : len(ids)] = torch.tensor(ids, dtype=torch.long)
-            mask[b, : len(ids)] = 1
+        for b, pairs in enumerate(pairs_per_input):
             for _, pos, tgt in pairs:
                 rows += [b] * len(pos)
                 cols += pos
                 targets += tgt
                 owner += [n_pairs] * len(pos)
                 n_pairs += 1
-        hidden, _ = self._hidden(input_ids.to(dev), mask.to(dev))
+        hidden, _ = self._hidden(*self._right_padded(inputs))
         hd = hidden.device  # with device_map="auto" the last layer may live elsewhere than the first
         h = hidden[torch.tensor(rows, device=hd), torch.tensor(cols, device=hd)]  # [N, H]: scored positions
         logp = F.log_softmax(self._logits(h), dim=-1)
@@ -476,13 +471,7 @@ class LanguageModel:
         tok, dev, out = self.tokenizer, self.device, []
         for start in range(0, len(prompts), self.batch_size):
             enc = [tok(p, add_special_tokens=True)["input_ids"][-self.max_length :] for p in prompts[start : start + self.batch_size]]
-            T = max(len(e) for e in enc)
-            ids = torch.full((len(enc), T), tok.pad_token_id, dtype=torch.long)
-            mask = torch.zeros_like(ids)
-            for b, e in enumerate(enc):
-                ids[b, : len(e)] = torch.tensor(e)
-                mask[b, : len(e)] = 1
-            hidden, _ = self._hidden(ids.to(dev), mask.to(dev))
+            hidden, _ = self._hidden(*self._right_padded(enc))
             pick = torch.tensor([len(e) - 1 for e in enc], device=dev) if self.is_causal else torch.zeros(len(enc), dtype=torch.long, device=dev)
             out.append(hidden[torch.arange(len(enc), device=hidden.device), pick.to(hidden.device)].float())
         return torch.cat(out)
