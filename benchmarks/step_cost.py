@@ -10,7 +10,11 @@ closure is that forward pass, and S / (2F): what a step costs beyond its two for
 Forward and steps are interleaved (rep 1: F, every row's step; rep 2: ...) so background load
 hits all rows alike. Reported per row: the median over ``--reps`` of wall time and of process CPU
 time (all threads; on a shared machine where other jobs preempt this one, CPU time is the steadier
-measure of the work itself: preemption adds wall time, not CPU time), and the ratios of each.
+measure of the work itself: preemption adds wall time, not CPU time), and the ratios of each; and
+S/(2F) from the minima (min S over min F: each the least-disturbed sample, the usual estimate of
+a cost on a noisy machine, since interference only ever adds time); and S/own: the step's time over
+the time of its own two closure calls (the forwards at +eps and -eps timed inside that step), median
+over reps: what the step adds to its two forwards, immune to the forward's drift between reps.
 
 Rows (``--rows`` picks a subset):
   default              MeZO() with every default (noise, backend)
@@ -126,30 +130,48 @@ def main():
     for row, opt in opts.items():  # warm-up: compiles the noise kernels where needed
         t = timed(lambda: opt.step(loss))[0]
         print(f"warm-up {row}: {t:.1f}s (backend {getattr(opt, 'noise_backend', '-')})", flush=True)
-    fwd, steps = [], {row: [] for row in opts}
+    fwd, steps, own = [], {row: [] for row in opts}, {row: [] for row in opts}
+    inner = []  # wall seconds of each closure call inside the step being timed
+
+    def timed_loss():
+        t = time.perf_counter()
+        out = loss()
+        inner.append(time.perf_counter() - t)
+        return out
+
     for rep in range(args.reps):
         fwd.append(timed(loss))
         for row, opt in opts.items():
-            steps[row].append(timed(lambda: opt.step(loss)))
+            inner.clear()
+            steps[row].append(timed(lambda: opt.step(timed_loss)))
+            own[row].append(steps[row][-1][0] / sum(inner))
         print(f"rep {rep + 1}: F {fwd[-1][0] * 1e3:.0f} ms, " + ", ".join(f"{r} {s[-1][0] * 1e3:.0f}" for r, s in steps.items()),
               flush=True)
     f_wall, f_cpu = (statistics.median(t[i] for t in fwd) for i in (0, 1))
     med = {row: tuple(statistics.median(t[i] for t in times) for i in (0, 1)) for row, times in steps.items()}
     ref = med.get("reference")
-    out = {"dtype": args.dtype, "threads": args.threads, "reps": args.reps, "F": f_wall, "F_cpu": f_cpu,
+    out = {"dtype": args.dtype, "threads": args.threads, "reps": args.reps, "F": f_wall, "F_cpu": f_cpu, "F_min": min(t[0] for t in fwd),
            "F_all": fwd, "rows": []}
     print(f"\nF = {f_wall * 1e3:.0f} ms wall, {f_cpu * 1e3:.0f} ms CPU (medians of {args.reps})")
-    print(f"{'row':15s} {'S wall':>7s} {'S/(2F)':>7s} {'ref/S':>6s} {'S CPU':>7s} {'S/(2F)':>7s} {'ref/S':>6s}  noise / backend")
+    f_min = min(t[0] for t in fwd)
+    ref_min = min(t[0] for t in steps["reference"]) if "reference" in steps else None
+    print(f"F min = {f_min * 1e3:.0f} ms wall")
+    print(f"{'row':15s} {'S wall':>7s} {'S/(2F)':>7s} {'ref/S':>6s} {'S CPU':>7s} {'S/(2F)':>7s} {'ref/S':>6s} "
+          f"{'S min':>7s} {'S/(2F)':>7s} {'ref/S':>6s} {'S/own':>6s}  noise / backend")
     for row, times in steps.items():
         (s_wall, s_cpu), opt = med[row], opts[row]
         what = "reference style" if ROWS[row] is None else f"{opt.config['noise']}" + (
             f" r={opt.config['rank']}" if opt.config["noise"] == "lowrank" else "") + f" / {opt.noise_backend}"
         r = {"row": row, "what": what, "S": s_wall, "S/2F": s_wall / (2 * f_wall), "ref/S": ref[0] / s_wall if ref else None,
              "S_cpu": s_cpu, "S/2F_cpu": s_cpu / (2 * f_cpu), "ref/S_cpu": ref[1] / s_cpu if ref else None, "S_all": times}
+        s_min = min(t[0] for t in times)
+        r.update({"S_min": s_min, "S/2F_min": s_min / (2 * f_min), "ref/S_min": ref_min / s_min if ref_min else None,
+                  "S/own": statistics.median(own[row]), "S/own_all": own[row]})
         out["rows"].append(r)
         nan = float("nan")
         print(f"{row:15s} {s_wall * 1e3:7.0f} {r['S/2F']:7.3f} {r['ref/S'] or nan:6.2f} {s_cpu * 1e3:7.0f} "
-              f"{r['S/2F_cpu']:7.3f} {r['ref/S_cpu'] or nan:6.2f}  {what}")
+              f"{r['S/2F_cpu']:7.3f} {r['ref/S_cpu'] or nan:6.2f} {s_min * 1e3:7.0f} {r['S/2F_min']:7.3f} "
+              f"{r['ref/S_min'] or nan:6.2f} {r['S/own']:6.3f}  {what}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(out, f, indent=1)
