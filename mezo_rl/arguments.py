@@ -243,7 +243,7 @@ class MeZOArguments(Arguments):
     weight_decay: Optional[float] = option(None, "decoupled weight decay, biases and norm weights exempt (default 0)", ge=0)
     lr_scheduler: str = option("constant", "constant (paper) or linear", choices=SCHEDULERS)
     n_spsa: Optional[int] = option(None, f"SPSA samples per step (Appendix B.1) (default per --peft mode: norm {PEFT_DEFAULTS['norm']['n_spsa']}, otherwise 1)", min=1)
-    noise: Optional[str] = option(None, "perturbation distribution: gaussian, rademacher (+-1) or lowrank (z = B A^T / sqrt(rank) per matrix, LOZO) (default per --peft mode: rademacher for norm, gaussian otherwise)", choices=NOISE_KINDS)
+    noise: Optional[str] = option(None, "perturbation distribution: gaussian, rademacher (+-1) or lowrank (z = B A^T / sqrt(rank) per matrix, LOZO) (default per --peft mode: " + ", ".join(f"{PEFT_DEFAULTS[m]['noise']} for {m}" for m in ("norm", "full", "lora", "prefix")) + ")", choices=NOISE_KINDS)
     rank: int = option(1, "rank of --noise lowrank", min=1)
     lowrank_interval: int = option(1, "hold the low-rank subspace factor for this many noise samples (LOZO; 1 = fresh every step)", min=1)
     normalize: Optional[str] = option(None, "std: divide each loss difference by the spread of the step's losses instead of by 2 eps (FZOO-style; with one sample a sign step of length lr); none: divide by 2 eps (the paper) (default per --peft mode: std for norm, none otherwise)", choices=["std", "none"])

@@ -53,7 +53,10 @@ PEFT_METHODS = ("lora", "prefix")
 # table because our models are decoder-only LMs like OPT. Full fine-tuning: the paper's 1e-6 / 1e-3
 # (for 20,000 steps on OPT) moves SmolLM2-135M too little in a 50-step run; 2e-4 / 1e-2 is measured
 # (README, main job: SST-2 validation accuracy 0.53 -> 0.64 in 50 x 32), and with eps 1e-3 the
-# accuracy of a 16-example batch was identical at +eps and -eps in 9 of 9 steps (no update).
+# accuracy of a 16-example batch was identical at +eps and -eps in 9 of 9 steps (no update). Its noise
+# is the engine's default, low-rank r = 1 (docs/engine.md, "Which noise is the default": as fast per
+# forward pass as Gaussian on SST-2 and SST-5, and the cheapest step: no compiler, one BLAS pass per
+# matrix); LoRA and prefix keep the paper's Gaussian z (their noise sweeps cost nothing measurable).
 # "norm" (the default of `mezo-rl train`): MeZO on the final normalisation layer's gains only (576
 # weights in SmolLM2), a re-weighting of the features the output head reads. With the accuracy
 # objective the ZO estimate over 576 directions is usable where one over 134M is mostly noise; lr is
@@ -63,7 +66,7 @@ PEFT_METHODS = ("lora", "prefix")
 # a norm step costs the final norm and the output head only (~1/100 of a forward): two SPSA samples per
 # step (n_spsa=2) and many steps fit the main job's 10 minutes (steps/batch: arguments.RUN_LENGTH).
 PEFT_DEFAULTS = {
-    "full": dict(lr=2e-4, eps=1e-2, weight_decay=0.0, noise="gaussian", normalize=None, n_spsa=1),
+    "full": dict(lr=2e-4, eps=1e-2, weight_decay=0.0, noise="lowrank", normalize=None, n_spsa=1),
     "norm": dict(lr=2e-2, eps=1e-1, weight_decay=0.0, noise="rademacher", normalize="std", n_spsa=2),
     "lora": dict(lr=1e-4, eps=1e-2, weight_decay=0.0, noise="gaussian", normalize=None, n_spsa=1),
     "prefix": dict(lr=1e-2, eps=1e-1, weight_decay=0.0, noise="gaussian", normalize=None, n_spsa=1),

@@ -220,7 +220,7 @@ def _train_data_parallel(ctx, model, tokenizer, steps, lr=1e-4, eps=1e-3, seed=0
     from mezo_rl.optim import MeZO
 
     lm, objective = LanguageModel(model, tokenizer), _objective()
-    opt = MeZO(model.parameters(), lr=lr, eps=eps, seed=seed, noise_backend="torch")
+    opt = MeZO(model.parameters(), lr=lr, eps=eps, seed=seed, noise="gaussian", noise_backend="torch")  # element-wise z: the bound below
     losses = []
     for step in range(steps):
         order = torch.randperm(len(REVIEWS), generator=torch.Generator().manual_seed(1000 + step))

@@ -132,7 +132,8 @@ def test_first_format_checkpoint_resumes():
     traj = Trajectory.load(DATA / "trajectory_v1_sgd.npz")
     h = traj.header
     groups = [{"params": params[:1], "weight_decay": 0.01}, {"params": params[1:], "lr": 0.05, "eps": 2e-3}]
-    opt = MeZO(groups, lr=0.1, eps=1e-3, n_spsa=2, noise_backend="torch", on_nonfinite="skip", seed=7)
+    # the first-format run used Gaussian z (then the default)
+    opt = MeZO(groups, lr=0.1, eps=1e-3, n_spsa=2, noise="gaussian", noise_backend="torch", on_nonfinite="skip", seed=7)
     sd = opt.state_dict()
     old_config = {k: v for k, v in sd["mezo"]["config"].items() if k not in ("normalize", "rank", "lowrank_interval")}
     assert old_config == {k: h[k] for k in old_config}
@@ -186,6 +187,19 @@ def test_lowrank_estimator_is_unbiased_on_a_quadratic(rank):
     # and it is low rank: the perturbation of the matrix has rank r
     z0 = opt._noise.sample(params[0], 123, 0)
     assert torch.linalg.matrix_rank(z0).item() == min(rank, 5)  # float32 tolerance
+
+
+def test_default_noise_is_rank_one_lowrank_without_a_compiler():
+    """The default (chosen by measured convergence and step cost, docs/engine.md): rank-1 low-rank z
+    for matrices, Gaussian for 1-D tensors, drawn by torch.Generator, so the default step never loads
+    the torch.compile runtime (the peak-memory target); and its update moves a matrix by a rank-1 matrix."""
+    w, b = torch.zeros(6, 5, requires_grad=True), torch.zeros(5, requires_grad=True)
+    opt = MeZO([w, b], lr=0.1, eps=1e-3)
+    assert (opt.defaults["noise"], opt.defaults["rank"]) == ("lowrank", 1)
+    target = torch.arange(30.0).reshape(6, 5)
+    opt.step(lambda: ((w - target) ** 2).sum() + (b ** 2).sum())
+    assert opt.noise_backend == "torch"
+    assert w.abs().sum() > 0 and torch.linalg.matrix_rank(w.detach()).item() == 1
 
 
 def test_lowrank_factor_a_is_held_for_the_interval():

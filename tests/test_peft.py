@@ -332,7 +332,8 @@ def test_lora_default_targets_map_to_other_architectures(tiny_masked_lm):
 
 def test_paper_defaults():
     paper = dict(weight_decay=0.0, noise="gaussian", normalize=None, n_spsa=1)
-    assert PEFT_DEFAULTS["full"] == dict(lr=2e-4, eps=1e-2, **paper)  # the measured full-parameter default
+    # the measured full-parameter default, with the engine's default noise (low-rank r = 1; docs/engine.md)
+    assert PEFT_DEFAULTS["full"] == dict(lr=2e-4, eps=1e-2, **{**paper, "noise": "lowrank"})
     assert PEFT_DEFAULTS["lora"] == dict(lr=1e-4, eps=1e-2, **paper)
     assert PEFT_DEFAULTS["prefix"] == dict(lr=1e-2, eps=1e-1, **paper)
     # the main job's mode: sign steps of length lr on the final norm's gains, two samples a step (measured, README)
