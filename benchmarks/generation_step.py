@@ -41,12 +41,7 @@ from mezo_rl.optim import MeZO
 from mezo_rl.outputs import example_columns, objective_outputs
 from mezo_rl.peft import PEFT_DEFAULTS, apply_peft
 from rewards import build_objective
-
-
-def timed(fn) -> tuple[float, float]:
-    w0, c0 = time.perf_counter(), time.process_time()
-    fn()
-    return time.perf_counter() - w0, time.process_time() - c0
+from step_cost import timed  # (wall, process CPU) seconds of one call
 
 
 def measure(mode: str, examples, args) -> dict:
