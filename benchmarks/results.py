@@ -67,6 +67,7 @@ class TaskProtocol:
     metric_reward: str = "accuracy"   # the non-differentiable objective of the "mezo-metric" method
     icl_demos: int = 32               # paper: 32 demonstrations
     kind: str = "classification"
+    max_new_tokens: Optional[int] = None  # generation tasks: the answer length limit of every method
 
 
 TASKS = {
@@ -77,8 +78,9 @@ TASKS = {
     # 500 of its 2210 test examples: 5 two-token candidates make an SST-5 evaluation ~4x an SST-2 one
     "sst5": TaskProtocol("sst5", "SST-5", num_test=500),
     # 200 questions: greedy generation over long contexts; 2 demonstrations fit SmolLM2's context
+    # 16 new tokens (a SQuAD answer is a few words; the training step decodes twice per question)
     "squad": TaskProtocol("squad", "SQuAD", num_eval=100, num_test=200, metric="squad_f1",
-                          metric_reward="squad_f1", icl_demos=2, kind="generation"),
+                          metric_reward="squad_f1", icl_demos=2, kind="generation", max_new_tokens=16),
 }
 
 
@@ -118,8 +120,11 @@ METHODS = {
     "mezo-metric": Method("mezo-metric", "MeZO final norm (accuracy objective)", "train", mezo=True, reward=None,
                           **NORM),
 }
+# F1 at +eps and -eps is a step function: examples/optimize_f1.py's FZOO-style sign steps (docs/user_flows.md)
 METRIC_ON_GENERATION = Method("mezo-metric", "MeZO prefix (F1 objective)", "train", mezo=True, peft="prefix",
-                              reward=None, lr=1e-2, eps=1e-1, batch=16)
+                              reward=None, lr=2e-2, eps=1e-1, batch=16, steps=160,
+                              extra=("--noise", "rademacher", "--normalize", "std", "--n-spsa", "1",
+                                     "--eval-steps", "20"))
 MEZO_CE = ("mezo-full", "mezo-lora", "mezo-prefix")   # the paper's three modes ("comparable")
 MEZO_ANY_CE = MEZO_CE + ("mezo-norm",)                 # "MeZO" in the other claims: the best of these
 MODELS = ("smollm2-135m", "gemma3-270m")
@@ -199,6 +204,8 @@ def build_argv(model: str, protocol: TaskProtocol, method: str, seed: int, setti
               "--seed", str(seed)]
     if settings.eval_batch_size:
         common += ["--eval-batch-size", str(settings.eval_batch_size)]
+    if p.max_new_tokens:
+        common += ["--max-new-tokens", str(p.max_new_tokens)]
     if m.command == "baseline":
         argv = ["baseline", "--method", m.name] + common
         if m.name == "icl":

@@ -1,14 +1,21 @@
 """Optimise SQuAD F1 directly: a generation-based, non-differentiable reward, on SmolLM2-135M.
 
-Every MeZO step generates answers (greedy) for the same batch at theta + eps*z and theta - eps*z,
-scores them with the ``squad_f1`` reward and moves the weights along z. As in the paper's
-non-differentiable experiments (Section 3.3, Table 4) the trainable part is a prefix
-(``--peft prefix``: 5 tokens per layer initialised from real activations, lr 1e-2, eps 1e-1).
+Every MeZO step generates answers (greedy, up to a newline) for the same batch at theta + eps*z and
+theta - eps*z, scores them with the ``squad_f1`` reward and moves the weights along z. As in the
+paper's non-differentiable experiments (Section 3.3, Table 4) the trainable part is a prefix
+(``--peft prefix``: 5 key/value tokens per layer initialised from real activations, eps 1e-1).
 
-    python examples/optimize_f1.py                 # ~10 minutes on 2 CPU cores
-    python examples/optimize_f1.py --steps 40      # longer run
+The step is FZOO-style: Rademacher z and ``normalize="std"``, which with one SPSA sample is a sign
+step of length lr: F1 at +eps and -eps is a step function of the weights, so its difference
+divided by 2 eps says little about how far to move, only which way (or nothing, when every answer
+is the same at both points).
 
-Needs the data directory (MEZO_RL_DATA or --data-dir) and the SmolLM2 package (see README).
+    python examples/optimize_f1.py --steps 20 --num-test 32    # a look: ~15 minutes on 2 CPU cores
+    python examples/optimize_f1.py                             # the measured run: ~1.5 hours
+    python examples/optimize_f1.py --resume                    # continue a stopped run
+
+The run's before -> after figures are in docs/user_flows.md. Needs the data directory (MEZO_RL_DATA
+or --data-dir) and the SmolLM2 package (see README).
 """
 import argparse
 import json
@@ -18,24 +25,33 @@ from mezo_rl.trainer import Trainer, TrainingArguments
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--steps", type=int, default=20)
-    p.add_argument("--batch-size", type=int, default=8)
-    p.add_argument("--num-eval", type=int, default=32)
+    p.add_argument("--steps", type=int, default=160, help="MeZO steps (default 160: ~70 minutes of steps)")
+    p.add_argument("--batch-size", type=int, default=16, help="questions per step (paper: 16)")
+    p.add_argument("--lr", type=float, default=2e-2, help="length of each sign step")
+    p.add_argument("--eps", type=float, default=1e-1, help="perturbation scale (paper, prefix: 1e-1)")
+    p.add_argument("--num-eval", type=int, default=100, help="validation questions that pick the best step")
+    p.add_argument("--num-test", type=int, default=200, help="test questions (SQuAD dev), before and after")
+    p.add_argument("--eval-every", type=int, default=20, help="validate every N steps")
+    p.add_argument("--seed", type=int, default=0)
     p.add_argument("--data-dir", default=None)
     p.add_argument("--output-dir", default="runs/optimize-f1")
+    p.add_argument("--resume", action="store_true", help="continue the run in --output-dir from its checkpoint")
     a = p.parse_args()
     args = TrainingArguments(
         model="smollm2-135m", task="squad", reward=["squad_f1"], peft="prefix",
-        steps=a.steps, batch_size=a.batch_size, eval_steps=max(1, a.steps // 2),
-        num_train=1000, num_eval=a.num_eval, num_test=a.num_eval, max_new_tokens=16,
-        data_dir=a.data_dir, output_dir=a.output_dir,
+        noise="rademacher", normalize="std", n_spsa=1, lr=a.lr, eps=a.eps,
+        steps=a.steps, batch_size=a.batch_size, eval_steps=min(a.eval_every, a.steps) or 1,
+        num_train=1000, num_eval=a.num_eval, num_test=a.num_test, max_new_tokens=16, seed=a.seed,
+        data_dir=a.data_dir, output_dir=a.output_dir, resume=a.resume,
     )
-    summary = Trainer(args).train()
-    before, after = summary["initial_validation"], summary["validation"]
-    print(json.dumps({"validation_before": before, "validation_best": after, "test": summary["test"],
-                      "best_step": summary["best_step"], "wall_time_s": round(summary["wall_time_s"], 1)}, indent=2))
-    print(f"SQuAD F1 on {a.num_eval} validation questions: {before['squad_f1']:.4f} -> {after['squad_f1']:.4f} "
-          f"(best step {summary['best_step']} of {a.steps})")
+    s = Trainer(args).train()
+    print(json.dumps({k: s[k] for k in ("initial_validation", "validation", "initial_test", "test", "best_step")}
+                     | {"wall_time_s": round(s["wall_time_s"], 1)}, indent=2))
+    v0, v1, t0, t1 = s["initial_validation"], s["validation"], s["initial_test"], s["test"]
+    line = f"SQuAD F1: validation {v0['squad_f1']:.4f} -> {v1['squad_f1']:.4f} (n = {int(v1['n'])}, best step {s['best_step']} of {a.steps})"
+    if t0 and t1:
+        line += f"; test {t0['squad_f1']:.4f} -> {t1['squad_f1']:.4f} (n = {int(t1['n'])})"
+    print(line)
 
 
 if __name__ == "__main__":

@@ -69,6 +69,8 @@ def test_plan_same_data_for_every_method_and_the_right_objective():
         assert rs._arg(c.argv, "--num-train") == str(p.num_train)
         assert rs._arg(c.argv, "--num-test") == str(p.num_test)
         assert rs._arg(c.argv, "--seed") == str(c.seed)
+        # ... and generates answers of the same length limit (the CLI default on classification)
+        assert rs._arg(c.argv, "--max-new-tokens") == (str(p.max_new_tokens) if p.max_new_tokens else None)
     metric_sst2 = by[("sst2", "mezo-metric")][0].argv
     metric_squad = by[("squad", "mezo-metric")][0].argv
     assert rs._arg(metric_sst2, "--reward") == "accuracy" and rs._arg(metric_sst2, "--peft") == "norm"
