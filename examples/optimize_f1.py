@@ -21,6 +21,7 @@ or --data-dir) and the SmolLM2 package (see README).
 import argparse
 import json
 
+from mezo_rl.plots import results_line
 from mezo_rl.trainer import Trainer, TrainingArguments
 
 
@@ -48,11 +49,7 @@ def main():
     s = Trainer(args).train()
     print(json.dumps({k: s[k] for k in ("initial_validation", "validation", "initial_test", "test", "best_step")}
                      | {"wall_time_s": round(s["wall_time_s"], 1)}, indent=2))
-    v0, v1, t0, t1 = s["initial_validation"], s["validation"], s["initial_test"], s["test"]
-    line = f"SQuAD F1: validation {v0['squad_f1']:.4f} -> {v1['squad_f1']:.4f} (n = {int(v1['n'])}, best step {s['best_step']} of {a.steps})"
-    if t0 and t1:
-        line += f"; test {t0['squad_f1']:.4f} -> {t1['squad_f1']:.4f} (n = {int(t1['n'])})"
-    print(line)
+    print(results_line(s))   # the line `mezo-rl train` ends with
 
 
 if __name__ == "__main__":

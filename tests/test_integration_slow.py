@@ -66,8 +66,8 @@ def test_optimize_f1_example_runs_and_resumes_on_smollm2(tmp_path, shared_data_d
             "--data-dir", str(shared_data_dir), "--output-dir", str(out)]
     first = subprocess.run([sys.executable, str(script), "--steps", "1", *tiny], env=env, capture_output=True, text=True)
     assert first.returncode == 0, first.stderr[-2000:]
-    assert re.search(r"SQuAD F1: validation [\d.]+ -> [\d.]+ \(n = 4, best step [01] of 1\); "
-                     r"test [\d.]+ -> [\d.]+ \(n = 4\)", first.stdout), first.stdout[-1000:]
+    assert re.search(r"validation squad_f1 [\d.]+ -> [\d.]+ \(n=4\), test squad_f1 [\d.]+ -> [\d.]+ \(n=4\), "
+                     r"best step [01] of 1", first.stdout), first.stdout[-1000:]
     more = subprocess.run([sys.executable, str(script), "--steps", "2", "--resume", *tiny], env=env,
                           capture_output=True, text=True)
     assert more.returncode == 0, more.stderr[-2000:]
