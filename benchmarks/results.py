@@ -571,11 +571,12 @@ class Verdict:
     claim: str
     task: str
     model: str
-    verdict: str          # "holds" | "does not hold" | "not measured"
+    verdict: str          # "holds" | "does not hold" | "inconclusive" | "not measured"
     detail: str
 
 
 HOLDS, FAILS, MISSING = "holds", "does not hold", "not measured"
+INCONCLUSIVE = "inconclusive"   # a closeness claim whose methods did not move off zero-shot: close by standing still
 Z = 2.0          # "well above": the difference exceeds 2 standard errors
 TOLERANCE = 0.05  # "within 5 points" / "comparable": 5 accuracy (or F1) points
 
@@ -609,6 +610,16 @@ def _above(claim, task, model, a: Optional[Group], b: Optional[Group], what_b: s
                    f"(SE {100 * se:.1f}; {'>' if ok else '<='} {Z:g} SE)")
 
 
+def _standing_still(groups: list[Group], zero_shot: Optional[Group]) -> str:
+    """Why a closeness claim says nothing here: every one of ``groups`` is within 2 SE of zero-shot
+    (a method that does not learn is "close" to another that does not). '' when one of them moved
+    or zero-shot is not measured."""
+    if zero_shot is None or any(_diff(g, zero_shot)[0] > Z * _diff(g, zero_shot)[1] for g in groups):
+        return ""
+    return "; ".join(f"{_name(g)} {100 * g.mean:.1f} vs zero-shot {100 * zero_shot.mean:.1f}: "
+                     f"{_pts(_diff(g, zero_shot)[0])} (SE {100 * _diff(g, zero_shot)[1]:.1f})" for g in groups)
+
+
 def verdicts(groups: list[Group]) -> list[Verdict]:
     """The paper's claims, decided from the measured groups (never from anything else).
 
@@ -617,6 +628,9 @@ def verdicts(groups: list[Group]) -> list[Verdict]:
     * full, LoRA and prefix comparable: the largest gap between the measured ones is <= 5 points.
     * accuracy/F1 objective well above zero-shot: by more than 2 standard errors.
     * MeZO within 5 points of FT: best MeZO (CE) >= FT - 5 points; reported with the steps it took.
+
+    The two closeness claims are "inconclusive" when none of the methods compared is more than 2 SE
+    above zero-shot: then they agree only because none of them learned the task.
     """
     out = []
     by = {}
@@ -637,8 +651,9 @@ def verdicts(groups: list[Group]) -> list[Verdict]:
             d, se = _diff(hi, lo)
             ok = d <= TOLERANCE
             missing = [METHODS[m].label for m in MEZO_CE if pick[m] is None]
-            out.append(Verdict(claim, task, model, HOLDS if ok else FAILS,
-                               f"largest gap {_name(hi)} {100 * hi.mean:.1f} vs {_name(lo)} {100 * lo.mean:.1f}: "
+            still = _standing_still(modes, pick["zero-shot"]) if ok else ""
+            out.append(Verdict(claim, task, model, INCONCLUSIVE if still else HOLDS if ok else FAILS,
+                               (f"none moved off zero-shot ({still}); " if still else "") + f"largest gap {_name(hi)} {100 * hi.mean:.1f} vs {_name(lo)} {100 * lo.mean:.1f}: "
                                f"{100 * d:.1f} points (SE {100 * se:.1f}; tolerance {100 * TOLERANCE:g})"
                                + (f"; not measured: {', '.join(missing)}" if missing else "")))
         out.append(_above("accuracy/F1 objective well above zero-shot", task, model, pick["mezo-metric"],
@@ -654,8 +669,9 @@ def verdicts(groups: list[Group]) -> list[Verdict]:
             ft_steps = f" ({ft.steps} steps of {ft.batch})" if ft.steps else ""
             if close:
                 g = close[0]
-                out.append(Verdict(claim, task, model, HOLDS,
-                                   f"{_name(g)} {100 * g.mean:.1f} vs FT{ft_steps} {100 * ft.mean:.1f}: "
+                still = _standing_still([g, ft], pick["zero-shot"])
+                out.append(Verdict(claim, task, model, INCONCLUSIVE if still else HOLDS,
+                                   (f"neither moved off zero-shot ({still}); " if still else "") + f"{_name(g)} {100 * g.mean:.1f} vs FT{ft_steps} {100 * ft.mean:.1f}: "
                                    f"{_pts(g.mean - ft.mean)} points, first at {g.steps} MeZO steps"))
             else:
                 g = _best(ce)
@@ -774,7 +790,9 @@ def render_markdown(records: list[dict], plots: dict, notes: list[str] = (), tit
               f"of a difference: both combined in quadrature. \"Well above\" = by more than {Z:g} SE; "
               f"\"comparable\" / \"within\" = a gap of at most {100 * TOLERANCE:g} points. MeZO = the best of "
               "full / LoRA / prefix (the paper reports the best of the three) and the final norm, with "
-              "cross-entropy; \"full / LoRA / prefix comparable\" compares those three only.", "",
+              "cross-entropy; \"full / LoRA / prefix comparable\" compares those three only. The two closeness "
+              "claims (comparable; within 5 of FT) are **inconclusive** where none of the methods compared is more "
+              f"than {Z:g} SE above zero-shot: they are then close only because none of them learned the task.", "",
               "| claim | task | model | verdict | by how much |", "|---|---|---|---|---|"]
     vs = verdicts(groups)
     # claims with nothing measured for a (task, model) at all still get their rows

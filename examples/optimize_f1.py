@@ -32,6 +32,8 @@ def main():
     p.add_argument("--batch-size", type=int, default=16, help="questions per step (paper: 16)")
     p.add_argument("--lr", type=float, default=2e-2, help="length of each sign step")
     p.add_argument("--eps", type=float, default=1e-1, help="perturbation scale (paper, prefix: 1e-1)")
+    p.add_argument("--n-spsa", type=int, default=1,
+                   help="SPSA samples per step (each costs two more batched decodes; default 1)")
     p.add_argument("--lr-scheduler", choices=SCHEDULERS, default="constant",
                    help="constant step length, or linear decay to 0 over --steps")
     p.add_argument("--num-eval", type=int, default=100, help="validation questions that pick the best step")
@@ -44,7 +46,7 @@ def main():
     a = p.parse_args()
     args = TrainingArguments(
         model="smollm2-135m", task="squad", reward=["squad_f1"], peft="prefix",
-        noise="rademacher", normalize="std", n_spsa=1, lr=a.lr, eps=a.eps, lr_scheduler=a.lr_scheduler,
+        noise="rademacher", normalize="std", n_spsa=a.n_spsa, lr=a.lr, eps=a.eps, lr_scheduler=a.lr_scheduler,
         steps=a.steps, batch_size=a.batch_size, eval_steps=min(a.eval_every, a.steps) or 1,
         num_train=1000, num_eval=a.num_eval, num_test=a.num_test, max_new_tokens=16, seed=a.seed,
         data_dir=a.data_dir, output_dir=a.output_dir, resume=a.resume,

@@ -181,6 +181,30 @@ def test_within_ft_reports_the_fewest_steps_that_reach_it_and_missing_cells_say_
     assert _verdict(vs, "MeZO full / LoRA / prefix comparable", "rte").verdict == rs.MISSING
 
 
+def test_closeness_claims_are_inconclusive_when_nothing_moved_off_zero_shot():
+    # RTE as measured: FT 50.2 and MeZO prefix 48.4 are within 5 points, but neither is 2 SE above
+    # zero-shot 46.6 (n = 277, SE of a difference ~4.2): "close" only because neither learned
+    n = 277
+    recs = [_rec("rte", "zero-shot", value=0.466, n=n), _rec("rte", "ft", value=0.502, n=n, steps=125, batch=8),
+            _rec("rte", "mezo-prefix", value=0.484, n=n, argv=_train_argv("mezo-prefix", 0, 200, "rte"),
+                 steps=200, batch=16),
+            _rec("rte", "mezo-full", value=0.47, n=n, argv=_train_argv("mezo-full", 0, 200, "rte"),
+                 steps=200, batch=16)]
+    vs = rs.verdicts(rs.aggregate(recs))
+    v = _verdict(vs, "MeZO within 5 points of FT", "rte")
+    assert v.verdict == rs.INCONCLUSIVE and "neither moved off zero-shot" in v.detail and "-1.8 points" in v.detail
+    v = _verdict(vs, "MeZO full / LoRA / prefix comparable", "rte")
+    assert v.verdict == rs.INCONCLUSIVE and "none moved off zero-shot" in v.detail
+    # once FT does move (0.70: 23 points, far beyond 2 SE) a MeZO within 5 of it is a real "holds"
+    recs[1] = _rec("rte", "ft", value=0.70, n=n, steps=125, batch=8)
+    recs[2] = _rec("rte", "mezo-prefix", value=0.66, n=n, argv=_train_argv("mezo-prefix", 0, 200, "rte"),
+                   steps=200, batch=16)
+    vs = rs.verdicts(rs.aggregate(recs))
+    assert _verdict(vs, "MeZO within 5 points of FT", "rte").verdict == rs.HOLDS
+    # full 0.47 vs prefix 0.66: a 19-point gap fails whatever zero-shot did
+    assert _verdict(vs, "MeZO full / LoRA / prefix comparable", "rte").verdict == rs.FAILS
+
+
 def test_comparable_fails_beyond_the_tolerance():
     recs = [_rec("sst2", m, value=v, argv=_train_argv(m, 0), steps=200, batch=16)
             for m, v in (("mezo-full", 0.55), ("mezo-lora", 0.52), ("mezo-prefix", 0.70))]
