@@ -156,7 +156,7 @@ class Arguments:
 # ---------------------------------------------------------------------- the pieces
 @dataclass
 class ModelArguments(Arguments):
-    model: str = option("smollm2-135m", "short name (smollm2-135m), hub id, local directory or .gguf file")
+    model: str = option("smollm2-135m", "short name (smollm2-135m; gemma3-270m with its package, see README), hub id, local directory or .gguf file")
 
 
 @dataclass
