@@ -179,13 +179,14 @@ def cell_key(model: str, task: str, method: str, seed: int, argv: list) -> str:
 
 
 def variant_of(argv: list) -> str:
-    """The settings of a cell apart from its seed: cells of one variant are averaged over seeds."""
+    """The settings of a cell apart from its seed and its model: cells of one variant are averaged over
+    seeds, and one variant is one row of a task's table, whose columns are the models."""
     rest, skip = [], False
     for a in argv:
         if skip:
             skip = False
             continue
-        if a == "--seed":
+        if a in ("--seed", "--model"):
             skip = True
             continue
         rest.append(a)
@@ -543,10 +544,11 @@ def aggregate(records: list[dict]) -> list[Group]:
     for r in latest_by_key(records).values():
         if r.get("status") != "ok" or r.get("value") is None:
             continue
-        gk = (r["model"], r["task"], r["method"], r.get("variant", ""))
+        variant = variant_of(r["argv"]) if r.get("argv") else r.get("variant", "")  # from the command: as variant_of is now
+        gk = (r["model"], r["task"], r["method"], variant)
         g = groups.get(gk)
         if g is None:
-            g = groups[gk] = Group(r["model"], r["task"], r["method"], r.get("variant", ""), [], [], r.get("n"),
+            g = groups[gk] = Group(r["model"], r["task"], r["method"], variant, [], [], r.get("n"),
                                    r.get("steps"), r.get("batch"), 0.0, None, [], [], [])
         g.values.append(float(r["value"]))
         g.seeds.append(r["seed"])

@@ -51,6 +51,8 @@ def test_key_depends_on_every_setting_but_not_on_where_the_run_writes():
     # seeds of one setting share a variant; a changed setting is another variant
     assert rs.variant_of(base) == rs.variant_of(rs.build_argv("smollm2-135m", rs.TASKS["sst2"], "mezo-full", 2, s, 200))
     assert rs.variant_of(base) != rs.variant_of(other_steps)
+    # ... and so do the models: one variant is one row of a table whose columns are the models
+    assert rs.variant_of(base) == rs.variant_of(rs.build_argv("gemma3-270m", rs.TASKS["sst2"], "mezo-full", 0, s, 200))
 
 
 def test_plan_same_data_for_every_method_and_the_right_objective():
@@ -247,6 +249,21 @@ def test_render_markdown_tables_commands_and_not_measured_rows(tmp_path):
     assert (tmp_path / "results" / "sst2_bars.png").stat().st_size > 0
     assert (tmp_path / "results" / "sst2_curves.png").stat().st_size > 0
     assert "](results/sst2_bars.png)" in md
+
+
+def test_the_same_method_on_two_models_is_one_row_with_a_column_per_model(tmp_path):
+    argv = {m: ["baseline", "--method", "lp", "--model", m, "--task", "sst2", "--seed", "0"]
+            for m in ("smollm2-135m", "gemma3-270m")}
+    recs = [_rec("sst2", "lp", value=0.75, model="smollm2-135m", argv=argv["smollm2-135m"]),
+            _rec("sst2", "lp", value=0.84, model="gemma3-270m", argv=argv["gemma3-270m"])]
+    recs[1]["variant"] = "stale"   # a record written before variant_of left the model out
+    path = tmp_path / "cells.jsonl"
+    for r in recs:
+        rs.append_record(path, r)
+    md = rs.render(path, tmp_path / "results.md", tasks=["sst2"]).read_text()
+    rows = [l for l in md.splitlines() if l.startswith("| Linear probing")]
+    assert len(rows) == 1 and rows[0].startswith("| Linear probing |")
+    assert "**75.0**" in rows[0] and "**84.0**" in rows[0] and "not measured" not in rows[0]
 
 
 def test_render_only_command_line(tmp_path):
