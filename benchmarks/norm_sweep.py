@@ -4,12 +4,13 @@ With only the final norm trainable, a prediction is argmax_c (g * n(x)) . e_c, w
 RMS-normalised input of the final norm at the scored position (fixed: the trunk is frozen), g the
 576 gains and e_c the output-head row of label word c. This script computes n(x) once per example
 with the real model, then runs the real engine (``mezo_rl.optim.MeZO``: Rademacher probes,
-``normalize="std"``, ``n_spsa``) on a copy of the gains with the batch error rate as the loss, on the
-trainer's batches (``sample_batch_indices``) of the trainer's training sample. What it leaves out of
-`mezo-rl train`: the validation-based choice of the best step (it reports the final weights) and the
-vocabulary normaliser of the log-likelihoods (it cancels in the argmax and in the cross-entropy over
-the candidates because SST-2's label words are single tokens). It is a way to choose settings, not a result: the README's figures come from
-`mezo-rl train` runs.
+``normalize="std"``, ``n_spsa``) on a copy of the gains with the batch error rate (``objective=accuracy``,
+the main job) or the batch's cross-entropy over the label words (``objective=cross_entropy``, the suite's
+``mezo-norm``) as the loss, on the trainer's batches (``sample_batch_indices``) of the trainer's training
+sample. What it leaves out of `mezo-rl train`: the validation-based choice of the best step (it reports
+the final weights) and the vocabulary normaliser of the log-likelihoods (it cancels in the argmax and in
+the cross-entropy over the candidates because SST-2's label words are single tokens). It is a way to
+choose settings, not a result: the README's figures come from `mezo-rl train` runs.
 
     MEZO_RL_DATA=../shared/data python benchmarks/norm_sweep.py --seeds 0 1 2 3 4 5 \
         --config steps=1500,batch_size=64,n_spsa=2 --config steps=1000,batch_size=128,n_spsa=2

@@ -544,7 +544,8 @@ def aggregate(records: list[dict]) -> list[Group]:
     for r in latest_by_key(records).values():
         if r.get("status") != "ok" or r.get("value") is None:
             continue
-        variant = variant_of(r["argv"]) if r.get("argv") else r.get("variant", "")  # from the command: as variant_of is now
+        # from the command, so that records written before variant_of left the model out group the same way
+        variant = variant_of(r["argv"]) if r.get("argv") else r.get("variant", "")
         gk = (r["model"], r["task"], r["method"], variant)
         g = groups.get(gk)
         if g is None:
