@@ -264,7 +264,10 @@ class LanguageModel:
         return out
 
     def _score_cached(self, pairs, trunk, chunk: int = 512) -> list[torch.Tensor]:
-        """Summed log-likelihood of each pair from the cached trunk outputs (filling the misses first)."""
+        """Summed log-likelihood of each pair from the cached trunk outputs (filling the misses first).
+
+        Pairs with the same cached entry (every single-token label word of one prompt) share its rows:
+        the final norm and the head run once per distinct entry, not once per pair."""
         cache, norm = trunk["cache"], trunk["norm"]
         keys = [(tuple(ids), tuple(pos)) for ids, pos, _ in pairs]
         missing = sorted({k for k in keys if k not in cache}, key=lambda k: len(k[0]))
@@ -275,14 +278,23 @@ class LanguageModel:
             for b, key in enumerate(batch):
                 cache[key] = pre[b, list(key[1])].clone()
         totals = []
-        for start in range(0, len(pairs), chunk):  # final norm + head over every scored token at once
+        for start in range(0, len(pairs), chunk):  # final norm + head over every distinct scored token at once
             part = range(start, min(start + chunk, len(pairs)))
-            pre = torch.cat([cache[keys[j]] for j in part])
-            targets = torch.tensor([t for j in part for t in pairs[j][2]], device=pre.device)
-            owner = torch.tensor([i for i, j in enumerate(part) for _ in pairs[j][2]], device=pre.device)
-            logp = F.log_softmax(self._logits(norm(pre)), dim=-1)
-            tok_lp = logp.gather(1, targets.to(logp.device)[:, None]).squeeze(1)
-            sums = torch.zeros(len(part), device=logp.device, dtype=torch.float32).index_add(0, owner.to(logp.device), tok_lp)
+            first_row: dict[tuple, int] = {}  # cached entry -> its first row in this chunk's block
+            n_rows = 0
+            for j in part:
+                if keys[j] not in first_row:
+                    first_row[keys[j]], n_rows = n_rows, n_rows + len(keys[j][1])
+            rows = [first_row[keys[j]] + t for j in part for t in range(len(pairs[j][2]))]
+            targets = [t for j in part for t in pairs[j][2]]
+            owner = [i for i, j in enumerate(part) for _ in pairs[j][2]]
+            logits = self._logits(norm(torch.cat([cache[k] for k in first_row])))
+            dev = logits.device
+            rows_t = torch.tensor(rows, device=dev)
+            # log p(target) = logit(target) - logsumexp(logits): the same as log_softmax, without its
+            # second [rows, vocab] tensor
+            tok_lp = logits[rows_t, torch.tensor(targets, device=dev)] - torch.logsumexp(logits, dim=-1)[rows_t]
+            sums = torch.zeros(len(part), device=dev, dtype=torch.float32).index_add(0, torch.tensor(owner, device=dev), tok_lp)
             totals += list(sums.unbind(0))
         return totals
 

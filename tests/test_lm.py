@@ -218,6 +218,26 @@ def test_trunk_cache_scores_equal_full_forwards_and_follow_the_final_norm(tiny_c
     assert cached.trunk_cache_size == len(distinct) < sum(len(c) for c in CANDS)  # shared inputs share an entry
 
 
+def test_trunk_cache_runs_the_head_once_per_distinct_scored_token(tiny_causal_lm):
+    # the cost of a --peft norm step is the output head: label words that share an input share its rows
+    model, tok = tiny_causal_lm
+    _freeze_all_but_final_norm(model)
+    lm = LanguageModel(model, tok)
+    assert lm.enable_trunk_cache()
+    with torch.no_grad():
+        lm.score(PROMPTS, CANDS)  # fill the cache
+        rows = []
+        hook = model.lm_head.register_forward_hook(lambda m, i, o: rows.append(i[0].reshape(-1, i[0].shape[-1]).shape[0]))
+        try:
+            lm.score(PROMPTS, CANDS)
+        finally:
+            hook.remove()
+    distinct = {(tuple(ids), tuple(pos)) for p, cands in zip(PROMPTS, CANDS)
+                for ids, pos, _ in (lm._encode_causal(p, c) for c in cands)}
+    scored = sum(len(lm._encode_causal(p, c)[2]) for p, cands in zip(PROMPTS, CANDS) for c in cands)
+    assert sum(rows) == sum(len(pos) for _, pos in distinct) < scored
+
+
 def test_trunk_cache_gives_gradients_for_the_final_norm(tiny_causal_lm):
     model, tok = tiny_causal_lm
     _freeze_all_but_final_norm(model)
