@@ -15,10 +15,11 @@ choose settings, not a result: the README's figures come from `mezo-rl train` ru
     MEZO_RL_DATA=../shared/data python benchmarks/norm_sweep.py --seeds 0 1 2 3 4 5 \
         --config steps=1500,batch_size=64,n_spsa=2 --config steps=1000,batch_size=128,n_spsa=2
 
-Each --config is comma-separated key=value pairs of steps, batch_size, n_spsa, lr, eps and objective
-(the rest take the main job's defaults: lr 0.02, eps 0.1, accuracy). Prints one line per config: test
-accuracy (n = 872) per seed, min and mean, and the forward "rows" the config costs in `mezo-rl train`
-(steps x n_spsa x 2 x batch), which sets its wall time there (about 1.2 ms per row on 2 cores).
+Each --config is comma-separated key=value pairs of steps, batch_size, n_spsa, lr, eps, objective and
+lr_scheduler (the rest take the main job's defaults except steps: 1500 steps, lr 0.02, eps 0.1, accuracy,
+constant). Prints one line per config: test accuracy (n = 872) per seed, min and mean, and the forward
+"rows" the config costs in `mezo-rl train` (steps x n_spsa x 2 x batch), which sets its wall time there
+(about 0.7 ms per row on 2 cores).
 ``--at 1500 3000 6000`` also prints the test accuracy of the same runs after those many steps
 (how many steps a setting needs).
 """
@@ -31,12 +32,12 @@ import numpy as np
 import torch
 
 from mezo_rl.arguments import TrainingArguments
-from mezo_rl.optim import MeZO
+from mezo_rl.optim import SCHEDULERS, MeZO, get_scheduler
 from mezo_rl.rundir import build_model
 from mezo_rl.trainer import sample_batch_indices
 from tasks import get_task
 
-DEFAULTS = dict(steps=1500, batch_size=64, n_spsa=2, lr=0.02, eps=0.1, objective="accuracy")
+DEFAULTS = dict(steps=1500, batch_size=64, n_spsa=2, lr=0.02, eps=0.1, objective="accuracy", lr_scheduler="constant")
 OBJECTIVES = ("accuracy", "cross_entropy")
 
 
@@ -78,12 +79,14 @@ def run(cfg, seed, n_train, y_train, n_test, y_test, gains, heads, at=()):
     w = gains.clone().requires_grad_(True)  # MeZO trains tensors that require grad
     opt = MeZO([w], lr=cfg["lr"], eps=cfg["eps"], noise="rademacher", normalize="std", n_spsa=cfg["n_spsa"],
                seed=seed, noise_backend="torch", record=False)
+    scheduler = get_scheduler(cfg["lr_scheduler"], opt, cfg["steps"])
     test_acc = lambda: float(((n_test * w) @ heads.T).argmax(1).eq(y_test).float().mean())
     curve = {}
     for step in range(cfg["steps"]):
         idx = sample_batch_indices(len(y_train), cfg["batch_size"], seed, step)
         feats, labels = n_train[idx], y_train[idx]
         opt.step(lambda: batch_loss(cfg["objective"], (feats * w) @ heads.T, labels))
+        scheduler.step()
         if step + 1 in at:
             curve[step + 1] = test_acc()
     return test_acc(), curve
@@ -106,7 +109,7 @@ def compute_features(model, seeds, have):
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--config", action="append", default=None, help="key=value,... (steps, batch_size, n_spsa, lr, eps, objective)")
+    ap.add_argument("--config", action="append", default=None, help="key=value,... (steps, batch_size, n_spsa, lr, eps, objective, lr_scheduler)")
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--model", default="smollm2-135m")
     ap.add_argument("--features", type=pathlib.Path, default=None,
@@ -124,6 +127,8 @@ def main() -> None:
             cfg[key] = type(DEFAULTS[key])(value)
         if cfg["objective"] not in OBJECTIVES:
             ap.error(f"--config: objective must be one of {', '.join(OBJECTIVES)}, got {cfg['objective']!r}")
+        if cfg["lr_scheduler"] not in SCHEDULERS:
+            ap.error(f"--config: lr_scheduler must be one of {', '.join(SCHEDULERS)}, got {cfg['lr_scheduler']!r}")
         configs.append(cfg)
 
     feats = torch.load(a.features) if a.features is not None and a.features.is_file() else {}

@@ -12,6 +12,8 @@ import sys
 
 import pytest
 
+from mezo_rl.arguments import RUN_LENGTH
+
 REPO = pathlib.Path(__file__).resolve().parent.parent
 spec = importlib.util.spec_from_file_location("results_suite", REPO / "benchmarks" / "results.py")
 rs = importlib.util.module_from_spec(spec)
@@ -76,8 +78,11 @@ def test_plan_same_data_for_every_method_and_the_right_objective():
     metric_sst2 = by[("sst2", "mezo-metric")][0].argv
     metric_squad = by[("squad", "mezo-metric")][0].argv
     assert rs._arg(metric_sst2, "--reward") == "accuracy" and rs._arg(metric_sst2, "--peft") == "norm"
-    # the final norm runs its own length whatever --steps says (the main job's); on classification only
-    assert sorted(c.steps for c in by[("sst2", "mezo-metric")]) == [rs.NORM["steps"]] * 2
+    # the final norm runs its own length whatever --steps says; the accuracy objective is the main job, run
+    # for the main job's default length; on classification only
+    assert sorted(c.steps for c in by[("sst2", "mezo-metric")]) == [RUN_LENGTH["norm"]["steps"]] * 2
+    assert rs._arg(metric_sst2, "--batch-size") == str(RUN_LENGTH["norm"]["batch_size"])
+    assert sorted(c.steps for c in by[("sst2", "mezo-norm")]) == [rs.NORM["steps"]] * 2
     assert rs._arg(by[("sst2", "mezo-norm")][0].argv, "--reward") == "cross_entropy"
     assert ("squad", "mezo-norm") not in by
     assert rs._arg(metric_squad, "--reward") == "squad_f1" and rs._arg(metric_squad, "--peft") == "prefix"
