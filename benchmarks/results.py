@@ -767,7 +767,8 @@ def render_markdown(records: list[dict], plots: dict, notes: list[str] = (), tit
         for m in models:
             header += [f"{m}", "n", "seeds", "steps × batch", "wall (s)", "peak RSS (MB)", "cmd"]
         lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-        rows = sorted({(g.method, g.variant) for g in gs}, key=lambda mv: (_method_order(mv[0]), labels[(task, *mv)]))
+        steps_of = {(g.method, g.variant): g.steps or 0 for g in gs}   # variants of a method: fewest steps first
+        rows = sorted(steps_of, key=lambda mv: (_method_order(mv[0]), steps_of[mv], labels[(task, *mv)]))
         for method in METHODS:   # methods with nothing measured still get a row: "not measured"
             if not any(mv[0] == method for mv in rows) and task in TASKS \
                     and TASKS[task].kind in method_for(method, TASKS[task]).kinds:

@@ -271,6 +271,16 @@ def test_the_same_method_on_two_models_is_one_row_with_a_column_per_model(tmp_pa
     assert "**75.0**" in rows[0] and "**84.0**" in rows[0] and "not measured" not in rows[0]
 
 
+def test_step_variants_of_a_method_are_rows_in_order_of_steps(tmp_path):
+    path = tmp_path / "cells.jsonl"
+    for steps in (12000, 1500, 20000):   # "12000" < "1500" < "20000" as text
+        argv = _train_argv("mezo-norm", 0) + ["--steps", str(steps)]
+        rs.append_record(path, _rec("sst2", "mezo-norm", value=0.75, argv=argv, steps=steps, batch=64))
+    md = rs.render(path, tmp_path / "results.md", tasks=["sst2"]).read_text()
+    rows = [l.split(" | ")[0] for l in md.splitlines() if l.startswith("| MeZO final norm (CE)")]
+    assert rows == [f"| MeZO final norm (CE), {k} steps" for k in (1500, 12000, 20000)]
+
+
 def test_render_only_command_line(tmp_path):
     path = tmp_path / "cells.jsonl"
     rs.append_record(path, _rec("sst2", "zero-shot", value=0.5, n=872))
