@@ -117,7 +117,8 @@ _FULL = PEFT_DEFAULTS["full"]
 
 # The run length of `mezo-rl train` per --peft mode, each measured to finish in about 10 minutes on a
 # 2-core CPU with SmolLM2-135M on SST-2 (README, main job). A norm step costs the final norm and the
-# output head only (the trunk's outputs are cached), so that mode affords ten times the steps.
+# output head only (the trunk's outputs are cached, the head run once per sentence), so that mode affords
+# twenty times the steps.
 RUN_LENGTH = {"norm": dict(steps=3000, batch_size=64), "other": dict(steps=150, batch_size=32)}
 
 
