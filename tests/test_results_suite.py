@@ -281,6 +281,17 @@ def test_step_variants_of_a_method_are_rows_in_order_of_steps(tmp_path):
     assert rows == [f"| MeZO final norm (CE), {k} steps" for k in (1500, 12000, 20000)]
 
 
+def test_variants_with_the_same_steps_are_labelled_by_the_options_that_differ(tmp_path):
+    path = tmp_path / "cells.jsonl"
+    for lr in ("0.003", "0.0001"):
+        for seed in (0, 1):
+            argv = _train_argv("mezo-lora", seed) + ["--lr", lr]
+            rs.append_record(path, _rec("sst2", "mezo-lora", seed=seed, value=0.6, argv=argv, steps=200, batch=16))
+    md = rs.render(path, tmp_path / "results.md", tasks=["sst2"]).read_text()
+    rows = [l.split(" | ")[0] for l in md.splitlines() if l.startswith("| MeZO LoRA (CE)")]
+    assert rows == ["| MeZO LoRA (CE), lr 0.0001", "| MeZO LoRA (CE), lr 0.003"]
+
+
 def test_render_only_command_line(tmp_path):
     path = tmp_path / "cells.jsonl"
     rs.append_record(path, _rec("sst2", "zero-shot", value=0.5, n=872))
