@@ -10,7 +10,7 @@ the closure being the cross-entropy over the two label words as in the trainer) 
 one plain forward of the same batch. step - 2 x forward is what perturbing and updating cost.
 
 ``sst2``: for each mode, validation accuracy before and after ``--steps`` MeZO steps with the
-paper's per-mode hyperparameters (``PEFT_DEFAULTS``), batch 16 (Table 16), constant lr, through the
+per-mode hyperparameters (``PEFT_DEFAULTS``), batch 16 (Table 16), constant lr, through the
 project's Trainer (``--runner trainer``, default) or a minimal loop over lm.score (``--runner loop``).
 
 Both print a markdown table and write JSON to ``--out``.
