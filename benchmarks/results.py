@@ -403,11 +403,19 @@ def read_run(cell: Cell, run_dir: pathlib.Path, protocol: TaskProtocol) -> dict:
     return out
 
 
+def _options(argv: list) -> dict:
+    """A command's options as {"--name": "value"} ("" for a bare flag; a later option wins, as in the CLI)."""
+    out = {}
+    for i, a in enumerate(argv):
+        if a.startswith("--"):
+            nxt = argv[i + 1] if i + 1 < len(argv) else None
+            out[a] = nxt if nxt is not None and not nxt.startswith("--") else ""
+    return out
+
+
 def _arg(argv: list, name: str, default=None):
-    for i in range(len(argv) - 1, -1, -1):   # the last occurrence wins, as in argparse
-        if argv[i] == name and i + 1 < len(argv):
-            return argv[i + 1]
-    return default
+    value = _options(argv).get(name)
+    return default if value in (None, "") else value
 
 
 def validation_curve(metrics_jsonl, metric: str) -> list:
@@ -706,16 +714,6 @@ def _method_order(method: str) -> int:
 # ---------------------------------------------------------------------------------------------------
 # Rendering
 # ---------------------------------------------------------------------------------------------------
-
-def _options(argv: list) -> dict:
-    """A command's options as {"--name": "value"} ("" for a bare flag; a later option wins, as in the CLI)."""
-    out = {}
-    for i, a in enumerate(argv):
-        if a.startswith("--"):
-            nxt = argv[i + 1] if i + 1 < len(argv) else None
-            out[a] = nxt if nxt is not None and not nxt.startswith("--") else ""
-    return out
-
 
 def row_labels(groups: list[Group]) -> dict:
     """A row label per (task, method, variant): the method's label, plus, where a method was run with
