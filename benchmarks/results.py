@@ -669,7 +669,7 @@ def verdicts(groups: list[Group]) -> list[Verdict]:
             d, se = _diff(hi, lo)
             ok = d <= TOLERANCE
             missing = [METHODS[m].label for m in MEZO_CE if pick[m] is None]
-            still = _standing_still(modes, pick["zero-shot"]) if ok else ""
+            still = _standing_still(modes, pick["zero-shot"])
             out.append(Verdict(claim, task, model, INCONCLUSIVE if still else HOLDS if ok else FAILS,
                                (f"none moved off zero-shot ({still}); " if still else "") + f"largest gap {_name(hi)} {100 * hi.mean:.1f} vs {_name(lo)} {100 * lo.mean:.1f}: "
                                f"{100 * d:.1f} points (SE {100 * se:.1f}; tolerance {100 * TOLERANCE:g})"
@@ -694,8 +694,10 @@ def verdicts(groups: list[Group]) -> list[Verdict]:
             else:
                 g = _best(ce)
                 d, se = _diff(g, ft)
-                out.append(Verdict(claim, task, model, FAILS,
-                                   f"best {_name(g)} {100 * g.mean:.1f} vs FT{ft_steps} {100 * ft.mean:.1f}: "
+                still = _standing_still([g, ft], pick["zero-shot"])
+                out.append(Verdict(claim, task, model, INCONCLUSIVE if still else FAILS,
+                                   (f"neither moved off zero-shot ({still}); " if still else "")
+                                   + f"best {_name(g)} {100 * g.mean:.1f} vs FT{ft_steps} {100 * ft.mean:.1f}: "
                                    f"{_pts(d)} points (SE {100 * se:.1f}); most MeZO steps measured: "
                                    f"{max(x.steps or 0 for x in ce)}"))
     return out

@@ -208,8 +208,29 @@ def test_closeness_claims_are_inconclusive_when_nothing_moved_off_zero_shot():
                    steps=200, batch=16)
     vs = rs.verdicts(rs.aggregate(recs))
     assert _verdict(vs, "MeZO within 5 points of FT", "rte").verdict == rs.HOLDS
-    # full 0.47 vs prefix 0.66: a 19-point gap fails whatever zero-shot did
+    # full 0.47 vs prefix 0.66: a 19-point gap, and prefix learned: the modes really differ
     assert _verdict(vs, "MeZO full / LoRA / prefix comparable", "rte").verdict == rs.FAILS
+
+
+def test_a_gap_beyond_the_tolerance_between_modes_that_did_not_learn_is_inconclusive():
+    # RTE as measured on seed 0: LoRA 52.0 and full 46.9 are 5.1 points apart, but neither is 2 SE
+    # (~8.5 points at n = 277) above zero-shot 46.6: the gap is noise between two runs that stood still
+    n = 277
+    recs = [_rec("rte", "zero-shot", value=0.466, n=n), _rec("rte", "ft", value=0.502, n=n, steps=125, batch=8)]
+    recs += [_rec("rte", m, value=v, n=n, argv=_train_argv(m, 0, 200, "rte"), steps=200, batch=16)
+             for m, v in (("mezo-full", 0.469), ("mezo-lora", 0.520), ("mezo-prefix", 0.484))]
+    vs = rs.verdicts(rs.aggregate(recs))
+    v = _verdict(vs, "MeZO full / LoRA / prefix comparable", "rte")
+    assert v.verdict == rs.INCONCLUSIVE and "none moved off zero-shot" in v.detail and "5.1 points" in v.detail
+    # the same for "within 5 of FT": best MeZO 0.48 is 6 points under FT 0.54, but FT is only 7.4 above
+    # zero-shot (< 2 SE), so neither learned; FT at 0.60 (13.4 above, > 2 SE) makes it a real miss
+    recs = [r for r in recs if r["method"] not in ("mezo-lora", "mezo-prefix")]
+    recs.append(_rec("rte", "mezo-prefix", value=0.48, n=n, argv=_train_argv("mezo-prefix", 0, 200, "rte"),
+                     steps=200, batch=16))
+    for ft, verdict in ((0.54, rs.INCONCLUSIVE), (0.60, rs.FAILS)):
+        recs[1] = _rec("rte", "ft", value=ft, n=n, steps=125, batch=8)
+        v = _verdict(rs.verdicts(rs.aggregate(recs)), "MeZO within 5 points of FT", "rte")
+        assert v.verdict == verdict and ("neither moved off zero-shot" in v.detail) == (verdict == rs.INCONCLUSIVE)
 
 
 def test_comparable_fails_beyond_the_tolerance():
