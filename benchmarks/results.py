@@ -687,19 +687,17 @@ def verdicts(groups: list[Group]) -> list[Verdict]:
             ft_steps = f" ({ft.steps} steps of {ft.batch})" if ft.steps else ""
             if close:
                 g = close[0]
-                still = _standing_still([g, ft], pick["zero-shot"])
-                out.append(Verdict(claim, task, model, INCONCLUSIVE if still else HOLDS,
-                                   (f"neither moved off zero-shot ({still}); " if still else "") + f"{_name(g)} {100 * g.mean:.1f} vs FT{ft_steps} {100 * ft.mean:.1f}: "
-                                   f"{_pts(g.mean - ft.mean)} points, first at {g.steps} MeZO steps"))
+                verdict, detail = HOLDS, (f"{_name(g)} {100 * g.mean:.1f} vs FT{ft_steps} {100 * ft.mean:.1f}: "
+                                          f"{_pts(g.mean - ft.mean)} points, first at {g.steps} MeZO steps")
             else:
                 g = _best(ce)
                 d, se = _diff(g, ft)
-                still = _standing_still([g, ft], pick["zero-shot"])
-                out.append(Verdict(claim, task, model, INCONCLUSIVE if still else FAILS,
-                                   (f"neither moved off zero-shot ({still}); " if still else "")
-                                   + f"best {_name(g)} {100 * g.mean:.1f} vs FT{ft_steps} {100 * ft.mean:.1f}: "
-                                   f"{_pts(d)} points (SE {100 * se:.1f}); most MeZO steps measured: "
-                                   f"{max(x.steps or 0 for x in ce)}"))
+                verdict, detail = FAILS, (f"best {_name(g)} {100 * g.mean:.1f} vs FT{ft_steps} {100 * ft.mean:.1f}: "
+                                          f"{_pts(d)} points (SE {100 * se:.1f}); most MeZO steps measured: "
+                                          f"{max(x.steps or 0 for x in ce)}")
+            still = _standing_still([g, ft], pick["zero-shot"])
+            out.append(Verdict(claim, task, model, INCONCLUSIVE if still else verdict,
+                               (f"neither moved off zero-shot ({still}); " if still else "") + detail))
     return out
 
 
