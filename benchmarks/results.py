@@ -15,7 +15,8 @@ the date and the machine, and appends one JSON line to ``docs/results/cells.json
 
 Resuming: a cell whose key (model, task, method, seed and the full command line apart from the
 output directory) already has an ``ok`` line is skipped, so changing any setting re-runs it; a cell
-that failed is recorded with its error and retried on the next run. Run directories go to
+that failed is recorded with its error and retried on the next run. A MeZO cell stopped part-way
+(killed, Ctrl-C, out of time) continues from its run's checkpoint (``--resume``), not from step 0. Run directories go to
 ``runs/results/`` (ignored by git).
 
 Protocol (``TASKS``): the paper's 1000 train examples sampled with the cell's seed, the same train
@@ -434,6 +435,9 @@ def run_cell(cell: Cell, runs_dir, protocol: TaskProtocol, machine: dict, expect
     where = REPO / run_dir                         # as this process sees it
     where.mkdir(parents=True, exist_ok=True)
     argv = list(cell.argv) + ["--output-dir", str(run_dir)]
+    stopped = unfinished_run(where) if cell.argv[:1] == ["train"] else None
+    if stopped is not None:          # a cell stopped part-way: continue it from its checkpoint, never start over
+        argv.append("--resume")
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(REPO)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
     env.setdefault("HF_HUB_OFFLINE", "1")
@@ -445,11 +449,15 @@ def run_cell(cell: Cell, runs_dir, protocol: TaskProtocol, machine: dict, expect
               "metric": protocol.metric, "steps": cell.steps, "machine": machine,
               "data_dir": env.get("MEZO_RL_DATA"),
               "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")}
+    if stopped is not None:
+        record["resumed_from_step"], record["wall_time_before_resume_s"] = stopped
     log(f"[results] {cell.model} {cell.task} {cell.method} seed {cell.seed}"
-        f"{'' if cell.steps is None else f' steps {cell.steps}'}: {record['command']}")
+        f"{'' if cell.steps is None else f' steps {cell.steps}'}"
+        f"{'' if stopped is None else f', resumed from its step-{stopped[0]} checkpoint'}: {record['command']}")
     record["loadavg_start"] = _loadavg()
     t0 = time.perf_counter()
-    with open(where / "stdout.log", "w") as out, open(where / "stderr.log", "w") as err:
+    mode = "w" if stopped is None else "a"
+    with open(where / "stdout.log", mode) as out, open(where / "stderr.log", mode) as err:
         proc = subprocess.Popen([sys.executable, "-m", "mezo_rl"] + argv, cwd=REPO, env=env,
                                 stdout=out, stderr=err)
         try:
@@ -458,7 +466,7 @@ def run_cell(cell: Cell, runs_dir, protocol: TaskProtocol, machine: dict, expect
             proc.kill()
             proc.wait()
             raise
-    record["wall_time_s"] = round(time.perf_counter() - t0, 2)
+    record["wall_time_s"] = round(time.perf_counter() - t0 + record.get("wall_time_before_resume_s", 0.0), 2)
     record["loadavg_end"] = _loadavg()        # 1-minute load average: wall times on a shared machine
     if rusage is not None:
         record["peak_rss_mb"] = round(rusage.ru_maxrss / 1024.0, 1)   # Linux: KiB
@@ -475,6 +483,17 @@ def run_cell(cell: Cell, runs_dir, protocol: TaskProtocol, machine: dict, expect
         record["n"] = expected_n            # lp reports no n: the test sample size of the protocol
     record["status"] = "ok"
     return record
+
+
+def unfinished_run(run_dir) -> Optional[tuple]:
+    """``(step, wall seconds)`` of the checkpoint of a ``train`` run in ``run_dir`` that stopped before its
+    last step (killed, interrupted, out of time), else None. The suite resumes such a cell with
+    ``--resume``; its record's wall time is the stopped part's training time plus the resumed process's."""
+    from mezo_rl import rundir
+    if rundir.unfinished_step(run_dir) is None:
+        return None
+    state = json.loads((rundir.checkpoint_dir(run_dir) / rundir.STATE_FILE).read_text())
+    return int(state["step"]), round(float(state.get("wall_time_s") or 0.0), 2)
 
 
 def _loadavg() -> Optional[float]:

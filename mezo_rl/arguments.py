@@ -16,7 +16,7 @@ field metadata; :class:`Arguments` checks every field against those in one loop,
 ``ComputeArguments``        dtype, autocast, device_map, max_memory
 ``GenerationArguments``     max_new_tokens, do_sample, temperature
 ``EvalArguments``           eval_steps, metric_for_best, initial_test, eval_batch_size, logging_steps
-``OutputArguments``         output_dir, resume, save_model, tensorboard, progress
+``OutputArguments``         output_dir, resume, overwrite_output_dir, save_model, tensorboard, progress
 ==========================  =========================================================
 
 :class:`TrainingArguments` (``mezo-rl train``) inherits all of them and stays one flat dataclass.
@@ -297,6 +297,8 @@ class EvalArguments(Arguments):
 class OutputArguments(Arguments):
     output_dir: str = option("runs/mezo", "where config, metrics, summary and checkpoint go")
     resume: bool = option(False, "continue the run in --output-dir from its checkpoint")
+    overwrite_output_dir: bool = option(False, "start over in an --output-dir that holds an unfinished run "
+                                        "(without it, such a directory is refused: --resume continues it)")
     save_model: bool = option(False, "also write the best weights with save_pretrained into OUTPUT_DIR/model")
     tensorboard: bool = option(False, "also log to OUTPUT_DIR/tensorboard")
     progress: bool = option(True, "show a tqdm progress bar")

@@ -97,7 +97,8 @@ def check_data_dir(data_dir) -> None:
 
 
 def check_output_dir(args) -> None:
-    """``--output-dir`` is a directory or can be one; with ``--resume`` it holds a checkpoint of this run."""
+    """``--output-dir`` is a directory or can be one; with ``--resume`` it holds a checkpoint of this run;
+    without it, it holds no unfinished run (starting over would replace that run's checkpoint)."""
     out = pathlib.Path(args.output_dir)
     if out.exists() and not out.is_dir():
         raise ConfigError(f"--output-dir {str(out)!r} is not a directory (a file is there); give a directory path")
@@ -110,6 +111,12 @@ def check_output_dir(args) -> None:
             raise ConfigError(f"--resume: no checkpoint in {str(out)!r} (no {rundir.CHECKPOINT_DIR}/{rundir.STATE_FILE}); "
                               f"start the run without --resume")
         rundir.check_resumable(out, args)
+    elif not args.overwrite_output_dir:
+        unfinished = rundir.unfinished_step(out)
+        if unfinished is not None:
+            raise ConfigError(f"--output-dir {str(out)!r} holds an unfinished run (checkpoint at step {unfinished[0]} of "
+                              f"{unfinished[1]}); add --resume to continue it, or --overwrite-output-dir to start over "
+                              f"(its checkpoint and metrics are replaced)")
 
 
 def check_run_dir(run_dir) -> pathlib.Path:

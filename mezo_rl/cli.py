@@ -340,7 +340,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--variant", action="append", help="a YAML/JSON file of train options overriding the shared ones (repeat)")
     p.add_argument("--runs", nargs="+", help="only write the report for these finished run directories")
     p.add_argument("--report-dir", default=None, help="with --runs: where the report goes (default: .)")
-    add_dataclass_arguments(p, TrainingArguments, skip=("reward", "reward_weights", "resume"))
+    add_dataclass_arguments(p, TrainingArguments, skip=("reward", "reward_weights", "resume", "overwrite_output_dir"))
     p.set_defaults(func=cmd_compare)
 
     p = sub.add_parser("baseline", help="zero-shot / ICL / linear probing / Adam fine-tuning",

@@ -213,7 +213,22 @@ def save_checkpoint(run_dir: pathlib.Path, state: TrainerState, identity: dict, 
 
 
 # what may change when a run is resumed (everything else must match config.json)
-RESUME_MAY_CHANGE = ("resume", "steps", "progress", "tensorboard", "save_model", "eval_steps", "logging_steps")
+RESUME_MAY_CHANGE = ("resume", "overwrite_output_dir", "steps", "progress", "tensorboard", "save_model", "eval_steps", "logging_steps")
+
+
+def unfinished_step(run_dir: str | os.PathLike) -> Optional[tuple[int, int]]:
+    """``(checkpoint step, steps)`` when ``run_dir`` holds a run stopped before its last step, else None
+    (no run there, or one that reached its ``--steps``: starting over in it loses nothing unfinished)."""
+    run = pathlib.Path(run_dir)
+    state, config = checkpoint_dir(run) / STATE_FILE, run / CONFIG_FILE
+    if not (state.is_file() and config.is_file()):
+        return None
+    try:
+        step = int(json.loads(state.read_text())["step"])
+        steps = int(json.loads(config.read_text())["steps"])
+    except (ValueError, KeyError, TypeError):   # unreadable: not ours to judge; the run itself will say
+        return None
+    return (step, steps) if step < steps else None
 
 
 def check_resumable(run_dir: pathlib.Path, args: TrainingArguments) -> None:

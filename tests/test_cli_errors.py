@@ -201,3 +201,22 @@ def test_the_real_command_prints_one_line(tmp_path):
     assert proc.returncode == 2 and proc.stdout == ""
     assert_one_line_error(proc.returncode, proc.stderr, "unknown task 'sst3'")
     assert not (tmp_path / "o").exists()
+
+
+def test_a_fresh_run_into_an_unfinished_run_is_refused_and_the_checkpoint_kept(tmp_path, capsys):
+    import shutil
+
+    from mezo_rl import checks
+    from mezo_rl.arguments import TrainingArguments
+
+    run = tmp_path / "run"
+    shutil.copytree(TESTS / "data" / "run_v0", run)           # a finished run: step 3 of 3
+    config = json.loads((run / "config.json").read_text())
+    checks.check_output_dir(TrainingArguments(output_dir=str(run)))   # finished: starting over loses nothing
+    config["steps"] = 6                                       # now a 6-step run stopped at its step-3 checkpoint
+    (run / "config.json").write_text(json.dumps(config))
+    before = {p: p.read_bytes() for p in run.rglob("*") if p.is_file()}
+    rc, _, err = run_cli(["train", "--output-dir", run], capsys)
+    assert_one_line_error(rc, err, str(run), "step 3 of 6", "--resume", "--overwrite-output-dir")
+    assert {p: p.read_bytes() for p in run.rglob("*") if p.is_file()} == before
+    checks.check_output_dir(TrainingArguments(output_dir=str(run), overwrite_output_dir=True))

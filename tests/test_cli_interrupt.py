@@ -69,6 +69,13 @@ def _interrupt_resume_and_compare(common, whole, parts, env, capsys):
     assert state["step"] == done and not (parts / "summary.json").exists()
     assert not (parts / ".lock").exists()  # released on the way out
 
+    # the same command without --resume would start over and replace that checkpoint: refused, nothing touched
+    kept = {p: p.read_bytes() for p in parts.rglob("*") if p.is_file()}
+    assert main(["train", *common, "--output-dir", str(parts)]) == 2
+    err_fresh = capsys.readouterr().err
+    assert f"step {done} of 12" in err_fresh and "--resume" in err_fresh and "--overwrite-output-dir" in err_fresh
+    assert {p: p.read_bytes() for p in parts.rglob("*") if p.is_file()} == kept
+
     resume = last.split("resume with: ", 1)[1]
     assert resume.startswith("mezo-rl train ") and resume.endswith(" --resume")
     assert main(["train", *common, "--output-dir", str(parts), "--resume"]) == 0

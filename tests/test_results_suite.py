@@ -124,6 +124,44 @@ def test_a_crashing_cell_is_recorded_as_failed_with_the_cli_error(tmp_path):
     assert rec["wall_time_s"] > 0 and rec["peak_rss_mb"] > 0
 
 
+def test_a_cell_stopped_part_way_continues_from_its_checkpoint(tmp_path, tiny_model_dir, shared_data_dir):
+    """A MeZO cell killed at step 3 of 6 is resumed by the next suite run (the real CLI with --resume),
+    not started over: its first 3 steps and their records are kept, and the record says so."""
+    from mezo_rl.callbacks import TrainerCallback
+    from mezo_rl.cli import _config, build_parser, parse_into
+    from mezo_rl.arguments import TrainingArguments
+    from mezo_rl.trainer import Trainer, TrainingInterrupted
+
+    argv = ["train", "--model", str(tiny_model_dir), "--task", "sst2", "--data-dir", str(shared_data_dir),
+            "--reward", "cross_entropy", "--steps", "6", "--eval-steps", "3", "--batch-size", "4", "--num-train", "16",
+            "--num-eval", "4", "--num-test", "4", "--lr", "1e-3", "--eps", "1e-2", "--autocast", "none",
+            "--no-progress", "--seed", "3"]
+    cell = rs.Cell("tiny", "sst2", "mezo-full", 3, 6, argv)
+    run_dir = rs.cell_run_dir(tmp_path, cell)
+
+    class StopAfter3(TrainerCallback):          # what a kill between steps 3 and 4 leaves behind
+        def on_step_end(self, trainer, record):
+            if trainer.step == 3:
+                raise KeyboardInterrupt
+
+    ns = build_parser().parse_args(argv + ["--output-dir", str(run_dir)])
+    with pytest.raises(TrainingInterrupted):
+        Trainer(parse_into(TrainingArguments, ns, _config(ns)), callbacks=[StopAfter3()]).train()
+    first = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert rs.unfinished_run(run_dir)[0] == 3
+
+    logs = []
+    rec = rs.run_cell(cell, tmp_path, rs.TASKS["sst2"], {"cpu": "x"}, log=logs.append)
+    assert rec["status"] == "ok", rec.get("error")
+    assert rec["resumed_from_step"] == 3 and "resumed from its step-3 checkpoint" in logs[0]
+    assert rec["steps"] == 6 and rec["wall_time_s"] >= rec["wall_time_before_resume_s"] > 0
+    assert "--resume" not in rec["command"]       # the command that reproduces the cell runs it whole
+    after = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert after[:len(first)] == first            # the stopped part's records, kept as they were
+    assert [r["step"] for r in after if "split" not in r] == [1, 2, 3, 4, 5, 6]
+    assert rs.unfinished_run(run_dir) is None
+
+
 # --- aggregation and verdicts -----------------------------------------------------------------------
 
 def test_aggregate_mean_std_and_standard_error():
