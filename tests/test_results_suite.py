@@ -95,6 +95,15 @@ def test_plan_same_data_for_every_method_and_the_right_objective():
 
 # --- the results file and resuming ------------------------------------------------------------------
 
+def test_a_task_s_own_method_options_come_before_the_command_line_s():
+    squad = rs.build_argv("smollm2-135m", rs.TASKS["squad"], "mezo-lora", 0, rs.Settings(), 200)
+    sst2 = rs.build_argv("smollm2-135m", rs.TASKS["sst2"], "mezo-lora", 0, rs.Settings(), 200)
+    assert squad[-2:] == ["--lr", "1e-3"] and sst2[-2:] != ["--lr", "1e-3"]     # SQuAD's LoRA lr, not SST-2's
+    mine = rs.build_argv("smollm2-135m", rs.TASKS["squad"], "mezo-lora", 0,
+                         rs.Settings(method_args={"mezo-lora": ["--lr", "5e-4"]}), 200)
+    assert mine[-4:] == ["--lr", "1e-3", "--lr", "5e-4"]                       # --method-args still wins
+
+
 def test_pending_skips_finished_cells_and_retries_failed_ones(tmp_path):
     cells = rs.plan(["smollm2-135m"], ["rte"], ["zero-shot", "lp", "ft"], [0], rs.Settings(), {"rte": 277})
     path = tmp_path / "cells.jsonl"
