@@ -498,8 +498,8 @@ def unfinished_run(run_dir) -> Optional[tuple]:
     from mezo_rl import rundir
     if rundir.unfinished_step(run_dir) is None:
         return None
-    state = json.loads((rundir.checkpoint_dir(run_dir) / rundir.STATE_FILE).read_text())
-    return int(state["step"]), round(float(state.get("wall_time_s") or 0.0), 2)
+    state = rundir.TrainerState.load(rundir.checkpoint_dir(run_dir) / rundir.STATE_FILE)
+    return state.step, round(state.wall_time_s, 2)
 
 
 def _loadavg() -> Optional[float]:
