@@ -248,7 +248,7 @@ class MeZOArguments(Arguments):
     rank: int = option(1, "rank of --noise lowrank", min=1)
     lowrank_interval: int = option(1, "hold the low-rank subspace factor for this many noise samples (LOZO; 1 = fresh every step)", min=1)
     normalize: Optional[str] = option(None, "std: divide each loss difference by the spread of the step's losses instead of by 2 eps (FZOO-style; with one sample a sign step of length lr); none: divide by 2 eps (the paper) (default per --peft mode: std for norm, none otherwise)", choices=["std", "none"])
-    estimator: str = option("two_point", "two_point (+/-eps) or one_point", choices=ESTIMATORS)
+    estimator: str = option("two_point", "two_point (+/-eps per sample), one_point, or es (n one-sided members, losses centred across them; ES-at-scale with --normalize std)", choices=ESTIMATORS)
     momentum: float = option(0.0, "ZO-SGD momentum (Appendix B.2)", ge=0, lt=1)
     adam: bool = option(False, "ZO-Adam (Appendix B.2)")
     on_nonfinite: str = option("raise", "what a non-finite loss does", choices=ON_NONFINITE)
