@@ -18,15 +18,14 @@ import os
 import pathlib
 from typing import Callable, TypeVar
 
-import rewards
-import tasks
 from mezo_rl import rundir
 from mezo_rl.arguments import data_task_options
 from mezo_rl.errors import ConfigError, UnknownNameError, UserError
 from mezo_rl.models import check_model, model_architectures
-
-# ``rewards`` and ``tasks`` are used as modules (names looked up at call time): importing ``tasks`` first
-# imports mezo_rl (through mezo_rl.errors), and so this module, while ``tasks`` is still half-imported.
+from rewards import build_objective, get_reward
+from tasks import get_task, list_tasks
+from tasks.data import data_root
+from tasks.user import check_data_task, data_task, is_data_task
 
 __all__ = ["TaskCodeError", "user_code", "resolve_task", "check_rewards", "check_reward_fit", "check_output_dir", "check_run_dir",
            "check_training", "load_splits"]
@@ -68,23 +67,23 @@ def resolve_task(args):
     task are refused before anything is read.
     """
     options = data_task_options(args)
-    registered = tasks.list_tasks()
-    tasks.user.check_data_task(args.task, options, registered)
-    if tasks.user.is_data_task(args.task, options, registered):
-        return tasks.user.data_task(args.task, options)
-    return user_code("--task", args.task, lambda: tasks.get_task(args.task))
+    registered = list_tasks()
+    check_data_task(args.task, options, registered)
+    if is_data_task(args.task, options, registered):
+        return data_task(args.task, options)
+    return user_code("--task", args.task, lambda: get_task(args.task))
 
 
 def check_rewards(refs) -> list:
     """Every reward reference resolves (registered name, entry point, ``module:function``, ``file.py:function``)."""
-    return [user_code("--reward", ref, lambda ref=ref: rewards.get_reward(ref)) for ref in refs]
+    return [user_code("--reward", ref, lambda ref=ref: get_reward(ref)) for ref in refs]
 
 
 def check_reward_fit(args, task, model=None) -> None:
     """The rewards fit the task's kind (``accuracy`` is for classification and multiple choice) and, where
     the model's ``config.json`` is at hand, the model (generation rewards need a causal LM): checks that need
     no data and no weights. The rewards' dataset columns are checked once the task's examples are read."""
-    objective = rewards.build_objective(list(args.reward), weights=args.reward_weights, normalize=args.reward_normalize)
+    objective = build_objective(list(args.reward), weights=args.reward_weights, normalize=args.reward_normalize)
     objective.check_task_kind(task.kind)
     archs = model_architectures(model) if model is not None else None
     if archs is not None:
@@ -93,7 +92,7 @@ def check_reward_fit(args, task, model=None) -> None:
 
 def check_data_dir(data_dir) -> None:
     if data_dir is not None:
-        tasks.data.data_root(data_dir)  # TaskFileNotFoundError naming the directory
+        data_root(data_dir)  # TaskFileNotFoundError naming the directory
 
 
 def check_output_dir(args) -> None:

@@ -26,10 +26,6 @@ from mezo_rl.outputs import example_columns, model_outputs
 
 PROGRESS_DELAY_S = 3.0  # an evaluation shorter than this shows no progress bar
 
-# ``rewards`` and ``tasks`` are imported as modules (names looked up at call time): they import
-# ``mezo_rl.errors`` / ``mezo_rl.registry``, which runs ``mezo_rl/__init__`` and so this module, possibly
-# while they are still half-imported.
-
 
 def evaluate(
     lm,

@@ -39,8 +39,6 @@ from mezo_rl.rundir import (CHECKPOINT_DIR, TRAJECTORY_FILE, TrainerState, build
 from mezo_rl.runguard import InterruptGuard
 from mezo_rl.trajectory import STATUS
 
-# ``rewards`` / ``tasks`` are imported as modules: they import mezo_rl.errors / mezo_rl.registry, which
-# runs mezo_rl/__init__ (and so this module) possibly while they are half-imported.
 # Names from the pieces trainer.py was split into stay importable from here (README, examples, tests).
 __all__ = ["Trainer", "TrainingArguments", "TrainingInterrupted", "TrainerCallback", "TrainerState", "load_run", "param_groups",
            "trainable_parameters", "sample_batch_indices", "objective_outputs", "parse_max_memory",
