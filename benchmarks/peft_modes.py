@@ -133,7 +133,8 @@ def run_sst2_loop(mode, ns, train, val):
 
 
 def run_sst2_trainer(mode, ns, out_dir):
-    from mezo_rl.trainer import Trainer, TrainingArguments
+    from mezo_rl.arguments import TrainingArguments
+    from mezo_rl.trainer import Trainer
 
     args = TrainingArguments(model=ns.model, task="sst2", reward=["cross_entropy"], peft="none" if mode == "full" else mode,
                              steps=ns.steps, batch_size=ns.batch_size, num_train=ns.num_train, num_eval=ns.num_eval,

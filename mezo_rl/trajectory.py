@@ -26,7 +26,7 @@ from typing import Iterator, NamedTuple
 
 import numpy as np
 
-__all__ = ["Trajectory", "Step", "STATUS", "COLUMNS", "replay_trajectory"]
+__all__ = ["Trajectory", "Step", "STATUS", "COLUMNS"]
 
 FORMAT = "mezo-rl-trajectory/1"
 #: row status codes
@@ -169,13 +169,3 @@ class Trajectory:
         with np.load(path, allow_pickle=False) as data:
             return cls.from_state_dict({k: data[k] for k in data.files})
 
-
-def __getattr__(name: str):
-    # `from mezo_rl.trajectory import replay_trajectory` kept working for code written before replay
-    # moved to the optimizer (mezo_rl.optim), which imports this module: resolved on first use so
-    # this module itself never imports the optimizer.
-    if name == "replay_trajectory":
-        from mezo_rl.optim import replay_trajectory
-
-        return replay_trajectory
-    raise AttributeError(f"module 'mezo_rl.trajectory' has no attribute {name!r}")

@@ -96,8 +96,8 @@ def test_mezo_steps_change_only_adapter_parameters(tiny_tokenizer, method):
 
 @pytest.mark.parametrize("method", METHODS)
 def test_trajectory_replay_rebuilds_adapter_exactly(tiny_tokenizer, method, tmp_path):
-    from mezo_rl.optim import MeZO
-    from mezo_rl.trajectory import Trajectory, replay_trajectory
+    from mezo_rl.optim import MeZO, replay_trajectory
+    from mezo_rl.trajectory import Trajectory
 
     lm = apply_peft(make_lm(tiny_tokenizer), method, seed=3)
     opt = MeZO(trainable(lm), **PEFT_DEFAULTS[method], seed=7)
