@@ -20,7 +20,7 @@ from typing import Callable, TypeVar
 
 from mezo_rl import rundir
 from mezo_rl.arguments import data_task_options
-from mezo_rl.errors import ConfigError, UnknownNameError, UserError
+from mezo_rl.errors import ConfigError, UnknownNameError, UserError, first_line
 from mezo_rl.models import check_model, model_architectures
 from rewards import build_objective, get_reward
 from tasks import get_task, list_tasks
@@ -45,14 +45,9 @@ def user_code(what: str, ref: str, load: Callable[[], T]) -> T:
     except UserError:
         raise
     except (ImportError, AttributeError, FileNotFoundError, ValueError, TypeError) as e:
-        raise UnknownNameError(f"{what} {ref!r}: {_one_line(e)}") from e
+        raise UnknownNameError(f"{what} {ref!r}: {first_line(e)}") from e
     except Exception as e:  # the user's module raised while being imported
-        raise UnknownNameError(f"{what} {ref!r}: loading it raised {type(e).__name__}: {_one_line(e)}") from e
-
-
-def _one_line(e: BaseException) -> str:
-    text = str(e).strip()
-    return text.splitlines()[0] if text else type(e).__name__
+        raise UnknownNameError(f"{what} {ref!r}: loading it raised {type(e).__name__}: {first_line(e)}") from e
 
 
 def _is_user_code(task) -> bool:
@@ -110,6 +105,7 @@ def check_output_dir(args) -> None:
             raise ConfigError(f"--resume: no checkpoint in {str(out)!r} (no {rundir.CHECKPOINT_DIR}/{rundir.STATE_FILE}); "
                               f"start the run without --resume")
         rundir.check_resumable(out, args)
+        rundir.read_checkpoint(out, tensors=False)  # a damaged or unsafe file: one line, before any model loads
     elif not args.overwrite_output_dir:
         unfinished = rundir.unfinished_step(out)
         if unfinished is not None:
@@ -164,6 +160,6 @@ def load_splits(task, task_ref: str, sizes: dict, data_dir, seed: int) -> dict:
         except Exception as e:
             if not _is_user_code(task):
                 raise
-            raise TaskCodeError(f"task {task_ref!r} raised {type(e).__name__}: {_one_line(e)} while reading its "
+            raise TaskCodeError(f"task {task_ref!r} raised {type(e).__name__}: {first_line(e)} while reading its "
                                 f"{split!r} examples") from e
     return out
