@@ -115,10 +115,10 @@ def _fmt(x: float) -> str:
 
 _FULL = PEFT_DEFAULTS["full"]
 
-# The run length of `mezo-rl train` per --peft mode, each measured to finish in about 10 minutes on a
-# 2-core CPU with SmolLM2-135M on SST-2 (README, main job). A norm step costs the final norm and the
+# The run length of `mezo-rl train` per --peft mode, sized so that a default run (SmolLM2-135M on SST-2)
+# takes minutes on a 2-core CPU (timings: benchmarks/README.md). A norm step costs the final norm and the
 # output head only (the trunk's outputs are cached, the head run once per sentence), so that mode affords
-# twenty times the steps.
+# many more steps.
 RUN_LENGTH = {"norm": dict(steps=3000, batch_size=64), "other": dict(steps=150, batch_size=32)}
 
 
@@ -336,7 +336,7 @@ class TrainingArguments(OutputArguments, EvalArguments, GenerationArguments, Com
 
     def replace(self, **changes) -> "TrainingArguments":
         """``dataclasses.replace`` for variants: the run length these arguments took from their --peft
-        mode is taken from the new one's (a prefix variant of the norm main job runs prefix's length)."""
+        mode is taken from the new one's (a prefix variant of a default norm run runs prefix's length)."""
         values = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
         values.update({key: None for key in self._defaulted})
         values.update(changes)

@@ -17,8 +17,9 @@ training objectives agree.
     >>> from mezo_rl.evaluation import evaluate
     >>> from tasks import get_task
     >>> task = get_task("sst2")
-    >>> evaluate(load_model("smollm2-135m"), task, task.load_split("validation", n=200))
-    {'accuracy': 0.72, 'n': 200}
+    >>> metrics = evaluate(load_model("smollm2-135m"), task, task.load_split("validation", n=200))
+    >>> sorted(metrics)                  # the task's metrics (mean over the examples) and their count
+    ['accuracy', 'n']
 """
 from __future__ import annotations
 

@@ -48,27 +48,23 @@ PEFT_METHODS = ("lora", "prefix")
 
 # MeZO hyperparameters per mode: the defaults of `mezo-rl train` (TrainingArguments.hyperparameters).
 # Prefix: the paper's OPT grid (Table 16; all weight decay 0), taking the value it lists for most
-# tasks, lr {1e-2, 1e-3} -> 1e-2. LoRA: Table 16's eps 1e-2; its lr {1e-4, 5e-5} is for 20,000 steps
-# and leaves SmolLM2-135M where it was in a run of this CLI's length (SST-2 validation 0.565 at every
-# evaluation of 200 x 16, 3 seeds), so lr 3e-3 is measured: SST-2 with cross-entropy, test accuracy
-# 0.516 -> 0.692 in the default 150 x 32 (seed 0, n = 872), 0.614 +- 0.060 in 200 x 16 (3 seeds; 1e-3
-# moved less, 1e-2 diverged; benchmarks/README.md, "LoRA's learning rate"). The RoBERTa grid (Table 15)
-# agrees on eps for prefix (1e-1) but uses eps 1e-3 and weight decay 0.1 for LoRA; we follow the OPT
-# table because our models are decoder-only LMs like OPT. Full fine-tuning: the paper's 1e-6 / 1e-3
-# (for 20,000 steps on OPT) moves SmolLM2-135M too little in a 50-step run; 2e-4 / 1e-2 is measured
-# (README, main job: SST-2 validation accuracy 0.53 -> 0.64 in 50 x 32), and with eps 1e-3 the
-# accuracy of a 16-example batch was identical at +eps and -eps in 9 of 9 steps (no update). Its noise
-# is the engine's default, low-rank r = 1 (docs/engine.md, "Which noise is the default": as fast per
-# forward pass as Gaussian on SST-2 and SST-5, and the cheapest step: no compiler, one BLAS pass per
-# matrix); LoRA and prefix keep the paper's Gaussian z (their noise sweeps cost nothing measurable).
-# "norm" (the default of `mezo-rl train`): MeZO on the final normalisation layer's gains only (576
-# weights in SmolLM2), a re-weighting of the features the output head reads. With the accuracy
-# objective the ZO estimate over 576 directions is usable where one over 134M is mostly noise; lr is
-# the length of a sign step (normalize="std", Rademacher probes, FZOO-style). Measured: SST-2 test
-# accuracy 0.516 -> 0.742 +- 0.003 (n = 872, 3 seeds) in 3000 steps of 64 with 2 samples (README, main job).
-# With the trunk frozen its outputs are computed once per example (LanguageModel.enable_trunk_cache), so
-# a norm step costs the final norm and the output head only (~1/100 of a forward): two SPSA samples per
-# step (n_spsa=2) and many steps fit the main job's 10 minutes (steps/batch: arguments.RUN_LENGTH).
+# tasks, lr {1e-2, 1e-3} -> 1e-2. LoRA: Table 16's eps 1e-2; its lr {1e-4, 5e-5} is meant for 20,000
+# steps and barely moves a small model in a run of this CLI's length, so lr 3e-3 was chosen by a sweep
+# (1e-3 moved less, 1e-2 diverged). The RoBERTa grid (Table 15) agrees on eps for prefix (1e-1) but uses
+# eps 1e-3 and weight decay 0.1 for LoRA; we follow the OPT table because our models are decoder-only LMs
+# like OPT. Full fine-tuning: the paper's 1e-6 / 1e-3 (for 20,000 steps on OPT) barely moves a small
+# model in a short run, and with eps 1e-3 the +eps and -eps losses of a small batch's accuracy are often
+# equal (no update), so 2e-4 / 1e-2. Its noise is the engine's default, low-rank r = 1 (one BLAS pass per
+# matrix, no compiler; docs/engine.md, "Which noise is the default"); LoRA and prefix keep the paper's
+# Gaussian z, whose sweeps over their few weights cost nothing next to a forward pass.
+# "norm" (the default of `mezo-rl train`): MeZO on the final normalisation layer's gains only, a
+# re-weighting of the features the output head reads. With the accuracy objective a ZO estimate over
+# these few hundred directions is usable where one over the whole model is mostly noise; lr is the
+# length of a sign step (normalize="std", Rademacher probes, FZOO-style). With the trunk frozen its
+# outputs are computed once per example (LanguageModel.enable_trunk_cache), so a norm step costs the
+# final norm and the output head only: two SPSA samples per step (n_spsa=2) and many more steps than
+# the other modes fit the same time (steps/batch: arguments.RUN_LENGTH).
+# The runs behind these choices: docs/peft.md, "Per-mode defaults", and benchmarks/README.md.
 PEFT_DEFAULTS = {
     "full": dict(lr=2e-4, eps=1e-2, weight_decay=0.0, noise="lowrank", normalize=None, n_spsa=1),
     "norm": dict(lr=2e-2, eps=1e-1, weight_decay=0.0, noise="rademacher", normalize="std", n_spsa=2),
