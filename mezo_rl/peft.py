@@ -6,7 +6,7 @@ numbers instead of the whole model, and the trained artefact is a small file.
     lm = load_model("smollm2-135m")
     apply_peft(lm, "prefix")                      # or "lora"; base weights frozen, adapter trainable
     params = [p for p in lm.model.parameters() if p.requires_grad]
-    opt = MeZO(params, **PEFT_DEFAULTS["prefix"])  # the paper's per-mode lr / eps
+    opt = MeZO(params, **mezo_options(MODE_DEFAULTS["prefix"]))  # the mode's lr / eps (mezo_rl.defaults)
     ...
     peft_config(lm)                               # JSON dict stored in checkpoints
     apply_peft(fresh_lm, **peft_config(lm))       # rebuilds the identical initial adapter
@@ -46,31 +46,6 @@ from mezo_rl.lm import FINAL_NORM_MODULES
 
 PEFT_METHODS = ("lora", "prefix")
 
-# MeZO hyperparameters per mode: the defaults of `mezo-rl train` (TrainingArguments.hyperparameters).
-# Prefix: the paper's OPT grid (Table 16; all weight decay 0), taking the value it lists for most
-# tasks, lr {1e-2, 1e-3} -> 1e-2. LoRA: Table 16's eps 1e-2; its lr {1e-4, 5e-5} is meant for 20,000
-# steps and barely moves a small model in a run of this CLI's length, so lr 3e-3 was chosen by a sweep
-# (1e-3 moved less, 1e-2 diverged). The RoBERTa grid (Table 15) agrees on eps for prefix (1e-1) but uses
-# eps 1e-3 and weight decay 0.1 for LoRA; we follow the OPT table because our models are decoder-only LMs
-# like OPT. Full fine-tuning: the paper's 1e-6 / 1e-3 (for 20,000 steps on OPT) barely moves a small
-# model in a short run, and with eps 1e-3 the +eps and -eps losses of a small batch's accuracy are often
-# equal (no update), so 2e-4 / 1e-2. Its noise is the engine's default, low-rank r = 1 (one BLAS pass per
-# matrix, no compiler; docs/engine.md, "Which noise is the default"); LoRA and prefix keep the paper's
-# Gaussian z, whose sweeps over their few weights cost nothing next to a forward pass.
-# "norm" (the default of `mezo-rl train`): MeZO on the final normalisation layer's gains only, a
-# re-weighting of the features the output head reads. With the accuracy objective a ZO estimate over
-# these few hundred directions is usable where one over the whole model is mostly noise; lr is the
-# length of a sign step (normalize="std", Rademacher probes, FZOO-style). With the trunk frozen its
-# outputs are computed once per example (LanguageModel.enable_trunk_cache), so a norm step costs the
-# final norm and the output head only: two SPSA samples per step (n_spsa=2) and many more steps than
-# the other modes fit the same time (steps/batch: arguments.RUN_LENGTH).
-# The runs behind these choices: docs/peft.md, "Per-mode defaults", and benchmarks/README.md.
-PEFT_DEFAULTS = {
-    "full": dict(lr=2e-4, eps=1e-2, weight_decay=0.0, noise="lowrank", normalize=None, n_spsa=1),
-    "norm": dict(lr=2e-2, eps=1e-1, weight_decay=0.0, noise="rademacher", normalize="std", n_spsa=2),
-    "lora": dict(lr=3e-3, eps=1e-2, weight_decay=0.0, noise="gaussian", normalize=None, n_spsa=1),
-    "prefix": dict(lr=1e-2, eps=1e-1, weight_decay=0.0, noise="gaussian", normalize=None, n_spsa=1),
-}
 # the gains of the final normalisation layer (mezo_rl.lm.FINAL_NORM_MODULES: Llama/Gemma/Mistral/Qwen, GPT-2, OPT, Falcon)
 FINAL_NORM = "^(" + "|".join(re.escape(name) for name in FINAL_NORM_MODULES) + r")\.weight$"
 

@@ -264,7 +264,7 @@ def report(run_dir: str | os.PathLike, plot: bool = True, pairs: int = 3) -> str
     config, summary, steps, evals = run_records(run_dir)
     lines = [f"run {run_dir}: task {config.get('task')}, model {config.get('model')}, objective {objective_text(config)}"]
     peft = config.get("peft") or "none"
-    lines.append(f"MeZO: {'full fine-tuning' if peft == 'none' else peft}, {config.get('steps')} steps of "
+    lines.append(f"MeZO: {'full fine-tuning' if peft in ('full', 'none') else peft}, {config.get('steps')} steps of "
                  f"{config.get('batch_size')} examples, lr {_or_default(config.get('lr'))}, eps {_or_default(config.get('eps'))}, "
                  f"seed {config.get('seed')}")
     if summary is not None:

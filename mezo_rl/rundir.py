@@ -194,7 +194,7 @@ def build_model(args: TrainingArguments, lm=None):
             check_no_offload(lm.model)  # weights offloaded to disk cannot be perturbed in place
     if args.peft == "norm":
         freeze_unmatched(lm.model, FINAL_NORM, what="--peft norm (the final normalisation layer)")
-    elif args.peft != "none":
+    elif args.peft in PEFT_METHODS:
         lm = apply_peft(lm, args.peft, r=args.lora_r, alpha=args.lora_alpha,
                         num_prefix_tokens=args.num_prefix_tokens, seed=args.seed)
     if args.trainable is not None:
