@@ -186,7 +186,19 @@ def trainable_parameters(model: torch.nn.Module) -> list[torch.Tensor]:
 
 
 def build_model(args: TrainingArguments, lm=None):
-    """Load the base model (unless ``lm`` is given) and apply the PEFT adapter the arguments ask for."""
+    """Load the base model (unless ``lm`` is given) and set it up for what ``args.peft`` trains.
+
+    - ``norm``: every weight but the final normalisation layer's gains is frozen, and the model's
+      trunk cache is turned on (:meth:`~mezo_rl.lm.LanguageModel.enable_trunk_cache`): each scored
+      sequence runs through the frozen trunk once, later scores run only the final norm and the
+      output head. The cache cannot see frozen weights edited in place; a run never edits them (MeZO
+      and replay change the trainable gains only), and code that does must call
+      ``lm.clear_trunk_cache()``. No other mode turns the cache on.
+    - ``lora`` / ``prefix``: the adapter is added (:func:`~mezo_rl.peft.apply_peft`), the base frozen.
+    - ``full``: every weight stays trainable.
+
+    ``args.trainable`` then freezes the trainable weights its pattern does not match.
+    """
     if lm is None:
         lm = load_model(args.model, dtype=args.dtype, device_map=args.device_map,
                         max_memory=parse_max_memory(args.max_memory))
@@ -194,14 +206,12 @@ def build_model(args: TrainingArguments, lm=None):
             check_no_offload(lm.model)  # weights offloaded to disk cannot be perturbed in place
     if args.peft == "norm":
         freeze_unmatched(lm.model, FINAL_NORM, what="--peft norm (the final normalisation layer)")
+        lm.enable_trunk_cache()  # the norm mode's trunk cache (see above)
     elif args.peft in PEFT_METHODS:
         lm = apply_peft(lm, args.peft, r=args.lora_r, alpha=args.lora_alpha,
                         num_prefix_tokens=args.num_prefix_tokens, seed=args.seed)
     if args.trainable is not None:
         freeze_unmatched(lm.model, args.trainable, what=f"--trainable {args.trainable!r}")
-    # with the trunk frozen (--peft norm) each scored sequence runs through it once; used only while
-    # every trunk weight is frozen, so the other modes are unaffected (LanguageModel.enable_trunk_cache)
-    lm.enable_trunk_cache()
     return lm
 
 
