@@ -11,7 +11,7 @@ decoding, ``--max-new-tokens`` new tokens, stop at a newline), through the same 
 
 Per mode (``full``: every weight trainable; ``prefix``: the paper's prefix-tuning, 5 tokens):
   D   one batched greedy decode of the batch (``lm.generate``) at the current weights
-  S   one ``MeZO.step`` (the mode's defaults from ``PEFT_DEFAULTS``) whose closure generates for
+  S   one ``MeZO.step`` (the mode's defaults from ``mezo_rl.defaults``) whose closure generates for
       the batch and returns the squad_f1 loss, i.e. two decodes at +eps and -eps plus the sweeps
   and S / (2D). Where the step's time goes: its two decodes (at +eps and -eps, timed inside the
   step; their length may differ from D's, since a decode stops when every row has hit a newline
@@ -39,7 +39,8 @@ from mezo_rl.models import load_model
 from mezo_rl.noise import NoiseSpec, resolve_backend
 from mezo_rl.optim import MeZO
 from mezo_rl.outputs import example_columns, objective_outputs
-from mezo_rl.peft import PEFT_DEFAULTS, apply_peft
+from mezo_rl.defaults import MODE_DEFAULTS, mezo_options
+from mezo_rl.peft import apply_peft
 from rewards import build_objective
 from step_cost import timed  # (wall, process CPU) seconds of one call
 
@@ -49,7 +50,7 @@ def measure(mode: str, examples, args) -> dict:
     if mode == "prefix":
         apply_peft(lm, "prefix")
     params = [p for p in lm.model.parameters() if p.requires_grad]
-    defaults = {k: v for k, v in PEFT_DEFAULTS["prefix" if mode == "prefix" else "full"].items()}
+    defaults = mezo_options(MODE_DEFAULTS["prefix" if mode == "prefix" else "full"])
     opt = MeZO(params, record=False, seed=0, **defaults)
     objective = build_objective("squad_f1")
     prompts = [e.prompt for e in examples]

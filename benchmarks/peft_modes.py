@@ -10,7 +10,7 @@ the closure being the cross-entropy over the two label words as in the trainer) 
 one plain forward of the same batch. step - 2 x forward is what perturbing and updating cost.
 
 ``sst2``: for each mode, validation accuracy before and after ``--steps`` MeZO steps with the
-per-mode hyperparameters (``PEFT_DEFAULTS``), batch 16 (Table 16), constant lr, through the
+per-mode hyperparameters (``mezo_rl.defaults.MODE_DEFAULTS``), batch 16 (Table 16), constant lr, through the
 project's Trainer (``--runner trainer``, default) or a minimal loop over lm.score (``--runner loop``).
 
 Both print a markdown table and write JSON to ``--out``.
@@ -72,7 +72,7 @@ def trainable(lm):
 
 def bench_steps(ns):
     from mezo_rl.optim import MeZO
-    from mezo_rl.peft import PEFT_DEFAULTS
+    from mezo_rl.defaults import MODE_DEFAULTS, mezo_options
     from tasks import get_task
 
     batch = get_task("sst2").load_split("train", n=ns.batch_size, seed=0)
@@ -82,7 +82,7 @@ def bench_steps(ns):
         if mode == "full":
             lm.model.requires_grad_(True)
         params = trainable(lm)
-        opt = MeZO(params, **PEFT_DEFAULTS[mode], seed=0)
+        opt = MeZO(params, **mezo_options(MODE_DEFAULTS[mode]), seed=0)
         closure = ce_closure(lm, batch)
         with torch.no_grad():
             opt.step(closure)  # warm-up
@@ -113,14 +113,14 @@ def bench_steps(ns):
 
 def run_sst2_loop(mode, ns, train, val):
     from mezo_rl.optim import MeZO
-    from mezo_rl.peft import PEFT_DEFAULTS
+    from mezo_rl.defaults import MODE_DEFAULTS, mezo_options
     from mezo_rl.trainer import sample_batch_indices
 
     lm = build(mode, ns.model, ns.dtype)
     if mode == "full":
         lm.model.requires_grad_(True)
     before = accuracy(lm, val)
-    opt = MeZO(trainable(lm), **PEFT_DEFAULTS[mode], seed=ns.seed)
+    opt = MeZO(trainable(lm), **mezo_options(MODE_DEFAULTS[mode]), seed=ns.seed)
     t = time.perf_counter()
     losses = []
     with torch.no_grad():
@@ -133,9 +133,10 @@ def run_sst2_loop(mode, ns, train, val):
 
 
 def run_sst2_trainer(mode, ns, out_dir):
-    from mezo_rl.trainer import Trainer, TrainingArguments
+    from mezo_rl.arguments import TrainingArguments
+    from mezo_rl.trainer import Trainer
 
-    args = TrainingArguments(model=ns.model, task="sst2", reward=["cross_entropy"], peft="none" if mode == "full" else mode,
+    args = TrainingArguments(model=ns.model, task="sst2", reward=["cross_entropy"], peft=mode,
                              steps=ns.steps, batch_size=ns.batch_size, num_train=ns.num_train, num_eval=ns.num_eval,
                              num_test=0, seed=ns.seed, dtype=ns.dtype, autocast=ns.autocast,
                              eval_steps=ns.steps, metric_for_best="accuracy", progress=False,

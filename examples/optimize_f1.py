@@ -22,8 +22,9 @@ import argparse
 import json
 
 from mezo_rl.optim import SCHEDULERS
+from mezo_rl.arguments import TrainingArguments
 from mezo_rl.plots import results_line
-from mezo_rl.trainer import Trainer, TrainingArguments
+from mezo_rl.trainer import Trainer
 
 
 def main():

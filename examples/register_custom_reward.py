@@ -29,7 +29,8 @@ import argparse
 import math
 
 from mezo_rl import Trainer, TrainingArguments
-from mezo_rl.trainer import TrainerCallback, objective_outputs
+from mezo_rl.callbacks import TrainerCallback
+from mezo_rl.outputs import objective_outputs
 from rewards import register_reward
 
 
@@ -76,7 +77,7 @@ def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--steps", type=int, default=None, help="default: mezo-rl train's for --peft")
     p.add_argument("--batch-size", type=int, default=None, help="default: mezo-rl train's for --peft")
-    p.add_argument("--peft", default="norm", choices=["norm", "none", "lora", "prefix"])
+    p.add_argument("--peft", default="norm", choices=["norm", "full", "lora", "prefix"])
     p.add_argument("--lr", type=float, default=None, help="default: mezo-rl train's for --peft")
     p.add_argument("--eps", type=float, default=None, help="default: mezo-rl train's for --peft")
     p.add_argument("--held-out", type=int, default=1000, help="test examples for the before/after reward (SST-2 has 872)")

@@ -33,10 +33,10 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
+from mezo_rl.defaults import MODE_ALIASES, MODE_DEFAULTS, MODES, mezo_options
 from mezo_rl.errors import ConfigError
 from mezo_rl.noise import NOISES as NOISE_KINDS
 from mezo_rl.optim import ESTIMATORS, ON_NONFINITE, SCHEDULERS
-from mezo_rl.peft import PEFT_DEFAULTS, PEFT_METHODS
 
 def option(default: Any = dataclasses.MISSING, help: str = "", *, choices=None, min: Optional[int] = None,
            gt: Optional[float] = None, ge: Optional[float] = None, lt: Optional[float] = None,
@@ -113,13 +113,10 @@ def _fmt(x: float) -> str:
     return f"{mantissa}e{int(exp)}"
 
 
-_FULL = PEFT_DEFAULTS["full"]
-
-# The run length of `mezo-rl train` per --peft mode, each measured to finish in about 10 minutes on a
-# 2-core CPU with SmolLM2-135M on SST-2 (README, main job). A norm step costs the final norm and the
-# output head only (the trunk's outputs are cached, the head run once per sentence), so that mode affords
-# twenty times the steps.
-RUN_LENGTH = {"norm": dict(steps=3000, batch_size=64), "other": dict(steps=150, batch_size=32)}
+def _per_mode(key: str) -> str:
+    """``(default per --peft mode: norm 2e-2, full 2e-4, ...)``: the help text's view of mezo_rl.defaults."""
+    show = lambda v: _fmt(v) if isinstance(v, float) and v else str(v)  # noqa: E731
+    return "(default per --peft mode: " + ", ".join(f"{m} {show(MODE_DEFAULTS[m][key])}" for m in MODES) + ")"
 
 
 @dataclass
@@ -212,7 +209,7 @@ class ObjectiveArguments(Arguments):
 
 @dataclass
 class PeftArguments(Arguments):
-    peft: str = option("norm", "what MeZO trains: norm (the final normalisation layer's gains: the main job's default, see README), none (every weight: full fine-tuning), lora or prefix", choices=["norm", "none", *PEFT_METHODS])
+    peft: str = option("norm", "what MeZO trains: norm (the final normalisation layer's gains; the default), full (every weight: full fine-tuning; also accepted as none), lora (low-rank adapters) or prefix (prefix-tuning)", choices=[*MODES, *MODE_ALIASES])
     lora_r: int = option(8, "LoRA rank (paper: 8)", min=1)
     lora_alpha: int = option(16, "LoRA alpha (paper: 16)", min=1)
     num_prefix_tokens: int = option(5, "prefix-tuning length (paper: 5)", min=1)
@@ -239,17 +236,17 @@ class DataArguments(Arguments):
 
 @dataclass
 class MeZOArguments(Arguments):
-    steps: Optional[int] = option(None, f"training steps (paper: 20000) (default per --peft mode: norm {RUN_LENGTH['norm']['steps']}, otherwise {RUN_LENGTH['other']['steps']})", min=0)
-    batch_size: Optional[int] = option(None, f"examples per step (paper: 16) (default per --peft mode: norm {RUN_LENGTH['norm']['batch_size']}, otherwise {RUN_LENGTH['other']['batch_size']})", min=1)
-    lr: Optional[float] = option(None, f"learning rate; with --normalize std the length of each sign step (default per --peft mode, PEFT_DEFAULTS: norm {_fmt(PEFT_DEFAULTS['norm']['lr'])}, full {_fmt(_FULL['lr'])}, lora {_fmt(PEFT_DEFAULTS['lora']['lr'])}, prefix {_fmt(PEFT_DEFAULTS['prefix']['lr'])})", ge=0)
-    eps: Optional[float] = option(None, f"perturbation scale (default per --peft mode: norm {_fmt(PEFT_DEFAULTS['norm']['eps'])}, full {_fmt(_FULL['eps'])}, lora {_fmt(PEFT_DEFAULTS['lora']['eps'])}, prefix {_fmt(PEFT_DEFAULTS['prefix']['eps'])}; with the paper's 1e-3 the accuracy of a batch is the same at +eps and -eps)", gt=0)
-    weight_decay: Optional[float] = option(None, "decoupled weight decay, biases and norm weights exempt (default 0)", ge=0)
+    steps: Optional[int] = option(None, f"training steps (paper: 20000) {_per_mode('steps')}", min=0)
+    batch_size: Optional[int] = option(None, f"examples per step (paper: 16) {_per_mode('batch_size')}", min=1)
+    lr: Optional[float] = option(None, f"learning rate; with --normalize std the length of each sign step {_per_mode('lr')}", ge=0)
+    eps: Optional[float] = option(None, f"perturbation scale {_per_mode('eps')}; with the paper's 1e-3 the accuracy of a batch is the same at +eps and -eps", gt=0)
+    weight_decay: Optional[float] = option(None, f"decoupled weight decay, biases and norm weights exempt {_per_mode('weight_decay')}", ge=0)
     lr_scheduler: str = option("constant", "constant (paper) or linear", choices=SCHEDULERS)
-    n_spsa: Optional[int] = option(None, f"SPSA samples per step (Appendix B.1) (default per --peft mode: norm {PEFT_DEFAULTS['norm']['n_spsa']}, otherwise 1)", min=1)
-    noise: Optional[str] = option(None, "perturbation distribution: gaussian, rademacher (+-1) or lowrank (z = B A^T / sqrt(rank) per matrix, LOZO) (default per --peft mode: " + ", ".join(f"{PEFT_DEFAULTS[m]['noise']} for {m}" for m in ("norm", "full", "lora", "prefix")) + ")", choices=NOISE_KINDS)
+    n_spsa: Optional[int] = option(None, f"SPSA samples per step (Appendix B.1) {_per_mode('n_spsa')}", min=1)
+    noise: Optional[str] = option(None, f"perturbation distribution: gaussian, rademacher (+-1) or lowrank (z = B A^T / sqrt(rank) per matrix, LOZO) {_per_mode('noise')}", choices=NOISE_KINDS)
     rank: int = option(1, "rank of --noise lowrank", min=1)
     lowrank_interval: int = option(1, "hold the low-rank subspace factor for this many noise samples (LOZO; 1 = fresh every step)", min=1)
-    normalize: Optional[str] = option(None, "std: divide each loss difference by the spread of the step's losses instead of by 2 eps (FZOO-style; with one sample a sign step of length lr); none: divide by 2 eps (the paper) (default per --peft mode: std for norm, none otherwise)", choices=["std", "none"])
+    normalize: Optional[str] = option(None, f"std: divide each loss difference by the spread of the step's losses instead of by 2 eps (FZOO-style; with one sample a sign step of length lr); none: divide by 2 eps (the paper) {_per_mode('normalize')}", choices=["std", "none"])
     estimator: str = option("two_point", "two_point (+/-eps per sample), one_point, or es (n one-sided members, losses centred across them; ES-at-scale with --normalize std)", choices=ESTIMATORS)
     momentum: float = option(0.0, "ZO-SGD momentum (Appendix B.2)", ge=0, lt=1)
     adam: bool = option(False, "ZO-Adam (Appendix B.2)")
@@ -292,7 +289,7 @@ class GenerationArguments(Arguments):
 
 @dataclass
 class EvalArguments(Arguments):
-    eval_steps: Optional[int] = option(None, "evaluate on validation every N steps (default: steps/5, as in the paper)", min=1)
+    eval_steps: Optional[int] = option(None, "evaluate on validation every N steps (default: steps/5, at least 1, as in the paper)", min=1)
     metric_for_best: Optional[str] = option(None, "validation metric that picks the best step (default: the task's first metric)")
     initial_test: bool = option(True, "also evaluate the untrained model on the test examples (summary.json: initial_test)")
     eval_batch_size: int = option(32, "examples per forward pass during evaluation", min=1)
@@ -323,35 +320,35 @@ class TrainingArguments(OutputArguments, EvalArguments, GenerationArguments, Com
     minutes on a 2-core CPU and visibly moves validation accuracy. The paper's OPT settings
     (Table 16) are batch 16, lr 1e-6 or 1e-7, eps 1e-3, 20,000 steps, evaluation every 1/5 of the run,
     on 1,000 train / 500 validation / 1,000 test examples: pass them explicitly to reproduce it.
+
+    The options left unset (None) whose default depends on ``--peft`` (``mezo_rl.defaults.MODE_DEFAULTS``:
+    run length, lr, eps, weight decay, noise, normalize, SPSA samples) and ``eval_steps`` are filled in
+    here, once: the fields hold every value the run uses, and ``config.json`` records them, so
+    ``TrainingArguments.from_dict(config)`` (``mezo-rl train --config RUN/config.json``) repeats the run.
+    ``peft="none"`` becomes ``"full"``. To build a variant in another mode, build it from the options
+    you gave (``dataclasses.replace`` keeps the values this mode resolved).
     """
 
     def __post_init__(self):
         super().__post_init__()
-        self._defaulted = tuple(key for key in RUN_LENGTH["other"] if getattr(self, key) is None)
-        for key in self._defaulted:  # the per-mode run length, written into config.json as resolved
-            setattr(self, key, RUN_LENGTH["norm" if self.peft == "norm" else "other"][key])
+        self.peft = MODE_ALIASES.get(self.peft, self.peft)
+        for key, default in MODE_DEFAULTS[self.peft].items():
+            if getattr(self, key) is None:
+                setattr(self, key, default)
+        if self.eval_steps is None:
+            self.eval_steps = max(1, self.steps // 5)
         if self.num_generations > self.batch_size or self.batch_size % self.num_generations:
             raise ConfigError(f"--num-generations {self.num_generations} must divide --batch-size {self.batch_size} (the "
                               f"completions of a step: batch_size / num_generations prompts, num_generations each)")
 
-    def replace(self, **changes) -> "TrainingArguments":
-        """``dataclasses.replace`` for variants: the run length these arguments took from their --peft
-        mode is taken from the new one's (a prefix variant of the norm main job runs prefix's length)."""
-        values = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
-        values.update({key: None for key in self._defaulted})
-        values.update(changes)
-        return type(self)(**values)
-
     def hyperparameters(self) -> dict:
-        """lr / eps / weight_decay / noise / normalize / n_spsa with the per-mode defaults (``PEFT_DEFAULTS``) filled in (explicit values win)."""
-        defaults = PEFT_DEFAULTS["full" if self.peft == "none" else self.peft]
-        out = {k: (getattr(self, k) if getattr(self, k) is not None else defaults[k])
-               for k in ("lr", "eps", "weight_decay", "noise", "normalize", "n_spsa")}
-        out["normalize"] = None if out["normalize"] == "none" else out["normalize"]
-        return out
+        """The MeZO keyword arguments of this run: lr, eps, weight_decay, noise, normalize (None for
+        ``"none"``), n_spsa (``mezo_rl.defaults.mezo_options``)."""
+        return mezo_options(vars(self))
 
     def resolved_eval_steps(self) -> int:
-        return self.eval_steps or max(1, self.steps // 5)
+        """``eval_steps`` (filled in when the arguments were built)."""
+        return self.eval_steps
 
 
 METHODS = ("zero-shot", "icl", "lp", "ft")

@@ -18,17 +18,16 @@ import os
 import pathlib
 from typing import Callable, TypeVar
 
-import rewards
-import tasks
 from mezo_rl import rundir
 from mezo_rl.arguments import data_task_options
-from mezo_rl.errors import ConfigError, UnknownNameError, UserError
+from mezo_rl.errors import ConfigError, UnknownNameError, UserError, first_line
 from mezo_rl.evaluation import prompt_metrics
 from mezo_rl.models import check_model, has_chat_template, model_architectures
 from mezo_rl.outputs import ChatTemplateError
-
-# ``rewards`` and ``tasks`` are used as modules (names looked up at call time): importing ``tasks`` first
-# imports mezo_rl (through mezo_rl.errors), and so this module, while ``tasks`` is still half-imported.
+from rewards import build_objective, get_reward
+from tasks import SPLITS, get_task, list_tasks
+from tasks.data import data_root
+from tasks.user import check_data_task, data_task, is_data_task
 
 __all__ = ["TaskCodeError", "user_code", "resolve_task", "check_rewards", "check_reward_fit", "check_output_dir", "check_run_dir",
            "check_training", "load_splits"]
@@ -48,14 +47,9 @@ def user_code(what: str, ref: str, load: Callable[[], T]) -> T:
     except UserError:
         raise
     except (ImportError, AttributeError, FileNotFoundError, ValueError, TypeError) as e:
-        raise UnknownNameError(f"{what} {ref!r}: {_one_line(e)}") from e
+        raise UnknownNameError(f"{what} {ref!r}: {first_line(e)}") from e
     except Exception as e:  # the user's module raised while being imported
-        raise UnknownNameError(f"{what} {ref!r}: loading it raised {type(e).__name__}: {_one_line(e)}") from e
-
-
-def _one_line(e: BaseException) -> str:
-    text = str(e).strip()
-    return text.splitlines()[0] if text else type(e).__name__
+        raise UnknownNameError(f"{what} {ref!r}: loading it raised {type(e).__name__}: {first_line(e)}") from e
 
 
 def _is_user_code(task) -> bool:
@@ -70,23 +64,23 @@ def resolve_task(args):
     task are refused before anything is read.
     """
     options = data_task_options(args)
-    registered = tasks.list_tasks()
-    tasks.user.check_data_task(args.task, options, registered)
-    if tasks.user.is_data_task(args.task, options, registered):
-        return tasks.user.data_task(args.task, options)
-    return user_code("--task", args.task, lambda: tasks.get_task(args.task))
+    registered = list_tasks()
+    check_data_task(args.task, options, registered)
+    if is_data_task(args.task, options, registered):
+        return data_task(args.task, options)
+    return user_code("--task", args.task, lambda: get_task(args.task))
 
 
 def check_rewards(refs) -> list:
     """Every reward reference resolves (registered name, entry point, ``module:function``, ``file.py:function``)."""
-    return [user_code("--reward", ref, lambda ref=ref: rewards.get_reward(ref)) for ref in refs]
+    return [user_code("--reward", ref, lambda ref=ref: get_reward(ref)) for ref in refs]
 
 
 def check_reward_fit(args, task, model=None) -> None:
     """The rewards fit the task's kind (``accuracy`` is for classification and multiple choice) and, where
     the model's ``config.json`` is at hand, the model (generation rewards need a causal LM): checks that need
     no data and no weights. The rewards' dataset columns are checked once the task's examples are read."""
-    objective = rewards.build_objective(list(args.reward), weights=args.reward_weights, normalize=args.reward_normalize)
+    objective = build_objective(list(args.reward), weights=args.reward_weights, normalize=args.reward_normalize)
     objective.check_task_kind(task.kind)
     archs = model_architectures(model) if model is not None else None
     if archs is not None:
@@ -95,7 +89,7 @@ def check_reward_fit(args, task, model=None) -> None:
 
 def check_data_dir(data_dir) -> None:
     if data_dir is not None:
-        tasks.data.data_root(data_dir)  # TaskFileNotFoundError naming the directory
+        data_root(data_dir)  # TaskFileNotFoundError naming the directory
 
 
 def check_output_dir(args) -> None:
@@ -113,6 +107,7 @@ def check_output_dir(args) -> None:
             raise ConfigError(f"--resume: no checkpoint in {str(out)!r} (no {rundir.CHECKPOINT_DIR}/{rundir.STATE_FILE}); "
                               f"start the run without --resume")
         rundir.check_resumable(out, args)
+        rundir.read_checkpoint(out, tensors=False)  # a damaged or unsafe file: one line, before any model loads
     elif not args.overwrite_output_dir:
         unfinished = rundir.unfinished_step(out)
         if unfinished is not None:
@@ -151,7 +146,7 @@ def check_training(args, *, model: bool = True, output: bool = True):
     check_reward_fit(args, task, args.model if model else None)
     if task.kind == "prompts":
         check_prompts(task, args.model if model else None)
-        accepted = prompt_metrics(rewards.build_objective(list(args.reward), weights=args.reward_weights))
+        accepted = prompt_metrics(build_objective(list(args.reward), weights=args.reward_weights))
         if args.metric_for_best is not None and args.metric_for_best not in accepted:
             raise ConfigError(f"--metric-for-best {args.metric_for_best!r} is not an evaluation metric of this prompt "
                               f"task; accepted: {', '.join(accepted)}")
@@ -165,7 +160,7 @@ def check_training(args, *, model: bool = True, output: bool = True):
 def check_prompts(task, model=None) -> None:
     """A prompt task's prompts are well formed (reading every split checks each row) and, where they are
     chat messages, the model's tokenizer has a chat template (read from its files, no weights loaded)."""
-    chat = any(ex.messages is not None for split in tasks.SPLITS for ex in task.examples(split))
+    chat = any(ex.messages is not None for split in SPLITS for ex in task.examples(split))
     if chat and model is not None and has_chat_template(model) is False:
         raise ChatTemplateError(f"the prompts are chat messages but model {model!r} has no chat template; use a chat "
                                 f"(instruct) model, or give the prompts as plain text")
@@ -183,6 +178,6 @@ def load_splits(task, task_ref: str, sizes: dict, data_dir, seed: int) -> dict:
         except Exception as e:
             if not _is_user_code(task):
                 raise
-            raise TaskCodeError(f"task {task_ref!r} raised {type(e).__name__}: {_one_line(e)} while reading its "
+            raise TaskCodeError(f"task {task_ref!r} raised {type(e).__name__}: {first_line(e)} while reading its "
                                 f"{split!r} examples") from e
     return out

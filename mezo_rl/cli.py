@@ -122,6 +122,11 @@ def load_config_file(path: str, flag: str = "--config") -> dict:
 
 def parse_into(cls, ns: argparse.Namespace, config: Optional[dict] = None, skip=()):
     """Build ``cls`` from dataclass defaults < config file < command line (``ns``)."""
+    return cls(**option_values(cls, ns, config, skip))  # the argument dataclasses raise ConfigError naming the option
+
+
+def option_values(cls, ns: argparse.Namespace, config: Optional[dict] = None, skip=()) -> dict:
+    """The options of ``cls`` given in the config file, then on the command line (``ns``, which wins)."""
     fields = {f.name for f in dataclasses.fields(cls)} - set(skip)
     values = {}
     unknown = sorted(set(config or {}) - fields)
@@ -137,7 +142,7 @@ def parse_into(cls, ns: argparse.Namespace, config: Optional[dict] = None, skip=
     for name in ("reward", "candidates"):
         if isinstance(values.get(name), str):
             values[name] = [s.strip() for s in values[name].split(",") if s.strip()]
-    return cls(**values)  # the argument dataclasses raise ConfigError naming the option
+    return values
 
 
 # ---------------------------------------------------------------------- subcommands
@@ -233,7 +238,8 @@ def cmd_compare(ns) -> int:
         names = [os.path.basename(os.path.normpath(r)) for r in ns.runs]
         paths = write_report(dict(zip(names, ns.runs)), ns.report_dir or ".")
     else:
-        base = parse_into(TrainingArguments, ns, _config(ns))
+        given = option_values(TrainingArguments, ns, _config(ns))
+        base = TrainingArguments(**given)
         variants = {}
         if ns.objective:
             variants.update(objective_variants(base, [o for part in ns.objective for o in part]))
@@ -244,7 +250,8 @@ def cmd_compare(ns) -> int:
             if unknown:
                 raise ConfigError(f"--variant {path}: unknown option(s) {unknown}; use `mezo-rl train` option names")
             try:
-                variants[name] = base.replace(**overrides, resume=False)
+                # built from the options given, so a variant in another --peft mode gets that mode's defaults
+                variants[name] = TrainingArguments(**{**given, **overrides, "resume": False})
             except UserError as e:
                 raise ConfigError(f"--variant {path}: {e}") from e
         if len(variants) < 2:

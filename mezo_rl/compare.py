@@ -39,7 +39,7 @@ def objective_variants(base: TrainingArguments, objectives: list[str]) -> dict[s
         name = "+".join(names)
         if name in variants:
             raise ValueError(f"objective {name!r} given twice")
-        variants[name] = base.replace(reward=names, reward_weights=None, resume=False)
+        variants[name] = dataclasses.replace(base, reward=names, reward_weights=None, resume=False)
     return variants
 
 

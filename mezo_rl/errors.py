@@ -9,7 +9,7 @@ The subclasses also derive from the matching built-in exception, so ``except Val
 """
 from __future__ import annotations
 
-__all__ = ["UserError", "ConfigError", "UnknownNameError"]
+__all__ = ["UserError", "ConfigError", "UnknownNameError", "first_line"]
 
 
 class UserError(Exception):
@@ -25,3 +25,9 @@ class UnknownNameError(UserError, LookupError):
 
     def __str__(self) -> str:  # LookupError/KeyError would quote the message
         return str(self.args[0]) if self.args else ""
+
+
+def first_line(e: BaseException) -> str:
+    """The first line of ``str(e)`` (its type's name when empty): an exception inside a one-line message."""
+    text = str(e).strip()
+    return text.splitlines()[0] if text else type(e).__name__

@@ -17,8 +17,9 @@ training objectives agree.
     >>> from mezo_rl.evaluation import evaluate
     >>> from tasks import get_task
     >>> task = get_task("sst2")
-    >>> evaluate(load_model("smollm2-135m"), task, task.load_split("validation", n=200))
-    {'accuracy': 0.72, 'n': 200}
+    >>> metrics = evaluate(load_model("smollm2-135m"), task, task.load_split("validation", n=200))
+    >>> sorted(metrics)                  # the task's metrics (mean over the examples) and their count
+    ['accuracy', 'n']
 """
 from __future__ import annotations
 
@@ -33,10 +34,6 @@ from mezo_rl.outputs import example_columns, model_outputs
 
 PROGRESS_DELAY_S = 3.0  # an evaluation shorter than this shows no progress bar
 OBJECTIVE = "objective"  # a prompt task's weighted reward: the metric that picks the best step by default
-
-# ``rewards`` and ``tasks`` are imported as modules (names looked up at call time): they import
-# ``mezo_rl.errors`` / ``mezo_rl.registry``, which runs ``mezo_rl/__init__`` and so this module, possibly
-# while they are still half-imported.
 
 
 def evaluate(

@@ -119,8 +119,8 @@ class LanguageModel:
         function of the input tokens alone, so ``score`` keeps the final norm's *input* at the scored
         positions of each (sequence, positions) it has seen and, on a hit, runs only the final norm and
         the output head. The scores are those of a full forward pass (the same computation on the same
-        inputs); what changes is the cost: for SmolLM2 on SST-2 the norm + head are about 1/100 of a
-        forward. This is what makes MeZO on the final norm (``--peft norm``) cheap.
+        inputs); what changes is the cost: the norm and the head are a small part of a forward pass
+        (docs/peft.md). This is what makes MeZO on the final norm (``--peft norm``) cheap.
 
         A forward pass's last bits depend on the batch it ran in (padding, matrix blocking), so an entry
         keeps the values of the call that filled it: fill it the same way in every run (the trainer

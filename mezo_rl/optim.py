@@ -45,12 +45,12 @@ Variants (paper Appendix B), with their memory cost:
                 a step that does not depend on the loss scale (n=1: a sign step of length lr).
                 With n > 1 each coefficient is below 1 (sigma also spans the other samples'
                 differences) and the update averages over n: at the same lr the step is shorter
-                (SQuAD F1, n=2: mean |coefficient| 0.46, the step ~1/3 of n=1's), so scale lr up.
+                than with n=1, so scale lr up with n (benchmarks/README.md has a measurement).
 
 Noise: ``noise="lowrank"`` (default: z = B A^T / sqrt(rank) per tensor of 2+ dimensions, rank 1,
 LOZO/SubZero, Gaussian for 1-D tensors; :class:`mezo_rl.noise.NoiseSpec`), ``"gaussian"`` (the
-paper's) or ``"rademacher"`` (z_i = +-1). Low-rank is the default because it converged at least as
-fast per forward pass as Gaussian on SST-2 and SST-5 (3 seeds) and its step costs the least: one
+paper's) or ``"rademacher"`` (z_i = +-1). Low-rank is the default because it converges at least as
+fast per forward pass as Gaussian on the tasks we measured and its step costs the least: one
 BLAS pass per matrix, no compiler (docs/engine.md, "Which noise is the default").
 With Rademacher z and a power-of-two eps (e.g. ``eps=2**-10``) the perturbation eps*z is exactly representable, and
 ``theta + eps z - 2 eps z + eps z`` returns theta exactly whenever ``theta +- eps`` is exactly

@@ -6,7 +6,7 @@ numbers instead of the whole model, and the trained artefact is a small file.
     lm = load_model("smollm2-135m")
     apply_peft(lm, "prefix")                      # or "lora"; base weights frozen, adapter trainable
     params = [p for p in lm.model.parameters() if p.requires_grad]
-    opt = MeZO(params, **PEFT_DEFAULTS["prefix"])  # the paper's per-mode lr / eps
+    opt = MeZO(params, **mezo_options(MODE_DEFAULTS["prefix"]))  # the mode's lr / eps (mezo_rl.defaults)
     ...
     peft_config(lm)                               # JSON dict stored in checkpoints
     apply_peft(fresh_lm, **peft_config(lm))       # rebuilds the identical initial adapter
@@ -46,35 +46,6 @@ from mezo_rl.lm import FINAL_NORM_MODULES
 
 PEFT_METHODS = ("lora", "prefix")
 
-# MeZO hyperparameters per mode: the defaults of `mezo-rl train` (TrainingArguments.hyperparameters).
-# Prefix: the paper's OPT grid (Table 16; all weight decay 0), taking the value it lists for most
-# tasks, lr {1e-2, 1e-3} -> 1e-2. LoRA: Table 16's eps 1e-2; its lr {1e-4, 5e-5} is for 20,000 steps
-# and leaves SmolLM2-135M where it was in a run of this CLI's length (SST-2 validation 0.565 at every
-# evaluation of 200 x 16, 3 seeds), so lr 3e-3 is measured: SST-2 with cross-entropy, test accuracy
-# 0.516 -> 0.692 in the default 150 x 32 (seed 0, n = 872), 0.614 +- 0.060 in 200 x 16 (3 seeds; 1e-3
-# moved less, 1e-2 diverged; benchmarks/README.md, "LoRA's learning rate"). The RoBERTa grid (Table 15)
-# agrees on eps for prefix (1e-1) but uses eps 1e-3 and weight decay 0.1 for LoRA; we follow the OPT
-# table because our models are decoder-only LMs like OPT. Full fine-tuning: the paper's 1e-6 / 1e-3
-# (for 20,000 steps on OPT) moves SmolLM2-135M too little in a 50-step run; 2e-4 / 1e-2 is measured
-# (README, main job: SST-2 validation accuracy 0.53 -> 0.64 in 50 x 32), and with eps 1e-3 the
-# accuracy of a 16-example batch was identical at +eps and -eps in 9 of 9 steps (no update). Its noise
-# is the engine's default, low-rank r = 1 (docs/engine.md, "Which noise is the default": as fast per
-# forward pass as Gaussian on SST-2 and SST-5, and the cheapest step: no compiler, one BLAS pass per
-# matrix); LoRA and prefix keep the paper's Gaussian z (their noise sweeps cost nothing measurable).
-# "norm" (the default of `mezo-rl train`): MeZO on the final normalisation layer's gains only (576
-# weights in SmolLM2), a re-weighting of the features the output head reads. With the accuracy
-# objective the ZO estimate over 576 directions is usable where one over 134M is mostly noise; lr is
-# the length of a sign step (normalize="std", Rademacher probes, FZOO-style). Measured: SST-2 test
-# accuracy 0.516 -> 0.742 +- 0.003 (n = 872, 3 seeds) in 3000 steps of 64 with 2 samples (README, main job).
-# With the trunk frozen its outputs are computed once per example (LanguageModel.enable_trunk_cache), so
-# a norm step costs the final norm and the output head only (~1/100 of a forward): two SPSA samples per
-# step (n_spsa=2) and many steps fit the main job's 10 minutes (steps/batch: arguments.RUN_LENGTH).
-PEFT_DEFAULTS = {
-    "full": dict(lr=2e-4, eps=1e-2, weight_decay=0.0, noise="lowrank", normalize=None, n_spsa=1),
-    "norm": dict(lr=2e-2, eps=1e-1, weight_decay=0.0, noise="rademacher", normalize="std", n_spsa=2),
-    "lora": dict(lr=3e-3, eps=1e-2, weight_decay=0.0, noise="gaussian", normalize=None, n_spsa=1),
-    "prefix": dict(lr=1e-2, eps=1e-1, weight_decay=0.0, noise="gaussian", normalize=None, n_spsa=1),
-}
 # the gains of the final normalisation layer (mezo_rl.lm.FINAL_NORM_MODULES: Llama/Gemma/Mistral/Qwen, GPT-2, OPT, Falcon)
 FINAL_NORM = "^(" + "|".join(re.escape(name) for name in FINAL_NORM_MODULES) + r")\.weight$"
 

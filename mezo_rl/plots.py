@@ -216,8 +216,8 @@ def _before_after(label: str, metric: str, before: Optional[dict], after: Option
 
 
 def results_line(summary: dict) -> str:
-    """One line: validation and test before -> after with n, and the best step, e.g.
-    ``validation accuracy 0.530 -> 0.650 (n=100), test accuracy 0.505 -> 0.720 (n=872), best step 40 of 50``."""
+    """One line: validation and test before -> after with n, and the best step, in the form
+    ``validation <metric> <before> -> <after> (n=<N>), test <metric> <before> -> <after> (n=<N>), best step <k> of <steps>``."""
     metric = summary["metric_for_best"]
     parts = [_before_after("validation", metric, summary.get("initial_validation"), summary.get("validation")),
              _before_after("test", metric, summary.get("initial_test"), summary.get("test"))]
@@ -264,7 +264,7 @@ def report(run_dir: str | os.PathLike, plot: bool = True, pairs: int = 3) -> str
     config, summary, steps, evals = run_records(run_dir)
     lines = [f"run {run_dir}: task {config.get('task')}, model {config.get('model')}, objective {objective_text(config)}"]
     peft = config.get("peft") or "none"
-    lines.append(f"MeZO: {'full fine-tuning' if peft == 'none' else peft}, {config.get('steps')} steps of "
+    lines.append(f"MeZO: {'full fine-tuning' if peft in ('full', 'none') else peft}, {config.get('steps')} steps of "
                  f"{config.get('batch_size')} examples, lr {_or_default(config.get('lr'))}, eps {_or_default(config.get('eps'))}, "
                  f"seed {config.get('seed')}")
     if summary is not None:

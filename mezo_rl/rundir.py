@@ -6,7 +6,8 @@
     metrics.jsonl        one JSON object per logged step and per evaluation
     summary.json         initial_validation, validation (best step), test, best_step, wall_time_s, metrics
     checkpoint/          model.json (base model identity + PEFT config), trajectory.npz,
-                         optimizer.pt (optimizer + scheduler state), trainer_state.json (TrainerState)
+                         optimizer.json (optimizer + scheduler state), optimizer.safetensors (momentum /
+                         Adam buffers, only when the run has them), trainer_state.json (TrainerState)
     samples/             prompt tasks: <split>-step<N>.jsonl, the first completions of each evaluation
     model/               full weights (save_pretrained), only with ``save_model=True``
     tensorboard/         only with ``tensorboard=True``
@@ -16,6 +17,14 @@ rebuild the weights bit for bit (:func:`mezo_rl.optim.replay_trajectory`). Here:
 names, :class:`TrainerState`, writing and reading the checkpoint, :func:`build_model` (base model +
 adapter from the arguments), :func:`load_run` and :func:`save_model` (used by ``--save-model`` and
 ``mezo-rl export``).
+
+Nothing in a run directory is unpickled: the checkpoint is JSON (sorted keys), an ``.npz`` read with
+``allow_pickle=False`` and safetensors, so a shared run directory cannot run code when it is resumed
+or replayed. Its files depend only on the run's state: a resumed run writes the bytes an
+uninterrupted one does. A checkpoint written before these formats (``optimizer.pt``) is read with
+torch's weights-only unpickler, allowed tensors and plain numpy arrays only; the next save writes
+the new files in its place. A file that cannot be read raises :class:`CheckpointError` naming it,
+and nothing in the directory is changed.
 """
 from __future__ import annotations
 
@@ -24,8 +33,12 @@ import json
 import math
 import os
 import pathlib
+import pickle
 import re
 import shutil
+import warnings
+import zipfile
+import zlib
 from dataclasses import dataclass
 from importlib.metadata import version
 from typing import Optional
@@ -35,7 +48,7 @@ import torch
 
 from mezo_rl.arguments import TrainingArguments, parse_max_memory, parse_step
 from mezo_rl.distributed import check_no_offload
-from mezo_rl.errors import ConfigError
+from mezo_rl.errors import ConfigError, UserError, first_line
 from mezo_rl.models import load_model
 from mezo_rl.peft import FINAL_NORM, PEFT_METHODS, apply_peft, export_model, peft_config
 from mezo_rl.optim import replay_trajectory
@@ -48,8 +61,25 @@ CHECKPOINT_DIR = "checkpoint"
 TRAJECTORY_FILE = "trajectory.npz"
 MODEL_FILE = "model.json"
 STATE_FILE = "trainer_state.json"
-OPTIMIZER_FILE = "optimizer.pt"
+OPTIMIZER_FILE = "optimizer.json"
+OPTIMIZER_TENSORS_FILE = "optimizer.safetensors"
+LEGACY_OPTIMIZER_FILE = "optimizer.pt"  # checkpoints written before optimizer.json: a torch pickle
+OPTIMIZER_FORMAT = "mezo-rl-optimizer/2"
 SAMPLES_DIR = "samples"
+
+
+class CheckpointError(UserError, ValueError):
+    """A run-directory file that cannot be read (missing, damaged, truncated, or holding code);
+    the message names the file and what to do. Reading never changes the directory."""
+
+
+def _unreadable(path: pathlib.Path, problem: str) -> CheckpointError:
+    return CheckpointError(f"{path}: {problem}; the run directory is left as it is: restore the file from a copy, "
+                           f"or start the run over with --overwrite-output-dir")
+
+
+def _one_line(e: BaseException) -> str:
+    return f"{type(e).__name__}: {first_line(e)}"
 
 
 @dataclass
@@ -70,7 +100,13 @@ class TrainerState:
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> "TrainerState":
-        return cls(**json.loads(pathlib.Path(path).read_text()))
+        """Read ``trainer_state.json``; :class:`CheckpointError` if it is missing or not a TrainerState."""
+        path = pathlib.Path(path)
+        saved = read_json(path)
+        try:
+            return cls(**saved)
+        except TypeError as e:  # not a mapping, or fields this version does not know
+            raise _unreadable(path, f"not a trainer state ({_one_line(e)})") from None
 
     def save(self, path: str | os.PathLike) -> None:
         write_json(pathlib.Path(path), dataclasses.asdict(self))
@@ -92,11 +128,23 @@ def json_safe(obj):
     return obj
 
 
-def write_json(path: pathlib.Path, obj) -> None:
-    """Write ``obj`` atomically (a temporary file renamed over ``path``)."""
+def write_json(path: pathlib.Path, obj, *, exact: bool = False) -> None:
+    """Write ``obj`` atomically (a temporary file renamed over ``path``), keys sorted, so the bytes
+    depend on the content only. ``exact``: write floats as they are (non-finite ones as NaN /
+    Infinity, which :func:`read_json` reads back) instead of as null (:func:`json_safe`)."""
     tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(json_safe(obj), indent=2) + "\n")
+    tmp.write_text(json.dumps(obj if exact else json_safe(obj), indent=2, sort_keys=True) + "\n")
     os.replace(tmp, path)
+
+
+def read_json(path: pathlib.Path):
+    """The JSON in ``path``; :class:`CheckpointError` naming the file if it is missing or damaged."""
+    try:
+        return json.loads(pathlib.Path(path).read_text())
+    except FileNotFoundError:
+        raise _unreadable(path, "missing") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise _unreadable(path, f"damaged: not valid JSON ({_one_line(e)})") from None
 
 
 def append_jsonl(path: pathlib.Path, record: dict) -> None:
@@ -109,7 +157,7 @@ def read_args(run_dir: str | os.PathLike) -> TrainingArguments:
     if not config.is_file():
         raise ConfigError(f"{str(run_dir)!r} is not a mezo-rl run directory (no {CONFIG_FILE}); "
                           f"give the --output-dir of a `mezo-rl train` run")
-    return TrainingArguments.from_dict(json.loads(config.read_text()))
+    return TrainingArguments.from_dict(read_json(config))
 
 
 # ---------------------------------------------------------------------- parameters and the model
@@ -138,7 +186,19 @@ def trainable_parameters(model: torch.nn.Module) -> list[torch.Tensor]:
 
 
 def build_model(args: TrainingArguments, lm=None):
-    """Load the base model (unless ``lm`` is given) and apply the PEFT adapter the arguments ask for."""
+    """Load the base model (unless ``lm`` is given) and set it up for what ``args.peft`` trains.
+
+    - ``norm``: every weight but the final normalisation layer's gains is frozen, and the model's
+      trunk cache is turned on (:meth:`~mezo_rl.lm.LanguageModel.enable_trunk_cache`): each scored
+      sequence runs through the frozen trunk once, later scores run only the final norm and the
+      output head. The cache cannot see frozen weights edited in place; a run never edits them (MeZO
+      and replay change the trainable gains only), and code that does must call
+      ``lm.clear_trunk_cache()``. No other mode turns the cache on.
+    - ``lora`` / ``prefix``: the adapter is added (:func:`~mezo_rl.peft.apply_peft`), the base frozen.
+    - ``full``: every weight stays trainable.
+
+    ``args.trainable`` then freezes the trainable weights its pattern does not match.
+    """
     if lm is None:
         lm = load_model(args.model, dtype=args.dtype, device_map=args.device_map,
                         max_memory=parse_max_memory(args.max_memory))
@@ -146,14 +206,12 @@ def build_model(args: TrainingArguments, lm=None):
             check_no_offload(lm.model)  # weights offloaded to disk cannot be perturbed in place
     if args.peft == "norm":
         freeze_unmatched(lm.model, FINAL_NORM, what="--peft norm (the final normalisation layer)")
-    elif args.peft != "none":
+        lm.enable_trunk_cache()  # the norm mode's trunk cache (see above)
+    elif args.peft in PEFT_METHODS:
         lm = apply_peft(lm, args.peft, r=args.lora_r, alpha=args.lora_alpha,
                         num_prefix_tokens=args.num_prefix_tokens, seed=args.seed)
     if args.trainable is not None:
         freeze_unmatched(lm.model, args.trainable, what=f"--trainable {args.trainable!r}")
-    # with the trunk frozen (--peft norm) each scored sequence runs through it once; used only while
-    # every trunk weight is frozen, so the other modes are unaffected (LanguageModel.enable_trunk_cache)
-    lm.enable_trunk_cache()
     return lm
 
 
@@ -204,14 +262,136 @@ def save_checkpoint(run_dir: pathlib.Path, state: TrainerState, identity: dict, 
     tmp.mkdir(parents=True)
     write_json(tmp / MODEL_FILE, identity)
     (trajectory if trajectory is not None else optimizer.trajectory).save(tmp / TRAJECTORY_FILE)
-    torch.save({"optimizer": optimizer_state if optimizer_state is not None else optimizer.state_dict(),
-                "scheduler": scheduler.state_dict()}, tmp / OPTIMIZER_FILE)
+    write_optimizer_state(tmp, optimizer_state if optimizer_state is not None else optimizer.state_dict(),
+                          scheduler.state_dict())
     state.save(tmp / STATE_FILE)
     if ckpt.is_dir():
         shutil.rmtree(old, ignore_errors=True)
         os.replace(ckpt, old)
     os.replace(tmp, ckpt)
     shutil.rmtree(old, ignore_errors=True)
+
+
+def write_optimizer_state(ckpt: pathlib.Path, optimizer_state: dict, scheduler_state: dict) -> None:
+    """``optimizer.json`` (the scalars: param groups, MeZO's counters and config, the scheduler, the
+    names of the tensors) and, when there are buffers, ``optimizer.safetensors`` (tensor
+    ``"{index}/{name}"``: the momentum / Adam buffer ``name`` of parameter ``index``). The trajectory in
+    ``optimizer_state`` is left out: ``trajectory.npz`` holds it."""
+    tensors = {}
+    for index, buffers in optimizer_state["state"].items():
+        for name, value in buffers.items():
+            if not isinstance(value, torch.Tensor):
+                raise TypeError(f"optimizer state {index}/{name} is a {type(value).__name__}; a checkpoint holds tensors only")
+            tensors[f"{index}/{name}"] = value.detach().contiguous().cpu()
+    if tensors:
+        from safetensors.torch import save_file
+
+        save_file(tensors, str(ckpt / OPTIMIZER_TENSORS_FILE))
+    write_json(ckpt / OPTIMIZER_FILE, {
+        "format": OPTIMIZER_FORMAT, "param_groups": optimizer_state["param_groups"],
+        "mezo": {k: v for k, v in optimizer_state["mezo"].items() if k != "trajectory"},
+        "scheduler": scheduler_state, "tensors": sorted(tensors)}, exact=True)
+
+
+def read_optimizer_state(ckpt: pathlib.Path, trajectory: Trajectory, *, tensors: bool = True) -> tuple[dict, dict]:
+    """``(optimizer state dict, scheduler state dict)`` from ``ckpt``, with ``trajectory`` as the
+    optimizer's; a checkpoint with only ``optimizer.pt`` is read through :func:`read_legacy_optimizer_state`.
+    ``tensors=False`` checks the buffers' file without reading the buffers (``state`` is then empty)."""
+    path = ckpt / OPTIMIZER_FILE
+    if not path.is_file() and (ckpt / LEGACY_OPTIMIZER_FILE).is_file():
+        optimizer_state, scheduler_state = read_legacy_optimizer_state(ckpt / LEGACY_OPTIMIZER_FILE)
+    else:
+        saved = read_json(path)
+        if not (isinstance(saved, dict) and saved.get("format") == OPTIMIZER_FORMAT
+                and {"param_groups", "mezo", "scheduler", "tensors"} <= saved.keys()):
+            raise _unreadable(path, f"not a {OPTIMIZER_FORMAT} optimizer state")
+        optimizer_state = {"state": read_optimizer_tensors(ckpt, saved["tensors"], load=tensors),
+                           "param_groups": saved["param_groups"], "mezo": saved["mezo"]}
+        scheduler_state = saved["scheduler"]
+    optimizer_state["mezo"] = {**optimizer_state["mezo"], "trajectory": trajectory.state_dict()}
+    return optimizer_state, scheduler_state
+
+
+def read_optimizer_tensors(ckpt: pathlib.Path, names: list, *, load: bool = True) -> dict:
+    """The optimizer's per-parameter buffers ``{index: {name: tensor}}`` listed in ``names``."""
+    if not names:
+        return {}
+    from safetensors import SafetensorError, safe_open
+
+    path = ckpt / OPTIMIZER_TENSORS_FILE
+    if not path.is_file():
+        raise _unreadable(path, f"missing (optimizer.json lists {len(names)} buffers)")
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            found = sorted(f.keys())
+            tensors = {key: f.get_tensor(key) for key in names if load and key in found}
+    except (SafetensorError, OSError, ValueError) as e:
+        raise _unreadable(path, f"damaged ({_one_line(e)})") from None
+    if found != sorted(names):
+        raise _unreadable(path, f"damaged: it holds other tensors than the {len(names)} that {OPTIMIZER_FILE} lists")
+    state: dict[int, dict] = {}
+    for key, tensor in tensors.items():
+        index, name = key.split("/", 1)
+        state.setdefault(int(index), {})[name] = tensor
+    return state
+
+
+def _numpy_globals() -> list:
+    """What an old ``optimizer.pt`` holds beyond tensors: numpy arrays of numbers and strings."""
+    reconstruct = np.ndarray.__reduce__(np.zeros(0))[0]  # numpy's array constructor, under either module name
+    kinds = ("Bool", "Int8", "Int16", "Int32", "Int64", "UInt8", "UInt16", "UInt32", "UInt64", "Float16", "Float32",
+             "Float64", "Str")
+    dtypes = [getattr(np.dtypes, f"{k}DType") for k in kinds if hasattr(getattr(np, "dtypes", None), f"{k}DType")]
+    return [reconstruct, (reconstruct, "numpy.core.multiarray._reconstruct"),
+            (reconstruct, "numpy._core.multiarray._reconstruct"), np.ndarray, np.dtype, *dtypes]
+
+
+def read_legacy_optimizer_state(path: pathlib.Path) -> tuple[dict, dict]:
+    """An ``optimizer.pt`` written before ``optimizer.json``, read with ``torch.load(weights_only=True)``:
+    torch's restricted unpickler builds tensors, containers and the numpy arrays (numbers and
+    strings) these files hold, and refuses any other global (a payload) without calling it."""
+    allow = getattr(torch.serialization, "safe_globals", None)
+    if allow is None:
+        raise CheckpointError(f"{path}: written by an older mezo-rl; reading it safely needs torch >= 2.5 "
+                              f"(torch.serialization.safe_globals): upgrade torch, or start the run over")
+    try:
+        with warnings.catch_warnings(), allow(_numpy_globals()):
+            warnings.simplefilter("ignore")
+            saved = torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError:
+        raise CheckpointError(
+            f"{path}: refused: it holds Python objects other than tensors and arrays, and loading it could run "
+            f"code (a checkpoint written by mezo-rl never does); nothing was loaded and the run directory is left "
+            f"as it is: start the run over with --overwrite-output-dir") from None
+    except (RuntimeError, OSError, EOFError, ValueError, zipfile.BadZipFile, zlib.error) as e:
+        raise _unreadable(path, f"damaged ({_one_line(e)})") from None
+    if not (isinstance(saved, dict) and isinstance(saved.get("optimizer"), dict) and "scheduler" in saved):
+        raise _unreadable(path, "not an optimizer checkpoint")
+    return saved["optimizer"], saved["scheduler"]
+
+
+def read_trajectory(path: pathlib.Path) -> Trajectory:
+    """``Trajectory.load(path)``; :class:`CheckpointError` naming the file if it is missing or damaged
+    (an ``.npz`` that holds Python objects is refused: it is read with ``allow_pickle=False``)."""
+    try:
+        return Trajectory.load(path)
+    except FileNotFoundError:
+        raise _unreadable(path, "missing") from None
+    except (OSError, EOFError, ValueError, KeyError, TypeError, AttributeError, zipfile.BadZipFile, zlib.error) as e:
+        raise _unreadable(path, f"damaged ({_one_line(e)})") from None
+
+
+def read_checkpoint(run_dir: str | os.PathLike, *, tensors: bool = True) -> tuple[TrainerState, dict, dict]:
+    """``(trainer state, optimizer state dict, scheduler state dict)`` from ``run_dir``'s checkpoint,
+    each file checked; ``tensors=False`` checks the optimizer's buffers without reading them."""
+    ckpt = checkpoint_dir(run_dir)
+    state = TrainerState.load(ckpt / STATE_FILE)
+    trajectory = read_trajectory(ckpt / TRAJECTORY_FILE)
+    if len(trajectory) != state.step:
+        raise _unreadable(ckpt / TRAJECTORY_FILE, f"inconsistent: it has {len(trajectory)} steps, "
+                                                  f"{STATE_FILE} says {state.step}")
+    optimizer_state, scheduler_state = read_optimizer_state(ckpt, trajectory, tensors=tensors)
+    return state, optimizer_state, scheduler_state
 
 
 # what may change when a run is resumed (everything else must match config.json)
@@ -228,7 +408,7 @@ def unfinished_step(run_dir: str | os.PathLike) -> Optional[tuple[int, int]]:
     try:
         step = int(json.loads(state.read_text())["step"])
         steps = int(json.loads(config.read_text())["steps"])
-    except (ValueError, KeyError, TypeError):   # unreadable: not ours to judge; the run itself will say
+    except (ValueError, KeyError, TypeError, OSError):   # unreadable: not ours to judge; the run itself will say
         return None
     return (step, steps) if step < steps else None
 
@@ -257,13 +437,9 @@ def load_checkpoint(run_dir: pathlib.Path, optimizer, scheduler) -> TrainerState
     ckpt = checkpoint_dir(run_dir)
     if not (ckpt / STATE_FILE).is_file():
         raise ConfigError(f"--resume: no checkpoint in {ckpt} (start the run without --resume)")
-    state = TrainerState.load(ckpt / STATE_FILE)
-    saved = torch.load(ckpt / OPTIMIZER_FILE, weights_only=False)
-    optimizer.load_state_dict(saved["optimizer"])
-    scheduler.load_state_dict(saved["scheduler"])
-    if len(optimizer.trajectory) != state.step:
-        raise ValueError(f"--resume: the checkpoint in {ckpt} is inconsistent (trajectory has "
-                         f"{len(optimizer.trajectory)} steps, trainer state {state.step})")
+    state, optimizer_state, scheduler_state = read_checkpoint(run_dir)
+    optimizer.load_state_dict(optimizer_state)
+    scheduler.load_state_dict(scheduler_state)
     return state
 
 
@@ -283,7 +459,7 @@ def load_run(run_dir: str | os.PathLike, step: str | int = "best", lm=None):
     run = pathlib.Path(run_dir)
     args = read_args(run)
     ckpt = checkpoint_dir(run)
-    trajectory = Trajectory.load(ckpt / TRAJECTORY_FILE)
+    trajectory = read_trajectory(ckpt / TRAJECTORY_FILE)
     state = TrainerState.load(ckpt / STATE_FILE)
     step = parse_step(step)
     n = {"best": state.best_step, "final": state.step}.get(step, step)

@@ -31,24 +31,18 @@ import torch
 
 import rewards
 from mezo_rl import checks, plots, rundir
-from mezo_rl.arguments import TrainingArguments, parse_max_memory
+from mezo_rl.arguments import TrainingArguments
 from mezo_rl.callbacks import ProgressCallback, TensorBoardCallback, TrainerCallback
 from mezo_rl.distributed import DistContext
 from mezo_rl.errors import ConfigError, UserError
 from mezo_rl.evaluation import OBJECTIVE, evaluate
 from mezo_rl.optim import MeZO, get_scheduler
 from mezo_rl.outputs import autocast, example_columns, model_outputs, objective_outputs
-from mezo_rl.rundir import (CHECKPOINT_DIR, TRAJECTORY_FILE, TrainerState, build_model, load_run, param_groups,
-                            trainable_parameters)
+from mezo_rl.rundir import TrainerState, build_model, param_groups, trainable_parameters
 from mezo_rl.runguard import InterruptGuard
 from mezo_rl.trajectory import STATUS
 
-# ``rewards`` / ``tasks`` are imported as modules: they import mezo_rl.errors / mezo_rl.registry, which
-# runs mezo_rl/__init__ (and so this module) possibly while they are half-imported.
-# Names from the pieces trainer.py was split into stay importable from here (README, examples, tests).
-__all__ = ["Trainer", "TrainingArguments", "TrainingInterrupted", "TrainerCallback", "TrainerState", "load_run", "param_groups",
-           "trainable_parameters", "sample_batch_indices", "objective_outputs", "parse_max_memory",
-           "peak_rss_mb", "primary_metric", "CHECKPOINT_DIR", "TRAJECTORY_FILE"]
+__all__ = ["Trainer", "TrainingInterrupted", "RewardsSilentError", "sample_batch_indices", "primary_metric", "peak_rss_mb"]
 
 
 def peak_rss_mb() -> float:

@@ -22,15 +22,17 @@ from __future__ import annotations
 import io
 import json
 import os
+import zipfile
 from typing import Iterator, NamedTuple
 
 import numpy as np
 
-__all__ = ["Trajectory", "Step", "STATUS", "COLUMNS", "replay_trajectory"]
+__all__ = ["Trajectory", "Step", "STATUS", "COLUMNS"]
 
 FORMAT = "mezo-rl-trajectory/1"
 #: row status codes
 STATUS = {"applied": 0, "skipped": 1, "aborted": 2}
+_ZIP_TIME = (1980, 1, 1, 0, 0, 0)  # every member of a saved .npz: the earliest time a zip can hold
 
 
 class Step(NamedTuple):
@@ -139,7 +141,7 @@ class Trajectory:
     # -- (de)serialisation -----------------------------------------------------------------------
     def state_dict(self) -> dict:
         """Plain arrays + header; what :meth:`save` writes and :class:`MeZO` checkpoints."""
-        return {"format": FORMAT, "header": json.dumps(self.header),
+        return {"format": FORMAT, "header": json.dumps(self.header, sort_keys=True),
                 **{name: self.column(name) for name, _, _ in COLUMNS}}
 
     @classmethod
@@ -158,9 +160,21 @@ class Trajectory:
         return traj
 
     def save(self, path: str | os.PathLike) -> None:
-        """Write a compressed ``.npz`` file at exactly ``path``."""
+        """Write a compressed ``.npz`` file at exactly ``path``.
+
+        The bytes depend on the rows and the header only: the header's keys are sorted and every
+        member of the zip archive carries the same fixed timestamp, so equal trajectories make equal
+        files (a resumed run's file is the uninterrupted run's). No array holds Python objects, so
+        :meth:`load` reads it with ``allow_pickle=False``.
+        """
         buf = io.BytesIO()
-        np.savez_compressed(buf, **{k: np.asarray(v) for k, v in self.state_dict().items()})
+        with zipfile.ZipFile(buf, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+            for name, value in self.state_dict().items():
+                member = zipfile.ZipInfo(name + ".npy", date_time=_ZIP_TIME)
+                member.compress_type = zipfile.ZIP_DEFLATED
+                member.external_attr = 0o644 << 16
+                with archive.open(member, "w", force_zip64=True) as f:
+                    np.lib.format.write_array(f, np.asarray(value), allow_pickle=False)
         with open(path, "wb") as f:
             f.write(buf.getvalue())
 
@@ -169,13 +183,3 @@ class Trajectory:
         with np.load(path, allow_pickle=False) as data:
             return cls.from_state_dict({k: data[k] for k in data.files})
 
-
-def __getattr__(name: str):
-    # `from mezo_rl.trajectory import replay_trajectory` kept working for code written before replay
-    # moved to the optimizer (mezo_rl.optim), which imports this module: resolved on first use so
-    # this module itself never imports the optimizer.
-    if name == "replay_trajectory":
-        from mezo_rl.optim import replay_trajectory
-
-        return replay_trajectory
-    raise AttributeError(f"module 'mezo_rl.trajectory' has no attribute {name!r}")

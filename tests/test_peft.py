@@ -10,7 +10,8 @@ from conftest import assert_float32_close, make_tiny_causal_lm
 from mezo_rl.arguments import TrainingArguments
 from mezo_rl.callbacks import TrainerCallback
 from mezo_rl.lm import LanguageModel
-from mezo_rl.peft import PEFT_DEFAULTS, apply_peft, export_model, load_adapter, peft_config
+from mezo_rl.defaults import MODE_DEFAULTS, mezo_options
+from mezo_rl.peft import apply_peft, export_model, load_adapter, peft_config
 from mezo_rl.rundir import load_run
 from mezo_rl.trainer import Trainer
 from tasks import Example, get_task
@@ -80,7 +81,7 @@ def test_mezo_steps_change_only_adapter_parameters(tiny_tokenizer, method):
 
     lm = apply_peft(make_lm(tiny_tokenizer), method)
     before = {n: p.detach().clone() for n, p in lm.model.named_parameters()}
-    opt = MeZO(trainable(lm), **PEFT_DEFAULTS[method], seed=1)
+    opt = MeZO(trainable(lm), **mezo_options(MODE_DEFAULTS[method]), seed=1)
     closure = loss_closure(lm, tiny_tokenizer)
     with torch.no_grad():
         for _ in range(3):
@@ -96,11 +97,11 @@ def test_mezo_steps_change_only_adapter_parameters(tiny_tokenizer, method):
 
 @pytest.mark.parametrize("method", METHODS)
 def test_trajectory_replay_rebuilds_adapter_exactly(tiny_tokenizer, method, tmp_path):
-    from mezo_rl.optim import MeZO
-    from mezo_rl.trajectory import Trajectory, replay_trajectory
+    from mezo_rl.optim import MeZO, replay_trajectory
+    from mezo_rl.trajectory import Trajectory
 
     lm = apply_peft(make_lm(tiny_tokenizer), method, seed=3)
-    opt = MeZO(trainable(lm), **PEFT_DEFAULTS[method], seed=7)
+    opt = MeZO(trainable(lm), **mezo_options(MODE_DEFAULTS[method]), seed=7)
     closure = loss_closure(lm, tiny_tokenizer)
     with torch.no_grad():
         for _ in range(4):
@@ -331,14 +332,16 @@ def test_lora_default_targets_map_to_other_architectures(tiny_masked_lm):
 
 
 def test_paper_defaults():
-    paper = dict(weight_decay=0.0, noise="gaussian", normalize=None, n_spsa=1)
-    # the measured full-parameter default, with the engine's default noise (low-rank r = 1; docs/engine.md)
-    assert PEFT_DEFAULTS["full"] == dict(lr=2e-4, eps=1e-2, **{**paper, "noise": "lowrank"})
-    # LoRA: the paper's eps, an lr measured for runs of this CLI's length (the paper's 1e-4 is for 20,000 steps)
-    assert PEFT_DEFAULTS["lora"] == dict(lr=3e-3, eps=1e-2, **paper)
-    assert PEFT_DEFAULTS["prefix"] == dict(lr=1e-2, eps=1e-1, **paper)
-    # the main job's mode: sign steps of length lr on the final norm's gains, two samples a step (measured, README)
-    assert PEFT_DEFAULTS["norm"] == dict(lr=2e-2, eps=1e-1, weight_decay=0.0, noise="rademacher", normalize="std", n_spsa=2)
+    paper = dict(weight_decay=0.0, noise="gaussian", normalize="none", n_spsa=1)
+    run = dict(steps=150, batch_size=32)
+    # the full-parameter default, with the engine's default noise (low-rank r = 1; docs/engine.md)
+    assert MODE_DEFAULTS["full"] == dict(lr=2e-4, eps=1e-2, **run, **{**paper, "noise": "lowrank"})
+    # LoRA: the paper's eps, an lr for runs of this CLI's length (the paper's 1e-4 is for 20,000 steps)
+    assert MODE_DEFAULTS["lora"] == dict(lr=3e-3, eps=1e-2, **run, **paper)
+    assert MODE_DEFAULTS["prefix"] == dict(lr=1e-2, eps=1e-1, **run, **paper)
+    # the default mode: sign steps of length lr on the final norm's gains, two samples a step, many cheap steps
+    assert MODE_DEFAULTS["norm"] == dict(steps=3000, batch_size=64, lr=2e-2, eps=1e-1, weight_decay=0.0,
+                                         noise="rademacher", normalize="std", n_spsa=2)
 
 
 # ------------------------------------------------------------------------------- the real model

@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from mezo_rl.arguments import RUN_LENGTH
+from mezo_rl.defaults import MODE_DEFAULTS
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 spec = importlib.util.spec_from_file_location("results_suite", REPO / "benchmarks" / "results.py")
@@ -80,8 +80,8 @@ def test_plan_same_data_for_every_method_and_the_right_objective():
     assert rs._arg(metric_sst2, "--reward") == "accuracy" and rs._arg(metric_sst2, "--peft") == "norm"
     # the final norm runs its own length whatever --steps says; the accuracy objective is the main job, run
     # for the main job's default length; on classification only
-    assert sorted(c.steps for c in by[("sst2", "mezo-metric")]) == [RUN_LENGTH["norm"]["steps"]] * 2
-    assert rs._arg(metric_sst2, "--batch-size") == str(RUN_LENGTH["norm"]["batch_size"])
+    assert sorted(c.steps for c in by[("sst2", "mezo-metric")]) == [MODE_DEFAULTS["norm"]["steps"]] * 2
+    assert rs._arg(metric_sst2, "--batch-size") == str(MODE_DEFAULTS["norm"]["batch_size"])
     assert sorted(c.steps for c in by[("sst2", "mezo-norm")]) == [rs.NORM["steps"]] * 2
     assert rs._arg(by[("sst2", "mezo-norm")][0].argv, "--reward") == "cross_entropy"
     assert ("squad", "mezo-norm") not in by

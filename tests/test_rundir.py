@@ -19,7 +19,8 @@ import torch
 from conftest import make_tiny_causal_lm
 from mezo_rl.lm import LanguageModel
 from mezo_rl.rundir import TrainerState, load_run
-from mezo_rl.trainer import Trainer, TrainingArguments
+from mezo_rl.arguments import TrainingArguments
+from mezo_rl.trainer import Trainer
 from tasks import get_task
 from test_trainer import splits
 

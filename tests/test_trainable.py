@@ -32,3 +32,19 @@ def test_a_pattern_that_matches_nothing_is_refused_naming_it(tmp_path, factory):
 def test_an_invalid_pattern_is_refused_before_anything_loads():
     with pytest.raises(ConfigError, match=r"--trainable: '\(' is not a regular expression"):
         TrainingArguments(trainable="(")
+
+
+def test_only_the_norm_mode_turns_the_trunk_cache_on(factory):
+    from mezo_rl.peft import FINAL_NORM
+    from mezo_rl.rundir import build_model
+
+    assert build_model(TrainingArguments(peft="norm"), factory()).trunk_cache_active
+    # the same trainable set by --trainable in full mode: the trunk is frozen, yet the cache stays off,
+    # so an in-place edit of a frozen weight changes the next score
+    lm = build_model(TrainingArguments(peft="full", trainable=FINAL_NORM), factory())
+    assert not lm.trunk_cache_active
+    prompts, candidates = ["the movie was great . It was"], [[" great", " terrible"]]
+    before = lm.score(prompts, candidates)[0].sum
+    with torch.no_grad():
+        next(p for n, p in lm.model.named_parameters() if "layers.0." in n and not p.requires_grad).mul_(2.0)
+    assert not torch.equal(lm.score(prompts, candidates)[0].sum, before)

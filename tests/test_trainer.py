@@ -185,7 +185,7 @@ def test_batches_are_a_pure_function_of_seed_and_step():
     (dict(reward=["accuracy"], reward_weights=[1.0, 2.0]), "one weight per --reward"),
     (dict(steps=-1), "--steps"),
     (dict(batch_size=0), "--batch-size"),
-    (dict(peft="adapters"), "accepted: norm, none, lora, prefix"),
+    (dict(peft="adapters"), "accepted: norm, full, lora, prefix, none"),
 ])
 def test_bad_arguments_name_the_problem(bad, match):
     with pytest.raises(ValueError, match=match):

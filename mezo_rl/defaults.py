@@ -1,0 +1,59 @@
+"""The defaults of ``mezo-rl train`` that depend on what MeZO trains (``--peft``): one table.
+
+:class:`~mezo_rl.arguments.TrainingArguments` fills every one of these options left unset from its
+mode's row when it is built, so its fields (and a run's ``config.json``) hold every value the run
+used, and ``mezo-rl train --config RUN/config.json`` repeats the run. Every other option has one
+default, in its field's declaration (:mod:`mezo_rl.arguments`).
+
+    MeZO(params, **mezo_options(MODE_DEFAULTS["prefix"]))   # a mode's optimizer settings, outside the CLI
+"""
+from __future__ import annotations
+
+from typing import Mapping
+
+__all__ = ["MODES", "MODE_ALIASES", "MODE_DEFAULTS", "MEZO_OPTIONS", "mezo_options"]
+
+#: what ``--peft`` accepts: the final normalisation layer's gains, every weight, or an adapter
+MODES = ("norm", "full", "lora", "prefix")
+#: other spellings of a mode, resolved when the arguments are built (``none``: full fine-tuning)
+MODE_ALIASES = {"none": "full"}
+
+# Why these values. Prefix: the paper's OPT grid (Table 16; all weight decay 0), taking the value it
+# lists for most tasks, lr {1e-2, 1e-3} -> 1e-2. LoRA: Table 16's eps 1e-2; its lr {1e-4, 5e-5} is
+# meant for 20,000 steps and barely moves a small model in a run of this CLI's length, so lr 3e-3 was
+# chosen by a sweep (1e-3 moved less, 1e-2 diverged). The RoBERTa grid (Table 15) agrees on eps for
+# prefix (1e-1) but uses eps 1e-3 and weight decay 0.1 for LoRA; we follow the OPT table because our
+# models are decoder-only LMs like OPT. Full fine-tuning: the paper's 1e-6 / 1e-3 (for 20,000 steps on
+# OPT) barely moves a small model in a short run, and with eps 1e-3 the +eps and -eps losses of a small
+# batch's accuracy are often equal (no update), so 2e-4 / 1e-2. Its noise is the engine's default,
+# low-rank r = 1 (one BLAS pass per matrix, no compiler; docs/engine.md, "Which noise is the default");
+# LoRA and prefix keep the paper's Gaussian z, whose sweeps over their few weights cost nothing next to
+# a forward pass.
+# "norm" (the default of `mezo-rl train`): MeZO on the final normalisation layer's gains only, a
+# re-weighting of the features the output head reads. With the accuracy objective a ZO estimate over
+# these few hundred directions is usable where one over the whole model is mostly noise; lr is the
+# length of a sign step (normalize="std", Rademacher probes, FZOO-style). With the trunk frozen its
+# outputs are computed once per example (LanguageModel.enable_trunk_cache), so a norm step costs the
+# final norm and the output head only: two SPSA samples per step (n_spsa=2) and many more steps than
+# the other modes fit the same time.
+# Run length: sized so that a default run (SmolLM2-135M on SST-2) takes minutes on a 2-core CPU
+# (timings: benchmarks/README.md). The runs behind these choices: docs/peft.md, "Per-mode defaults",
+# and benchmarks/README.md.
+MODE_DEFAULTS = {
+    "norm": dict(steps=3000, batch_size=64, lr=2e-2, eps=1e-1, weight_decay=0.0, noise="rademacher", normalize="std", n_spsa=2),
+    "full": dict(steps=150, batch_size=32, lr=2e-4, eps=1e-2, weight_decay=0.0, noise="lowrank", normalize="none", n_spsa=1),
+    "lora": dict(steps=150, batch_size=32, lr=3e-3, eps=1e-2, weight_decay=0.0, noise="gaussian", normalize="none", n_spsa=1),
+    "prefix": dict(steps=150, batch_size=32, lr=1e-2, eps=1e-1, weight_decay=0.0, noise="gaussian", normalize="none", n_spsa=1),
+}
+assert tuple(MODE_DEFAULTS) == MODES
+
+#: the options of the table that are :class:`~mezo_rl.optim.MeZO` keyword arguments
+MEZO_OPTIONS = ("lr", "eps", "weight_decay", "noise", "normalize", "n_spsa")
+
+
+def mezo_options(values: Mapping) -> dict:
+    """The MeZO keyword arguments among ``values`` (a row of :data:`MODE_DEFAULTS`, or the resolved
+    training arguments as a dict), ``normalize`` as MeZO takes it (``"none"`` -> None)."""
+    out = {k: values[k] for k in MEZO_OPTIONS}
+    out["normalize"] = None if out["normalize"] == "none" else out["normalize"]
+    return out

@@ -1,0 +1,135 @@
+"""Checkpoints are safe and deterministic: nothing in a run directory is unpickled, a damaged file gets
+one line naming it (and the directory is left as it is), and a resumed run writes the very bytes an
+uninterrupted one does.
+
+Runs use the tiny causal LM and the hand-made SST-2-style splits of tests/test_trainer.py.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import pathlib
+import pickle
+import shutil
+
+import numpy as np
+import pytest
+import torch
+
+from mezo_rl.arguments import TrainingArguments
+from mezo_rl.rundir import (CHECKPOINT_DIR, LEGACY_OPTIMIZER_FILE, OPTIMIZER_FILE, OPTIMIZER_TENSORS_FILE, STATE_FILE,
+                            TRAJECTORY_FILE, CheckpointError, read_checkpoint, read_trajectory)
+from mezo_rl.trainer import Trainer
+from test_cli_errors import assert_one_line_error, run_cli
+from test_trainer import factory, make_args, train  # noqa: F401  (factory: a fixture)
+
+RUN_V0 = pathlib.Path(__file__).parent / "data" / "run_v0"
+
+
+def files(run: pathlib.Path) -> dict[str, bytes]:
+    """Every file under ``run``, by relative path."""
+    return {str(p.relative_to(run)): p.read_bytes() for p in sorted(run.rglob("*")) if p.is_file()}
+
+
+class Payload:
+    """Unpickling this object creates ``marker``: the proof that a loader ran code from a file."""
+
+    def __init__(self, marker: pathlib.Path):
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        return open, (self.marker, "w")
+
+
+@pytest.fixture()
+def fixed_clock(monkeypatch):
+    # the wall time is measured, not computed: freeze it so that every other byte can be compared
+    monkeypatch.setattr(Trainer, "wall_time", lambda self: 0.0)
+
+
+@pytest.mark.parametrize("variant", [dict(momentum=0.9), dict(adam=True)])
+def test_a_resumed_run_writes_the_bytes_of_an_uninterrupted_one(tmp_path, factory, fixed_clock, variant):
+    common = dict(eval_steps=2, **variant)
+    train(make_args(tmp_path, "whole", steps=4, **common), factory)
+    train(make_args(tmp_path, "parts", steps=2, **common), factory)
+    train(make_args(tmp_path, "parts", steps=4, resume=True, **common), factory)
+    whole, parts = (files(tmp_path / run / CHECKPOINT_DIR) for run in ("whole", "parts"))
+    assert sorted(whole) == sorted([OPTIMIZER_FILE, OPTIMIZER_TENSORS_FILE, STATE_FILE, TRAJECTORY_FILE, "model.json"])
+    for name in whole:
+        assert whole[name] == parts[name], name
+
+
+def test_an_old_checkpoint_resumes_into_the_new_files(tmp_path, factory, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # run_v0's config.json says output_dir="run_v0"
+    run = tmp_path / "run_v0"
+    shutil.copytree(RUN_V0, run)
+    state, optimizer_state, scheduler_state = read_checkpoint(run)  # optimizer.pt, weights-only
+    assert state.step == 3 and optimizer_state["mezo"]["samples"] == 3 and scheduler_state["last_epoch"] == 3
+    saved = TrainingArguments.from_dict(json.loads((run / "config.json").read_text()))
+    train(dataclasses.replace(saved, steps=4, resume=True), factory)
+    saved = sorted(p.name for p in (run / CHECKPOINT_DIR).iterdir())
+    assert saved == sorted([OPTIMIZER_FILE, STATE_FILE, TRAJECTORY_FILE, "model.json"])  # no buffers: plain MeZO
+    assert read_checkpoint(run)[0].step == 4
+
+
+def test_a_pickle_payload_is_refused_without_running_it(tmp_path):
+    marker = tmp_path / "payload-ran"
+    run = tmp_path / "run"
+    shutil.copytree(RUN_V0, run)
+    ckpt = run / CHECKPOINT_DIR
+    for payload in (lambda p: torch.save({"optimizer": Payload(marker), "scheduler": {}}, p),  # a torch zip
+                    lambda p: p.write_bytes(pickle.dumps({"optimizer": Payload(marker)}))):   # a bare pickle
+        payload(ckpt / LEGACY_OPTIMIZER_FILE)
+        before = files(run)
+        with pytest.raises(CheckpointError, match=LEGACY_OPTIMIZER_FILE) as err:
+            read_checkpoint(run)
+        assert "\n" not in str(err.value) and files(run) == before
+        assert not marker.exists()
+    # the trajectory is read with allow_pickle=False: an object array in it is refused, never built
+    np.savez(ckpt / TRAJECTORY_FILE, format=np.array("mezo-rl-trajectory/1"),
+             header=np.array([Payload(marker)], dtype=object))
+    with pytest.raises(CheckpointError, match=TRAJECTORY_FILE):
+        read_trajectory(ckpt / TRAJECTORY_FILE)
+    assert not marker.exists()
+
+
+@pytest.fixture(scope="module")
+def momentum_run(tmp_path_factory, tiny_tokenizer):
+    """A finished 2-step run with momentum buffers (optimizer.safetensors), to damage copies of."""
+    from conftest import make_tiny_causal_lm
+    from mezo_rl.lm import LanguageModel
+
+    tmp = tmp_path_factory.mktemp("momentum")
+    make = lambda: LanguageModel(make_tiny_causal_lm(tiny_tokenizer), tiny_tokenizer)  # noqa: E731
+    train(make_args(tmp, "run", steps=2, eval_steps=2, momentum=0.9), make)
+    return tmp / "run"
+
+
+@pytest.mark.parametrize("name", [OPTIMIZER_FILE, OPTIMIZER_TENSORS_FILE, STATE_FILE, TRAJECTORY_FILE,
+                                  LEGACY_OPTIMIZER_FILE])
+def test_a_damaged_checkpoint_file_gets_one_line_and_is_left_as_it_is(tmp_path, momentum_run, name):
+    run = tmp_path / "run"
+    shutil.copytree(RUN_V0 if name == LEGACY_OPTIMIZER_FILE else momentum_run, run)
+    path = run / CHECKPOINT_DIR / name
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])  # truncated
+    before = files(run)
+    with pytest.raises(CheckpointError) as err:
+        read_checkpoint(run)
+    message = str(err.value)
+    assert str(path) in message and "--overwrite-output-dir" in message and "\n" not in message
+    assert files(run) == before
+
+
+def test_resume_from_a_damaged_checkpoint_is_one_line_on_the_command_line(tmp_path, tiny_model_dir, shared_data_dir,
+                                                                          capsys):
+    out = tmp_path / "run"
+    argv = ["train", "--model", tiny_model_dir, "--task", "sst2", "--data-dir", shared_data_dir, "--steps", "1",
+            "--batch-size", "2", "--num-train", "8", "--num-eval", "4", "--num-test", "2", "--lr", "1e-3",
+            "--autocast", "none", "--no-progress", "--peft", "none", "--output-dir", out]
+    assert run_cli(argv, capsys)[0] == 0
+    optimizer = out / CHECKPOINT_DIR / OPTIMIZER_FILE
+    optimizer.write_text(optimizer.read_text()[:40])
+    before = files(out)
+    rc, _, err = run_cli([*argv[:-2], "--steps", "2", "--resume", "--output-dir", out], capsys)
+    assert_one_line_error(rc, err, optimizer)
+    assert files(out) == before
