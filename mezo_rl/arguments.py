@@ -210,7 +210,7 @@ class ObjectiveArguments(Arguments):
 
 @dataclass
 class PeftArguments(Arguments):
-    peft: str = option("norm", "what MeZO trains: norm (the final normalisation layer's gains: the main job's default, see README), none (every weight: full fine-tuning), lora or prefix", choices=["norm", "none", *PEFT_METHODS])
+    peft: str = option("norm", "what MeZO trains: norm (the final normalisation layer's gains; the default), full (every weight: full fine-tuning; also accepted as none), lora (low-rank adapters) or prefix (prefix-tuning)", choices=["norm", "none", *PEFT_METHODS])
     lora_r: int = option(8, "LoRA rank (paper: 8)", min=1)
     lora_alpha: int = option(16, "LoRA alpha (paper: 16)", min=1)
     num_prefix_tokens: int = option(5, "prefix-tuning length (paper: 5)", min=1)
@@ -262,7 +262,7 @@ class SeedArguments(Arguments):
 @dataclass
 class ComputeArguments(Arguments):
     dtype: str = option("float32", "weights dtype", choices=["float32", "bfloat16"])
-    autocast: str = option("auto", "bf16 autocast of the forward passes with fp32 master weights: auto (only where the CPU has native bf16: AVX512-BF16/AMX; on AVX2-only CPUs it is ~3x slower than fp32), bfloat16 or none", choices=["auto", "none", "bfloat16"])
+    autocast: str = option("auto", "bf16 autocast of the forward passes with fp32 master weights: auto (only where the CPU has native bf16: AVX512-BF16/AMX; on AVX2-only CPUs emulated bf16 is slower than fp32), bfloat16 or none", choices=["auto", "none", "bfloat16"])
     device_map: Optional[str] = option(None, "spread a model larger than one device over several (passed to from_pretrained, e.g. auto); offloading to disk is rejected")
     max_memory: Optional[str] = option(None, "per-device memory caps with --device-map, e.g. '0=20GiB,1=20GiB,cpu=60GiB'")
 

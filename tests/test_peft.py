@@ -337,7 +337,7 @@ def test_paper_defaults():
     # LoRA: the paper's eps, an lr measured for runs of this CLI's length (the paper's 1e-4 is for 20,000 steps)
     assert PEFT_DEFAULTS["lora"] == dict(lr=3e-3, eps=1e-2, **paper)
     assert PEFT_DEFAULTS["prefix"] == dict(lr=1e-2, eps=1e-1, **paper)
-    # the main job's mode: sign steps of length lr on the final norm's gains, two samples a step (measured, README)
+    # the default mode: sign steps of length lr on the final norm's gains, two samples a step (docs/peft.md)
     assert PEFT_DEFAULTS["norm"] == dict(lr=2e-2, eps=1e-1, weight_decay=0.0, noise="rademacher", normalize="std", n_spsa=2)
 
 
