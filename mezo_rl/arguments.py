@@ -7,7 +7,7 @@ field metadata; :class:`Arguments` checks every field against those in one loop,
 ==========================  =========================================================
 ``ModelArguments``          model
 ``TaskArguments``           task
-``DataTaskArguments``       template, label_column, candidates, target_column, validation_file, test_file, dataset_config
+``DataTaskArguments``       template, prompt_column, label_column, candidates, target_column, validation_file, test_file, dataset_config
 ``ObjectiveArguments``      reward, reward_weights, reward_normalize
 ``PeftArguments``           peft, lora_r, lora_alpha, num_prefix_tokens
 ``DataArguments``           data_dir, num_train, num_eval, num_test
@@ -165,6 +165,7 @@ class DataTaskArguments(Arguments):
     """How a data file or a Hugging Face dataset becomes a task (``tasks.user``); shared by every command."""
 
     template: Optional[str] = option(None, "data file/dataset tasks: the prompt, with {column} fields, e.g. '{text} It was'")
+    prompt_column: Optional[str] = option(None, "prompt-only tasks (no gold answer; the rewards judge the completions): the column holding each prompt, text or a list of chat messages (default: prompt)")
     label_column: Optional[str] = option(None, "classification: the column with the label (the right candidate's index or text)")
     candidates: Optional[list[str]] = option(None, "classification: the continuations to score (comma-separated or repeated), e.g. terrible,great")
     target_column: Optional[str] = option(None, "generation: the column with the gold answer (a string or a list)")
@@ -194,6 +195,7 @@ class ObjectiveArguments(Arguments):
                                default_factory=lambda: ["accuracy"])
     reward_weights: Optional[list[float]] = option(None, "one weight per --reward (default: all 1)")
     reward_normalize: Optional[str] = option(None, "'std': scale each reward by its spread on the first batch before weighting (default: no scaling)", choices=["std"])
+    reward_shaping: str = option("none", "group: centre each prompt's weighted rewards across all of the step's completions of it (every member, every --num-generations sample) and divide by their std, as GRPO and EGGROLL do per prompt; none: the mean reward", choices=["none", "group"])
 
     def __post_init__(self):
         if isinstance(self.reward, str):
@@ -248,7 +250,7 @@ class MeZOArguments(Arguments):
     rank: int = option(1, "rank of --noise lowrank", min=1)
     lowrank_interval: int = option(1, "hold the low-rank subspace factor for this many noise samples (LOZO; 1 = fresh every step)", min=1)
     normalize: Optional[str] = option(None, "std: divide each loss difference by the spread of the step's losses instead of by 2 eps (FZOO-style; with one sample a sign step of length lr); none: divide by 2 eps (the paper) (default per --peft mode: std for norm, none otherwise)", choices=["std", "none"])
-    estimator: str = option("two_point", "two_point (+/-eps) or one_point", choices=ESTIMATORS)
+    estimator: str = option("two_point", "two_point (+/-eps per sample), one_point, or es (n one-sided members, losses centred across them; ES-at-scale with --normalize std)", choices=ESTIMATORS)
     momentum: float = option(0.0, "ZO-SGD momentum (Appendix B.2)", ge=0, lt=1)
     adam: bool = option(False, "ZO-Adam (Appendix B.2)")
     on_nonfinite: str = option("raise", "what a non-finite loss does", choices=ON_NONFINITE)
@@ -274,11 +276,15 @@ class ComputeArguments(Arguments):
 @dataclass
 class GenerationArguments(Arguments):
     max_new_tokens: int = option(32, "generation length for generation-based rewards and evaluation", min=1)
+    num_generations: int = option(1, "completions per prompt in a training step (TRL's num_generations; > 1 needs --do-sample); --batch-size counts completions, so a step sees batch_size / num_generations prompts", min=1)
     do_sample: bool = option(False, "sample completions during training (same seed at +eps and -eps) instead of greedy decoding")
     temperature: float = option(1.0, "sampling temperature when --do-sample (> 0)")
 
     def __post_init__(self):
         super().__post_init__()
+        if self.num_generations > 1 and not self.do_sample:
+            raise ConfigError(f"--num-generations {self.num_generations} needs --do-sample: greedy decoding writes the same "
+                              f"completion every time")
         if self.do_sample and not self.temperature > 0:
             raise ConfigError(f"--do-sample needs --temperature > 0, got {self.temperature!r} "
                               f"(for greedy decoding leave out --do-sample)")
@@ -291,6 +297,7 @@ class EvalArguments(Arguments):
     initial_test: bool = option(True, "also evaluate the untrained model on the test examples (summary.json: initial_test)")
     eval_batch_size: int = option(32, "examples per forward pass during evaluation", min=1)
     logging_steps: int = option(1, "write a metrics.jsonl record every N steps", min=1)
+    log_completions: int = option(16, "prompt tasks: completions of each evaluation written to samples/<split>-step<N>.jsonl (0: none)", min=0)
 
 
 @dataclass
@@ -323,6 +330,9 @@ class TrainingArguments(OutputArguments, EvalArguments, GenerationArguments, Com
         self._defaulted = tuple(key for key in RUN_LENGTH["other"] if getattr(self, key) is None)
         for key in self._defaulted:  # the per-mode run length, written into config.json as resolved
             setattr(self, key, RUN_LENGTH["norm" if self.peft == "norm" else "other"][key])
+        if self.num_generations > self.batch_size or self.batch_size % self.num_generations:
+            raise ConfigError(f"--num-generations {self.num_generations} must divide --batch-size {self.batch_size} (the "
+                              f"completions of a step: batch_size / num_generations prompts, num_generations each)")
 
     def replace(self, **changes) -> "TrainingArguments":
         """``dataclasses.replace`` for variants: the run length these arguments took from their --peft

@@ -27,6 +27,11 @@ Variants (paper Appendix B), with their memory cost:
 ``estimator="one_point"``  Zhang et al. (2022): one closure call per step,
                 g_t = (l(theta_t + eps z_t) - l_{t-1}) / eps. One scalar of state (the previous
                 loss); the first step has no previous loss and so makes no update.
+``estimator="es"``  the evolution-strategies population of ES-at-scale (Qiu et al., 2025): n one-sided
+                members theta + eps z_j (n = ``n_spsa``), g_j = (l_j - mean(l)) / eps, update
+                theta <- theta - lr/n sum_j g_j z_j. With ``normalize="std"`` the losses are
+                z-scored across the population, g_j = (l_j - mean(l)) / sigma: their recipe with
+                sigma = eps and alpha = lr. n closure calls and 2n sweeps per step.
 ``momentum=mu`` heavy-ball momentum on the ZO estimate, m <- mu m + g z, theta <- theta - lr m.
                 Costs one float32 buffer per trainable tensor (+4 bytes per parameter).
 ``adam=True``   Adam on the ZO estimate. Two float32 buffers (+8 bytes per parameter).
@@ -50,6 +55,14 @@ BLAS pass per matrix, no compiler (docs/engine.md, "Which noise is the default")
 With Rademacher z and a power-of-two eps (e.g. ``eps=2**-10``) the perturbation eps*z is exactly representable, and
 ``theta + eps z - 2 eps z + eps z`` returns theta exactly whenever ``theta +- eps`` is exactly
 representable (see docs/engine.md for measured drift).
+
+Members and fitness: a step evaluates M *members*, each one noise seed and sign: (+s0, -s0, +s1, -s1, ...)
+for the two-point estimator (M = 2n), (+s0, ..., +s_{n-1}) for ``"es"`` (M = n), (+s0) for one-point.
+``step(closure)`` calls ``closure()`` once per member, in that order, with that member's perturbation
+applied in place. ``step(closure, fitness=f)`` lets the closure return any object per member (say,
+per-example rewards) and turns the M objects into M losses with ``f(objects)`` once all members ran:
+the place for fitness shaping that needs the whole population (per-prompt centring across members).
+The engine never looks inside the objects.
 
 Exception safety: if the closure raises (anything, KeyboardInterrupt included) the parameters are
 restored before the exception propagates. If it returns a non-finite value the parameters are
@@ -79,7 +92,7 @@ __all__ = ["MeZO", "StepResult", "get_scheduler", "replay_trajectory", "ESTIMATO
 
 #: accepted values of MeZO's ``estimator`` / ``on_nonfinite`` and of :func:`get_scheduler`'s ``name``
 #: (the one declaration: command-line choices can be read from here, as noise kinds from ``noise.NOISES``)
-ESTIMATORS = ("two_point", "one_point")
+ESTIMATORS = ("two_point", "one_point", "es")
 ON_NONFINITE = ("raise", "skip")
 SCHEDULERS = ("constant", "linear")
 _NORMALIZE = (None, "std")
@@ -189,6 +202,8 @@ class MeZO(torch.optim.Optimizer):
                 raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
         if estimator == "one_point" and n_spsa != 1:
             raise ValueError("the one-point estimator uses one sample per step: n_spsa must be 1")
+        if estimator == "es" and n_spsa < 2:
+            raise ValueError("the es estimator centres the losses across its population: n_spsa must be >= 2")
         if estimator == "one_point" and normalize:
             raise ValueError("normalize='std' needs the two-point estimator (one closure value per step has no spread)")
         if not 0.0 <= momentum < 1.0:
@@ -241,6 +256,12 @@ class MeZO(torch.optim.Optimizer):
                 idx += 1
         return out
 
+    @property
+    def members_per_step(self) -> int:
+        """M, the closure values one step needs: 2 n_spsa (two-point), n_spsa (es), 1 (one-point)."""
+        est, n = self.config["estimator"], self.config["n_spsa"]
+        return 1 if est == "one_point" else n if est == "es" else 2 * n
+
     def _set_backend(self, backend: str) -> None:
         cfg = self.config
         self._noise = _noise.NoiseSpec(cfg["noise"], backend, cfg["rank"], cfg["lowrank_interval"])
@@ -254,7 +275,7 @@ class MeZO(torch.optim.Optimizer):
         if self._noise is None:
             self._set_backend(_noise.resolve_backend(self.config["noise_backend"], self.config["noise"]))
         header = dict(self.config, noise_backend=self._noise.backend,
-                      calls_per_step=1 if self.config["estimator"] == "one_point" else 2 * self.config["n_spsa"],
+                      calls_per_step=self.members_per_step,
                       group_sizes=[len(g["params"]) for g in self.param_groups],
                       group_weight_decays=[g["weight_decay"] for g in self.param_groups],
                       param_shapes=[list(p.shape) for _, p, _ in flat],
@@ -278,6 +299,10 @@ class MeZO(torch.optim.Optimizer):
         if self.config["estimator"] == "one_point":
             return [0.0 if self._prev_loss is None else (values[0] - self._prev_loss) / eps]
         n = self.config["n_spsa"]
+        if self.config["estimator"] == "es":
+            mean = sum(values) / n
+            scale = eps if spread is None else spread
+            return [0.0] * n if scale == 0.0 else [(v - mean) / scale for v in values]
         if spread is None:
             return [(values[2 * j] - values[2 * j + 1]) / (2 * eps) for j in range(n)]
         if spread == 0.0:  # every value equal: no direction is preferred
@@ -286,33 +311,40 @@ class MeZO(torch.optim.Optimizer):
 
     # ------------------------------------------------------------------------------------------
     @torch.no_grad()
-    def step(self, closure) -> StepResult:
-        """One MeZO step. ``closure()`` is called with the parameters perturbed in place
-        (twice per sample for the two-point estimator, once for one-point) under torch.no_grad()
-        and must return the loss to minimise. Returns a :class:`StepResult`."""
+    def step(self, closure, fitness=None) -> StepResult:
+        """One MeZO step. ``closure()`` is called once per member (see the module docstring) with
+        the parameters perturbed in place, under torch.no_grad(), and returns the loss to minimise;
+        or, with ``fitness``, any object, and ``fitness(objects)`` returns the M losses once every
+        member ran. Returns a :class:`StepResult`."""
         if closure is None:
             raise ValueError("MeZO.step needs a closure: MeZO evaluates the loss itself (it has no gradients)")
         entries = self._prepare()
         base = self.config["seed"] * 2**32
         seeds = [base + self._samples + j for j in range(self.config["n_spsa"])]
         self._samples += len(seeds)
-        return self._step(entries, closure, seeds)
+        return self._step(entries, closure, seeds, fitness)
 
-    def _step(self, entries, closure, seeds: list[int]) -> StepResult:
+    def _step(self, entries, closure, seeds: list[int], fitness=None) -> StepResult:
         """The step with its noise seeds given (by :meth:`step`, or by :meth:`replay` from the log)."""
         cfg = self.config
-        n, one_point = cfg["n_spsa"], cfg["estimator"] == "one_point"
+        n, one_point, es = cfg["n_spsa"], cfg["estimator"] == "one_point", cfg["estimator"] == "es"
         buffered = cfg["adam"] or cfg["momentum"] > 0
         lrs = [g["lr"] for g in self.param_groups]
         epss = [g["eps"] for g in self.param_groups]
         values: list[float] = []
+        outcomes: list = []  # what the closure returned, per member (fitness turns them into values)
         offset = None  # (seed, mult): the parameters are currently theta + mult * eps * z(seed)
 
-        def call():
-            v = _as_float(closure())
-            values.append(v)
+        def check(v):
             if not math.isfinite(v):
                 raise FloatingPointError(f"the closure returned a non-finite loss ({v}) at call {len(values)} of the step")
+
+        def call():
+            if fitness is not None:
+                outcomes.append(closure())
+                return
+            values.append(_as_float(closure()))
+            check(values[-1])
 
         try:
             for j, s in enumerate(seeds):
@@ -321,12 +353,25 @@ class MeZO(torch.optim.Optimizer):
                 call()
                 if one_point:
                     break
+                if es:
+                    if j < n - 1 or buffered:  # restore now; otherwise the restore is fused into the update
+                        self._sweep(entries, s, -1.0)
+                        offset = None
+                    continue
                 self._sweep(entries, s, -2.0)
                 offset = (s, -1.0)
                 call()
                 if j < n - 1 or buffered:  # restore now; otherwise the restore is fused into the update
                     self._sweep(entries, s, +1.0)
                     offset = None
+            if fitness is not None:
+                losses = list(fitness(outcomes))
+                if len(losses) != len(outcomes):
+                    raise ValueError(f"fitness returned {len(losses)} losses for {len(outcomes)} members; "
+                                     f"it must return one per member ({len(outcomes)})")
+                for v in losses:
+                    values.append(_as_float(v))
+                    check(values[-1])
         except BaseException as err:
             if offset is not None:  # undo the perturbation we are in
                 self._sweep(entries, offset[0], -offset[1])
@@ -336,11 +381,11 @@ class MeZO(torch.optim.Optimizer):
             if not skip:
                 raise
             finite = [v for v in values if math.isfinite(v)]
-            return StepResult(loss_plus=math.nan, loss_minus=None if one_point else math.nan,
+            return StepResult(loss_plus=math.nan, loss_minus=None if one_point or es else math.nan,
                               projected_grads=[], seeds=seeds, loss=sum(finite) / len(finite) if finite else math.nan,
                               skipped=True, lr=lrs[0], values=values)
 
-        if buffered and offset is not None:  # one-point + momentum/Adam: restore before the update
+        if buffered and offset is not None:  # one-point (or a fitness error path) + momentum/Adam: restore first
             self._sweep(entries, offset[0], -offset[1])
         # The update. Parameters are at theta + offset (buffered variants: at theta).
         spread = _spread(values) if cfg["normalize"] == "std" else None
@@ -363,9 +408,9 @@ class MeZO(torch.optim.Optimizer):
         if one_point:
             self._prev_loss = values[0]
         self._log(seeds, values, grads, lrs, epss, STATUS["applied"])
-        plus = values[0::2] if not one_point else values
+        plus = values if one_point or es else values[0::2]
         minus = values[1::2]
-        return StepResult(loss_plus=sum(plus) / len(plus), loss_minus=None if one_point else sum(minus) / len(minus),
+        return StepResult(loss_plus=sum(plus) / len(plus), loss_minus=None if one_point or es else sum(minus) / len(minus),
                           projected_grads=grads, seeds=seeds, loss=sum(values) / len(values), lr=lrs[0],
                           values=values, spread=spread)
 

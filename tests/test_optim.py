@@ -156,7 +156,7 @@ def test_declared_choices_are_exactly_what_the_engine_accepts():
     """ESTIMATORS / ON_NONFINITE / SCHEDULERS are the one declaration of those options' values."""
     t = [torch.zeros(3, requires_grad=True)]
     for estimator in ESTIMATORS:
-        MeZO(t, estimator=estimator, noise_backend="torch")
+        MeZO(t, estimator=estimator, n_spsa=2 if estimator == "es" else 1, noise_backend="torch")
     for policy in ON_NONFINITE:
         MeZO(t, on_nonfinite=policy, noise_backend="torch")
     for name in SCHEDULERS:
