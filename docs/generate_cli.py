@@ -58,7 +58,7 @@ def cli_markdown() -> str:
 
 def train_table() -> str:
     """The table of `mezo-rl train` options: one row per TrainingArguments field."""
-    from mezo_rl.trainer import TrainingArguments
+    from mezo_rl.arguments import TrainingArguments
 
     rows = [TABLE_HEAD, "|---|---|---|"]
     for f in dataclasses.fields(TrainingArguments):
