@@ -115,7 +115,7 @@ def method_for(method: str, protocol: TaskProtocol) -> Method:
 
 
 def method_label(method: str, task: str) -> str:
-    """The row label of a method on a task (a method or task unknown to this script: its name)."""
+    """The row label of a method on a task (a method or task unknown to the suite: its name)."""
     if method not in METHODS:
         return method
     return method_for(method, TASKS[task]).label if task in TASKS else METHODS[method].label

@@ -159,7 +159,7 @@ def _protocol_section(records: list[dict], tasks: Iterable[str] = ()) -> list[st
         if r["method"] == "icl":
             row["demos"].add(option(argv, "--num-demonstrations"))
     for task in sorted(set(seen) | {t for t in tasks if t in TASKS}, key=task_order):
-        if task not in seen:    # nothing run yet: this script's settings
+        if task not in seen:    # nothing run yet: the suite's planned settings (TASKS)
             p = TASKS[task]
             lines.append(f"| {p.label} (planned) | {p.num_train} | {p.num_eval} | at most {p.num_test} | {p.icl_demos} |")
             continue
