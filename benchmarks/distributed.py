@@ -5,8 +5,8 @@ objective sums/counts, same MeZO update) under ``torchrun`` for several (ranks, 
 layouts and prints a markdown table. The model is SmolLM2-135M-Instruct (``--model``), the data is
 SST-2 with the paper's prompt, the objective is the candidates' cross-entropy, batch 16 (paper).
 
-    flock /tmp/mezo-cpu.lock .venv/bin/python benchmarks/distributed.py --steps 8
-    flock /tmp/mezo-cpu.lock .venv/bin/python benchmarks/distributed.py --layouts 1x2,2x1 --json out.json
+    flock /tmp/mezo-heavy.lock .venv/bin/python benchmarks/distributed.py --steps 8
+    flock /tmp/mezo-heavy.lock .venv/bin/python benchmarks/distributed.py --layouts 1x2,2x1 --json out.json
 
 Each layout is a fresh ``torchrun --standalone`` launch with ``OMP_NUM_THREADS`` set to the threads
 per rank. Timing starts after ``--warmup`` steps (model load, first-call overheads excluded). The

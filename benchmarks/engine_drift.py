@@ -1,6 +1,6 @@
 """How far MeZO's perturb/restore round trips move the weights when nothing should move (lr = 0).
 
-    flock /tmp/mezo-cpu.lock python benchmarks/engine_drift.py [--steps 1000] [--layers 2] [--json out.json]
+    flock /tmp/mezo-heavy.lock python benchmarks/engine_drift.py [--steps 1000] [--layers 2] [--json out.json]
 
 Each step at lr = 0 is theta + eps z, then - 2 eps z, then + eps z (fused restore with a zero
 update): in exact arithmetic a no-op. In floating point each sweep rounds. For each mode this runs

@@ -30,7 +30,7 @@ import time
 import torch
 
 from mezo_rl import noise
-from mezo_rl.noise import _hash_keys, _mix32
+from mezo_rl.noise import hash_keys, mix32
 
 SHAPE = (49152, 576)
 
@@ -41,8 +41,8 @@ def _u24(x):
 
 def _two_rounds(flat, keys, a):
     i = torch.arange(flat.numel(), dtype=torch.int32, device=flat.device)
-    w = _mix32(i ^ keys[0])
-    v = _mix32(w ^ keys[1])
+    w = mix32(i ^ keys[0])
+    v = mix32(w ^ keys[1])
     u1 = (_u24(w) + 0.5) * 2.0**-24
     u2 = _u24(v) * 2.0**-24
     z = torch.sqrt(-2.0 * torch.log(u1)) * torch.cos((2.0 * math.pi) * u2)
@@ -52,8 +52,8 @@ def _two_rounds(flat, keys, a):
 def _both_box_muller(flat, keys, a):
     pairs = flat.view(-1, 2)  # numel must be even here
     i = torch.arange(pairs.shape[0], dtype=torch.int32, device=flat.device)
-    w = _mix32(_mix32(i ^ keys[0]) ^ keys[1])
-    v = _mix32(w ^ keys[2])
+    w = mix32(mix32(i ^ keys[0]) ^ keys[1])
+    v = mix32(w ^ keys[2])
     r = torch.sqrt(-2.0 * torch.log((_u24(w) + 0.5) * 2.0**-24))
     t = (2.0 * math.pi) * _u24(v) * 2.0**-24
     pairs.add_(a * torch.stack([r * torch.cos(t), r * torch.sin(t)], dim=-1))
@@ -62,8 +62,8 @@ def _both_box_muller(flat, keys, a):
 def _both_halves(flat, keys, a):
     h = flat.numel() // 2  # (an odd last element would need one more draw; the benchmark tensor is even)
     i = torch.arange(h, dtype=torch.int32, device=flat.device)
-    w = _mix32(_mix32(i ^ keys[0]) ^ keys[1])
-    v = _mix32(w ^ keys[2])
+    w = mix32(mix32(i ^ keys[0]) ^ keys[1])
+    v = mix32(w ^ keys[2])
     r = a * torch.sqrt(-2.0 * torch.log((_u24(w) + 0.5) * 2.0**-24))
     t = (2.0 * math.pi) * _u24(v) * 2.0**-24
     flat[:h].add_(r * torch.cos(t))
@@ -72,7 +72,7 @@ def _both_halves(flat, keys, a):
 
 def _ndtri(flat, keys, a):
     i = torch.arange(flat.numel(), dtype=torch.int32, device=flat.device)
-    w = _mix32(_mix32(i ^ keys[0]) ^ keys[1])
+    w = mix32(mix32(i ^ keys[0]) ^ keys[1])
     u = (((w >> 9) & 0x7FFFFF).to(torch.float32) + 0.5) * 2.0**-23  # 23 bits: 1 - 2**-24 < 1 in float32
     flat.add_(a * torch.special.ndtri(u))
 
@@ -108,7 +108,7 @@ def main():
     torch.set_num_threads(args.threads)
     p = torch.zeros(SHAPE)
     flat = p.view(-1)
-    keys = _hash_keys(12345, p.device)
+    keys = hash_keys(12345, p.device)
     rows = []
     seeds = iter(range(10**6))
 

@@ -1,6 +1,6 @@
 """Exact mode (Rademacher z, eps = 2^-10) vs default (Gaussian z, eps = 1e-3) on a real task.
 
-    flock /tmp/mezo-cpu.lock python benchmarks/engine_sst2.py [--steps 200] [--lr 1e-5] [--json out.json]
+    flock /tmp/mezo-heavy.lock python benchmarks/engine_sst2.py [--steps 200] [--lr 1e-5] [--json out.json]
 
 SmolLM2-135M-Instruct, full-parameter MeZO on SST-2 (GLUE train.tsv / dev.tsv read directly from
 $MEZO_RL_DATA/SST-2), prompt ``"<sentence> It was"`` with candidates ``" great"`` / ``" terrible"``;

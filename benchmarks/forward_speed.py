@@ -47,7 +47,7 @@ def timed(fn) -> float:
 
 
 def padding_fraction(lm, prompts, candidates, sub: int) -> float:
-    seqs = sorted({tuple(lm._encode_causal(p, c)[0]) for p, cs in zip(prompts, candidates) for c in cs}, key=len)
+    seqs = sorted({tuple(lm.encode(p, c)[0]) for p, cs in zip(prompts, candidates) for c in cs}, key=len)
     real = computed = 0
     for i in range(0, len(seqs), sub):
         chunk = seqs[i:i + sub]
@@ -67,19 +67,20 @@ def main():
     examples = tasks.get_task("sst2").load_split("train", n=args.batch, seed=0)
     lm = load_model("smollm2-135m")
     prompts, candidates, _ = score_requests(examples, lm.is_causal, False)
-    base_forward = lm._base.forward
+    base = lm.model.base_model          # the transformer below the output head (what score runs per batch)
+    base_forward = base.forward
     compiled_forward = torch.compile(base_forward, dynamic=True)
 
     def run(attn="sdpa", threads=args.threads, compiled=False, sub=16):
         lm.model.set_attn_implementation(attn)
         torch.set_num_threads(threads)
-        lm._base.forward = compiled_forward if compiled else base_forward
+        base.forward = compiled_forward if compiled else base_forward
         lm.batch_size = sub
         try:
             with torch.no_grad():
                 lm.score(prompts, candidates)
         finally:
-            lm._base.forward, lm.batch_size = base_forward, 16
+            base.forward, lm.batch_size = base_forward, 16
             lm.model.set_attn_implementation("sdpa")
             torch.set_num_threads(args.threads)
 

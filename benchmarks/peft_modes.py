@@ -1,7 +1,7 @@
 """Full-parameter MeZO vs MeZO (LoRA) vs MeZO (prefix) on SmolLM2-135M: step time and a short SST-2 run.
 
-    flock /tmp/mezo-cpu.lock .venv/bin/python benchmarks/peft_modes.py steps            # step time
-    flock /tmp/mezo-cpu.lock .venv/bin/python benchmarks/peft_modes.py sst2 --steps 200 # accuracy
+    flock /tmp/mezo-heavy.lock .venv/bin/python benchmarks/peft_modes.py steps            # step time
+    flock /tmp/mezo-heavy.lock .venv/bin/python benchmarks/peft_modes.py sst2 --steps 200 # accuracy
 
 ``steps``: for each mode, a fresh SmolLM2 (+ adapter) and one fixed SST-2 batch; times ``--repeats``
 MeZO steps after one warm-up step, reporting the best repeat (the median in brackets: on a shared

@@ -1,7 +1,7 @@
-"""Regenerate docs/cli.md (every command's --help) and README.md's `mezo-rl train` option table from the parser.
+"""Regenerate docs/cli.md from the parser: a table of the `mezo-rl train` options, then every command's --help.
 
-    python docs/generate_cli.py          # rewrite both files
-    python docs/generate_cli.py --check  # exit 1 if either is out of date (tests/test_cli.py runs this check)
+    python docs/generate_cli.py          # rewrite docs/cli.md
+    python docs/generate_cli.py --check  # exit 1 if it is out of date (tests/test_cli.py runs this check)
 
 The help text is rendered 108 columns wide (argparse's width for COLUMNS=110).
 """
@@ -19,9 +19,11 @@ WIDTH_COLUMNS = "110"
 HEADER = """# `mezo-rl` command reference
 
 Generated from the parser by `python docs/generate_cli.py` (`mezo-rl COMMAND --help`). Options of
-`train`, `compare` and `baseline` are dataclass fields (`mezo_rl.trainer.TrainingArguments`,
-`mezo_rl.baselines.BaselineArguments`); each is also accepted with underscores, and in a `--config`
-YAML/JSON file (command line wins).
+`train`, `eval`, `compare` and `baseline` are dataclass fields (`mezo_rl.arguments`: `TrainingArguments`,
+`EvalRunArguments`, `BaselineArguments`); each is also accepted with underscores (`--num_train`), and in a
+`--config` YAML/JSON file (the command line wins). Booleans take `--flag` / `--no-flag`; `--reward` and
+`--candidates` are repeatable or comma-separated. `python -m mezo_rl` is the same command as `mezo-rl`.
+What a run writes, resuming, interrupting and errors: [runs.md](runs.md).
 """
 TABLE_HEAD = "| option | default | meaning |"
 
@@ -40,12 +42,14 @@ def _columns():
 
 
 def cli_markdown() -> str:
-    """docs/cli.md: the top-level help, then each subcommand's help, in the parser's order."""
+    """docs/cli.md: the table of `mezo-rl train` options, the top-level help, then each subcommand's help,
+    in the parser's order."""
     from mezo_rl.cli import build_parser
 
     with _columns():
         parser = build_parser()
-        parts = [HEADER, "## mezo-rl\n", "```\n" + parser.format_help().rstrip() + "\n```\n"]
+        parts = [HEADER, "## `mezo-rl train` options\n", train_table() + "\n",
+                 "## mezo-rl\n", "```\n" + parser.format_help().rstrip() + "\n```\n"]
         sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
         for name, p in sub.choices.items():
             parts += [f"## mezo-rl {name}\n", "```\n" + p.format_help().rstrip() + "\n```\n"]
@@ -53,7 +57,7 @@ def cli_markdown() -> str:
 
 
 def train_table() -> str:
-    """README's table of `mezo-rl train` options: one row per TrainingArguments field."""
+    """The table of `mezo-rl train` options: one row per TrainingArguments field."""
     from mezo_rl.arguments import TrainingArguments
 
     rows = [TABLE_HEAD, "|---|---|---|"]
@@ -66,16 +70,9 @@ def train_table() -> str:
     return "\n".join(rows)
 
 
-def readme_with_table(readme: str) -> str:
-    start = readme.index(TABLE_HEAD)
-    end = readme.index("\n\n", start)
-    return readme[:start] + train_table() + readme[end:]
-
-
 def main(argv=None) -> int:
     check = "--check" in (argv if argv is not None else sys.argv[1:])
-    targets = {ROOT / "docs" / "cli.md": cli_markdown(),
-               ROOT / "README.md": readme_with_table((ROOT / "README.md").read_text())}
+    targets = {ROOT / "docs" / "cli.md": cli_markdown()}
     stale = [p for p, text in targets.items() if p.read_text() != text]
     if check:
         for p in stale:

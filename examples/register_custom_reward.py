@@ -11,7 +11,7 @@ with ``math.exp`` (no autograd anywhere). Accuracy is reported next to it with w
 watched but not optimised.
 
     export MEZO_RL_DATA=/path/to/data HF_HUB_OFFLINE=1
-    python examples/register_custom_reward.py                 # the main job's settings: MeZO on the final norm
+    python examples/register_custom_reward.py                 # mezo-rl train's defaults: MeZO on the final norm
     python examples/register_custom_reward.py --peft prefix --steps 100
 
 The reward is measured before and after training on the whole SST-2 test split (872 reviews the

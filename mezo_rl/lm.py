@@ -298,6 +298,12 @@ class LanguageModel:
             totals += list(sums.unbind(0))
         return totals
 
+    def encode(self, prompt: str, candidate: str):
+        """(input ids, scored positions, target ids) of one (prompt, candidate) pair: the sequence ``score``
+        runs for it (causal: prompt + candidate[:-1], scored where each candidate token is predicted;
+        masked: the prompt with the candidate's tokens masked, scored at the masks)."""
+        return self._encode_causal(prompt, candidate) if self.is_causal else self._encode_masked(prompt, candidate)
+
     def _encode_causal(self, prompt: str, candidate: str):
         """(input_ids, scored positions, target ids) for prompt + candidate."""
         tok = self.tokenizer

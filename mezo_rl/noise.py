@@ -99,8 +99,10 @@ def _torch_noise(key: int, numel: int, kind: str, device: torch.device) -> torch
 _MUL = 0x45D9F3B  # odd 27-bit multiplier of a well-mixing 32-bit xorshift-multiply hash
 
 
-def _mix32(x: torch.Tensor) -> torch.Tensor:
-    """A 32-bit integer hash on int32 tensors (multiplication wraps modulo 2**32).
+def mix32(x: torch.Tensor) -> torch.Tensor:
+    """A 32-bit integer hash on int32 tensors (multiplication wraps modulo 2**32): the mixer of the
+    compiled backend, z[i] = f(mix32(mix32(i ^ k1) ^ k2), ...) with ``hash_keys`` (public, so that other
+    kernels can be built and timed on the same hash; benchmarks/engine_noise.py).
 
     int32 rather than int64 because AVX2 has a native 32-bit vector multiply and no 64-bit one.
     ``(x >> 16) & 0xFFFF`` is the logical shift (``>>`` on int32 is arithmetic).
@@ -113,10 +115,10 @@ def _mix32(x: torch.Tensor) -> torch.Tensor:
 def _hash_noise(numel: int, keys: torch.Tensor, gaussian: bool, device) -> torch.Tensor:
     """z[i] for i < numel from keys = int32 tensor [k1, k2, k3]; float32."""
     i = torch.arange(numel, dtype=torch.int32, device=device)
-    a = _mix32(_mix32(i ^ keys[0]) ^ keys[1])
+    a = mix32(mix32(i ^ keys[0]) ^ keys[1])
     if not gaussian:
         return 1.0 - 2.0 * (a < 0).to(torch.float32)  # top bit -> -1, else +1
-    b = _mix32(a ^ keys[2])
+    b = mix32(a ^ keys[2])
     # Box-Muller on 24-bit uniforms: u1 in (0, 1), u2 in [0, 1)
     u1 = (((a >> 8) & 0xFFFFFF).to(torch.float32) + 0.5) * (2.0**-24)
     u2 = ((b >> 8) & 0xFFFFFF).to(torch.float32) * (2.0**-24)
@@ -163,8 +165,8 @@ def _compiled_fn(name: str, kind: str):
     return fn
 
 
-def _hash_keys(key: int, device) -> torch.Tensor:
-    """Three 32-bit words of the key, as signed int32 (two's complement)."""
+def hash_keys(key: int, device) -> torch.Tensor:
+    """The compiled backend's three 32-bit words [k1, k2, k3] of a noise key, as signed int32 (two's complement)."""
     words = (key & _M32, key >> 32, _splitmix64(key) & _M32)
     signed = [w - (1 << 32) if w >= (1 << 31) else w for w in words]
     return torch.tensor(signed, dtype=torch.int32, device=device)
@@ -209,7 +211,7 @@ def generate(key: int, numel: int, kind: str, backend: str, device="cpu") -> tor
         return _torch_noise(key, numel, kind, device)
     if backend == "compiled":
         with torch.no_grad():  # one grad mode: a change of grad mode would be another compiled variant
-            return _compiled_fn("generate", kind)(numel, _hash_keys(key, device), device)
+            return _compiled_fn("generate", kind)(numel, hash_keys(key, device), device)
     raise ValueError(f"noise backend must be 'torch' or 'compiled' here (resolve 'auto' first), got {backend!r}")
 
 
@@ -228,7 +230,7 @@ def axpy_(p: torch.Tensor, key: int, kind: str, backend: str, a: float, b: float
     if backend == "compiled":
         coef = torch.tensor([a, b, c], dtype=torch.float32, device=p.device)
         with torch.no_grad():
-            _compiled_fn("axpy", kind)(flat, _hash_keys(key, p.device), coef)
+            _compiled_fn("axpy", kind)(flat, hash_keys(key, p.device), coef)
         return p
     if backend != "torch":
         raise ValueError(f"noise backend must be 'torch' or 'compiled' here (resolve 'auto' first), got {backend!r}")

@@ -153,7 +153,7 @@ def test_baseline_command(tmp_path, tiny_model_dir, shared_data_dir, capsys):
     assert json.loads((tmp_path / "baseline_lp.json").read_text()) == result
 
 
-def test_docs_cli_md_and_the_readme_table_are_generated_from_the_parser():
+def test_docs_cli_md_is_generated_from_the_parser():
     import importlib.util
     import pathlib
 

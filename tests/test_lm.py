@@ -278,3 +278,20 @@ def test_trunk_cache_refuses_layouts_it_cannot_rebuild(tiny_causal_lm, tiny_mask
     assert not lm.enable_trunk_cache()
     handle.remove()
     assert lm.enable_trunk_cache()
+
+
+def test_encode_is_the_sequence_score_runs(tiny_causal_lm, tiny_masked_lm):
+    # causal: the prompt, then the candidate's tokens but the last, scored where each candidate token is predicted
+    model, tok = tiny_causal_lm
+    lm = LanguageModel(model, tok)
+    p = tok(PROMPTS[2])["input_ids"]
+    c = tok(CANDS[2][0], add_special_tokens=False)["input_ids"]
+    assert len(c) > 1
+    ids, positions, targets = lm.encode(PROMPTS[2], CANDS[2][0])
+    assert ids == p + c[:-1] and targets == c and positions == list(range(len(p) - 1, len(p) - 1 + len(c)))
+    # masked: the candidate's tokens are masks in the prompt, scored at the masks
+    model, tok = tiny_masked_lm
+    lm = LanguageModel(model, tok)
+    ids, positions, targets = lm.encode(f"It was {MASK} .", " great")
+    assert targets == tok(" great", add_special_tokens=False)["input_ids"]
+    assert [ids[i] for i in positions] == [tok.mask_token_id] * len(targets)
