@@ -46,16 +46,19 @@ REWARD = "positivity"
 
 #: variant -> (tool, extra arguments, what it is). ``mezo`` is the example with its defaults.
 VARIANTS = {
-    "mezo": ("mezo-rl", [], "the example's defaults: --peft norm, greedy, 1 completion per prompt"),
-    "grpo": ("trl-grpo", [], "TRL GRPOTrainer, documented settings, the same training time as mezo"),
-    # the sampling / shaping comparison (40 steps; benchmarks/README.md "RL on prompts")
-    "cmp-greedy": ("mezo-rl", ["--steps", "40", "--eval-steps", "20"], "greedy, 1 completion per prompt, two-point n=2, normalize std"),
-    "cmp-es4": ("mezo-rl", ["--steps", "40", "--eval-steps", "20", "--estimator", "es", "--n-spsa", "4", "--normalize", "std"],
-                "ES-at-scale: 4 one-sided members, z-scored rewards, greedy"),
-    "cmp-g4-group": ("mezo-rl", ["--steps", "40", "--eval-steps", "20", "--num-generations", "4", "--reward-shaping", "group"],
+    "mezo": ("mezo-rl", [], "the example's defaults: --peft norm, 4 sampled completions per prompt, group shaping"),
+    "grpo": ("trl-grpo", ["--num-generations", "4", "--batch-size", "16"], "TRL GRPOTrainer, documented settings, the same training time as mezo"),
+    # the sampling / shaping comparison (benchmarks/README.md "RL on prompts"): 40 steps at the norm mode's lr
+    "cmp-greedy": ("mezo-rl", ["--steps", "40", "--eval-steps", "20", "--num-eval", "100", "--lr", "0.02",
+                               "--num-generations", "1", "--reward-shaping", "none"],
+                   "greedy, 1 completion per prompt, two-point n=2, normalize std"),
+    "cmp-g4-group": ("mezo-rl", ["--steps", "40", "--eval-steps", "20", "--num-eval", "100", "--lr", "0.02"],
                      "4 sampled completions per prompt, per-prompt group shaping"),
-    "cmp-g4-none": ("mezo-rl", ["--steps", "40", "--eval-steps", "20", "--num-generations", "4"],
-                    "4 sampled completions per prompt, mean reward"),
+    "cmp-g4-none": ("mezo-rl", ["--steps", "40", "--eval-steps", "20", "--num-eval", "100", "--lr", "0.02",
+                                "--reward-shaping", "none"], "4 sampled completions per prompt, mean reward"),
+    "cmp-es4": ("mezo-rl", ["--steps", "40", "--eval-steps", "20", "--num-eval", "100", "--lr", "0.02",
+                            "--num-generations", "1", "--reward-shaping", "none", "--estimator", "es", "--n-spsa", "4",
+                            "--normalize", "std"], "ES-at-scale: 4 one-sided members, z-scored rewards, greedy"),
 }
 GROUPS = {"shaping": ["cmp-greedy", "cmp-es4", "cmp-g4-group", "cmp-g4-none"]}
 

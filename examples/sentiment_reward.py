@@ -5,8 +5,13 @@ it returns: a black box.
 TRL's signature: keyword arguments, one value per completion, ``None`` for "no opinion"::
 
     mezo-rl train --task prompts.jsonl --reward examples/sentiment_reward.py:positivity ...
+
+``register_reward`` only names it: logs and reports say ``positivity`` rather than the file path; the
+function is unchanged, so TRL's ``GRPOTrainer(reward_funcs=[positivity])`` takes it as it is.
 """
 from functools import lru_cache
+
+from rewards import register_reward
 
 
 @lru_cache(maxsize=1)
@@ -16,6 +21,7 @@ def _analyzer():
     return SentimentIntensityAnalyzer()
 
 
+@register_reward("positivity", replace=True)
 def positivity(completions, **kwargs):
     """VADER's compound score of each completion, in [-1, 1]; an empty completion scores 0 (neutral).
     Conversational completions (lists of messages) are scored on the assistant's text."""

@@ -130,7 +130,7 @@ def training_curves(run_dir: str | os.PathLike, window: int | None = None) -> di
     window = window or max(1, len(steps) // 10)
     xs = [r["step"] for r in steps]
     reward = {}
-    for key in (k for k in (steps[0] if steps else {}) if k.startswith("reward/")):
+    for key in (k for k in (steps[0] if steps else {}) if k.startswith("reward/") and not k.endswith("/std")):
         ys = [math.nan if r.get(key) is None else r[key] for r in steps]
         reward[key[len("reward/"):]] = (xs, ys, running_mean(ys, window))
     metric = _metric(config, summary, evals)

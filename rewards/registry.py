@@ -127,14 +127,12 @@ def _check_name(name) -> None:
 
 def _spec_for(fn, name: str, source: str) -> RewardSpec:
     """A decorated function keeps its registered settings (renamed to an entry point's name); a plain
-    one is a TRL-style generation reward, named after the function when it comes from a path."""
+    one is a TRL-style generation reward."""
     if not callable(fn):
         raise TypeError(f"{source} points at a {type(fn).__name__}, not a function")
     spec = getattr(fn, "__mezo_reward__", None)
     if isinstance(spec, RewardSpec) and spec.fn is fn:
         return replace(spec, name=name) if source.startswith("entry point") and spec.name != name else spec
-    if source.startswith("path") and getattr(fn, "__name__", None):
-        name = fn.__name__  # as TRL names a reward function in its logs: 'positivity', not the whole path
     return RewardSpec(name=name, fn=fn, higher_is_better=True, needs="generation", source=source)
 
 
