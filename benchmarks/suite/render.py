@@ -256,9 +256,26 @@ def render(results, out_md, notes: list[str] = (), command_hint="python benchmar
     plot_dir = out_md.parent / out_md.stem
     plots = {k: os.path.relpath(p, out_md.parent) for k, p in render_plots(records, plot_dir).items()}
     out_md.parent.mkdir(parents=True, exist_ok=True)
-    out_md.write_text(render_markdown(records, plots, list(dict.fromkeys(notes)), command_hint=command_hint,
-                                      tasks=tasks))
+    text = render_markdown(records, plots, list(dict.fromkeys(notes)), command_hint=command_hint, tasks=tasks)
+    rl_records = pathlib.Path(results).parent / "rl.jsonl"  # benchmarks/rl.py's cells, beside the suite's
+    if rl_records.is_file():
+        text += rl_section(rl_records)
+    out_md.write_text(text)
     return out_md
+
+
+def rl_section(path) -> str:
+    """The RL-on-prompts tables (benchmarks/rl.py: the sentiment example over seeds, TRL's GRPO beside it)."""
+    from rl import read_records, render as render_rl  # benchmarks/rl.py, on the path as the suite's sibling
+
+    return ("\n## RL on prompts: the sentiment example and TRL's GRPO\n\n"
+            "Generated from `docs/results/rl.jsonl` by `python benchmarks/rl.py` (the cells) and "
+            "`python benchmarks/results.py --render-only`. Prompts: openings of SST-2 review sentences "
+            "(`examples/rl_sentiment.py`); reward: VADER positivity of the completion (`examples/sentiment_reward.py`); "
+            "test: 200 held-out openings from SST-2's test sentences, greedy completions of at most 24 tokens; "
+            "SE: the standard error of the mean over the 200 prompts. Base log-lik/token: the completions' mean "
+            "log-likelihood per token under the untrained model (a reward-hacked policy drifts down). "
+            "Each cell's exact command: its `command` in the JSONL.\n\n" + render_rl(read_records(path)))
 
 
 def _superseded_note(note: dict, records: list[dict]) -> bool:
