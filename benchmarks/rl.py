@@ -245,6 +245,7 @@ def main(argv=None) -> int:
     p.add_argument("--variants", default="mezo", help=f"comma-separated: {', '.join(VARIANTS)}, or a group: {', '.join(GROUPS)}")
     p.add_argument("--seeds", default="0", help="comma-separated seeds")
     p.add_argument("--parallel", type=int, default=1, choices=[1, 2], help="cells at once (each gets 2 / N threads)")
+    p.add_argument("--threads", type=int, default=None, help="OMP threads per cell (default: 2 / --parallel)")
     p.add_argument("--render-only", action="store_true", help="print the tables from docs/results/rl.jsonl")
     p.add_argument("--dry-run", action="store_true", help="list the pending cells")
     a = p.parse_args(argv)
@@ -268,7 +269,7 @@ def main(argv=None) -> int:
                 if not queue:
                     return
                 v, s = queue.pop(0)
-            r = run_cell(v, s, 2 // a.parallel, read_records(), lock)
+            r = run_cell(v, s, a.threads or 2 // a.parallel, read_records(), lock)
             print(f"{v} seed {s}: {'ok' if r['ok'] else 'FAILED'} in {r['wall_s']:.0f} s", flush=True)
 
     threads = [threading.Thread(target=worker) for _ in range(a.parallel)]
