@@ -453,8 +453,7 @@ class MeZO(torch.optim.Optimizer):
                              "MeZO(params, evaluation='batched', module=model)")
         if set(self._plan.entries) != {id(p) for _, p, _ in entries}:  # requires_grad changed before the first step
             self._plan = MemberPlan(self._plan.module, entries, self.config["noise"], self.members_per_step)
-        epss = {id(g): g["eps"] for g in self.param_groups}
-        with self._plan.applied(self._noise, members, lambda group: epss[id(group)]):
+        with self._plan.applied(self._noise, members, entries):
             out = closure(members)
         if isinstance(out, (str, bytes)) or not hasattr(out, "__len__"):
             raise ValueError(f"the batched closure must return {len(members)} values, one per member; "

@@ -151,14 +151,15 @@ class MemberPlan:
 
     # ------------------------------------------------------------------------------------------
     @contextmanager
-    def applied(self, spec, members: list[Member], eps_of):
+    def applied(self, spec, members: list[Member], entries):
         """Within the block, every forward of the module evaluates ``members`` (member-major rows).
 
-        ``spec``: the optimizer's :class:`mezo_rl.noise.NoiseSpec`; ``eps_of(group)``: the group's eps.
+        ``spec``: the optimizer's :class:`mezo_rl.noise.NoiseSpec`; ``entries``: its trainable tensors
+        ``(index, tensor, group)`` now, each perturbed with its group's ``eps``.
         """
         if len(members) != self.members:
             raise ValueError(f"the plan was built for {self.members} members, got {len(members)}")
-        tensors = self._draw(spec, members, eps_of)
+        tensors = self._draw(spec, members, entries)
         self._rows = None  # rows of the last member-batched input seen (for broadcast embedding lookups)
         patched, taking = [], []  # (module, its own instance-level forward or None); modules given member_params
         try:
@@ -186,13 +187,13 @@ class MemberPlan:
                 else:
                     mod.forward = previous
 
-    def _draw(self, spec, members, eps_of) -> dict[int, dict]:
+    def _draw(self, spec, members, entries) -> dict[int, dict]:
         """Per trainable tensor, this step's per-member factors (low-rank) or perturbations (others)."""
         seeds = sorted({m.seed for m in members})
         out = {}
-        for pid, (idx, p, group) in self.entries.items():
-            kinds, entry = self.kinds[pid], {}
-            coef = torch.tensor([m.sign * eps_of(group) for m in members], dtype=torch.float32, device=p.device)
+        for idx, p, group in entries:
+            kinds, entry = self.kinds[id(p)], {}
+            coef = torch.tensor([m.sign * group["eps"] for m in members], dtype=torch.float32, device=p.device)
             if "lowrank" in kinds:
                 drawn = {s: spec.factors(p, s, idx) for s in seeds}
                 scale = (coef / math.sqrt(spec.rank))[:, None, None]
@@ -204,7 +205,7 @@ class MemberPlan:
                 entry["delta"] = delta.to(p.dtype)                                                # [M, *shape]
                 if kinds & {"member", "generic"}:
                     entry["copies"] = p.detach().unsqueeze(0) + entry["delta"]
-            out[pid] = entry
+            out[id(p)] = entry
         return out
 
     def _blocks(self, mod, n: int) -> int:
