@@ -34,8 +34,9 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from mezo_rl.errors import ConfigError
+from mezo_rl.members import check_evaluation
 from mezo_rl.noise import NOISES as NOISE_KINDS
-from mezo_rl.optim import ESTIMATORS, ON_NONFINITE, SCHEDULERS
+from mezo_rl.optim import ESTIMATORS, EVALUATIONS, ON_NONFINITE, SCHEDULERS
 from mezo_rl.peft import PEFT_DEFAULTS, PEFT_METHODS
 
 def option(default: Any = dataclasses.MISSING, help: str = "", *, choices=None, min: Optional[int] = None,
@@ -252,6 +253,7 @@ class MeZOArguments(Arguments):
     momentum: float = option(0.0, "ZO-SGD momentum (Appendix B.2)", ge=0, lt=1)
     adam: bool = option(False, "ZO-Adam (Appendix B.2)")
     on_nonfinite: str = option("raise", "what a non-finite loss does", choices=ON_NONFINITE)
+    evaluation: str = option("auto", "how a step evaluates its members: inplace (perturb the weights, one member after another), batched (all members in one batched pass, the weights untouched until the update; --peft none needs --noise lowrank) or auto (batched for generation rewards, where it measured faster; inplace for scoring)", choices=["auto", *EVALUATIONS])
 
 
 @dataclass
@@ -323,6 +325,7 @@ class TrainingArguments(OutputArguments, EvalArguments, GenerationArguments, Com
         self._defaulted = tuple(key for key in RUN_LENGTH["other"] if getattr(self, key) is None)
         for key in self._defaulted:  # the per-mode run length, written into config.json as resolved
             setattr(self, key, RUN_LENGTH["norm" if self.peft == "norm" else "other"][key])
+        check_evaluation(self.evaluation, self.peft, self.hyperparameters()["noise"], self.trainable)
 
     def replace(self, **changes) -> "TrainingArguments":
         """``dataclasses.replace`` for variants: the run length these arguments took from their --peft

@@ -32,6 +32,7 @@ from mezo_rl.callbacks import ProgressCallback, TensorBoardCallback, TrainerCall
 from mezo_rl.distributed import DistContext
 from mezo_rl.errors import ConfigError
 from mezo_rl.evaluation import evaluate
+from mezo_rl.members import evaluation_options, member_outputs
 from mezo_rl.optim import MeZO, get_scheduler
 from mezo_rl.outputs import autocast, example_columns, model_outputs, objective_outputs
 from mezo_rl.rundir import (CHECKPOINT_DIR, TRAJECTORY_FILE, TrainerState, build_model, load_run, param_groups,
@@ -132,7 +133,8 @@ class Trainer:
                               weight_decay=h["weight_decay"], n_spsa=h["n_spsa"], noise=h["noise"],
                               rank=args.rank, lowrank_interval=args.lowrank_interval, normalize=h["normalize"],
                               estimator=args.estimator, momentum=args.momentum, adam=args.adam, seed=args.seed,
-                              on_nonfinite=args.on_nonfinite)
+                              on_nonfinite=args.on_nonfinite,
+                              **evaluation_options(args, self.objective.needs, self.lm.model))
         self.scheduler = get_scheduler(args.lr_scheduler, self.optimizer, max(args.steps, 1))
         self.state = TrainerState()
         self.trajectory = None  # the run's Trajectory, set when training ends (also opt.trajectory while training)
@@ -164,6 +166,28 @@ class Trainer:
         self._components.append({k: sums[k] / counts[k] for k in keys if counts[k]})
         return float(self.objective.loss_from(sums, counts, sq_sums))
 
+    # ---- issue 28: batched member evaluation (--evaluation batched): one pass for all members ----
+    def compute_member_losses(self, examples, members, sample_seed: Optional[int] = None) -> list[float]:
+        """Every member's loss from one member-batched pass (``mezo_rl.members.member_outputs``): the
+        objective on each member's outputs of this rank's shard, every member's statistics all-reduced
+        in one collective, ``objective.loss_from`` per member."""
+        a = self.args
+        with self._guard.interruptible(), autocast(a.autocast, self.lm.device.type), torch.no_grad():
+            outs = member_outputs(self.lm, self.dist.shard(examples), self.objective.needs, members,
+                                  sample_seed=sample_seed, max_new_tokens=a.max_new_tokens, do_sample=a.do_sample,
+                                  temperature=a.temperature)
+            results = [self.objective.evaluate(**o.as_kwargs()) for o in outs]
+        parts, keys = ("sums", "sq_sums", "counts"), self.objective.names
+        local = {f"{m}/{part}/{k}": getattr(r, part)[k] for m, r in enumerate(results) for part in parts for k in keys}
+        total = self.dist.all_reduce_sum_dict(local, keys=list(local))
+        losses = []
+        for m in range(len(results)):
+            sums, sq_sums, counts = ({k: total[f"{m}/{part}/{k}"] for k in keys} for part in parts)
+            self._components.append({k: sums[k] / counts[k] for k in keys if counts[k]})
+            losses.append(float(self.objective.loss_from(sums, counts, sq_sums)))
+        return losses
+    # ---- end issue 28 ----
+
     def training_step(self) -> dict:
         """One MeZO step on the batch of ``self.step``; returns the metrics.jsonl record."""
         a, train = self.args, self.splits["train"]
@@ -171,7 +195,10 @@ class Trainer:
         sample_seed = int(np.random.default_rng([a.seed, self.step, 1]).integers(2**31 - 1))
         self._components = []  # global (all-reduced) component means of each closure call
         bytes_before, lr, t0 = self.dist.bytes_communicated, self.optimizer.param_groups[0]["lr"], time.perf_counter()
-        res = self.optimizer.step(lambda: self.compute_loss(batch, sample_seed))
+        if self.optimizer.config["evaluation"] == "batched":  # issue 28: every member in one pass
+            res = self.optimizer.step(lambda members: self.compute_member_losses(batch, members, sample_seed))
+        else:
+            res = self.optimizer.step(lambda: self.compute_loss(batch, sample_seed))
         self.scheduler.step()
         self.state.step += 1
         record = {"step": self.step, "loss": _num(res.loss), "loss_plus": _num(res.loss_plus),
