@@ -7,7 +7,7 @@ field metadata; :class:`Arguments` checks every field against those in one loop,
 ==========================  =========================================================
 ``ModelArguments``          model
 ``TaskArguments``           task
-``DataTaskArguments``       template, label_column, candidates, target_column, validation_file, test_file, dataset_config
+``DataTaskArguments``       template, prompt_column, label_column, candidates, target_column, validation_file, test_file, dataset_config
 ``ObjectiveArguments``      reward, reward_weights, reward_normalize
 ``PeftArguments``           peft, lora_r, lora_alpha, num_prefix_tokens
 ``DataArguments``           data_dir, num_train, num_eval, num_test
@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from mezo_rl.errors import ConfigError
-from mezo_rl.members import check_evaluation
+from mezo_rl.batched import check_evaluation
 from mezo_rl.noise import NOISES as NOISE_KINDS
 from mezo_rl.optim import ESTIMATORS, EVALUATIONS, ON_NONFINITE, SCHEDULERS
 from mezo_rl.peft import PEFT_DEFAULTS, PEFT_METHODS
@@ -166,6 +166,7 @@ class DataTaskArguments(Arguments):
     """How a data file or a Hugging Face dataset becomes a task (``tasks.user``); shared by every command."""
 
     template: Optional[str] = option(None, "data file/dataset tasks: the prompt, with {column} fields, e.g. '{text} It was'")
+    prompt_column: Optional[str] = option(None, "prompt-only tasks (no gold answer; the rewards judge the completions): the column holding each prompt, text or a list of chat messages (default: prompt)")
     label_column: Optional[str] = option(None, "classification: the column with the label (the right candidate's index or text)")
     candidates: Optional[list[str]] = option(None, "classification: the continuations to score (comma-separated or repeated), e.g. terrible,great")
     target_column: Optional[str] = option(None, "generation: the column with the gold answer (a string or a list)")
@@ -195,6 +196,7 @@ class ObjectiveArguments(Arguments):
                                default_factory=lambda: ["accuracy"])
     reward_weights: Optional[list[float]] = option(None, "one weight per --reward (default: all 1)")
     reward_normalize: Optional[str] = option(None, "'std': scale each reward by its spread on the first batch before weighting (default: no scaling)", choices=["std"])
+    reward_shaping: str = option("none", "group: centre each prompt's weighted rewards across all of the step's completions of it (every member, every --num-generations sample) and divide by their std, as GRPO and EGGROLL do per prompt; none: the mean reward", choices=["none", "group"])
 
     def __post_init__(self):
         if isinstance(self.reward, str):
@@ -276,11 +278,15 @@ class ComputeArguments(Arguments):
 @dataclass
 class GenerationArguments(Arguments):
     max_new_tokens: int = option(32, "generation length for generation-based rewards and evaluation", min=1)
+    num_generations: int = option(1, "completions per prompt in a training step (TRL's num_generations; > 1 needs --do-sample); --batch-size counts completions, so a step sees batch_size / num_generations prompts", min=1)
     do_sample: bool = option(False, "sample completions during training (same seed at +eps and -eps) instead of greedy decoding")
     temperature: float = option(1.0, "sampling temperature when --do-sample (> 0)")
 
     def __post_init__(self):
         super().__post_init__()
+        if self.num_generations > 1 and not self.do_sample:
+            raise ConfigError(f"--num-generations {self.num_generations} needs --do-sample: greedy decoding writes the same "
+                              f"completion every time")
         if self.do_sample and not self.temperature > 0:
             raise ConfigError(f"--do-sample needs --temperature > 0, got {self.temperature!r} "
                               f"(for greedy decoding leave out --do-sample)")
@@ -293,6 +299,7 @@ class EvalArguments(Arguments):
     initial_test: bool = option(True, "also evaluate the untrained model on the test examples (summary.json: initial_test)")
     eval_batch_size: int = option(32, "examples per forward pass during evaluation", min=1)
     logging_steps: int = option(1, "write a metrics.jsonl record every N steps", min=1)
+    log_completions: int = option(16, "prompt tasks: completions of each evaluation written to samples/<split>-step<N>.jsonl (0: none)", min=0)
 
 
 @dataclass
@@ -325,6 +332,9 @@ class TrainingArguments(OutputArguments, EvalArguments, GenerationArguments, Com
         self._defaulted = tuple(key for key in RUN_LENGTH["other"] if getattr(self, key) is None)
         for key in self._defaulted:  # the per-mode run length, written into config.json as resolved
             setattr(self, key, RUN_LENGTH["norm" if self.peft == "norm" else "other"][key])
+        if self.num_generations > self.batch_size or self.batch_size % self.num_generations:
+            raise ConfigError(f"--num-generations {self.num_generations} must divide --batch-size {self.batch_size} (the "
+                              f"completions of a step: batch_size / num_generations prompts, num_generations each)")
         check_evaluation(self.evaluation, self.peft, self.hyperparameters()["noise"], self.trainable)
 
     def replace(self, **changes) -> "TrainingArguments":

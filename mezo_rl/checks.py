@@ -23,7 +23,9 @@ import tasks
 from mezo_rl import rundir
 from mezo_rl.arguments import data_task_options
 from mezo_rl.errors import ConfigError, UnknownNameError, UserError
-from mezo_rl.models import check_model, model_architectures
+from mezo_rl.evaluation import prompt_metrics
+from mezo_rl.models import check_model, has_chat_template, model_architectures
+from mezo_rl.outputs import ChatTemplateError
 
 # ``rewards`` and ``tasks`` are used as modules (names looked up at call time): importing ``tasks`` first
 # imports mezo_rl (through mezo_rl.errors), and so this module, while ``tasks`` is still half-imported.
@@ -147,10 +149,26 @@ def check_training(args, *, model: bool = True, output: bool = True):
         check_output_dir(args)
     task = resolve_task(args)
     check_reward_fit(args, task, args.model if model else None)
+    if task.kind == "prompts":
+        check_prompts(task, args.model if model else None)
+        accepted = prompt_metrics(rewards.build_objective(list(args.reward), weights=args.reward_weights))
+        if args.metric_for_best is not None and args.metric_for_best not in accepted:
+            raise ConfigError(f"--metric-for-best {args.metric_for_best!r} is not an evaluation metric of this prompt "
+                              f"task; accepted: {', '.join(accepted)}")
+        return task
     if args.metric_for_best is not None and args.metric_for_best not in task.metrics:
         raise ConfigError(f"--metric-for-best {args.metric_for_best!r} is not an evaluation metric of task "
                           f"{args.task!r}; accepted: {', '.join(task.metrics)}")
     return task
+
+
+def check_prompts(task, model=None) -> None:
+    """A prompt task's prompts are well formed (reading every split checks each row) and, where they are
+    chat messages, the model's tokenizer has a chat template (read from its files, no weights loaded)."""
+    chat = any(ex.messages is not None for split in tasks.SPLITS for ex in task.examples(split))
+    if chat and model is not None and has_chat_template(model) is False:
+        raise ChatTemplateError(f"the prompts are chat messages but model {model!r} has no chat template; use a chat "
+                                f"(instruct) model, or give the prompts as plain text")
 
 
 def load_splits(task, task_ref: str, sizes: dict, data_dir, seed: int) -> dict:

@@ -4,6 +4,11 @@
   log-likelihood per token (paper, Table 14 caption); metric ``accuracy``.
 * generation (SQuAD, DROP): greedy decoding up to a newline; metrics ``squad_f1`` and ``exact_match``
   (official SQuAD normalisation, max over the gold answers).
+* prompts (no gold answer): greedy decoding; the metrics are the run's own rewards, each mean with its
+  standard error (``<reward>/se``), the weighted ``objective`` (``sum_k w_k * mean_k``, loss-like rewards
+  negated; :data:`OBJECTIVE`) with its standard error, and two measures that expose reward hacking:
+  ``distinct_2`` (distinct word bigrams over all bigrams of the completions) and ``completion_chars``
+  (their mean length).
 
 The metric functions are the rewards of the same names (``rewards.get_reward``), so evaluation and
 training objectives agree.
@@ -17,6 +22,8 @@ training objectives agree.
 """
 from __future__ import annotations
 
+import math
+
 import torch
 from tqdm.auto import tqdm
 
@@ -25,6 +32,7 @@ import tasks
 from mezo_rl.outputs import example_columns, model_outputs
 
 PROGRESS_DELAY_S = 3.0  # an evaluation shorter than this shows no progress bar
+OBJECTIVE = "objective"  # a prompt task's weighted reward: the metric that picks the best step by default
 
 # ``rewards`` and ``tasks`` are imported as modules (names looked up at call time): they import
 # ``mezo_rl.errors`` / ``mezo_rl.registry``, which runs ``mezo_rl/__init__`` and so this module, possibly
@@ -41,6 +49,8 @@ def evaluate(
     metrics: list[str] | None = None,
     progress: bool = False,
     desc: str = "evaluating",
+    objective=None,
+    on_batch=None,
 ) -> dict:
     """Metric name -> mean value over ``examples``, plus ``"n"`` (the number of examples).
 
@@ -58,6 +68,11 @@ def evaluate(
         demonstrations: in-context examples prepended to every prompt (the ICL baseline; causal LMs only).
         max_new_tokens: generation length limit (greedy decoding).
         metrics: reward references to compute (default: ``task.metrics``).
+        objective: a prompt task's ``rewards.Objective`` (the run's): its rewards are the metrics and
+            its weights make ``objective``. Prompt tasks need it (or ``metrics``, weighted 1 each).
+        on_batch: called as ``on_batch(examples, outputs, values)`` after each batch (``outputs``: the
+            :class:`~mezo_rl.outputs.ModelOutputs`; ``values``: reward name -> per-example values), e.g.
+            to keep sample completions.
         progress: show a tqdm progress bar (on stderr) once the evaluation has taken more than
             ``PROGRESS_DELAY_S`` seconds (generation on a few hundred examples does; scoring a
             hundred examples usually does not); ``desc`` labels it.
@@ -68,10 +83,17 @@ def evaluate(
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     if demonstrations and not lm.is_causal:
         raise ValueError("in-context demonstrations are supported for causal LMs only")
-    specs = [rewards.get_reward(m) for m in (metrics or task.metrics)]
+    prompts_task = task.kind == "prompts"
+    if prompts_task:
+        if objective is None and not metrics:
+            raise ValueError(f"task {task.name!r} has prompts only: evaluate it with the run's objective (or metrics)")
+        specs = list(objective.rewards) if objective is not None else [rewards.get_reward(m) for m in metrics]
+        weights = {s.name: (objective.weights[s.name] if objective is not None else 1.0) for s in specs}
+    else:
+        specs = [rewards.get_reward(m) for m in (metrics or task.metrics)]
     report = rewards.Objective(specs, weights=[0.0] * len(specs))  # weight 0: report only, never a loss
     for spec in report.rewards:
-        if spec.needs == "generation" and task.kind != "generation":
+        if spec.needs == "generation" and task.kind not in ("generation", "prompts"):
             raise ValueError(f"metric {spec.name!r} needs generated text; task {task.name!r} is {task.kind}")
     report.check_columns(example_columns(examples), task_kind=task.kind)
     report.check_compatible(bool(lm.is_causal))
@@ -80,16 +102,58 @@ def evaluate(
 
     sums = dict.fromkeys(report.names, 0.0)
     counts = dict.fromkeys(report.names, 0)
+    squares = dict.fromkeys(report.names, 0.0)
+    weighted: list[float] = []  # prompts: each example's weighted reward
+    texts: list[str] = []
     bar = tqdm(total=len(examples), desc=desc, unit="ex", delay=PROGRESS_DELAY_S, leave=False, disable=not progress,
                dynamic_ncols=True)
     with torch.no_grad(), bar:
         for start in range(0, len(examples), batch_size):
             batch = examples[start : start + batch_size]
-            out = report.evaluate(**model_outputs(lm, batch, report.needs, max_new_tokens=max_new_tokens).as_kwargs())
+            outputs = model_outputs(lm, batch, report.needs, max_new_tokens=max_new_tokens)
+            out = report.evaluate(**outputs.as_kwargs())
             for name in report.names:
                 sums[name] += out.sums[name]
                 counts[name] += out.counts[name]
+                squares[name] += out.sq_sums[name]
+            if prompts_task:
+                texts += outputs.texts
+                for i in range(len(batch)):
+                    parts = [(weights[s.name] * (1.0 if s.higher_is_better else -1.0), out.values[s.name][i])
+                             for s in report.rewards if weights[s.name]]
+                    if any(v is not None for _, v in parts):
+                        weighted.append(sum(w * v for w, v in parts if v is not None))
+            if on_batch is not None:
+                on_batch(batch, outputs, out.values)
             bar.update(len(batch))
     result = {name: sums[name] / counts[name] if counts[name] else float("nan") for name in report.names}
+    if prompts_task:
+        for name in report.names:
+            result[f"{name}/se"] = standard_error(sums[name], squares[name], counts[name])
+        result[OBJECTIVE] = sum(weighted) / len(weighted) if weighted else float("nan")
+        result[f"{OBJECTIVE}/se"] = standard_error(sum(weighted), sum(v * v for v in weighted), len(weighted))
+        result["distinct_2"] = distinct_n(texts, 2)
+        result["completion_chars"] = sum(map(len, texts)) / len(texts)
     result["n"] = len(examples)
     return result
+
+
+def standard_error(total: float, squares: float, n: int) -> float:
+    """The standard error of a mean from the sum and sum of squares of its n values (sample std / sqrt(n))."""
+    if n < 2:
+        return float("nan")
+    var = max(0.0, (squares - total * total / n) / (n - 1))
+    return math.sqrt(var / n)
+
+
+def distinct_n(texts: list[str], n: int = 2) -> float:
+    """Distinct word n-grams over all word n-grams of ``texts`` (Li et al., 2016): low when completions
+    repeat themselves or each other, as a reward-hacked policy's often do. NaN with no n-grams."""
+    grams = [tuple(words[i:i + n]) for words in (t.split() for t in texts) for i in range(len(words) - n + 1)]
+    return len(set(grams)) / len(grams) if grams else float("nan")
+
+
+def prompt_metrics(objective) -> list[str]:
+    """The metrics a prompt task is evaluated on, best-step candidates first: the weighted objective,
+    then each reward's mean."""
+    return [OBJECTIVE, *objective.names]

@@ -76,6 +76,39 @@ def check_model(name: str, dtype: str = "float32") -> None:
             raise _not_found("find", name, tried)
 
 
+def has_chat_template(name: str) -> bool | None:
+    """Whether the model ``name``'s tokenizer has a chat template, read without loading any weights: a
+    GGUF's metadata, or a local directory's / cached hub id's tokenizer files. None where they are not at hand."""
+    source = _resolve(name, [])
+    if source is None:
+        return None
+    kind, where, _ = source
+    if kind == "gguf":
+        try:
+            from gguf import GGUFReader
+
+            return "tokenizer.chat_template" in GGUFReader(str(where)).fields
+        except Exception:  # an unreadable GGUF is reported by the model load itself
+            return None
+    path = pathlib.Path(str(where))
+    if path.is_dir():
+        config = path / "tokenizer_config.json"
+        files = [config if config.is_file() else None, path / "chat_template.jinja"]
+    else:
+        from huggingface_hub import try_to_load_from_cache
+
+        files = [try_to_load_from_cache(str(where), f) for f in ("tokenizer_config.json", "chat_template.jinja")]
+        files = [pathlib.Path(f) if isinstance(f, str) else None for f in files]
+    if files[1] is not None and files[1].is_file():
+        return True
+    if files[0] is None:
+        return None
+    try:
+        return bool(json.loads(files[0].read_text()).get("chat_template"))
+    except (OSError, ValueError):
+        return None
+
+
 def model_architectures(name: str) -> list[str] | None:
     """The ``architectures`` of the model ``name`` from its ``config.json``, read without loading any weights:
     a local directory's, or a hub id's in the local Hugging Face cache. None where no config.json is at hand

@@ -17,16 +17,26 @@ from typing import Any, Optional
 
 import torch
 
+from mezo_rl.errors import UserError
+
 
 @dataclass
 class ModelOutputs:
-    """What the model produced for a batch, as ``Objective.evaluate`` takes it (``**vars(outputs)``)."""
+    """What the model produced for a batch, as ``Objective.evaluate`` takes it (``as_kwargs()``).
 
-    prompts: list[str]
-    completions: Optional[list[str]] = None
+    Rows follow the examples, each repeated ``num_generations`` times in a row (prompt 0's
+    completions, then prompt 1's, ...): ``groups[i]`` is the example row i came from. As in TRL, a
+    conversational example's prompt is its list of messages and its completion a one-message list
+    ``[{"role": "assistant", "content": text}]``; ``texts`` always holds the completions as plain text.
+    """
+
+    prompts: list[Any]
+    completions: Optional[list[Any]] = None
     candidate_scores: Optional[list[Any]] = None
     labels: Optional[list[Optional[int]]] = None
     columns: dict[str, list] = field(default_factory=dict)
+    texts: Optional[list[str]] = None
+    groups: list[int] = field(default_factory=list)
 
     def as_kwargs(self) -> dict:
         return dict(prompts=self.prompts, completions=self.completions, candidate_scores=self.candidate_scores,
@@ -73,37 +83,104 @@ def example_columns(examples) -> dict[str, list]:
     return cols
 
 
+class ChatTemplateError(UserError, ValueError):
+    """Conversational prompts for a model whose tokenizer has no chat template."""
+
+
+def check_chat_template(tokenizer, examples, model_name: str = "the model") -> None:
+    """Raise :class:`ChatTemplateError` if any example is conversational and ``tokenizer`` has no chat template."""
+    if any(ex.messages is not None for ex in examples) and not getattr(tokenizer, "chat_template", None):
+        raise ChatTemplateError(f"the prompts are chat messages but {model_name}'s tokenizer has no chat template; use "
+                                f"a chat (instruct) model, or give the prompts as plain text")
+
+
+def prompt_texts(lm, examples) -> list[str]:
+    """Each example's prompt as the model reads it: the text, or the chat messages rendered through the
+    tokenizer's chat template with the generation prompt added (TRL's conversational format)."""
+    if any(ex.messages is not None for ex in examples):
+        check_chat_template(lm.tokenizer, examples)
+    return [ex.prompt if ex.messages is None else
+            lm.tokenizer.apply_chat_template(ex.messages, add_generation_prompt=True, tokenize=False)
+            for ex in examples]
+
+
 def model_outputs(lm, examples, needs, *, sample_seed: Optional[int] = None, max_new_tokens: int = 32,
-                  do_sample: bool = False, temperature: float = 1.0, gold_only: bool = False) -> ModelOutputs:
+                  do_sample: bool = False, temperature: float = 1.0, gold_only: bool = False,
+                  num_generations: int = 1) -> ModelOutputs:
     """Run ``lm`` on ``examples`` for what ``needs`` asks: ``"scores"`` and/or ``"generation"``.
 
     Gradients follow the caller's mode (the engine calls closures under ``torch.no_grad()``; the
     backprop baseline needs them). Generation uses ``sample_seed``, so +eps and -eps see the same
-    sampling randomness. An empty batch (a distributed rank's empty shard) gives empty lists.
+    sampling randomness; with ``num_generations`` G > 1 each example's row is repeated G times
+    (sampled generation draws G different completions). An empty batch (a distributed rank's empty
+    shard) gives empty lists.
     """
-    out = ModelOutputs(prompts=[ex.prompt for ex in examples], labels=[ex.label for ex in examples],
-                       columns=example_columns(examples))
+    return member_outputs(lm, examples, needs, None, sample_seed=sample_seed, max_new_tokens=max_new_tokens,
+                          do_sample=do_sample, temperature=temperature, gold_only=gold_only,
+                          num_generations=num_generations)[0]
+
+
+def member_outputs(lm, examples, needs, members, *, sample_seed: Optional[int] = None, max_new_tokens: int = 32,
+                   do_sample: bool = False, temperature: float = 1.0, gold_only: bool = False,
+                   num_generations: int = 1) -> list[ModelOutputs]:
+    """:func:`model_outputs` of every member of a batched MeZO step, from one pass: ``lm.score`` /
+    ``lm.generate`` with ``members=M`` (every forward holds the M members' blocks of rows; see
+    :mod:`mezo_rl.population`), split into one ``ModelOutputs`` per member, in member order.
+
+    ``members``: the step's members (a sequence) or their count M; None: the plain call (a list of one).
+    Sampled generation draws the same random numbers for every member (common random numbers).
+    """
+    groups = [i for i in range(len(examples)) for _ in range(num_generations)]
+    examples = [examples[i] for i in groups]
+    M = 1 if members is None else members if isinstance(members, int) else len(members)
+    kw = {} if members is None else {"members": M}
+    per_member = (lambda got: [got]) if members is None else (lambda got: got)
+    outs = [ModelOutputs(prompts=[ex.prompt if ex.messages is None else ex.messages for ex in examples],
+                         labels=[ex.label for ex in examples], columns=example_columns(examples), groups=groups)
+            for _ in range(M)]
     if "scores" in needs:
-        score_prompts, candidates, out.labels = score_requests(examples, lm.is_causal, gold_only)
-        out.candidate_scores = lm.score(score_prompts, candidates) if examples else []
+        score_prompts, candidates, labels = score_requests(examples, lm.is_causal, gold_only)
+        scores = per_member(lm.score(score_prompts, candidates, **kw)) if examples else [[] for _ in range(M)]
+        for out, member_scores in zip(outs, scores):
+            out.labels, out.candidate_scores = list(labels), member_scores
     if "generation" in needs:
-        gen_kwargs = dict(max_new_tokens=max_new_tokens, do_sample=do_sample, seed=sample_seed)
+        gen_kwargs = dict(max_new_tokens=max_new_tokens, do_sample=do_sample, seed=sample_seed, **kw)
         if do_sample:
             gen_kwargs["temperature"] = temperature
-        out.completions = lm.generate(out.prompts, **gen_kwargs) if examples else []
-    return out
+        texts = per_member(lm.generate(prompt_texts(lm, examples), **gen_kwargs)) if examples else [[] for _ in range(M)]
+        for out, member_texts in zip(outs, texts):
+            out.texts = member_texts
+            out.completions = [text if ex.messages is None else [{"role": "assistant", "content": text}]
+                               for ex, text in zip(examples, member_texts)]
+    return outs
 
 
 def objective_outputs(lm, objective, examples, *, sample_seed=None, max_new_tokens=32, do_sample=False,
-                      temperature=1.0):
+                      temperature=1.0, num_generations=1):
     """Run the model on ``examples`` and score the result with ``objective`` (no gradients).
 
-    Returns the objective's output (``.loss``, ``.components``, ``.values``, ``.sums``, ``.counts``).
+    Returns the objective's output (``.loss``, ``.components``, ``.values``, ``.sums``, ``.counts``;
+    ``.groups``: the example each row came from, see :class:`ModelOutputs`).
     """
+    return member_objective_outputs(lm, objective, examples, None, sample_seed=sample_seed,
+                                    max_new_tokens=max_new_tokens, do_sample=do_sample, temperature=temperature,
+                                    num_generations=num_generations)[0]
+
+
+def member_objective_outputs(lm, objective, examples, members, *, sample_seed=None, max_new_tokens=32,
+                             do_sample=False, temperature=1.0, num_generations=1) -> list:
+    """:func:`objective_outputs` of every member of a batched MeZO step: :func:`member_outputs`, then the
+    objective on each member's outputs separately (one objective output per member, in member order)."""
     with torch.no_grad():
-        outputs = model_outputs(lm, examples, objective.needs, sample_seed=sample_seed, max_new_tokens=max_new_tokens,
-                                do_sample=do_sample, temperature=temperature)
-    return objective.evaluate(**outputs.as_kwargs())
+        outs = member_outputs(lm, examples, objective.needs, members, sample_seed=sample_seed,
+                              max_new_tokens=max_new_tokens, do_sample=do_sample, temperature=temperature,
+                              num_generations=num_generations)
+    results = []
+    for outputs in outs:
+        result = objective.evaluate(**outputs.as_kwargs())
+        result.groups = outputs.groups
+        results.append(result)
+    return results
 
 
 def bf16_is_native() -> bool:

@@ -7,6 +7,7 @@
     summary.json         initial_validation, validation (best step), test, best_step, wall_time_s, metrics
     checkpoint/          model.json (base model identity + PEFT config), trajectory.npz,
                          optimizer.pt (optimizer + scheduler state), trainer_state.json (TrainerState)
+    samples/             prompt tasks: <split>-step<N>.jsonl, the first completions of each evaluation
     model/               full weights (save_pretrained), only with ``save_model=True``
     tensorboard/         only with ``tensorboard=True``
 
@@ -48,6 +49,7 @@ TRAJECTORY_FILE = "trajectory.npz"
 MODEL_FILE = "model.json"
 STATE_FILE = "trainer_state.json"
 OPTIMIZER_FILE = "optimizer.pt"
+SAMPLES_DIR = "samples"
 
 
 @dataclass
@@ -302,3 +304,25 @@ def save_model(lm, peft: str, out_dir: str | os.PathLike, merged: Optional[bool]
     else:
         lm.model.save_pretrained(out_dir)
         lm.tokenizer.save_pretrained(out_dir)
+
+
+def samples_file(run_dir, split: str, step: int) -> pathlib.Path:
+    return pathlib.Path(run_dir) / SAMPLES_DIR / f"{split}-step{step:06d}.jsonl"
+
+
+def write_samples(run_dir, split: str, step: int, records: list[dict]) -> None:
+    """The completions kept from one evaluation: one JSON object per line (rewritten whole, so a resumed
+    run that repeats an evaluation writes the same file)."""
+    path = samples_file(run_dir, split, step)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text("".join(json.dumps(json_safe(r), sort_keys=True) + "\n" for r in records))
+    tmp.replace(path)
+
+
+def read_samples(run_dir, split: str, step: int) -> list[dict]:
+    """The completions :func:`write_samples` kept, or [] when that evaluation kept none."""
+    path = samples_file(run_dir, split, step)
+    if not path.is_file():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]

@@ -4,9 +4,12 @@ One training step (Algorithm 1 of Malladi et al., 2023):
 
 1. sample a batch of training examples (a pure function of ``(seed, step)``, so a resumed run sees
    exactly the batches an uninterrupted one would);
-2. the closure scores (or generates for) that batch and returns the objective's loss; the engine
-   calls it with the parameters perturbed by ``+eps*z`` and ``-eps*z`` (same batch, and for
-   sampled generation the same sampling seed), then applies ``-lr * projected_grad * z`` in place;
+2. the closure scores (or generates for) that batch and returns the objective's output for one
+   member; the engine calls it with the parameters perturbed by ``+eps*z`` and ``-eps*z`` (same
+   batch, and for sampled generation the same sampling seed), then hands every member's output to
+   the fitness function, which all-reduces their statistics and returns each member's loss (with
+   ``--reward-shaping group``, after centring each prompt's rewards across the members:
+   ``rewards.group_shape``); the engine applies ``-lr * projected_grad * z`` in place;
 3. every ``eval_steps`` steps the model is evaluated on the validation examples and the best step
    is remembered. At the end the best weights (the first ``best_step`` steps of the trajectory,
    replayed from the base model) are evaluated on the test examples.
@@ -17,6 +20,7 @@ examples -> model outputs -> objective: :mod:`mezo_rl.outputs`; hooks: :mod:`mez
 from __future__ import annotations
 
 import gc
+import math
 import pathlib
 import resource
 import time
@@ -30,11 +34,11 @@ from mezo_rl import checks, plots, rundir
 from mezo_rl.arguments import TrainingArguments, parse_max_memory
 from mezo_rl.callbacks import ProgressCallback, TensorBoardCallback, TrainerCallback
 from mezo_rl.distributed import DistContext
-from mezo_rl.errors import ConfigError
-from mezo_rl.evaluation import evaluate
-from mezo_rl.members import evaluation_options, member_outputs
+from mezo_rl.errors import ConfigError, UserError
+from mezo_rl.evaluation import OBJECTIVE, evaluate
+from mezo_rl.batched import evaluation_options
 from mezo_rl.optim import MeZO, get_scheduler
-from mezo_rl.outputs import autocast, example_columns, model_outputs, objective_outputs
+from mezo_rl.outputs import autocast, example_columns, member_objective_outputs, model_outputs, objective_outputs
 from mezo_rl.rundir import (CHECKPOINT_DIR, TRAJECTORY_FILE, TrainerState, build_model, load_run, param_groups,
                             trainable_parameters)
 from mezo_rl.runguard import InterruptGuard
@@ -64,8 +68,9 @@ def sample_batch_indices(n_examples: int, batch_size: int, seed: int, step: int)
 
 
 def primary_metric(task, metrics: dict, requested: Optional[str] = None) -> str:
-    """The validation metric that picks the best step: ``requested``, else the task's first metric."""
-    name = requested or task.metrics[0]
+    """The validation metric that picks the best step: ``requested``, else the task's first metric
+    (a prompt task's: the weighted ``objective``)."""
+    name = requested or (task.metrics[0] if task.metrics else OBJECTIVE)
     if name not in metrics:
         raise ConfigError(f"metric_for_best={name!r} is not among the evaluation metrics {sorted(metrics)}")
     return name
@@ -77,6 +82,10 @@ def _num(x):
         vals = [_num(v) for v in x]
         return vals[0] if len(vals) == 1 else sum(vals) / len(vals)
     return None if x is None else float(x.float().mean()) if isinstance(x, torch.Tensor) else float(x)
+
+
+class RewardsSilentError(UserError, ValueError):
+    """A reward had no opinion (``None``) on any completion of a training batch."""
 
 
 class TrainingInterrupted(KeyboardInterrupt):
@@ -138,7 +147,6 @@ class Trainer:
         self.scheduler = get_scheduler(args.lr_scheduler, self.optimizer, max(args.steps, 1))
         self.state = TrainerState()
         self.trajectory = None  # the run's Trajectory, set when training ends (also opt.trajectory while training)
-        self._components: list[dict] = []
         self._t_start = time.perf_counter()
         self._guard = InterruptGuard()  # inactive (no signal handlers) outside train()
 
@@ -152,76 +160,114 @@ class Trainer:
         return checks.load_splits(self.task, a.task, sizes, a.data_dir, a.seed)
 
     # -------------------------------------------------------------- loss and step
-    def compute_loss(self, examples, sample_seed: Optional[int] = None) -> float:
-        """The objective's loss on ``examples``: this rank's shard, statistics all-reduced across ranks,
-        ``objective.loss_from`` (every rank gets the same loss, hence the same update)."""
+    def member_outcome(self, examples, sample_seed: Optional[int] = None):
+        """One member's evaluation: this rank's shard of ``examples`` through the model (at the weights in
+        place) and the objective; ``--num-generations`` completions per prompt. Returns the
+        ``rewards.ObjectiveOutput`` (per-example values; sums, squares and counts for the all-reduce)."""
         a = self.args
         with self._guard.interruptible(), autocast(a.autocast, self.lm.device.type):
-            out = objective_outputs(self.lm, self.objective, self.dist.shard(examples), sample_seed=sample_seed,
-                                    max_new_tokens=a.max_new_tokens, do_sample=a.do_sample, temperature=a.temperature)
-        parts, keys = ("sums", "sq_sums", "counts"), self.objective.names  # the same order on every rank
-        local = {f"{part}/{k}": getattr(out, part)[k] for part in parts for k in keys}
-        total = self.dist.all_reduce_sum_dict(local, keys=list(local))  # one collective
-        sums, sq_sums, counts = ({k: total[f"{part}/{k}"] for k in keys} for part in parts)
-        self._components.append({k: sums[k] / counts[k] for k in keys if counts[k]})
-        return float(self.objective.loss_from(sums, counts, sq_sums))
+            return objective_outputs(self.lm, self.objective, self.dist.shard(examples), sample_seed=sample_seed,
+                                     max_new_tokens=a.max_new_tokens, do_sample=a.do_sample, temperature=a.temperature,
+                                     num_generations=a.num_generations)
 
-    # ---- issue 28: batched member evaluation (--evaluation batched): one pass for all members ----
-    def compute_member_losses(self, examples, members, sample_seed: Optional[int] = None) -> list[float]:
-        """Every member's loss from one member-batched pass (``mezo_rl.members.member_outputs``): the
-        objective on each member's outputs of this rank's shard, every member's statistics all-reduced
-        in one collective, ``objective.loss_from`` per member."""
-        a = self.args
-        with self._guard.interruptible(), autocast(a.autocast, self.lm.device.type), torch.no_grad():
-            outs = member_outputs(self.lm, self.dist.shard(examples), self.objective.needs, members,
-                                  sample_seed=sample_seed, max_new_tokens=a.max_new_tokens, do_sample=a.do_sample,
-                                  temperature=a.temperature)
-            results = [self.objective.evaluate(**o.as_kwargs()) for o in outs]
-        parts, keys = ("sums", "sq_sums", "counts"), self.objective.names
-        local = {f"{m}/{part}/{k}": getattr(r, part)[k] for m, r in enumerate(results) for part in parts for k in keys}
+    def member_losses(self, outcomes) -> tuple[list[float], dict]:
+        """The fitness of a step: every member's loss from the members' outputs on this rank, and the
+        step's reward statistics (``reward/<name>``: mean over members; ``reward/<name>/std``: over every
+        completion). Statistics cross ranks in one collective (two with group shaping), so every rank
+        gets the same losses; ``objective.loss_from`` sees the members in order, as the engine made them."""
+        names, parts = self.objective.names, ("sums", "sq_sums", "counts")
+        local = {f"{m}/{part}/{k}": getattr(out, part)[k] for m, out in enumerate(outcomes) for part in parts for k in names}
         total = self.dist.all_reduce_sum_dict(local, keys=list(local))
-        losses = []
-        for m in range(len(results)):
-            sums, sq_sums, counts = ({k: total[f"{m}/{part}/{k}"] for k in keys} for part in parts)
-            self._components.append({k: sums[k] / counts[k] for k in keys if counts[k]})
-            losses.append(float(self.objective.loss_from(sums, counts, sq_sums)))
-        return losses
-    # ---- end issue 28 ----
+        stats = [{part: {k: total[f"{m}/{part}/{k}"] for k in names} for part in parts} for m in range(len(outcomes))]
+        for k in names:
+            if not any(st["counts"][k] for st in stats):
+                raise RewardsSilentError(f"reward {k!r} returned None ('no opinion') for every completion of the batch "
+                                         f"of step {self.step + 1}; a reward must score at least some completions")
+        losses = [float(self.objective.loss_from(st["sums"], st["counts"], st["sq_sums"])) for st in stats]
+        if self.args.reward_shaping == "group":
+            shaped = rewards.group_shape([self.objective.example_rewards(out.values) for out in outcomes],
+                                         outcomes[0].groups)
+            local = {}
+            for m, vals in enumerate(shaped):
+                kept = [v for v in vals if v is not None]
+                local[f"{m}/sum"], local[f"{m}/count"] = math.fsum(kept), len(kept)
+            total = self.dist.all_reduce_sum_dict(local, keys=list(local))
+            losses = [-total[f"{m}/sum"] / total[f"{m}/count"] if total[f"{m}/count"] else math.nan
+                      for m in range(len(outcomes))]
+        record = {}
+        for k in names:
+            means = [st["sums"][k] / st["counts"][k] for st in stats if st["counts"][k]]
+            n = sum(st["counts"][k] for st in stats)
+            mean = sum(st["sums"][k] for st in stats) / n
+            record[f"reward/{k}"] = sum(means) / len(means)
+            record[f"reward/{k}/std"] = math.sqrt(max(0.0, sum(st["sq_sums"][k] for st in stats) / n - mean * mean))
+        return losses, record
+
+    def compute_loss(self, examples, sample_seed: Optional[int] = None) -> float:
+        """The objective's loss on ``examples`` at the weights in place: one member, no shaping (every rank
+        gets the same loss)."""
+        return self.member_losses([self.member_outcome(examples, sample_seed)])[0][0]
+
+    def member_outcomes(self, examples, members, sample_seed: Optional[int] = None) -> list:
+        """issue 28 (``--evaluation batched``): :meth:`member_outcome` of every member of the step, from one
+        member-batched pass (``mezo_rl.outputs.member_objective_outputs``); the weights stay in place."""
+        a = self.args
+        with self._guard.interruptible(), autocast(a.autocast, self.lm.device.type):
+            return member_objective_outputs(self.lm, self.objective, self.dist.shard(examples), members,
+                                            sample_seed=sample_seed, max_new_tokens=a.max_new_tokens,
+                                            do_sample=a.do_sample, temperature=a.temperature,
+                                            num_generations=a.num_generations)
 
     def training_step(self) -> dict:
         """One MeZO step on the batch of ``self.step``; returns the metrics.jsonl record."""
         a, train = self.args, self.splits["train"]
-        batch = [train[i] for i in sample_batch_indices(len(train), a.batch_size, a.seed, self.step)]
+        prompts = a.batch_size // a.num_generations
+        batch = [train[i] for i in sample_batch_indices(len(train), prompts, a.seed, self.step)]
         sample_seed = int(np.random.default_rng([a.seed, self.step, 1]).integers(2**31 - 1))
-        self._components = []  # global (all-reduced) component means of each closure call
+        rewards_logged: dict = {}
+
+        def fitness(outcomes):
+            losses, record = self.member_losses(outcomes)
+            rewards_logged.update(record)
+            return losses
+
         bytes_before, lr, t0 = self.dist.bytes_communicated, self.optimizer.param_groups[0]["lr"], time.perf_counter()
-        if self.optimizer.config["evaluation"] == "batched":  # issue 28: every member in one pass
-            res = self.optimizer.step(lambda members: self.compute_member_losses(batch, members, sample_seed))
+        if self.optimizer.config["evaluation"] == "batched":  # issue 28: every member in one batched pass
+            closure = lambda members: self.member_outcomes(batch, members, sample_seed)  # noqa: E731
         else:
-            res = self.optimizer.step(lambda: self.compute_loss(batch, sample_seed))
+            closure = lambda: self.member_outcome(batch, sample_seed)  # noqa: E731
+        res = self.optimizer.step(closure, fitness=fitness)
         self.scheduler.step()
         self.state.step += 1
         record = {"step": self.step, "loss": _num(res.loss), "loss_plus": _num(res.loss_plus),
                   "loss_minus": _num(res.loss_minus), "projected_grad": _num(res.projected_grads), "lr": lr,
-                  "skipped": bool(res.skipped)}
-        # reward components averaged over the closure calls of this step (+eps and -eps), all ranks
-        comps: dict[str, list[float]] = {}
-        for means in self._components:
-            for k, v in means.items():
-                comps.setdefault(k, []).append(v)
-        record.update({f"reward/{k}": sum(v) / len(v) for k, v in comps.items()})
+                  "skipped": bool(res.skipped), **rewards_logged}
         record.update(bytes_communicated=self.dist.bytes_communicated - bytes_before,
                       seconds=time.perf_counter() - t0, peak_rss_mb=peak_rss_mb())
         return record
 
     # -------------------------------------------------------------- evaluation
     def evaluate(self, split: str = "validation") -> dict:
-        """Task metrics of the current weights on ``split`` (``mezo_rl.evaluation.evaluate``)."""
+        """Task metrics of the current weights on ``split`` (``mezo_rl.evaluation.evaluate``); a prompt
+        task's are the run's rewards, and the first ``--log-completions`` completions are written to
+        ``samples/<split>-step<N>.jsonl``."""
         a = self.args
+        samples: list[dict] = []
+
+        def keep(examples, outputs, values):
+            for i in range(len(outputs.texts or [])):
+                if len(samples) < a.log_completions:
+                    samples.append({"step": self.step, "split": split, "prompt": outputs.prompts[i],
+                                    "completion": outputs.texts[i], **{k: v[i] for k, v in values.items()}})
+
+        prompts_task = self.task.kind == "prompts"
         with self._guard.interruptible(), autocast(a.autocast, self.lm.device.type):
             metrics = evaluate(self.lm, self.task, self.splits[split], batch_size=a.eval_batch_size,
                                max_new_tokens=a.max_new_tokens, progress=a.progress and self.dist.is_main,
-                               desc=f"{split} (step {self.step})")
+                               desc=f"{split} (step {self.step})", objective=self.objective if prompts_task else None,
+                               on_batch=keep if prompts_task and a.log_completions else None)
+        if samples and self.dist.is_main:
+            rundir.write_samples(self.output_dir, split, self.step, samples)
         return {k: float(v) for k, v in metrics.items()}
 
     def _evaluate_and_log(self, split: str) -> dict:

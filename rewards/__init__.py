@@ -21,7 +21,7 @@ This package imports nothing from ``mezo_rl``: model outputs are duck-typed.
 """
 from . import builtin, squad, text  # noqa: F401  (registers the built-ins)
 from .builtin import candidate_cross_entropy
-from .objective import Objective, ObjectiveOutput, build_objective
+from .objective import Objective, ObjectiveOutput, build_objective, group_shape
 from .registry import (
     ENTRY_POINT_GROUP,
     RewardInfo,
@@ -50,6 +50,7 @@ __all__ = [
     "exact_match_score",
     "f1_score",
     "get_reward",
+    "group_shape",
     "list_rewards",
     "normalize_answer",
     "register_reward",

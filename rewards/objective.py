@@ -36,6 +36,13 @@ so the two losses are equal and the gradient estimate is always 0; dividing by a
 std makes the two losses use different scales, so their difference mixes the change in reward
 with the change in scale. Shifting by a constant cancels in the difference anyway, so only a scale
 that is the same for both evaluations (and, for comparable steps, across steps) is meaningful.
+
+Group shaping (:func:`group_shape`) is the exception that works, because it shapes across the
+*whole population* of a step at once (every member's completions of a prompt, one group), never
+within one evaluation: each prompt's weighted rewards (:meth:`Objective.example_rewards`) are centred
+on that prompt's mean over all members and divided by their std. Easy and hard prompts then weigh
+the same, as in GRPO's group advantages and EGGROLL's per-question normalisation; the trainer
+applies it through the engine's ``fitness`` hook.
 """
 from __future__ import annotations
 
@@ -70,6 +77,7 @@ class ObjectiveOutput:
     sums: dict[str, float]
     sq_sums: dict[str, float]
     counts: dict[str, int]
+    groups: list[int] = field(default_factory=list)  # the prompt each row came from (set by the caller)
 
     @property
     def components(self) -> dict[str, float | None]:
@@ -138,8 +146,12 @@ class Objective:
     def _kind_problems(self, task_kind: str | None) -> list[str]:
         if task_kind is None:
             return []
-        return [f"reward {r.name!r} works on {'/'.join(r.task_kinds)} tasks, not {task_kind!r} ones"
-                for r in self.rewards if r.task_kinds is not None and task_kind not in r.task_kinds]
+        problems = [f"reward {r.name!r} works on {'/'.join(r.task_kinds)} tasks, not {task_kind!r} ones"
+                    for r in self.rewards if r.task_kinds is not None and task_kind not in r.task_kinds]
+        if task_kind == "prompts":
+            problems += [f"reward {r.name!r} scores gold candidates, and a prompt task has none (use rewards over "
+                         f"completions)" for r in self.rewards if r.needs == "scores" and r.task_kinds is None]
+        return problems
 
     def check_compatible(self, can_generate: bool) -> None:
         """Raise :class:`RewardConfigError` (a ``ValueError``) if a generation reward is used where the
@@ -256,6 +268,25 @@ class Objective:
             loss += w * sign * mean / self.scales[r.name]
         return loss
 
+    def example_rewards(self, values: dict[str, Sequence[float | None]]) -> list[float | None]:
+        """Each example's weighted reward, ``sum_k w_k * (-s_k) * value_k / scale_k`` (higher is better:
+        minus the example's share of the loss), over the components with an opinion on it; None where
+        no weighted component has one. The scales must be fixed (``loss_from`` fixes them)."""
+        if self.scales is None:
+            raise ValueError("example_rewards needs the normalisation scales: call loss_from on a batch first")
+        n = len(next(iter(values.values()))) if values else 0
+        out: list[float | None] = []
+        for i in range(n):
+            total, seen = 0.0, False
+            for r in self.rewards:
+                v, w = values[r.name][i], self.weights[r.name]
+                if v is None or w == 0:
+                    continue
+                total += w * (1.0 if r.higher_is_better else -1.0) * v / self.scales[r.name]
+                seen = True
+            out.append(total if seen else None)
+        return out
+
     def _fix_scales(self, sums, counts, sq_sums) -> None:
         if sq_sums is None:
             raise ValueError(
@@ -288,6 +319,29 @@ class Objective:
                 f"this objective has {self.names} (normalize={self.normalize!r})"
             )
         self.scales = None if state["scales"] is None else dict(state["scales"])
+
+
+def group_shape(members: Sequence[Sequence[float | None]], groups: Sequence[int]) -> list[list[float | None]]:
+    """Per-prompt fitness shaping across a step's members.
+
+    ``members[k][i]``: the reward of row i of member k (None: no opinion); ``groups[i]``: the prompt of
+    row i (the same rows in every member). Every prompt's values over all members and rows form one
+    group; each value becomes ``(v - mean) / std`` of its group (population std, float64), 0 where
+    the group has no spread. None stays None.
+    """
+    buckets: dict[int, list[float]] = {}
+    for vals in members:
+        if len(vals) != len(groups):
+            raise ValueError(f"group_shape: a member has {len(vals)} values for {len(groups)} rows")
+        for g, v in zip(groups, vals):
+            if v is not None:
+                buckets.setdefault(g, []).append(float(v))
+    stats = {}
+    for g, vs in buckets.items():
+        mean = math.fsum(vs) / len(vs)
+        stats[g] = (mean, math.sqrt(math.fsum((v - mean) ** 2 for v in vs) / len(vs)))
+    return [[None if v is None else (0.0 if stats[g][1] == 0 else (float(v) - stats[g][0]) / stats[g][1])
+             for g, v in zip(groups, vals)] for vals in members]
 
 
 class RewardConfigError(ConfigError):

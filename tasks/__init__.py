@@ -10,9 +10,9 @@ from .base import (KINDS, MASK, PAPER_SIZES, SPLITS, Example, Task, UnknownTaskE
                    get_task, list_tasks, register_task, sample, sample_per_class, with_demonstrations)
 from . import builtin  # noqa: F401  (registers the built-in tasks)
 from .builtin import PAPER_TASKS, FileTask
-from .user import MissingColumnError, TaskDataError, TaskFileNotFoundError, from_dataset, from_file
+from .user import MissingColumnError, TaskDataError, TaskFileNotFoundError, from_dataset, from_file, from_prompts
 
 __all__ = ["Example", "Task", "FileTask", "KINDS", "MASK", "PAPER_SIZES", "PAPER_TASKS", "SPLITS",
            "UnknownTaskError", "MissingColumnError", "TaskDataError", "TaskFileNotFoundError", "continuation",
-           "from_dataset", "from_file", "get_task", "list_tasks", "register_task",
+           "from_dataset", "from_file", "from_prompts", "get_task", "list_tasks", "register_task",
            "sample", "sample_per_class", "with_demonstrations"]

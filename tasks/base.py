@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 from mezo_rl.errors import UnknownNameError
 from mezo_rl.registry import Registry
 
-KINDS = ("classification", "multiple_choice", "generation")
+KINDS = ("classification", "multiple_choice", "generation", "prompts")
 SPLITS = ("train", "validation", "test")
 PAPER_SIZES = {"train": 1000, "validation": 500, "test": 1000}  # MeZO §3.2 / Appendix D.1 (OPT tasks)
 MASK = "[MASK]"  # the mask placeholder in ``Example.mask_prompt`` (same string as mezo_rl.lm.MASK)
@@ -36,6 +36,9 @@ class Example:
             space where the prompt does not end in whitespace); ``answers[0]`` is the teacher-forcing
             target. None for classification.
         columns: the raw dataset row the example was made from.
+        messages: a conversational prompt (a list of ``{"role", "content"}`` dicts, TRL's format), or
+            None for a plain-text prompt. The model renders it with its tokenizer's chat template;
+            ``prompt`` then holds the last message's content, for display.
         mask_prompt: for masked LMs (the paper's Table 13 prompts): the prompt with ``[MASK]`` where
             the label word goes, or None when the task has no masked-LM prompt.
         mask_candidates: the label words scored at the mask (same order as ``candidates``).
@@ -48,6 +51,7 @@ class Example:
     columns: dict = field(default_factory=dict)
     mask_prompt: str | None = None
     mask_candidates: list[str] | None = None
+    messages: list[dict] | None = None
 
     def for_lm(self, is_causal: bool) -> tuple[str, list[str] | None]:
         """(prompt, candidates) to hand a causal (``is_causal=True``) or a masked LM."""
@@ -79,9 +83,11 @@ class Task:
 
     Attributes:
         name: registry name.
-        kind: ``"classification"``, ``"multiple_choice"`` or ``"generation"``.
-        metrics: names of its evaluation metrics, as registered in ``rewards``
-            (``["accuracy"]`` for classification/multiple choice, ``["squad_f1", "exact_match"]`` for generation).
+        kind: ``"classification"``, ``"multiple_choice"``, ``"generation"`` (gold answers) or
+            ``"prompts"`` (prompts only, no gold: the rewards of the run judge the completions).
+        metrics: names of its evaluation metrics, as registered in ``rewards`` (``["accuracy"]`` for
+            classification/multiple choice, ``["squad_f1", "exact_match"]`` for generation, none for
+            prompts: there the run's own rewards are the metrics).
     """
 
     name: str = "task"
@@ -90,6 +96,8 @@ class Task:
 
     @property
     def metrics(self) -> list[str]:
+        if self.kind == "prompts":
+            return []
         return ["squad_f1", "exact_match"] if self.kind == "generation" else ["accuracy"]
 
     def examples(self, split: str, data_dir=None) -> list[Example]:

@@ -21,6 +21,16 @@ is scored as ``" great"``). ``label_column`` holds the index of the right candid
 "no label", e.g. GLUE test splits) are left out. Generation: ``target_column`` holds the gold answer
 (a string, a list of acceptable answers, or SQuAD's ``{"text": [...]}``).
 
+Prompts only (TRL's "prompt-only" datasets): rows with a ``prompt`` column and no gold answer; the
+run's rewards judge what the model writes. The prompt is plain text, or a list of chat messages
+(``[{"role": "user", "content": ...}]``, TRL's "conversational" format) that the model renders with
+its tokenizer's chat template, generation prompt added. Another column can hold the prompt
+(``prompt_column``), or a ``{column}`` template can build it. Every other column reaches the rewards
+as a keyword, as in TRL:
+
+    >>> task = from_prompts("prompts.jsonl")                       # {"prompt": "...", "topic": "..."}
+    >>> task = from_prompts("reviews.csv", template="Continue this review: {text}")
+
 Splits: a file per split (``{"train": ..., "validation": ..., "test": ...}``); a split without a file
 (or a dataset split that is missing or has no labels) is carved out of the train rows: 10% each (at
 least one row) after a fixed shuffle, the rest stays train, so nothing is evaluated on training rows.
@@ -42,12 +52,13 @@ from .base import SPLITS, Example, Task, continuation
 from .data import TaskFileNotFoundError, carve, warn_once
 
 __all__ = ["DATA_SUFFIXES", "MissingColumnError", "TaskDataError", "TaskFileNotFoundError", "TemplateTask",
-           "FileTemplateTask", "DatasetTemplateTask", "check_template_options", "from_file", "from_dataset",
-           "read_rows", "HELD_OUT_FRACTION"]
+           "FileTemplateTask", "DatasetTemplateTask", "check_template_options", "check_messages", "from_file",
+           "from_dataset", "from_prompts", "read_rows", "HELD_OUT_FRACTION", "PROMPT_COLUMN"]
 
 DATA_SUFFIXES = (".jsonl", ".json", ".csv", ".tsv")
 HELD_OUT_FRACTION = 0.1  # of the train rows, for each split that has no file of its own
 NO_LABEL = (None, -1, "", "-1")
+PROMPT_COLUMN = "prompt"  # TRL's prompt-only convention
 
 
 class MissingColumnError(UserError, KeyError):
@@ -74,14 +85,26 @@ def template_fields(template: str) -> list[str]:
     return fields
 
 
-def check_template_options(template, label_column=None, candidates=None, target_column=None) -> str:
+def check_template_options(template, label_column=None, candidates=None, target_column=None,
+                           prompt_column=None) -> str:
     """Check the options of a file or dataset task without reading any data; returns its kind.
 
     Accepted: ``template`` plus either ``target_column`` (generation) or ``label_column`` with two
-    or more ``candidates`` (classification). Raises :class:`~mezo_rl.errors.ConfigError`.
+    or more ``candidates`` (classification); or neither, for a prompt-only task: the prompt from
+    ``prompt_column`` (default ``prompt``) or from ``template``. Raises :class:`~mezo_rl.errors.ConfigError`.
     """
+    if target_column is None and label_column is None and not candidates:
+        if template and prompt_column:
+            raise ConfigError("give either --prompt-column (the prompt is a column) or --template (the prompt is built "
+                              "from columns), not both")
+        if template:
+            template_fields(template)
+        return "prompts"
+    if prompt_column:
+        raise ConfigError("--prompt-column is for prompt-only tasks; with --target-column or --label-column the prompt "
+                          "is built by --template")
     if not template:
-        raise ConfigError("a file or dataset task needs a template (--template), e.g. '{text} It was'")
+        raise ConfigError("a file or dataset task with a target or label column needs a template (--template), e.g. '{text} It was'")
     template_fields(template)
     if target_column is not None:
         if label_column is not None or candidates:
@@ -89,14 +112,24 @@ def check_template_options(template, label_column=None, candidates=None, target_
                               "candidates (classification: --label-column with --candidates), not both")
         return "generation"
     if label_column is None:
-        raise ConfigError("a file or dataset task needs --target-column (generation) or --label-column and "
-                          "--candidates (classification); got neither")
+        raise ConfigError(f"--candidates {list(candidates)} need --label-column (the column with the right candidate)")
     if not candidates or len(candidates) < 2:
         raise ConfigError(f"--label-column {label_column!r} needs two or more --candidates (the continuations "
                           f"to score, e.g. --candidates terrible,great); got {list(candidates or [])}")
     if any(not str(c).strip() for c in candidates):
         raise ConfigError(f"--candidates: every candidate must have some text; got {list(candidates)}")
     return "classification"
+
+
+def check_messages(value, where: str) -> list[dict]:
+    """A conversational prompt: a non-empty list of ``{"role": str, "content": str}`` (TaskDataError otherwise)."""
+    ok = isinstance(value, (list, tuple)) and len(value) > 0 and all(
+        isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str) for m in value)
+    if not ok:
+        shown = repr(value)
+        raise TaskDataError(f"{where}: a prompt must be text or a list of chat messages {{'role': str, 'content': str}} "
+                            f"(TRL's conversational format); got {shown[:80] + '...' if len(shown) > 80 else shown}")
+    return [{"role": m["role"], "content": m["content"]} for m in value]
 
 
 # ---------------------------------------------------------------------------------------- reading
@@ -139,9 +172,10 @@ def read_rows(path: str | pathlib.Path) -> list[dict]:
 class TemplateTask(Task):
     """Rows rendered through a ``{column}`` template; subclasses say where each split's rows come from."""
 
-    def __init__(self, template, label_column=None, candidates=None, target_column=None, name=None):
-        self.kind = check_template_options(template, label_column, candidates, target_column)
-        self.template, self.fields = template, template_fields(template)
+    def __init__(self, template, label_column=None, candidates=None, target_column=None, name=None, prompt_column=None):
+        self.kind = check_template_options(template, label_column, candidates, target_column, prompt_column)
+        self.template, self.fields = template, template_fields(template) if template else []
+        self.prompt_column = (prompt_column or PROMPT_COLUMN) if self.kind == "prompts" and not template else None
         self.label_column, self.target_column = label_column, target_column
         self.candidates = [str(c) for c in candidates] if candidates else None
         self.name = name or "user"
@@ -151,10 +185,15 @@ class TemplateTask(Task):
         raise NotImplementedError
 
     def _needed_columns(self) -> list[str]:
-        return list(dict.fromkeys(self.fields + [c for c in (self.label_column, self.target_column) if c is not None]))
+        own = (self.label_column, self.target_column, self.prompt_column)
+        return list(dict.fromkeys(self.fields + [c for c in own if c is not None]))
 
     def _check_columns(self, columns, source) -> None:
         missing = [c for c in self._needed_columns() if c not in columns]
+        if missing and missing == [self.prompt_column]:
+            raise MissingColumnError(f"{source}: no {self.prompt_column!r} column to take the prompts from; the data "
+                                     f"has columns {sorted(columns)}: name the prompt column (--prompt-column) or build "
+                                     f"the prompt from columns (--template '... {{column}} ...')")
         if missing:
             raise MissingColumnError(f"{source}: missing column(s) {missing} (used by "
                                      f"{'the template' if set(missing) <= set(self.fields) else 'the options'}); "
@@ -175,6 +214,8 @@ class TemplateTask(Task):
 
     def _example(self, row, source, i) -> Example | None:
         self._check_columns(row, source)
+        if self.kind == "prompts":
+            return self._prompt_example(row, source, i)
         prompt = self.template.format(**{f: row[f] for f in self.fields})
         if self.kind == "generation":
             gold = row[self.target_column]
@@ -191,7 +232,23 @@ class TemplateTask(Task):
         return Example(prompt, [continuation(prompt, c) for c in self.candidates], self._label(value, source, i),
                        columns=dict(row))
 
+    def _prompt_example(self, row, source, i) -> Example | None:
+        """A prompt-only example: text or chat messages; the other columns go to the rewards (as in TRL,
+        the prompt column itself does not)."""
+        columns = {k: v for k, v in row.items() if k != self.prompt_column}
+        if self.template:
+            return Example(self.template.format(**{f: row[f] for f in self.fields}), columns=columns)
+        value = row[self.prompt_column]
+        if isinstance(value, str):
+            return Example(value, columns=columns)
+        messages = check_messages(value, f"{source} row {i + 1}")
+        return Example(messages[-1]["content"], columns=columns, messages=messages)
+
     def _labelled(self, rows, source) -> list[tuple[dict, int]]:
+        if self.kind == "prompts":  # every row is used; _example checks each prompt
+            for row in rows[:1]:
+                self._check_columns(row, source)
+            return [(row, i) for i, row in enumerate(rows)]
         kept = []
         for i, row in enumerate(rows):
             self._check_columns(row, source)
@@ -242,7 +299,8 @@ class TemplateTask(Task):
 class FileTemplateTask(TemplateTask):
     """A task from JSONL/JSON/CSV/TSV files and a ``{column}`` template (see :func:`from_file`)."""
 
-    def __init__(self, files, template, label_column=None, candidates=None, target_column=None, name=None):
+    def __init__(self, files, template, label_column=None, candidates=None, target_column=None, name=None,
+                 prompt_column=None):
         files = files if isinstance(files, dict) else {"train": files}
         bad = set(files) - set(SPLITS)
         if bad:
@@ -250,7 +308,8 @@ class FileTemplateTask(TemplateTask):
         if "train" not in files:
             raise ConfigError(f"files: a train file is needed; got {sorted(files)}")
         self.files = {s: pathlib.Path(p) for s, p in files.items() if p is not None}
-        super().__init__(template, label_column, candidates, target_column, name or self.files["train"].stem)
+        super().__init__(template, label_column, candidates, target_column, name or self.files["train"].stem,
+                         prompt_column)
         self._rows = {}
         for split, path in self.files.items():  # fail now, not in the middle of training
             self._check_columns(self._read(path)[0], repr(str(path)))
@@ -279,9 +338,9 @@ class DatasetTemplateTask(TemplateTask):
     SPLIT_NAMES = {"train": ("train",), "validation": ("validation", "valid", "dev", "val"), "test": ("test",)}
 
     def __init__(self, dataset, template, label_column=None, candidates=None, target_column=None, name=None,
-                 config=None):
+                 config=None, prompt_column=None):
         super().__init__(template, label_column, candidates, target_column,
-                         name or pathlib.Path(str(dataset)).name or str(dataset))
+                         name or pathlib.Path(str(dataset)).name or str(dataset), prompt_column)
         self.dataset, self.config = str(dataset), config
         self.data = self._load()
         for split in self.data:
@@ -317,8 +376,8 @@ class DatasetTemplateTask(TemplateTask):
         return list(self.data[name]), self._source(name)
 
 
-def from_file(files, template: str, label_column: str | None = None, candidates: list[str] | None = None,
-              target_column: str | None = None, name: str | None = None) -> Task:
+def from_file(files, template: str | None = None, label_column: str | None = None, candidates: list[str] | None = None,
+              target_column: str | None = None, name: str | None = None, prompt_column: str | None = None) -> Task:
     """A task from a JSONL/JSON/CSV/TSV file (or ``{"train": path, "validation": path, "test": path}``).
 
     Args:
@@ -329,16 +388,18 @@ def from_file(files, template: str, label_column: str | None = None, candidates:
             and the candidate continuations (a leading space is added where needed).
         target_column: generation: the column with the gold answer (string or list of strings).
         name: the task's name (default: the train file's stem).
+        prompt_column: with neither target nor label: a prompt-only task (:func:`from_prompts`).
 
     Missing files, missing columns and labels that match no candidate raise UserError subclasses
     naming the problem.
     """
     return FileTemplateTask(files, template, label_column=label_column, candidates=candidates,
-                            target_column=target_column, name=name)
+                            target_column=target_column, name=name, prompt_column=prompt_column)
 
 
 def from_dataset(dataset: str, template: str, label_column: str | None = None, candidates: list[str] | None = None,
-                 target_column: str | None = None, name: str | None = None, config: str | None = None) -> Task:
+                 target_column: str | None = None, name: str | None = None, config: str | None = None,
+                 prompt_column: str | None = None) -> Task:
     """A task from a Hugging Face dataset: a hub id, a ``save_to_disk`` directory or a directory of data files.
 
     The splits ``train``, ``validation`` (or ``valid``/``dev``) and ``test`` are used; a missing or
@@ -346,15 +407,36 @@ def from_dataset(dataset: str, template: str, label_column: str | None = None, c
     configuration name (e.g. ``"sst2"`` of ``"nyu-mll/glue"``). Other arguments as :func:`from_file`.
     """
     return DatasetTemplateTask(dataset, template, label_column=label_column, candidates=candidates,
-                               target_column=target_column, name=name, config=config)
+                               target_column=target_column, name=name, config=config, prompt_column=prompt_column)
+
+
+def from_prompts(source, prompt_column: str | None = None, template: str | None = None, name: str | None = None,
+                 config: str | None = None) -> Task:
+    """A prompt-only task (TRL's convention): no gold answers; the run's rewards judge the completions.
+
+    Args:
+        source: a JSONL/JSON/CSV/TSV file, a dict of split -> file (as :func:`from_file`), or a Hugging
+            Face dataset (hub id or local directory; ``config`` names its configuration).
+        prompt_column: the column holding each prompt (default ``prompt``): text, or a list of chat
+            messages rendered with the model's chat template.
+        template: instead of a prompt column, build the prompt from columns, e.g. ``"Continue: {text}"``.
+        name: the task's name (default: the train file's stem or the dataset's name).
+
+    Every other column is passed to the rewards as a keyword. Splits without a file of their own are
+    carved out of the train rows (10% each).
+    """
+    if isinstance(source, dict) or pathlib.Path(str(source)).suffix.lower() in DATA_SUFFIXES:
+        return FileTemplateTask(source, template, name=name, prompt_column=prompt_column)
+    return DatasetTemplateTask(source, template, name=name, config=config, prompt_column=prompt_column)
 
 
 # ---------------------------------------------------------------------------------------- from options
 def data_task_options(template=None, label_column=None, candidates=None, target_column=None, validation_file=None,
-                      test_file=None, dataset_config=None) -> dict:
+                      test_file=None, dataset_config=None, prompt_column=None) -> dict:
     """The options that describe a data task, without the unset ones."""
     given = dict(template=template, label_column=label_column, candidates=candidates, target_column=target_column,
-                 validation_file=validation_file, test_file=test_file, dataset_config=dataset_config)
+                 validation_file=validation_file, test_file=test_file, dataset_config=dataset_config,
+                 prompt_column=prompt_column)
     return {k: v for k, v in given.items() if v not in (None, [], ())}
 
 
@@ -380,7 +462,7 @@ def check_data_task(spec: str, options: dict, registered=()) -> None:
                               f"dataset directory or hub id); {spec!r} is a {'built-in or registered' if spec in registered else 'code'} task")
         return
     check_template_options(options.get("template"), options.get("label_column"), options.get("candidates"),
-                           options.get("target_column"))
+                           options.get("target_column"), options.get("prompt_column"))
     path = pathlib.Path(str(spec)).expanduser()
     if path.suffix.lower() in DATA_SUFFIXES:
         for flag, p in (("--task", path), ("--validation-file", options.get("validation_file")),
@@ -399,7 +481,8 @@ def check_data_task(spec: str, options: dict, registered=()) -> None:
 def data_task(spec: str, options: dict) -> Task:
     """Build the data task that :func:`check_data_task` accepted (this reads the data and checks the columns)."""
     kw = dict(template=options.get("template"), label_column=options.get("label_column"),
-              candidates=options.get("candidates"), target_column=options.get("target_column"))
+              candidates=options.get("candidates"), target_column=options.get("target_column"),
+              prompt_column=options.get("prompt_column"))
     path = pathlib.Path(str(spec)).expanduser()
     if path.suffix.lower() in DATA_SUFFIXES:
         files = {"train": path, "validation": options.get("validation_file"), "test": options.get("test_file")}

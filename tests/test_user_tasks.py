@@ -76,11 +76,14 @@ def test_csv_and_json_generation_tasks(tmp_path):
 def test_options_are_checked_before_any_data_is_read():
     assert check_template_options("{text} It was", label_column="label", candidates=["a", "b"]) == "classification"
     assert check_template_options("{q}", target_column="answer") == "generation"
+    assert check_template_options("{t}") == check_template_options(None) == "prompts"
     cases = [
         (dict(template=None, target_column="a"), "needs a template"),
         (dict(template="{text", target_column="a"), "template '{text'"),
         (dict(template="{0} x", target_column="a"), "must be a column name"),
-        (dict(template="{t}"), "--target-column .* or --label-column and --candidates"),
+        (dict(template="{t}", candidates=["a", "b"]), "need --label-column"),
+        (dict(template="{t}", prompt_column="p"), "not both"),
+        (dict(template="{t}", target_column="a", prompt_column="p"), "--prompt-column is for prompt-only tasks"),
         (dict(template="{t}", label_column="label"), "needs two or more --candidates"),
         (dict(template="{t}", label_column="label", candidates=["a", " "]), "every candidate must have some text"),
         (dict(template="{t}", label_column="l", candidates=["a", "b"], target_column="a"), "not both"),
