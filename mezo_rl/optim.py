@@ -64,6 +64,19 @@ per-example rewards) and turns the M objects into M losses with ``f(objects)`` o
 the place for fitness shaping that needs the whole population (per-prompt centring across members).
 The engine never looks inside the objects.
 
+Batched evaluation: ``MeZO(params, ..., evaluation="batched", module=model)`` evaluates a step's M
+members in one batched pass with the weights untouched (:mod:`mezo_rl.population`): ``closure(members)``
+is called once with the M :class:`Member` descriptors, every forward of ``model`` inside it must hold
+M equal blocks of rows in member-major layout (rows [k*b, (k+1)*b) are member k's; see
+``LanguageModel.score/generate(..., members=M)``), each module holding a trainable tensor adds member
+k's perturbation to its block (activation-side ``sign_k eps (x A) B^T / sqrt(r)`` for low-rank
+matrices), and the closure returns M values (or M objects for ``fitness``). Then the same update as
+in place, without a restore to fuse it with: the estimator, the trajectory and replay are those of
+the in-place mode with the same seeds, and with no perturbation sweeps nothing drifts, in any dtype
+(bf16 included: a step at lr 0 leaves the weights bit for bit). Matrices of nn.Embedding need
+``noise="lowrank"``; element-wise noise on other matrices copies them per member (adapters).
+``evaluation`` is recorded in the trajectory, whose replay then applies only the updates.
+
 Exception safety: if the closure raises (anything, KeyboardInterrupt included) the parameters are
 restored before the exception propagates. If it returns a non-finite value the parameters are
 restored and, with ``on_nonfinite="raise"`` (default), ``FloatingPointError`` is raised; with
@@ -180,6 +193,10 @@ class MeZO(torch.optim.Optimizer):
         noise_backend: ``"auto"`` (element-wise noise: compiled if torch.compile works, else
             torch; low-rank: torch), ``"compiled"`` or ``"torch"``; see :mod:`mezo_rl.noise`.
         record: keep ``opt.trajectory`` (default True).
+        evaluation: ``"inplace"`` (default: the closure runs once per member, the weights perturbed in
+            place) or ``"batched"`` (``closure(members)`` runs once, ``module`` evaluating every member
+            in member-major row blocks; see the module docstring and :mod:`mezo_rl.population`).
+        module: the model the parameters belong to (``evaluation="batched"`` only; not needed to replay).
 
     Every hyperparameter is in ``opt.defaults`` (and, as in ``torch.optim``, in every param
     group); those of the whole run (all but lr, eps, weight_decay) cannot differ between groups.

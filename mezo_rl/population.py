@@ -239,8 +239,7 @@ class MemberPlan:
             if kind == "lowrank":
                 # Linear: W [out, in] = B A^T: x W^T gains (x A) B^T. Conv1D: W [in, out]: x W gains (x B) A^T.
                 left, right = (w["b"], w["a"]) if conv else (w["a"], w["b"])
-                xa = torch.bmm(x3, as_(left, out.dtype, "left"))
-                out3.baddbmm_(xa, as_(right, out.dtype, "right").transpose(1, 2))
+                _add_product_(out3, _per_member_mm(x3, as_(left, out.dtype, "left")), as_(right, out.dtype, "right"))
             elif kind == "dense":
                 d = as_(w["delta"], out.dtype, "dense")
                 out3.baddbmm_(x3, d if conv else d.transpose(1, 2))
@@ -266,7 +265,7 @@ class MemberPlan:
             rows = torch.gather(b, 1, ids.reshape(M, -1, 1).expand(-1, -1, b.shape[-1]).to(b.device))
             if scale is not None:
                 rows = rows * scale.to(out.dtype) if isinstance(scale, torch.Tensor) else rows * scale
-            out3.baddbmm_(rows, a.transpose(1, 2))
+            _add_product_(out3, rows, a)
             return out3.view(out.shape)
 
         return forward
@@ -294,6 +293,21 @@ class MemberPlan:
             return _cat(outs, self.names[mod])
 
         return forward
+
+
+def _per_member_mm(x3, left):
+    """[x3[k] @ left[k] for each member k]: [M, N, r]. A matrix product per member: on CPUs torch.bmm with
+    r = 1 columns is several times slower than M plain products (a GEMV each)."""
+    return torch.stack([torch.mm(x3[k], left[k]) for k in range(x3.shape[0])])
+
+
+def _add_product_(out3, xa, right) -> None:
+    """``out3 += xa @ right^T`` in place, per member: out3 [M, N, out], xa [M, N, r], right [M, out, r].
+    Rank 1 (the default) is an outer product: one broadcast multiply-add, cheaper than a batched matmul."""
+    if xa.shape[-1] == 1:
+        out3.addcmul_(xa, right.transpose(1, 2))
+    else:
+        out3.baddbmm_(xa, right.transpose(1, 2))
 
 
 def _cat(outs, name):
