@@ -12,7 +12,8 @@ two workloads: RL-style prompts (16 short instructions, 32 new tokens, no stop a
 SQuAD (the first 16 questions, 16 new tokens, stop at a newline, squad_f1), each with 1 and 2 SPSA
 samples (M = 2 and 4 members). Per row: D, one decode of the 16 prompts at the current weights;
 S_inplace, an in-place step (2n sequential decodes of 16 rows, the sweeps between them); S_batched,
-a batched step (one decode of 2n x 16 rows, member-major, plus the update). It prints
+a batched step (one decode of 2n x 16 rows, member-major, plus the update); P, plain inference on
+the batched step's rows (2n copies of the prompts in one batch: what batching alone gains). It prints
 ``population-batched step / two sequential decodes: X.XX``, that is S_batched / (2n D): the batched
 step over the decodes the in-place step makes (two per SPSA sample), and S_batched / S_inplace.
 
@@ -168,7 +169,15 @@ def population(args) -> list[dict]:
                 lengths.append(max(len(lm.tokenizer(t, add_special_tokens=False)["input_ids"]) for m in per_member for t in m))
                 return [reward_loss(prompts, texts) for texts in per_member]
 
-            parts = {"D": lambda: lm.generate(prompts, **gen), "S_inplace": lambda: inplace.step(closure_inplace),
+            def plain():  # inference on the batched step's rows: 2n copies of the prompts in one batch
+                lm.batch_size = 2 * n * len(prompts)
+                try:
+                    with torch.no_grad():
+                        lm.generate(prompts * (2 * n), **gen)
+                finally:
+                    lm.batch_size = len(prompts)
+
+            parts = {"D": lambda: lm.generate(prompts, **gen), "P": plain, "S_inplace": lambda: inplace.step(closure_inplace),
                      "S_batched": lambda: batched.step(closure_batched)}
             parts["D"]()  # warm-up
             times = {k: [] for k in parts}
@@ -182,18 +191,22 @@ def population(args) -> list[dict]:
                    "ratio": med["S_batched"][0] / (2 * n * med["D"][0]),
                    "ratio_cpu": med["S_batched"][1] / (2 * n * med["D"][1]),
                    "vs_inplace": med["S_batched"][0] / med["S_inplace"][0],
-                   "inplace_ratio": med["S_inplace"][0] / (2 * n * med["D"][0]), "longest_completion": max(lengths)}
+                   "inplace_ratio": med["S_inplace"][0] / (2 * n * med["D"][0]), "longest_completion": max(lengths),
+                   "plain_ratio": med["P"][0] / (2 * n * med["D"][0]), "vs_plain": med["S_batched"][0] / med["P"][0],
+                   "vs_plain_cpu": med["S_batched"][1] / med["P"][1]}
             rows.append(row)
             print(f"[{name}, n_spsa={n}, {2 * n} members] population-batched step / two sequential decodes: "
                   f"{row['ratio']:.2f}", flush=True)
     print(f"\nSmolLM2-135M fp32, full-parameter MeZO (low-rank r=1), greedy, batch {args.batch}, {args.threads} threads; "
           f"medians of {args.reps} (wall s; CPU ratios in brackets)")
-    print("| workload | n_spsa | members | D | S in-place | S batched | S_batched / (2n D) | S_inplace / (2n D) | S_batched / S_inplace |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("| workload | n_spsa | members | D | P | S in-place | S batched | S_batched / (2n D) | P / (2n D) | "
+          "S_inplace / (2n D) | S_batched / S_inplace | S_batched / P |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
         m = {k: v[0] for k, v in r["medians"].items()}
-        print(f"| {r['workload']} | {r['n_spsa']} | {r['members']} | {m['D']:.2f} | {m['S_inplace']:.2f} | {m['S_batched']:.2f} | "
-              f"**{r['ratio']:.2f}** ({r['ratio_cpu']:.2f}) | {r['inplace_ratio']:.2f} | {r['vs_inplace']:.2f} |")
+        print(f"| {r['workload']} | {r['n_spsa']} | {r['members']} | {m['D']:.2f} | {m['P']:.2f} | {m['S_inplace']:.2f} | "
+              f"{m['S_batched']:.2f} | **{r['ratio']:.2f}** ({r['ratio_cpu']:.2f}) | {r['plain_ratio']:.2f} | "
+              f"{r['inplace_ratio']:.2f} | {r['vs_inplace']:.2f} | {r['vs_plain']:.2f} ({r['vs_plain_cpu']:.2f}) |")
     return rows
 
 

@@ -273,6 +273,10 @@ class MemberPlan:
     def _generic_forward(self, mod, roles, tensors):
         orig, M = mod.forward, self.members
         copies = {name: tensors[id(getattr(mod, name))]["copies"] for name in roles}
+        # An RMSNorm scales its normalised input by its gain, element-wise along the last dimension: it
+        # runs once on a [M, rows/M, ..., H] view with gains of shape [M, 1, ..., 1, H], which broadcast
+        # to every row of their member (instead of one call per member).
+        rowwise = type(mod).__name__.endswith("RMSNorm") and all(c.dim() == 2 for c in copies.values())
 
         def forward(*args, **kwargs):
             first = next((t for t in (*args, *kwargs.values()) if isinstance(t, torch.Tensor)), None)
@@ -280,6 +284,14 @@ class MemberPlan:
                 raise ValueError(f"evaluation='batched': {self.names[mod]} was called without a tensor argument")
             n = first.shape[0]
             b = self._blocks(mod, n)
+            if rowwise and len(args) == 1 and not kwargs and first.shape[-1] == next(iter(copies.values())).shape[-1]:
+                saved = {name: mod._parameters[name] for name in copies}
+                try:
+                    for name, c in copies.items():
+                        mod._parameters[name] = c.view(M, *([1] * (first.dim() - 1)), c.shape[-1])
+                    return orig(first.reshape(M, b, *first.shape[1:])).reshape(first.shape)
+                finally:
+                    mod._parameters.update(saved)
             cut = lambda t, k: t[k * b:(k + 1) * b] if isinstance(t, torch.Tensor) and t.dim() and t.shape[0] == n else t
             outs = []
             for k in range(M):
