@@ -275,7 +275,7 @@ def cmd_baseline(ns) -> int:
 
 
 def cmd_report(ns) -> int:
-    print(plots.report(ns.run_dir, plot=ns.plot))
+    print(plots.report(ns.run_dir, plot=ns.plot, pairs=ns.pairs))
     return 0
 
 
@@ -351,11 +351,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("report", help="summary of a run (before -> after with n, best step) and its curves.png",
                        description="Print a run's task, model, objective, steps, validation and test before -> after "
-                       "with n, best step, wall time and peak memory, and write RUN_DIR/curves.png (training reward "
+                       "with n, best step, wall time and peak memory (a prompt task's: a few completions before -> after), and write RUN_DIR/curves.png (training reward "
                        "per step with a running mean, validation metric at each evaluation). Works on unfinished runs.")
     p.add_argument("run_dir", metavar="RUN_DIR", help="a `mezo-rl train` output directory")
     p.add_argument("--plot", action=argparse.BooleanOptionalAction, default=True,
                    help="write RUN_DIR/curves.png (needs matplotlib)")
+    p.add_argument("--pairs", type=int, default=3,
+                   help="prompt tasks: how many test prompts to show with their completions before -> after (0: none)")
     p.set_defaults(func=cmd_report)
 
     p = sub.add_parser("tasks", help="list the tasks")

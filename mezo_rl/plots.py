@@ -24,7 +24,7 @@ import warnings
 from typing import Optional
 
 from mezo_rl.errors import UserError
-from mezo_rl.rundir import CONFIG_FILE, METRICS_FILE, SUMMARY_FILE
+from mezo_rl.rundir import CONFIG_FILE, METRICS_FILE, SUMMARY_FILE, read_samples
 
 __all__ = ["CURVES_FILE", "MissingPlotDependency", "pyplot", "read_jsonl", "run_records", "load_run_records",
            "running_mean", "objective_text", "plot_validation", "training_curves", "plot_training_curves", "write_curves_or_warn", "results_line", "report"]
@@ -130,7 +130,7 @@ def training_curves(run_dir: str | os.PathLike, window: int | None = None) -> di
     window = window or max(1, len(steps) // 10)
     xs = [r["step"] for r in steps]
     reward = {}
-    for key in (k for k in (steps[0] if steps else {}) if k.startswith("reward/")):
+    for key in (k for k in (steps[0] if steps else {}) if k.startswith("reward/") and not k.endswith("/std")):
         ys = [math.nan if r.get(key) is None else r[key] for r in steps]
         reward[key[len("reward/"):]] = (xs, ys, running_mean(ys, window))
     metric = _metric(config, summary, evals)
@@ -211,7 +211,8 @@ def _before_after(label: str, metric: str, before: Optional[dict], after: Option
     if a is None:
         return f"{label} {metric} {_fmt(b)}{_n(before)} before training"
     n = _n(after) if _n(after) == _n(before) else f"{_n(before)} -> {_n(after).strip()}"
-    return f"{label} {metric} {_fmt(b)} -> {_fmt(a)}{n}"
+    se = (after or {}).get(f"{metric}/se")  # prompt tasks report each mean's standard error
+    return f"{label} {metric} {_fmt(b)} -> {_fmt(a)}{f' (SE {_fmt(se)})' if se is not None else ''}{n}"
 
 
 def results_line(summary: dict) -> str:
@@ -236,8 +237,27 @@ def _or_default(value) -> str:
     return "default" if value is None else f"{value:g}"
 
 
-def report(run_dir: str | os.PathLike, plot: bool = True) -> str:
+def sample_pairs(run_dir, config: dict, summary: Optional[dict], pairs: int = 3) -> list[str]:
+    """Lines showing up to ``pairs`` prompts with their completion before training and after (a prompt
+    task's test samples: the untrained model's, step 0, and the best weights', written at the end)."""
+    if not pairs or summary is None:
+        return []
+    before = {json.dumps(r["prompt"]): r for r in read_samples(run_dir, "test", 0)}
+    after = read_samples(run_dir, "test", summary.get("steps", config.get("steps", 0)))
+    matched = [(before[json.dumps(r["prompt"])], r) for r in after if json.dumps(r["prompt"]) in before]
+    shown = sorted(matched, key=lambda ba: ba[0]["completion"] == ba[1]["completion"])[:pairs]  # changed ones first
+    if not shown:
+        return []
+    lines = [f"before -> after (test completions; greedy; best step {summary['best_step']}):"]
+    for b, a in shown:
+        prompt = b["prompt"] if isinstance(b["prompt"], str) else b["prompt"][-1]["content"]
+        lines += [f"  prompt: {prompt!r}", f"    before: {b['completion']!r}", f"    after:  {a['completion']!r}"]
+    return lines
+
+
+def report(run_dir: str | os.PathLike, plot: bool = True, pairs: int = 3) -> str:
     """A short text summary of the run in ``run_dir``; with ``plot``, also writes its ``curves.png``.
+    A prompt task's report also shows ``pairs`` test prompts with their completions before -> after.
 
     Without matplotlib the plot is skipped and the text says so (the report itself needs nothing).
     """
@@ -262,6 +282,7 @@ def report(run_dir: str | os.PathLike, plot: bool = True) -> str:
         peak = max((r.get("peak_rss_mb") or 0 for r in steps + evals), default=0)
         wall = max((r.get("wall_time_s") or 0 for r in evals), default=0)
         lines.append(f"wall time {wall:.0f} s so far, peak memory {peak:.0f} MiB (RSS)")
+    lines += sample_pairs(run_dir, config, summary, pairs)
     if plot:
         try:
             lines.append(f"plot: {plot_training_curves(run_dir)}")

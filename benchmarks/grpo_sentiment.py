@@ -1,0 +1,460 @@
+"""TRL's GRPO on mezo-rl's RL example: the same model, prompts, reward and scoring, for a wall-clock budget.
+
+The other side of issue 27's comparison (``examples/rl_sentiment.py`` is mezo-rl's side). It trains
+SmolLM2-135M-Instruct with TRL's ``GRPOTrainer`` to continue movie-review openings positively, then
+scores the model exactly as mezo-rl scores its own runs, and writes one JSON summary.
+
+What is the same as the mezo-rl run, and how:
+
+* model: ``mezo_rl.models.load_model("smollm2-135m")`` (the same dequantised fp32 weights and tokenizer);
+  the HF model object and its tokenizer are handed to ``GRPOTrainer`` (``processing_class``);
+* prompts: ``write_prompts`` of ``examples/rl_sentiment.py`` with that script's defaults (1000 train,
+  100 validation, 200 test prompts, 6-word openings of SST-2 sentences) into ``OUTPUT_DIR/prompts``;
+  GRPO trains on ``train.jsonl`` as a prompt-only ``datasets.Dataset`` (column ``prompt``, plain text,
+  no chat template, as mezo-rl feeds it); the files' sha256 are recorded so the two runs can be checked;
+* reward: ``examples/sentiment_reward.py:positivity`` (VADER compound), passed as ``reward_funcs``;
+* completions: ``--num-generations`` per prompt, ``--batch-size`` completions per step, at most
+  ``--max-completion-length`` (24) tokens, temperature 1.0, and a completion ends at its first
+  newline token, as mezo-rl's generation does (the newline tokens are added to the model's
+  ``generation_config.eos_token_id``, which TRL reads as "every eos id the model declares ends a
+  completion"; ``--no-stop-at-newline`` keeps TRL's plain 24-token completions);
+* training time: the sum of the steps' durations (generation, reward, loss, backward, optimizer
+  step; evaluations excluded), as mezo-rl's ``seconds`` per step. A callback stops training at the
+  step boundary nearest ``--time-budget-s`` (after step k if ``T_k + d_k / 2 >= budget``);
+  ``--max-steps`` caps the steps without touching TRL's learning-rate schedule;
+* scoring: ``mezo_rl.evaluation.evaluate`` with mezo-rl's objective and its settings (greedy, stop at a
+  newline, 24 new tokens, 32 prompts per batch, the ``autocast("auto")`` context, the same
+  ``load_split(n, seed)`` subsets), before training and after: held-out test and validation reward
+  mean with its SE and n, ``distinct_2`` and ``completion_chars``;
+* best step: mezo-rl evaluates validation at step 0 and every fifth of its steps and tests the best
+  step's weights; here validation runs at step 0, at each ``1/--eval-points`` of the budget and at
+  the end, and the best (strictly higher ``objective``; step 0 included) is tested. The best weights
+  wait on disk (``OUTPUT_DIR/best.pt``, deleted afterwards), never as a second copy in memory.
+  ``--eval-points 0`` tests the final weights instead.
+
+Everything else is TRL's documented default (GRPOConfig of the installed TRL, see ``settings`` and
+``grpo_config`` in the summary): learning rate 1e-6 unless ``--lr``, AdamW, linear decay over
+``num_train_epochs=3``, full fine-tuning, gradient checkpointing on, ``beta=0`` (no reference model),
+``loss_type="dapo"``, ``scale_rewards="group"``, ``epsilon=0.2``, ``num_iterations=1``, top_p 1, top_k 0.
+Set by this script: ``bf16=False`` / ``fp16=False`` (fp32, as mezo-rl on this AVX2 CPU where its
+``autocast auto`` is off), ``use_cpu``, ``report_to="none"``, ``logging_steps=1``, ``save_strategy="no"``.
+
+Memory: ``peak_rss_mb`` is the process peak through the final test evaluation (ru_maxrss, with the
+peak before training kept across the reset below); ``peak_train_rss_mb`` is the peak of the training
+phase alone (Linux VmHWM reset when training begins by writing 5 to /proc/self/clear_refs, as
+``benchmarks/memory_run.py`` does; the in-run validations are inside it). ``base_loglik`` (the test
+completions' mean log-likelihood per token under the untrained model, before -> after: the measure
+``benchmarks/rl.py`` reports for mezo-rl runs) is computed last, after the trained model is freed.
+
+    # the real run (the lead runs it; budget = the mezo-rl run's training seconds; benchmarks/rl.py sets it)
+    export PYTHONPATH=$PWD HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TOKENIZERS_PARALLELISM=false MEZO_RL_DATA=/work/shared/data
+    flock /tmp/mezo-heavy.lock python benchmarks/grpo_sentiment.py --output-dir runs/grpo_sentiment --seed 0 \\
+        --num-generations 4 --batch-size 16 --time-budget-s 900
+    # a smoke run (a few minutes on a quiet machine: one or two steps)
+    flock /tmp/mezo-heavy.lock python benchmarks/grpo_sentiment.py --output-dir runs/grpo_smoke \\
+        --time-budget-s 60 --num-test 16 --num-eval 8 --eval-points 2
+
+Writes, as it goes: ``OUTPUT_DIR/prompts/*.jsonl``, ``initial.json`` (the evaluation before training),
+``log.jsonl`` (TRL's log line of each step, with this script's step seconds), ``evaluations.jsonl``
+(each validation), ``samples/test-{before,after}.jsonl`` (prompt, completion, reward), and at the end
+``summary.json`` (also printed).
+"""
+from __future__ import annotations
+
+import argparse
+import gc
+import hashlib
+import importlib.util
+import json
+import math
+import os
+import pathlib
+import platform
+import resource
+import shlex
+import statistics
+import sys
+import time
+
+REPO = pathlib.Path(__file__).resolve().parent.parent
+EXAMPLE = REPO / "examples" / "rl_sentiment.py"
+REWARD_FILE = REPO / "examples" / "sentiment_reward.py"
+REWARD = "positivity"
+MODEL = "smollm2-135m"
+# examples/rl_sentiment.py's defaults (its argparse) and mezo-rl's evaluation batch (--eval-batch-size)
+NUM_TRAIN, NUM_EVAL, NUM_TEST, WORDS, EVAL_BATCH_SIZE = 1000, 100, 200, 6, 32
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--output-dir", default="runs/grpo_sentiment")
+    p.add_argument("--data-dir", default=os.environ.get("MEZO_RL_DATA"), help="datasets directory (default: $MEZO_RL_DATA)")
+    p.add_argument("--seed", type=int, default=0, help="TRL's seed (sampling, data order) and the evaluation subsets' seed")
+    p.add_argument("--num-generations", type=int, default=4, help="completions per prompt, G (TRL needs >= 2)")
+    p.add_argument("--batch-size", type=int, default=16, help="completions per step (per_device_train_batch_size); a multiple of G")
+    p.add_argument("--max-completion-length", type=int, default=24, help="new tokens per completion (mezo-rl's --max-new-tokens)")
+    p.add_argument("--time-budget-s", type=float, default=900.0, help="training seconds (sum of step times, evaluations excluded)")
+    p.add_argument("--max-steps", type=int, default=None, help="stop after this many steps at the latest (the LR schedule is not changed)")
+    p.add_argument("--lr", type=float, default=None, help="learning rate (default: TRL's GRPOConfig default)")
+    p.add_argument("--num-train", type=int, default=NUM_TRAIN, help="training prompts written")
+    p.add_argument("--num-eval", type=int, default=NUM_EVAL, help="validation prompts (written and evaluated)")
+    p.add_argument("--num-test", type=int, default=NUM_TEST, help="test prompts (written and evaluated)")
+    p.add_argument("--words", type=int, default=WORDS, help="words of each review kept as the prompt")
+    p.add_argument("--eval-points", type=int, default=5,
+                   help="validations during training, at each 1/N of the budget (mezo-rl: every steps/5); the best is "
+                        "tested. 0: no validation during training, the final weights are tested")
+    p.add_argument("--no-stop-at-newline", action="store_true",
+                   help="let GRPO's completions run past a newline (TRL's behaviour; mezo-rl stops there)")
+    p.add_argument("--no-base-loglik", action="store_true", help="skip the base model's log-likelihood of the test completions")
+    a = p.parse_args(argv)
+    if not a.data_dir:
+        p.error("give --data-dir or set MEZO_RL_DATA (the directory holding SST-2/LM-BFF-original/)")
+    if not (pathlib.Path(a.data_dir) / "SST-2" / "LM-BFF-original").is_dir():
+        p.error(f"--data-dir {a.data_dir!r} has no SST-2/LM-BFF-original/")
+    if a.num_generations < 2:
+        p.error(f"--num-generations must be >= 2 (GRPO's advantages compare completions of a prompt), got {a.num_generations}")
+    if a.batch_size < 1 or a.batch_size % a.num_generations:
+        p.error(f"--batch-size ({a.batch_size}) must be a positive multiple of --num-generations ({a.num_generations})")
+    if a.max_completion_length < 1:
+        p.error(f"--max-completion-length must be >= 1, got {a.max_completion_length}")
+    if not a.time_budget_s > 0:
+        p.error(f"--time-budget-s must be > 0, got {a.time_budget_s}")
+    if a.max_steps is not None and a.max_steps < 1:
+        p.error(f"--max-steps must be >= 1, got {a.max_steps}")
+    if a.lr is not None and not a.lr > 0:
+        p.error(f"--lr must be > 0, got {a.lr}")
+    if min(a.num_train, a.num_eval, a.num_test, a.words) < 1:
+        p.error("--num-train, --num-eval, --num-test and --words must be >= 1")
+    if a.eval_points < 0:
+        p.error(f"--eval-points must be >= 0, got {a.eval_points}")
+    return a
+
+
+# ---------------------------------------------------------------------------------------------- helpers
+def rss_peak_mb() -> float:
+    """ru_maxrss of this process in MiB (Linux reports KiB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+def vm_hwm_mb() -> float | None:
+    """VmHWM (peak RSS since start or the last clear_refs reset) in MiB, or None off Linux."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024.0
+    except OSError:
+        pass
+    return None
+
+
+def reset_peak_rss() -> bool:
+    """Reset VmHWM to the current RSS (Linux >= 4.0); False where that is not possible."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
+
+
+def import_path(path: pathlib.Path, name: str):
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def sha256(path: pathlib.Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def append_jsonl(path: pathlib.Path, record: dict) -> None:
+    with path.open("a") as f:
+        f.write(json.dumps(record, default=str) + "\n")
+
+
+def newline_token_ids(tokenizer) -> list[int]:
+    """Every vocabulary token whose text contains a newline: where mezo-rl's generation stops."""
+    texts = tokenizer.batch_decode([[i] for i in range(len(tokenizer))])
+    return [i for i, t in enumerate(texts) if "\n" in t]
+
+
+class Scorer:
+    """mezo-rl's own evaluation of the current weights of ``model`` on a split: the same call, batch
+    size, token limit, decoding and autocast context as ``mezo_rl.trainer.Trainer.evaluate``."""
+
+    def __init__(self, task, objective, splits: dict, max_new_tokens: int):
+        self.task, self.objective, self.splits, self.max_new_tokens = task, objective, splits, max_new_tokens
+
+    def __call__(self, model, tokenizer, split: str, keep: list | None = None) -> dict:
+        import torch
+
+        from mezo_rl.evaluation import evaluate
+        from mezo_rl.lm import LanguageModel
+        from mezo_rl.outputs import autocast
+
+        def on_batch(examples, outputs, values):
+            for i, text in enumerate(outputs.texts):
+                keep.append({"prompt": outputs.prompts[i], "completion": text, **{k: v[i] for k, v in values.items()}})
+
+        was_training = model.training
+        model.eval()
+        try:
+            lm = LanguageModel(model, tokenizer)
+            with torch.no_grad(), autocast("auto", lm.device.type):
+                metrics = evaluate(lm, self.task, self.splits[split], batch_size=EVAL_BATCH_SIZE,
+                                   max_new_tokens=self.max_new_tokens, objective=self.objective,
+                                   on_batch=on_batch if keep is not None else None)
+        finally:
+            model.train(was_training)
+        return {k: float(v) for k, v in metrics.items()}
+
+
+def make_callback(a, out: pathlib.Path, scorer: Scorer, tokenizer, state: dict):
+    """The TrainerCallback: times each step, stops at the budget (or the step cap), runs the in-run
+    validations and keeps the best weights on disk, and records TRL's log lines."""
+    import torch
+    from transformers import TrainerCallback
+
+    budget = a.time_budget_s
+    marks = [budget * k / a.eval_points for k in range(1, a.eval_points)] if a.eval_points else []
+
+    class BudgetCallback(TrainerCallback):
+        def on_train_begin(self, args, tstate, control, **kw):
+            state["peak_before_train_mb"] = rss_peak_mb()
+            state["hwm_reset"] = reset_peak_rss()
+            state["train_wall_t0"] = time.perf_counter()
+
+        def on_step_begin(self, args, tstate, control, **kw):
+            state["t0"] = time.perf_counter()
+
+        def on_step_end(self, args, tstate, control, model=None, **kw):
+            d = time.perf_counter() - state["t0"]
+            state["step_seconds"].append(d)
+            spent = sum(state["step_seconds"])
+            state["steps"] = tstate.global_step
+            stop = spent + d / 2 >= budget or (a.max_steps is not None and tstate.global_step >= a.max_steps)
+            if stop:
+                control.should_training_stop = True
+                state["stopped_by"] = "budget" if spent + d / 2 >= budget else "max_steps"
+            elif marks and spent >= marks[0]:
+                while marks and spent >= marks[0]:
+                    marks.pop(0)
+                validate(model, tstate.global_step)
+            return control
+
+        def on_log(self, args, tstate, control, logs=None, **kw):
+            if logs and "reward" in logs:
+                line = {"step": tstate.global_step, "step_seconds": state["step_seconds"][-1], **logs}
+                state["log"].append(line)
+                append_jsonl(out / "log.jsonl", line)
+
+        def on_train_end(self, args, tstate, control, **kw):
+            state["train_wall_s"] = time.perf_counter() - state["train_wall_t0"]
+            state["peak_train_rss_mb"] = vm_hwm_mb() if state["hwm_reset"] else None
+
+    def validate(model, step):
+        t0 = time.perf_counter()
+        metrics = scorer(model, tokenizer, "validation")
+        record = {"step": step, "split": "validation", "metrics": metrics, "seconds": time.perf_counter() - t0,
+                  "train_s": sum(state["step_seconds"])}
+        append_jsonl(out / "evaluations.jsonl", record)
+        state["validations"].append(record)
+        if metrics["objective"] > state["best_value"]:
+            state["best_value"], state["best_step"], state["best_validation"] = metrics["objective"], step, metrics
+            torch.save(model.state_dict(), out / "best.pt")
+        print(f"[grpo_sentiment] validation at step {step}: {REWARD} {metrics[REWARD]:.4f} "
+              f"(SE {metrics[REWARD + '/se']:.4f}, n {metrics['n']:.0f}); best step {state['best_step']}", flush=True)
+        return metrics
+
+    return BudgetCallback(), validate
+
+
+def base_loglik(base, prompts: list, completions: list) -> float:
+    """Mean over completions of their mean log-likelihood per token under ``base``, the untrained
+    model (benchmarks/rl.py's measure for mezo-rl runs; empty completions left out)."""
+    import torch
+
+    kept = [(p, c) for p, c in zip(prompts, completions) if c.strip()]
+    with torch.no_grad():
+        scores = base.score([p for p, _ in kept], [[c] for _, c in kept])
+    values = [float(s.mean[0]) for s in scores]
+    return sum(values) / len(values) if values else float("nan")
+
+
+# ---------------------------------------------------------------------------------------------- main
+def main(argv=None) -> dict:
+    a = parse_args(argv)
+    out = pathlib.Path(a.output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    for name in ("log.jsonl", "evaluations.jsonl"):
+        (out / name).write_text("")
+    (out / "samples").mkdir(exist_ok=True)
+
+    import datasets
+    import torch
+    import trl
+    import transformers
+    from trl import GRPOConfig, GRPOTrainer
+
+    import rewards
+    import tasks
+    from mezo_rl.models import load_model
+
+    # prompts: the example's own writer and sizes
+    example = import_path(EXAMPLE, "rl_sentiment_example")
+    files = example.write_prompts(pathlib.Path(a.data_dir), out / "prompts", a.num_train, a.num_eval, a.num_test, a.words)
+    task = tasks.from_prompts({split: str(path) for split, path in files.items()})
+    objective = rewards.build_objective([f"{REWARD_FILE}:{REWARD}"])
+    splits = {"validation": task.load_split("validation", n=a.num_eval, seed=a.seed),
+              "test": task.load_split("test", n=a.num_test, seed=a.seed)}
+    scorer = Scorer(task, objective, splits, a.max_completion_length)
+    reward_fn = import_path(REWARD_FILE, "sentiment_reward").positivity
+    train_rows = [json.loads(line) for line in files["train"].read_text().splitlines() if line.strip()]
+    train_dataset = datasets.Dataset.from_list([{"prompt": r["prompt"]} for r in train_rows])
+
+    # model: as mezo-rl loads it
+    lm = load_model(MODEL)
+    model, tokenizer = lm.model, lm.tokenizer
+
+    # before training
+    t0 = time.perf_counter()
+    before_samples: list = []
+    initial = {"initial_validation": scorer(model, tokenizer, "validation"),
+               "initial_test": scorer(model, tokenizer, "test", keep=before_samples)}
+    initial["eval_seconds"] = time.perf_counter() - t0
+    (out / "initial.json").write_text(json.dumps(initial, indent=1))
+    (out / "samples" / "test-before.jsonl").write_text("".join(json.dumps(s) + "\n" for s in before_samples))
+    print(f"[grpo_sentiment] before: test {REWARD} {initial['initial_test'][REWARD]:.4f} "
+          f"(SE {initial['initial_test'][REWARD + '/se']:.4f}, n {initial['initial_test']['n']:.0f})", flush=True)
+
+    # completions end at a newline, as mezo-rl's (TRL reads every eos id of the model's generation_config)
+    stop_ids = []
+    if not a.no_stop_at_newline:
+        eos = model.generation_config.eos_token_id
+        eos = [] if eos is None else [eos] if isinstance(eos, int) else list(eos)
+        stop_ids = newline_token_ids(tokenizer)
+        model.generation_config.eos_token_id = [*eos, *[i for i in stop_ids if i not in eos]]
+
+    settings = {  # every GRPOConfig value this script sets; everything else is TRL's default
+        "output_dir": str(out / "trl"),
+        "num_generations": a.num_generations,
+        "per_device_train_batch_size": a.batch_size,
+        "max_completion_length": a.max_completion_length,
+        "temperature": 1.0,
+        "seed": a.seed,
+        "bf16": False,
+        "fp16": False,
+        "use_cpu": True,
+        "report_to": "none",
+        "logging_steps": 1,
+        "save_strategy": "no",
+    }
+    if a.lr is not None:
+        settings["learning_rate"] = a.lr
+    config = GRPOConfig(**settings)
+
+    state = {"step_seconds": [], "log": [], "validations": [], "steps": 0, "stopped_by": "end of data",
+             "best_value": initial["initial_validation"]["objective"], "best_step": 0,
+             "best_validation": initial["initial_validation"]}
+    callback, validate = make_callback(a, out, scorer, tokenizer, state)
+    state["validations"].append({"step": 0, "split": "validation", "metrics": initial["initial_validation"], "train_s": 0.0})
+    append_jsonl(out / "evaluations.jsonl", state["validations"][0])
+    trainer = GRPOTrainer(model=model, reward_funcs=[reward_fn], args=config, train_dataset=train_dataset,
+                          processing_class=tokenizer, callbacks=[callback])
+    trainer.train()
+    trained = trainer.accelerator.unwrap_model(trainer.model)
+    assert trained is model, "GRPOTrainer replaced the model object"
+    final_step = state["steps"]
+
+    # after training: the last validation, the best step's weights on the test prompts
+    if a.eval_points and state["validations"][-1]["step"] != final_step:
+        final_validation = validate(model, final_step)
+    else:
+        final_validation = state["validations"][-1]["metrics"]
+        if not a.eval_points:  # no selection: the final weights
+            final_validation = scorer(model, tokenizer, "validation")
+            state["best_step"], state["best_validation"] = final_step, final_validation
+            state["validations"].append({"step": final_step, "split": "validation", "metrics": final_validation,
+                                         "train_s": sum(state["step_seconds"])})
+            append_jsonl(out / "evaluations.jsonl", state["validations"][-1])
+    trainer.optimizer = trainer.lr_scheduler = None  # free AdamW's state before the test evaluation
+    del trainer
+    gc.collect()
+    best = out / "best.pt"
+    if state["best_step"] == 0:
+        model.load_state_dict(load_model(MODEL).model.state_dict())
+    elif state["best_step"] != final_step:
+        model.load_state_dict(torch.load(best, map_location="cpu", weights_only=True))
+    if best.exists():
+        best.unlink()
+    after_samples: list = []
+    test = scorer(model, tokenizer, "test", keep=after_samples)
+    (out / "samples" / "test-after.jsonl").write_text("".join(json.dumps(s) + "\n" for s in after_samples))
+    peak_rss = max(state.get("peak_before_train_mb", 0.0), rss_peak_mb())
+
+    secs = state["step_seconds"]
+    summary = {
+        "tool": "trl-grpo",
+        "trl_version": trl.__version__,
+        "transformers_version": transformers.__version__,
+        "torch_version": torch.__version__,
+        "torch_threads": torch.get_num_threads(),
+        "machine": f"{platform.machine()} {os.cpu_count()} cpus",
+        "command": shlex.join([sys.executable, *sys.argv]),
+        "model": MODEL,
+        "settings": settings,
+        "grpo_config": json.loads(json.dumps(config.to_dict(), default=str)),
+        "stop_at_newline": not a.no_stop_at_newline,
+        "stop_token_ids": len(stop_ids),
+        "time_budget_s": a.time_budget_s,
+        "max_steps_cap": a.max_steps,
+        "stopped_by": state["stopped_by"],
+        "steps": final_step,
+        "train_s": sum(secs),
+        "train_wall_s": state.get("train_wall_s"),
+        "s_per_step": statistics.median(secs) if secs else None,
+        "step_seconds": secs,
+        "peak_rss_mb": peak_rss,
+        "peak_before_train_mb": state.get("peak_before_train_mb"),
+        "peak_train_rss_mb": state.get("peak_train_rss_mb"),
+        "eval_points": a.eval_points,
+        "best_step": state["best_step"],
+        "initial_validation": initial["initial_validation"],
+        "validation": state["best_validation"],
+        "final_validation": final_validation,
+        "initial_test": initial["initial_test"],
+        "test": test,
+        "validations": [{"step": v["step"], "train_s": v.get("train_s"), REWARD: v["metrics"][REWARD],
+                         f"{REWARD}/se": v["metrics"][f"{REWARD}/se"]} for v in state["validations"]],
+        "reward_curve": [{"step": line["step"], "reward": line.get("reward"), "reward_std": line.get("reward_std"),
+                          "loss": line.get("loss"), "learning_rate": line.get("learning_rate"),
+                          "completion_length": line.get("completions/mean_length")} for line in state["log"]],
+        "prompt_files": {split: {"path": str(path), "sha256": sha256(path)} for split, path in files.items()},
+        "eval": {"batch_size": EVAL_BATCH_SIZE, "max_new_tokens": a.max_completion_length, "decoding": "greedy",
+                 "stop_at_newline": True, "num_eval": a.num_eval, "num_test": a.num_test, "seed": a.seed},
+    }
+    (out / "summary.json").write_text(json.dumps(summary, indent=1))
+    if not a.no_base_loglik:  # last, with the trained model freed: it loads the base model once more
+        del model, lm
+        gc.collect()
+        base = load_model(MODEL)
+        summary["base_loglik"] = {
+            when: base_loglik(base, [s["prompt"] for s in samples], [s["completion"] for s in samples])
+            for when, samples in (("before", before_samples), ("after", after_samples))}
+        summary["base_loglik"]["n"] = len(after_samples)
+        summary["peak_rss_with_loglik_mb"] = max(peak_rss, rss_peak_mb())
+        (out / "summary.json").write_text(json.dumps(summary, indent=1))
+    brief = {k: v for k, v in summary.items() if k not in ("grpo_config", "step_seconds")}
+    print(json.dumps(brief, indent=1))
+    b, t = summary["initial_test"], summary["test"]
+    print(f"[grpo_sentiment] test {REWARD}: {b[REWARD]:.4f} -> {t[REWARD]:.4f} (SE {t[REWARD + '/se']:.4f}), "
+          f"n = {t['n']:.0f}; {final_step} steps in {summary['train_s']:.0f} s "
+          f"({summary['s_per_step'] or math.nan:.1f} s/step); peak RSS {peak_rss:.0f} MiB "
+          f"(training {summary['peak_train_rss_mb'] or math.nan:.0f} MiB)", flush=True)
+    return summary
+
+
+if __name__ == "__main__":
+    main()

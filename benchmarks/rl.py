@@ -1,0 +1,284 @@
+"""RL on prompts, measured: the sentiment example (examples/rl_sentiment.py) over seeds and settings,
+and TRL's GRPO on the same model, prompts, reward, completions per prompt and training time.
+
+    MEZO_RL_DATA=../shared/data HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 \\
+        python benchmarks/rl.py --variants mezo --seeds 0,1,2          # the example's defaults, 3 seeds
+    python benchmarks/rl.py --variants grpo --seeds 0                  # GRPO with the training time of mezo seed 0
+    python benchmarks/rl.py --variants shaping --seeds 0 --parallel 2  # the sampling / shaping comparison
+    python benchmarks/rl.py --render-only                              # print the Markdown tables
+
+A *cell* is (variant, seed). Each runs its real command in a subprocess (recorded in the cell's
+line); the runner adds the wall time and peak RSS of that subprocess (``os.wait4``), the time spent
+in training steps, and the completions' mean log-likelihood per token under the *base* model (each
+test completion scored given its prompt by the untrained model: a reward-hacked policy writes text
+the base model finds unlikely), then appends one JSON line to ``docs/results/rl.jsonl``. A cell with
+an ``ok`` line is skipped; a MeZO cell stopped part-way continues from its checkpoint.
+
+Fairness of the GRPO cells: ``benchmarks/grpo_sentiment.py`` trains with TRL's documented GRPO
+settings, the same ``--num-generations`` and completions per step and 24-token completions, for the
+training time (seconds in steps, evaluations excluded) that the ``mezo`` cell of the same seed
+spent, then scores its model with mezo-rl's own evaluation (greedy, 24 tokens, stop at a newline).
+
+``--parallel N`` runs N cells at once with ``OMP_NUM_THREADS = 2 / N`` each (the machine has two
+cores): per-step times of cells run that way are comparable only with each other.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import math
+import os
+import pathlib
+import platform
+import shlex
+import subprocess
+import sys
+import threading
+import time
+
+REPO = pathlib.Path(__file__).resolve().parent.parent
+RECORDS = REPO / "docs" / "results" / "rl.jsonl"
+RUNS = REPO / "runs" / "rl"
+EXAMPLE = REPO / "examples" / "rl_sentiment.py"
+GRPO = REPO / "benchmarks" / "grpo_sentiment.py"
+REWARD = "positivity"
+
+#: variant -> (tool, extra arguments, what it is). ``mezo`` is the example with its defaults.
+VARIANTS = {
+    "mezo": ("mezo-rl", [], "the example's defaults: --peft norm, 4 sampled completions per prompt, group shaping"),
+    "grpo": ("trl-grpo", ["--num-generations", "4", "--batch-size", "16"], "TRL GRPOTrainer, documented settings, the same training time as mezo"),
+    # the sampling / shaping comparison (benchmarks/README.md "RL on prompts"): 40 steps at the norm mode's lr
+    "cmp-greedy": ("mezo-rl", ["--steps", "40", "--eval-steps", "20", "--num-eval", "100", "--lr", "0.02",
+                               "--num-generations", "1", "--reward-shaping", "none"],
+                   "greedy, 1 completion per prompt, two-point n=2, normalize std"),
+    "cmp-g4-group": ("mezo-rl", ["--steps", "40", "--eval-steps", "20", "--num-eval", "100", "--lr", "0.02"],
+                     "4 sampled completions per prompt, per-prompt group shaping"),
+    "cmp-g4-none": ("mezo-rl", ["--steps", "40", "--eval-steps", "20", "--num-eval", "100", "--lr", "0.02",
+                                "--reward-shaping", "none"], "4 sampled completions per prompt, mean reward"),
+    "cmp-es4": ("mezo-rl", ["--steps", "40", "--eval-steps", "20", "--num-eval", "100", "--lr", "0.02",
+                            "--num-generations", "1", "--reward-shaping", "none", "--estimator", "es", "--n-spsa", "4",
+                            "--normalize", "std"], "ES-at-scale: 4 one-sided members, z-scored rewards, greedy"),
+}
+GROUPS = {"shaping": ["cmp-greedy", "cmp-es4", "cmp-g4-group", "cmp-g4-none"]}
+
+
+# ---------------------------------------------------------------------------------------------- records
+def read_records(path=RECORDS) -> list[dict]:
+    path = pathlib.Path(path)
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.is_file() else []
+
+
+def append_record(record: dict, path=RECORDS) -> None:
+    path = pathlib.Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a") as f:
+        f.write(json.dumps(record, sort_keys=True) + "\n")
+
+
+def done(records, variant: str, seed: int) -> dict | None:
+    return next((r for r in reversed(records) if r["variant"] == variant and r["seed"] == seed and r.get("ok")), None)
+
+
+def train_seconds(run_dir: pathlib.Path) -> float:
+    """Seconds spent in training steps (evaluations excluded), from metrics.jsonl."""
+    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+    return sum(json.loads(line).get("seconds", 0.0) for line in lines if '"loss"' in line)
+
+
+def step_seconds(run_dir: pathlib.Path) -> list[float]:
+    return [json.loads(line)["seconds"] for line in (run_dir / "metrics.jsonl").read_text().splitlines() if '"loss"' in line]
+
+
+# ---------------------------------------------------------------------------------------------- the base model's view
+_BASE = {}
+
+
+def base_loglik(prompts: list, completions: list[str], model: str = "smollm2-135m") -> float:
+    """Mean over completions of their mean log-likelihood per token under the untrained model."""
+    import torch
+
+    from mezo_rl.models import load_model
+
+    if model not in _BASE:
+        _BASE[model] = load_model(model)
+    lm = _BASE[model]
+    kept = [(p, c) for p, c in zip(prompts, completions) if c.strip()]
+    with torch.no_grad():
+        scores = lm.score([p for p, _ in kept], [[c] for _, c in kept])
+    values = [float(s.mean[0]) for s in scores]
+    return sum(values) / len(values) if values else float("nan")
+
+
+def hacking_measures(run_dir: pathlib.Path, steps: int) -> dict:
+    """Base-model log-likelihood of the test completions before (step 0) and after training."""
+    from mezo_rl.rundir import read_samples
+
+    out = {}
+    for when, step in (("before", 0), ("after", steps)):
+        samples = read_samples(run_dir, "test", step)
+        if samples:
+            out[when] = base_loglik([s["prompt"] for s in samples], [s["completion"] for s in samples])
+            out["n"] = len(samples)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------- running
+def command(variant: str, seed: int, out_dir: pathlib.Path, records) -> list[str]:
+    tool, extra, _ = VARIANTS[variant]
+    if tool == "mezo-rl":
+        return [sys.executable, str(EXAMPLE), "--output-dir", str(out_dir), "--seed", str(seed), *extra]
+    ref = done(records, "mezo", seed)
+    if ref is None:
+        raise SystemExit(f"grpo seed {seed}: run the mezo cell of seed {seed} first (its training time is the budget)")
+    return [sys.executable, str(GRPO), "--output-dir", str(out_dir), "--seed", str(seed),
+            "--time-budget-s", f"{ref['train_s']:.0f}", *extra]
+
+
+def run_cell(variant: str, seed: int, threads: int, records, lock: threading.Lock) -> dict:
+    out_dir = RUNS / f"{variant}-s{seed}"
+    cmd = command(variant, seed, out_dir, records)
+    run_dir = out_dir / "run"
+    if VARIANTS[variant][0] == "mezo-rl" and (run_dir / "checkpoint").is_dir() and not (run_dir / "summary.json").is_file():
+        cmd.append("--resume")
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads), HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1",
+               TOKENIZERS_PARALLELISM="false", PYTHONPATH=str(REPO))
+    out_dir.mkdir(parents=True, exist_ok=True)
+    t0 = time.time()
+    with (out_dir / "log.txt").open("a") as log:
+        proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
+        _, status, usage = os.wait4(proc.pid, 0)
+    record = {"variant": variant, "tool": VARIANTS[variant][0], "seed": seed, "command": shlex.join(cmd),
+              "threads": threads, "wall_s": time.time() - t0, "peak_rss_mb": usage.ru_maxrss / 1024,
+              "date": _dt.date.today().isoformat(), "machine": f"{platform.machine()} {os.cpu_count()} cpus",
+              "ok": os.waitstatus_to_exitcode(status) == 0}
+    with lock:
+        append_record(complete(record, out_dir))
+    return record
+
+
+def complete(record: dict, out_dir: pathlib.Path) -> dict:
+    """The cell's record with the run's figures added (for a finished run)."""
+    run_dir = out_dir / "run"
+    if record["ok"]:
+        if record["tool"] == "mezo-rl":
+            summary = json.loads((run_dir / "summary.json").read_text())
+            secs = step_seconds(run_dir)
+            record.update(steps=summary["steps"], best_step=summary["best_step"], train_s=sum(secs),
+                          s_per_step=sorted(secs)[len(secs) // 2],
+                          **{k: summary[k] for k in ("initial_validation", "validation", "initial_test", "test")},
+                          base_loglik=hacking_measures(run_dir, summary["steps"]))
+        else:
+            summary = json.loads((out_dir / "summary.json").read_text())
+            record.update({k: summary.get(k) for k in ("steps", "train_s", "s_per_step", "initial_test", "test",
+                                                       "settings", "trl_version", "peak_train_rss_mb")})
+            record["base_loglik"] = summary.get("base_loglik") or {}
+    return record
+
+
+def adopt(variant: str, seed: int, out_dir: pathlib.Path, cmd: str, threads: int) -> dict:
+    """A record for a cell that was run by hand with ``/usr/bin/time -v`` (its log holds the wall time and
+    peak RSS), e.g. two cells at once with ``OMP_NUM_THREADS=1``."""
+    log = (out_dir.parent / f"{out_dir.name}.log").read_text()
+
+    def field(label):
+        line = next(l for l in log.splitlines() if label in l)
+        return line.split(": ", 1)[1].strip()
+
+    h, m, sec = (["0"] + field("Elapsed (wall clock)").split(":"))[-3:]
+    record = {"variant": variant, "tool": VARIANTS[variant][0], "seed": seed, "command": cmd, "threads": threads,
+              "wall_s": int(h) * 3600 + int(m) * 60 + float(sec), "peak_rss_mb": int(field("Maximum resident")) / 1024,
+              "date": _dt.date.today().isoformat(), "machine": f"{platform.machine()} {os.cpu_count()} cpus",
+              "ok": field("Exit status") == "0"}
+    return complete(record, out_dir)
+
+
+# ---------------------------------------------------------------------------------------------- rendering
+def _f(x, digits=3) -> str:
+    return "–" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{digits}f}"
+
+
+def render(records: list[dict]) -> str:
+    """The RL tables: one row per cell (variant, seed), then each variant's mean over its seeds."""
+    cells = {}
+    for r in records:
+        if r.get("ok"):
+            cells[(r["variant"], r["seed"])] = r  # the latest line of a cell wins
+    if not cells:
+        return "No RL cells yet: `python benchmarks/rl.py`.\n"
+    lines = ["| variant | seed | steps | test reward before → after (SE), n | gain / SE | distinct-2 before → after | "
+             "chars before → after | base log-lik/token before → after | s/step | train s | peak RSS MiB |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for (variant, seed), r in sorted(cells.items(), key=lambda kv: (list(VARIANTS).index(kv[0][0]) if kv[0][0] in VARIANTS else 99, kv[0][1])):
+        b, a = r.get("initial_test") or {}, r.get("test") or {}
+        se = a.get(f"{REWARD}/se")
+        gain = (a.get(REWARD, math.nan) - b.get(REWARD, math.nan)) / se if se else math.nan
+        ll = r.get("base_loglik") or {}
+        lines.append(f"| {variant} | {seed} | {r.get('steps')} | {_f(b.get(REWARD))} → {_f(a.get(REWARD))} ({_f(se)}), "
+                     f"{int(a.get('n', 0))} | {_f(gain, 1)} | {_f(b.get('distinct_2'))} → {_f(a.get('distinct_2'))} | "
+                     f"{_f(b.get('completion_chars'), 1)} → {_f(a.get('completion_chars'), 1)} | "
+                     f"{_f(ll.get('before'))} → {_f(ll.get('after'))} | {_f(r.get('s_per_step'), 1)} | "
+                     f"{_f(r.get('train_s'), 0)} | {_f(r.get('peak_rss_mb'), 0)} |")
+    lines += ["", "Each variant over its seeds (mean ± standard deviation of the per-seed test rewards):", "",
+              "| variant | what | seeds | test reward before → after | gain | peak RSS MiB |", "|---|---|---|---|---|---|"]
+    for variant in VARIANTS:
+        rows = [r for (v, _), r in cells.items() if v == variant]
+        if not rows:
+            continue
+        before = [r["initial_test"][REWARD] for r in rows]
+        after = [r["test"][REWARD] for r in rows]
+
+        def ms(xs):
+            m = sum(xs) / len(xs)
+            sd = math.sqrt(sum((x - m) ** 2 for x in xs) / (len(xs) - 1)) if len(xs) > 1 else math.nan
+            return f"{m:.3f}" + (f" ± {sd:.3f}" if len(xs) > 1 else "")
+
+        gains = [x - y for x, y in zip(after, before)]
+        lines.append(f"| {variant} | {VARIANTS[variant][2]} | {len(rows)} | {ms(before)} → {ms(after)} | {ms(gains)} | "
+                     f"{max(r['peak_rss_mb'] for r in rows):.0f} |")
+    return "\n".join(lines) + "\n"
+
+
+# ---------------------------------------------------------------------------------------------- command line
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--variants", default="mezo", help=f"comma-separated: {', '.join(VARIANTS)}, or a group: {', '.join(GROUPS)}")
+    p.add_argument("--seeds", default="0", help="comma-separated seeds")
+    p.add_argument("--parallel", type=int, default=1, choices=[1, 2], help="cells at once (each gets 2 / N threads)")
+    p.add_argument("--render-only", action="store_true", help="print the tables from docs/results/rl.jsonl")
+    p.add_argument("--dry-run", action="store_true", help="list the pending cells")
+    a = p.parse_args(argv)
+    records = read_records()
+    if a.render_only:
+        print(render(records), end="")
+        return 0
+    names = [v for name in a.variants.split(",") for v in GROUPS.get(name, [name])]
+    unknown = [v for v in names if v not in VARIANTS]
+    if unknown:
+        p.error(f"unknown variant(s) {unknown}; known: {', '.join(VARIANTS)} and groups {', '.join(GROUPS)}")
+    pending = [(v, int(s)) for v in names for s in a.seeds.split(",") if done(records, v, int(s)) is None]
+    if a.dry_run:
+        print("\n".join(f"{v} seed {s}" for v, s in pending) or "nothing pending")
+        return 0
+    lock, queue = threading.Lock(), list(pending)
+
+    def worker():
+        while True:
+            with lock:
+                if not queue:
+                    return
+                v, s = queue.pop(0)
+            r = run_cell(v, s, 2 // a.parallel, read_records(), lock)
+            print(f"{v} seed {s}: {'ok' if r['ok'] else 'FAILED'} in {r['wall_s']:.0f} s", flush=True)
+
+    threads = [threading.Thread(target=worker) for _ in range(a.parallel)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    print(render(read_records()), end="")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
