@@ -3,6 +3,22 @@ on SmolLM2-135M (one process, so every ratio is within one run).
 
     flock /tmp/mezo-heavy.lock python benchmarks/generation_step.py [--reps 5] [--batch 16] \\
         [--max-new-tokens 16] [--modes full prefix] [--threads 2] [--json out.json]
+    flock /tmp/mezo-heavy.lock python benchmarks/generation_step.py --population [--reps 3]
+    flock /tmp/mezo-heavy.lock python benchmarks/generation_step.py --memory
+
+``--population``: the batched member evaluation (``MeZO(evaluation="batched")``, docs/engine.md)
+against the in-place step, full-parameter MeZO with the default low-rank noise, greedy decoding, on
+two workloads: RL-style prompts (16 short instructions, 32 new tokens, no stop at a newline) and
+SQuAD (the first 16 questions, 16 new tokens, stop at a newline, squad_f1), each with 1 and 2 SPSA
+samples (M = 2 and 4 members). Per row: D, one decode of the 16 prompts at the current weights;
+S_inplace, an in-place step (2n sequential decodes of 16 rows, the sweeps between them); S_batched,
+a batched step (one decode of 2n x 16 rows, member-major, plus the update); P, plain inference on
+the batched step's rows (2n copies of the prompts in one batch: what batching alone gains). It prints
+``population-batched step / two sequential decodes: X.XX``, that is S_batched / (2n D): the batched
+step over the decodes the in-place step makes (two per SPSA sample), and S_batched / S_inplace.
+
+``--memory``: peak RSS (VmHWM, reset after loading) of one batched step with M members against plain
+inference (``lm.generate``) on the same M x 16 rows, one process each.
 
 The batch: the first ``--batch`` questions of a seed-0 sample of SQuAD's train split (paper
 prompt, ``tasks.get_task("squad")``), from $MEZO_RL_DATA. The reward: ``squad_f1`` (greedy
@@ -107,6 +123,141 @@ def measure(mode: str, examples, args) -> dict:
             "S/2D_cpu": med["S"][1] / (2 * med["D"][1]), "completion_tokens": lengths}
 
 
+# RL-style prompts: short instructions of the kind a policy is tuned on with a reward over its completion
+RL_PROMPTS = [
+    "Write a one-sentence review of a film you enjoyed.", "Give me a tip for sleeping better.",
+    "Describe the sea in a few words.", "What is a good name for a grey cat?",
+    "Explain what a rainbow is to a child.", "Write a friendly greeting for a new colleague.",
+    "Suggest a quick vegetarian dinner.", "Why do leaves change colour in autumn?",
+    "Write a short motivational sentence.", "Tell me a fun fact about octopuses.",
+    "How do I keep basil alive indoors?", "Describe your perfect weekend.",
+    "Write a haiku about coffee.", "What should I pack for a day hike?",
+    "Give one reason to learn a second language.", "Summarise why exercise is healthy.",
+]
+
+
+def population(args) -> list[dict]:
+    """Batched vs in-place steps on the two workloads, 1 and 2 SPSA samples, in one process."""
+    lm = load_model("smollm2-135m")
+    squad = tasks.get_task("squad").load_split("train", n=args.batch, seed=0)
+    workloads = {
+        "RL-style prompts": dict(prompts=RL_PROMPTS[: args.batch], max_new_tokens=32, stop_at_newline=False),
+        "SQuAD": dict(prompts=[e.prompt for e in squad], max_new_tokens=16, stop_at_newline=True),
+    }
+    objective = build_objective("squad_f1")
+    cols = example_columns(squad)
+    params = [p for p in lm.model.parameters() if p.requires_grad]
+
+    def reward_loss(prompts, texts):  # a cheap reward on the completions (squad_f1 against SQuAD's answers)
+        return objective.evaluate(prompts, completions=texts, columns=cols).loss
+
+    rows = []
+    for name, w in workloads.items():
+        gen = dict(max_new_tokens=w["max_new_tokens"], stop_at_newline=w["stop_at_newline"])
+        prompts = w["prompts"]
+        for n in (1, 2):
+            inplace = MeZO(params, lr=0.0, eps=1e-3, n_spsa=n, record=False, seed=0)
+            batched = MeZO(params, lr=0.0, eps=1e-3, n_spsa=n, record=False, seed=0, evaluation="batched",
+                           module=lm.model)
+            lengths = []
+
+            def closure_inplace():
+                texts = lm.generate(prompts, **gen)
+                return reward_loss(prompts, texts)
+
+            def closure_batched(members):
+                per_member = lm.generate(prompts, members=len(members), **gen)
+                lengths.append(max(len(lm.tokenizer(t, add_special_tokens=False)["input_ids"]) for m in per_member for t in m))
+                return [reward_loss(prompts, texts) for texts in per_member]
+
+            def plain():  # inference on the batched step's rows: 2n copies of the prompts in one batch
+                lm.batch_size = 2 * n * len(prompts)
+                try:
+                    with torch.no_grad():
+                        lm.generate(prompts * (2 * n), **gen)
+                finally:
+                    lm.batch_size = len(prompts)
+
+            parts = {"D": lambda: lm.generate(prompts, **gen), "P": plain, "S_inplace": lambda: inplace.step(closure_inplace),
+                     "S_batched": lambda: batched.step(closure_batched)}
+            parts["D"]()  # warm-up
+            times = {k: [] for k in parts}
+            for rep in range(args.reps):
+                for k, fn in parts.items():
+                    times[k].append(timed(fn))
+                print(f"{name}, n_spsa={n} rep {rep + 1}: " + ", ".join(f"{k} {t[-1][0]:.2f} s" for k, t in times.items()),
+                      flush=True)
+            med = {k: tuple(statistics.median(x[i] for x in t) for i in (0, 1)) for k, t in times.items()}
+            row = {"workload": name, "n_spsa": n, "members": 2 * n, "medians": med, "all": times,
+                   "ratio": med["S_batched"][0] / (2 * n * med["D"][0]),
+                   "ratio_cpu": med["S_batched"][1] / (2 * n * med["D"][1]),
+                   "vs_inplace": med["S_batched"][0] / med["S_inplace"][0],
+                   "inplace_ratio": med["S_inplace"][0] / (2 * n * med["D"][0]), "longest_completion": max(lengths),
+                   "plain_ratio": med["P"][0] / (2 * n * med["D"][0]), "vs_plain": med["S_batched"][0] / med["P"][0],
+                   "vs_plain_cpu": med["S_batched"][1] / med["P"][1]}
+            rows.append(row)
+            print(f"[{name}, n_spsa={n}, {2 * n} members] population-batched step / two sequential decodes: "
+                  f"{row['ratio']:.2f}", flush=True)
+    print(f"\nSmolLM2-135M fp32, full-parameter MeZO (low-rank r=1), greedy, batch {args.batch}, {args.threads} threads; "
+          f"medians of {args.reps} (wall s; CPU ratios in brackets)")
+    print("| workload | n_spsa | members | D | P | S in-place | S batched | S_batched / (2n D) | P / (2n D) | "
+          "S_inplace / (2n D) | S_batched / S_inplace | S_batched / P |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for r in rows:
+        m = {k: v[0] for k, v in r["medians"].items()}
+        print(f"| {r['workload']} | {r['n_spsa']} | {r['members']} | {m['D']:.2f} | {m['P']:.2f} | {m['S_inplace']:.2f} | "
+              f"{m['S_batched']:.2f} | **{r['ratio']:.2f}** ({r['ratio_cpu']:.2f}) | {r['plain_ratio']:.2f} | "
+              f"{r['inplace_ratio']:.2f} | {r['vs_inplace']:.2f} | {r['vs_plain']:.2f} ({r['vs_plain_cpu']:.2f}) |")
+    return rows
+
+
+def _status_kb(field: str) -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    raise RuntimeError(f"{field} not in /proc/self/status")
+
+
+def memory_child(mode: str, members: int, args) -> dict:
+    """One process: peak RSS of a batched step with ``members`` members, or of inference on as many rows."""
+    lm = load_model("smollm2-135m", batch_size=args.batch * (members if mode == "inference" else 1))
+    prompts = RL_PROMPTS[: args.batch]
+    gen = dict(max_new_tokens=32, stop_at_newline=False)
+    opt = MeZO(lm.model.parameters(), lr=0.0, eps=1e-3, n_spsa=members // 2, record=False, evaluation="batched",
+               module=lm.model) if mode == "batched" else None
+    after_load = _status_kb("VmRSS")
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")  # reset VmHWM to the current RSS
+    for _ in range(2):
+        if mode == "batched":
+            opt.step(lambda ms: [float(len(t[0])) for t in lm.generate(prompts, members=len(ms), **gen)])
+        else:
+            with torch.no_grad():
+                lm.generate(prompts * members, **gen)  # the same M x 16 rows in one batch (lm.batch_size: 16 x M)
+    return {"mode": mode, "members": members, "after_load_mb": after_load / 1024, "peak_mb": _status_kb("VmHWM") / 1024}
+
+
+def memory(args) -> list[dict]:
+    import subprocess
+    import sys
+
+    out = []
+    for members in (2, 4):
+        for mode in ("inference", "batched"):
+            proc = subprocess.run([sys.executable, __file__, "--memory-child", mode, "--memory-members", str(members),
+                                   "--threads", str(args.threads), "--batch", str(args.batch)],
+                                  capture_output=True, text=True, check=True)
+            out.append(json.loads(proc.stdout.strip().splitlines()[-1]))
+            print(out[-1], flush=True)
+    print("\n| members | rows | inference peak RSS (MB) | batched step peak RSS (MB) | ratio |")
+    print("|---:|---:|---:|---:|---:|")
+    for members in (2, 4):
+        inf, bat = (next(r for r in out if r["members"] == members and r["mode"] == m) for m in ("inference", "batched"))
+        print(f"| {members} | {members * args.batch} | {inf['peak_mb']:.0f} | {bat['peak_mb']:.0f} | {bat['peak_mb'] / inf['peak_mb']:.3f} |")
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--reps", type=int, default=5)
@@ -115,8 +266,23 @@ def main():
     ap.add_argument("--modes", nargs="+", default=["full", "prefix"], choices=["full", "prefix"])
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--json")
+    ap.add_argument("--population", action="store_true", help="batched vs in-place steps (see above)")
+    ap.add_argument("--memory", action="store_true", help="peak RSS: batched step vs inference on as many rows")
+    ap.add_argument("--memory-child", choices=["inference", "batched"], help=argparse.SUPPRESS)
+    ap.add_argument("--memory-members", type=int, default=2, help=argparse.SUPPRESS)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
+    if args.memory_child:
+        print(json.dumps(memory_child(args.memory_child, args.memory_members, args)))
+        return
+    if args.population or args.memory:
+        result = {"population": population(args)} if args.population else {}
+        if args.memory:
+            result["memory"] = memory(args)
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump({"args": vars(args), **result}, f, indent=1)
+        return
     examples = tasks.get_task("squad").load_split("train", n=args.batch, seed=0)
     rows = [measure(mode, examples, args) for mode in args.modes]
     print(f"\nbatch {args.batch}, greedy, {args.max_new_tokens} new tokens, squad_f1; medians of {args.reps} (wall ms)")

@@ -25,6 +25,9 @@ Rows (``--rows`` picks a subset):
   reference            Algorithm 1 written the way the MeZO reference implementation writes it:
                        torch.manual_seed(step seed) before each of four sweeps (+eps, -2eps, +eps,
                        update), torch.normal per tensor, ``param.data = param.data + s * z * eps``
+  batched              the default noise (low-rank r = 1) with the batched member evaluation
+                       (``evaluation="batched"``): one forward over both members' 2 x 16 rows, the
+                       weights untouched, then the update; its closure returns each member's loss
 Peak memory: benchmarks/memory_run.py (one process per mode, the same rows).
 """
 from __future__ import annotations
@@ -53,6 +56,8 @@ ROWS = {
     "lowrank4": dict(noise="lowrank", rank=4),
     "reference": None,
 }
+# rows whose closure evaluates every member in one batched forward (not in memory_run.py's modes)
+BATCHED_ROWS = {"batched": dict(noise="lowrank", rank=1, evaluation="batched")}
 
 
 class ReferenceStyleMeZO:
@@ -88,17 +93,26 @@ class ReferenceStyleMeZO:
         return l_plus, l_minus
 
 
-def make_optimizer(row: str, params, lr: float = 1e-7, eps: float = 1e-3):
+def make_optimizer(row: str, params, lr: float = 1e-7, eps: float = 1e-3, model=None):
+    if row in BATCHED_ROWS:
+        return MeZO(params, lr=lr, eps=eps, record=False, module=model, **BATCHED_ROWS[row])
     if ROWS[row] is None:
         return ReferenceStyleMeZO(params, lr=lr, eps=eps)
     return MeZO(params, lr=lr, eps=eps, record=False, **ROWS[row])
 
 
 def make_loss(model, ids):
-    def loss():
+    """The closure: next-token cross-entropy on ``ids``; called with a step's members (batched rows),
+    one forward over M copies of ``ids`` (member-major) and each member's cross-entropy."""
+    def ce(logits, x):
+        return F.cross_entropy(logits[:, :-1].flatten(0, 1).float(), x[:, 1:].flatten())
+
+    def loss(members=None):
         with torch.no_grad():
-            logits = model(input_ids=ids).logits
-            return F.cross_entropy(logits[:, :-1].flatten(0, 1).float(), ids[:, 1:].flatten())
+            if members is None:
+                return ce(model(input_ids=ids).logits, ids)
+            logits = model(input_ids=ids.repeat(len(members), 1)).logits
+            return [ce(block, ids) for block in logits.chunk(len(members))]
     return loss
 
 
@@ -115,7 +129,7 @@ def timed(fn) -> tuple[float, float]:
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--rows", nargs="+", default=list(ROWS), choices=list(ROWS))
+    ap.add_argument("--rows", nargs="+", default=[*ROWS, *BATCHED_ROWS], choices=[*ROWS, *BATCHED_ROWS])
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--dtype", default="float32")
     ap.add_argument("--threads", type=int, default=2)
@@ -125,7 +139,7 @@ def main():
     model = load_model("smollm2-135m", dtype=args.dtype).model
     ids = batch(model.config.vocab_size)
     loss = make_loss(model, ids)
-    opts = {row: make_optimizer(row, list(model.parameters())) for row in args.rows}
+    opts = {row: make_optimizer(row, list(model.parameters()), model=model) for row in args.rows}
     loss()
     for row, opt in opts.items():  # warm-up: compiles the noise kernels where needed
         t = timed(lambda: opt.step(loss))[0]
@@ -133,9 +147,9 @@ def main():
     fwd, steps, own = [], {row: [] for row in opts}, {row: [] for row in opts}
     inner = []  # wall seconds of each closure call inside the step being timed
 
-    def timed_loss():
+    def timed_loss(*members):
         t = time.perf_counter()
-        out = loss()
+        out = loss(*members)
         inner.append(time.perf_counter() - t)
         return out
 
@@ -160,8 +174,9 @@ def main():
           f"{'S min':>7s} {'S/(2F)':>7s} {'ref/S':>6s} {'S/own':>6s}  noise / backend")
     for row, times in steps.items():
         (s_wall, s_cpu), opt = med[row], opts[row]
-        what = "reference style" if ROWS[row] is None else f"{opt.config['noise']}" + (
-            f" r={opt.config['rank']}" if opt.config["noise"] == "lowrank" else "") + f" / {opt.noise_backend}"
+        what = "reference style" if ROWS.get(row, 0) is None else f"{opt.config['noise']}" + (
+            f" r={opt.config['rank']}" if opt.config["noise"] == "lowrank" else "") + f" / {opt.noise_backend}" + (
+            " / batched members" if row in BATCHED_ROWS else "")
         r = {"row": row, "what": what, "S": s_wall, "S/2F": s_wall / (2 * f_wall), "ref/S": ref[0] / s_wall if ref else None,
              "S_cpu": s_cpu, "S/2F_cpu": s_cpu / (2 * f_cpu), "ref/S_cpu": ref[1] / s_cpu if ref else None, "S_all": times}
         s_min = min(t[0] for t in times)

@@ -35,8 +35,9 @@ from typing import Any, Optional
 
 from mezo_rl.defaults import MODE_ALIASES, MODE_DEFAULTS, MODES, mezo_options
 from mezo_rl.errors import ConfigError
+from mezo_rl.batched import check_evaluation
 from mezo_rl.noise import NOISES as NOISE_KINDS
-from mezo_rl.optim import ESTIMATORS, ON_NONFINITE, SCHEDULERS
+from mezo_rl.optim import ESTIMATORS, EVALUATIONS, ON_NONFINITE, SCHEDULERS
 
 def option(default: Any = dataclasses.MISSING, help: str = "", *, choices=None, min: Optional[int] = None,
            gt: Optional[float] = None, ge: Optional[float] = None, lt: Optional[float] = None,
@@ -251,6 +252,7 @@ class MeZOArguments(Arguments):
     momentum: float = option(0.0, "ZO-SGD momentum (Appendix B.2)", ge=0, lt=1)
     adam: bool = option(False, "ZO-Adam (Appendix B.2)")
     on_nonfinite: str = option("raise", "what a non-finite loss does", choices=ON_NONFINITE)
+    evaluation: str = option("auto", "how a step evaluates its members: inplace (perturb the weights, one member after another), batched (all members in one batched pass, the weights untouched until the update; --peft none needs --noise lowrank) or auto (batched for generation rewards, where it measured faster; inplace for scoring)", choices=["auto", *EVALUATIONS])
 
 
 @dataclass
@@ -340,6 +342,7 @@ class TrainingArguments(OutputArguments, EvalArguments, GenerationArguments, Com
         if self.num_generations > self.batch_size or self.batch_size % self.num_generations:
             raise ConfigError(f"--num-generations {self.num_generations} must divide --batch-size {self.batch_size} (the "
                               f"completions of a step: batch_size / num_generations prompts, num_generations each)")
+        check_evaluation(self.evaluation, self.peft, self.hyperparameters()["noise"], self.trainable)
 
     def hyperparameters(self) -> dict:
         """The MeZO keyword arguments of this run: lr, eps, weight_decay, noise, normalize (None for

@@ -20,6 +20,11 @@ log-probability is read at the mask. A label word of n tokens is scored at n con
     >>> lm = LanguageModel(model, tokenizer)
     >>> s = lm.score(["The movie was great. It was"], [[" terrible", " great"]])
     >>> s[0].mean.argmax()        # index of the more likely candidate
+
+Members (the batched evaluation of :mod:`mezo_rl.population`): ``score(..., members=M)`` and
+``generate(..., members=M)`` run every forward pass on M copies of their batch in member-major
+layout (rows [k*b, (k+1)*b) are member k's; ``batch_size`` counts the sequences of one member, so a
+forward holds M * batch_size rows) and return one result list per member. The model knows only M.
 """
 from __future__ import annotations
 
@@ -186,18 +191,27 @@ class LanguageModel:
             mask[b, : len(ids)] = 1
         return input_ids.to(self.device), mask.to(self.device)
 
-    def _base_with_norm_input(self, norm, input_ids, attention_mask):
-        """The base's output and its final norm's input, from one forward pass."""
+    def _base_with_norm_input(self, norm, input_ids, attention_mask, stop: bool = False):
+        """The base's output and its final norm's input, from one forward pass; with ``stop`` only the
+        norm's input (the pass ends there: hidden is None)."""
         seen = []
-        handle = norm.register_forward_pre_hook(lambda module, args: seen.append(args[0]))
+
+        def hook(module, args):
+            seen.append(args[0])
+            if stop:
+                raise _StopAtNorm()
+
+        handle = norm.register_forward_pre_hook(hook)
         try:
             hidden, _ = self._hidden(input_ids, attention_mask)
+        except _StopAtNorm:
+            hidden = None
         finally:
             handle.remove()
         return hidden, seen[-1]
 
     # ------------------------------------------------------------------ scoring
-    def score(self, prompts: list[str], candidates: list[list[str]]) -> list[CandidateScores]:
+    def score(self, prompts: list[str], candidates: list[list[str]], members: int | None = None):
         """Log-likelihood of each candidate continuation, over the candidate's tokens only.
 
         Args:
@@ -215,7 +229,11 @@ class LanguageModel:
         (for a causal LM: prompt + all but the last candidate token, so every single-token label word
         of one prompt) share one sequence, and the distinct sequences run in length-sorted batches of
         ``self.batch_size``. Padding never changes a score (batched == one at a time).
+
+        With ``members=M`` every forward runs on M copies of its batch in member-major layout and the
+        result is a list of M such lists, one per member (see the module docstring).
         """
+        M = _check_members(members)
         if len(prompts) != len(candidates):
             raise ValueError(f"score: got {len(prompts)} prompts but {len(candidates)} candidate lists")
         trunk = self._trunk_cache()
@@ -233,7 +251,8 @@ class LanguageModel:
                         trunk["encode"][key] = encode(p, c)
                     pairs.append(trunk["encode"][key])
         if trunk is not None:
-            return self._collect(self._score_cached(pairs, trunk), pairs, candidates)
+            per_member = [self._collect(t, pairs, candidates) for t in self._score_cached(pairs, trunk, M)]
+            return per_member if members is not None else per_member[0]
 
         # Pairs with the same input share one row. A causal input is prompt + candidate[:-1] (the last
         # candidate token is a target only), so e.g. all single-token label words of a prompt share one.
@@ -241,15 +260,17 @@ class LanguageModel:
         for j, (ids, _, _) in enumerate(pairs):
             rows.setdefault(tuple(ids), []).append(j)
         keys = sorted(rows, key=len)
-        totals = [None] * len(pairs)
+        totals = [[None] * len(pairs) for _ in range(M)]
         for start in range(0, len(keys), self.batch_size):
             batch = keys[start : start + self.batch_size]
-            sums = self._score_batch(batch, [[pairs[j] for j in rows[key]] for key in batch])
-            for key, row_sums in zip(batch, sums):
-                for j, s in zip(rows[key], row_sums):
-                    totals[j] = s
+            sums = self._score_batch(batch * M, [[pairs[j] for j in rows[key]] for key in batch] * M)
+            for k in range(M):  # member k's rows: the k-th copy of the batch
+                for key, row_sums in zip(batch, sums[k * len(batch):(k + 1) * len(batch)]):
+                    for j, s in zip(rows[key], row_sums):
+                        totals[k][j] = s
 
-        return self._collect(totals, pairs, candidates)
+        per_member = [self._collect(t, pairs, candidates) for t in totals]
+        return per_member if members is not None else per_member[0]
 
     @staticmethod
     def _collect(totals, pairs, candidates) -> list[CandidateScores]:
@@ -263,21 +284,22 @@ class LanguageModel:
             k += n
         return out
 
-    def _score_cached(self, pairs, trunk, chunk: int = 512) -> list[torch.Tensor]:
-        """Summed log-likelihood of each pair from the cached trunk outputs (filling the misses first).
+    def _score_cached(self, pairs, trunk, members: int = 1, chunk: int = 512) -> list[list[torch.Tensor]]:
+        """Per member, the summed log-likelihood of each pair from the cached trunk outputs (filling the
+        misses first).
 
         Pairs with the same cached entry (every single-token label word of one prompt) share its rows:
-        the final norm and the head run once per distinct entry, not once per pair."""
+        the final norm and the head run once per distinct entry (and member), not once per pair."""
         cache, norm = trunk["cache"], trunk["norm"]
         keys = [(tuple(ids), tuple(pos)) for ids, pos, _ in pairs]
         missing = sorted({k for k in keys if k not in cache}, key=lambda k: len(k[0]))
         for start in range(0, len(missing), self.batch_size):  # the trunk, once per new sequence
             batch = missing[start : start + self.batch_size]
-            with torch.no_grad():
-                _, pre = self._base_with_norm_input(norm, *self._right_padded([ids for ids, _ in batch]))
+            with torch.no_grad():  # the trunk is frozen: one copy of the batch, stopped before the norm
+                _, pre = self._base_with_norm_input(norm, *self._right_padded([ids for ids, _ in batch]), stop=True)
             for b, key in enumerate(batch):
                 cache[key] = pre[b, list(key[1])].clone()
-        totals = []
+        totals = [[] for _ in range(members)]
         for start in range(0, len(pairs), chunk):  # final norm + head over every distinct scored token at once
             part = range(start, min(start + chunk, len(pairs)))
             first_row: dict[tuple, int] = {}  # cached entry -> its first row in this chunk's block
@@ -288,14 +310,16 @@ class LanguageModel:
             rows = [first_row[keys[j]] + t for j in part for t in range(len(pairs[j][2]))]
             targets = [t for j in part for t in pairs[j][2]]
             owner = [i for i, j in enumerate(part) for _ in pairs[j][2]]
-            logits = self._logits(norm(torch.cat([cache[k] for k in first_row])))
-            dev = logits.device
-            rows_t = torch.tensor(rows, device=dev)
-            # log p(target) = logit(target) - logsumexp(logits): the same as log_softmax, without its
-            # second [rows, vocab] tensor
-            tok_lp = logits[rows_t, torch.tensor(targets, device=dev)] - torch.logsumexp(logits, dim=-1)[rows_t]
-            sums = torch.zeros(len(part), device=dev, dtype=torch.float32).index_add(0, torch.tensor(owner, device=dev), tok_lp)
-            totals += list(sums.unbind(0))
+            pre = torch.cat([cache[k] for k in first_row])
+            all_logits = self._logits(norm(pre.repeat(members, 1) if members > 1 else pre))
+            for k, logits in enumerate(all_logits.chunk(members)):
+                dev = logits.device
+                rows_t = torch.tensor(rows, device=dev)
+                # log p(target) = logit(target) - logsumexp(logits): the same as log_softmax, without its
+                # second [rows, vocab] tensor
+                tok_lp = logits[rows_t, torch.tensor(targets, device=dev)] - torch.logsumexp(logits, dim=-1)[rows_t]
+                sums = torch.zeros(len(part), device=dev, dtype=torch.float32).index_add(0, torch.tensor(owner, device=dev), tok_lp)
+                totals[k] += list(sums.unbind(0))
         return totals
 
     def encode(self, prompt: str, candidate: str):
@@ -397,7 +421,8 @@ class LanguageModel:
         temperature: float = 1.0,
         top_k: int | None = None,
         stop_at_newline: bool = True,
-    ) -> list[str]:
+        members: int | None = None,
+    ) -> list[str] | list[list[str]]:
         """Continue each prompt; return the new text only (without the stop newline / EOS).
 
         Batched decoding with the KV cache (prompts left-padded). Greedy by default; with
@@ -406,7 +431,14 @@ class LanguageModel:
         same prompts return the same text, so +eps and -eps perturbations see common random numbers.
         A sequence stops at EOS, at a token containing a newline (``stop_at_newline``), or after
         ``max_new_tokens``; text before the newline inside that token is kept.
+
+        With ``members=M`` every forward (prompt and decoding steps, KV cache included) runs on M copies
+        of the batch in member-major layout, and the result is a list of M lists of texts. Sampling
+        uses common random numbers: at every decoding step each member's block draws the same random
+        numbers as block 0 (the generator is rewound before each block), which are the numbers a call
+        without members would draw for the same prompts.
         """
+        M = _check_members(members)
         if not self.is_causal:
             raise ValueError("generate needs a causal LM; this is a masked LM")
         if max_new_tokens < 1:
@@ -417,17 +449,21 @@ class LanguageModel:
         if do_sample:
             gen = torch.Generator(device=self.device)
             gen.manual_seed(0 if seed is None else int(seed))
-        out = []
+        out = [[] for _ in range(M)]
         for start in range(0, len(prompts), self.batch_size):
-            out += self._generate_batch(prompts[start : start + self.batch_size], max_new_tokens, do_sample, gen,
-                                        temperature, top_k, stop_at_newline)
-        return out
+            chunk = prompts[start : start + self.batch_size]
+            texts = self._generate_batch(chunk, max_new_tokens, do_sample, gen, temperature, top_k, stop_at_newline, M)
+            for k in range(M):
+                out[k] += texts[k * len(chunk):(k + 1) * len(chunk)]
+        return out if members is not None else out[0]
 
-    def _generate_batch(self, prompts, max_new_tokens, do_sample, gen, temperature, top_k, stop_at_newline):
+    def _generate_batch(self, prompts, max_new_tokens, do_sample, gen, temperature, top_k, stop_at_newline,
+                        members: int = 1):
+        """Texts of ``members`` copies of ``prompts`` (member-major), decoded as one batch."""
         tok, dev = self.tokenizer, self.device
         enc = [tok(p, add_special_tokens=True)["input_ids"] for p in prompts]
         start_id = tok.bos_token_id if tok.bos_token_id is not None else tok.eos_token_id
-        enc = [(e or [start_id])[-(self.max_length - max_new_tokens) :] for e in enc]
+        enc = [(e or [start_id])[-(self.max_length - max_new_tokens) :] for e in enc] * members
         B, T = len(enc), max(len(e) for e in enc)
         input_ids = torch.full((B, T), tok.pad_token_id, dtype=torch.long)
         mask = torch.zeros((B, T), dtype=torch.long)
@@ -456,7 +492,15 @@ class LanguageModel:
                 if top_k:
                     kth = logits.topk(min(top_k, logits.shape[-1]), dim=-1).values[:, -1:]
                     logits = logits.masked_fill(logits < kth, -math.inf)
-                nxt = torch.multinomial(F.softmax(logits, dim=-1), 1, generator=gen).squeeze(1)
+                probs = F.softmax(logits, dim=-1)
+                if members == 1:
+                    nxt = torch.multinomial(probs, 1, generator=gen).squeeze(1)
+                else:  # common random numbers: every member's block draws what block 0 draws
+                    state, parts = gen.get_state(), []
+                    for block in probs.chunk(members):
+                        gen.set_state(state)
+                        parts.append(torch.multinomial(block, 1, generator=gen).squeeze(1))
+                    nxt = torch.cat(parts)
             else:
                 nxt = logits.argmax(-1)
             nxt = torch.where(done, torch.full_like(nxt, tok.pad_token_id), nxt)
@@ -493,6 +537,19 @@ class LanguageModel:
             pick = torch.tensor([len(e) - 1 for e in enc], device=dev) if self.is_causal else torch.zeros(len(enc), dtype=torch.long, device=dev)
             out.append(hidden[torch.arange(len(enc), device=hidden.device), pick.to(hidden.device)].float())
         return torch.cat(out)
+
+
+class _StopAtNorm(Exception):
+    """Ends a trunk-cache fill at the final norm's input (the norm and the head are not needed)."""
+
+
+def _check_members(members) -> int:
+    """The member count M of ``score`` / ``generate`` (1 without members)."""
+    if members is None:
+        return 1
+    if isinstance(members, bool) or not isinstance(members, int) or members < 1:
+        raise ValueError(f"members must be a positive integer (the number of member blocks), got {members!r}")
+    return members
 
 
 def _split_base_and_head(model):

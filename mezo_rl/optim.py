@@ -64,6 +64,19 @@ per-example rewards) and turns the M objects into M losses with ``f(objects)`` o
 the place for fitness shaping that needs the whole population (per-prompt centring across members).
 The engine never looks inside the objects.
 
+Batched evaluation: ``MeZO(params, ..., evaluation="batched", module=model)`` evaluates a step's M
+members in one batched pass with the weights untouched (:mod:`mezo_rl.population`): ``closure(members)``
+is called once with the M :class:`Member` descriptors, every forward of ``model`` inside it must hold
+M equal blocks of rows in member-major layout (rows [k*b, (k+1)*b) are member k's; see
+``LanguageModel.score/generate(..., members=M)``), each module holding a trainable tensor adds member
+k's perturbation to its block (activation-side ``sign_k eps (x A) B^T / sqrt(r)`` for low-rank
+matrices), and the closure returns M values (or M objects for ``fitness``). Then the same update as
+in place, without a restore to fuse it with: the estimator, the trajectory and replay are those of
+the in-place mode with the same seeds, and with no perturbation sweeps nothing drifts, in any dtype
+(bf16 included: a step at lr 0 leaves the weights bit for bit). Matrices of nn.Embedding need
+``noise="lowrank"``; element-wise noise on other matrices copies them per member (adapters).
+``evaluation`` is recorded in the trajectory, whose replay then applies only the updates.
+
 Exception safety: if the closure raises (anything, KeyboardInterrupt included) the parameters are
 restored before the exception propagates. If it returns a non-finite value the parameters are
 restored and, with ``on_nonfinite="raise"`` (default), ``FloatingPointError`` is raised; with
@@ -86,22 +99,25 @@ from typing import Iterable
 import torch
 
 from mezo_rl import noise as _noise
+from mezo_rl.population import Member, MemberPlan, step_members
 from mezo_rl.trajectory import STATUS, Trajectory
 
-__all__ = ["MeZO", "StepResult", "get_scheduler", "replay_trajectory", "ESTIMATORS", "ON_NONFINITE", "SCHEDULERS"]
+__all__ = ["MeZO", "Member", "StepResult", "get_scheduler", "replay_trajectory", "ESTIMATORS", "EVALUATIONS",
+           "ON_NONFINITE", "SCHEDULERS"]
 
 #: accepted values of MeZO's ``estimator`` / ``on_nonfinite`` and of :func:`get_scheduler`'s ``name``
 #: (the one declaration: command-line choices can be read from here, as noise kinds from ``noise.NOISES``)
 ESTIMATORS = ("two_point", "one_point", "es")
+EVALUATIONS = ("inplace", "batched")
 ON_NONFINITE = ("raise", "skip")
 SCHEDULERS = ("constant", "linear")
 _NORMALIZE = (None, "std")
 #: options of the whole run (the same in every param group), with their defaults
 _RUN_DEFAULTS = dict(n_spsa=1, noise="lowrank", rank=1, lowrank_interval=1, normalize=None,
                      estimator="two_point", momentum=0.0, adam=False, betas=(0.9, 0.999), adam_eps=1e-8,
-                     seed=0, on_nonfinite="raise", noise_backend="auto")
+                     seed=0, on_nonfinite="raise", noise_backend="auto", evaluation="inplace")
 #: options added after the first trajectory format, with the value that reproduces older runs
-_ADDED_LATER = {k: _RUN_DEFAULTS[k] for k in ("rank", "lowrank_interval", "normalize")}
+_ADDED_LATER = {k: _RUN_DEFAULTS[k] for k in ("rank", "lowrank_interval", "normalize", "evaluation")}
 
 
 @dataclass
@@ -177,6 +193,10 @@ class MeZO(torch.optim.Optimizer):
         noise_backend: ``"auto"`` (element-wise noise: compiled if torch.compile works, else
             torch; low-rank: torch), ``"compiled"`` or ``"torch"``; see :mod:`mezo_rl.noise`.
         record: keep ``opt.trajectory`` (default True).
+        evaluation: ``"inplace"`` (default: the closure runs once per member, the weights perturbed in
+            place) or ``"batched"`` (``closure(members)`` runs once, ``module`` evaluating every member
+            in member-major row blocks; see the module docstring and :mod:`mezo_rl.population`).
+        module: the model the parameters belong to (``evaluation="batched"`` only; not needed to replay).
 
     Every hyperparameter is in ``opt.defaults`` (and, as in ``torch.optim``, in every param
     group); those of the whole run (all but lr, eps, weight_decay) cannot differ between groups.
@@ -186,7 +206,8 @@ class MeZO(torch.optim.Optimizer):
                  n_spsa: int = 1, noise: str = "lowrank", rank: int = 1, lowrank_interval: int = 1,
                  normalize: str | None = None, estimator: str = "two_point",
                  momentum: float = 0.0, adam: bool = False, betas=(0.9, 0.999), adam_eps: float = 1e-8,
-                 seed: int = 0, on_nonfinite: str = "raise", noise_backend: str = "auto", record: bool = True):
+                 seed: int = 0, on_nonfinite: str = "raise", noise_backend: str = "auto", record: bool = True,
+                 evaluation: str = "inplace", module: torch.nn.Module | None = None):
         if noise not in _noise.NOISES:
             raise ValueError(f"noise must be one of {_noise.NOISES}, got {noise!r}")
         if estimator not in ESTIMATORS:
@@ -197,6 +218,10 @@ class MeZO(torch.optim.Optimizer):
             raise ValueError(f"noise_backend must be one of {_noise.BACKENDS}, got {noise_backend!r}")
         if normalize not in _NORMALIZE:
             raise ValueError(f"normalize must be one of {_NORMALIZE}, got {normalize!r}")
+        if evaluation not in EVALUATIONS:
+            raise ValueError(f"evaluation must be one of {EVALUATIONS}, got {evaluation!r}")
+        if module is not None and evaluation != "batched":
+            raise ValueError("module= is for evaluation='batched' (the in-place mode needs only the parameters)")
         for name, value in (("n_spsa", n_spsa), ("rank", rank), ("lowrank_interval", lowrank_interval)):
             if not (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
                 raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
@@ -217,7 +242,7 @@ class MeZO(torch.optim.Optimizer):
         self.config = dict(n_spsa=n_spsa, noise=noise, rank=rank, lowrank_interval=lowrank_interval,
                            normalize=normalize, estimator=estimator, momentum=float(momentum),
                            adam=bool(adam), betas=[float(b) for b in betas], adam_eps=float(adam_eps),
-                           seed=seed, on_nonfinite=on_nonfinite, noise_backend=noise_backend)
+                           seed=seed, on_nonfinite=on_nonfinite, noise_backend=noise_backend, evaluation=evaluation)
         assert self.config.keys() == _RUN_DEFAULTS.keys()
         super().__init__(params, dict(lr=lr, eps=eps, weight_decay=weight_decay, **self.config))
         self._samples = 0          # noise samples drawn so far; the next seed is seed * 2**32 + _samples
@@ -226,6 +251,10 @@ class MeZO(torch.optim.Optimizer):
         self._noise = None         # NoiseSpec with the resolved backend, fixed at the first step
         self._record = record
         self.trajectory = Trajectory()
+        self._plan = None          # batched evaluation: how the module evaluates a step's members
+        self._replaying = False
+        if module is not None:
+            self._plan = MemberPlan(module, [e for e in self._flat() if e[1].requires_grad], noise, self.members_per_step)
 
     def add_param_group(self, param_group: dict) -> None:
         super().add_param_group(param_group)
@@ -288,10 +317,13 @@ class MeZO(torch.optim.Optimizer):
                              "step; a trajectory describes one fixed setup: build a new MeZO for the new setup")
         return trainable
 
-    def _sweep(self, entries, seed: int, a_mult: float, update=None) -> None:
-        """For every trainable tensor: p <- (p + a_mult*eps*z) * c + b*z, (b, c) = update(group)."""
+    def _sweep(self, entries, seed: int, a_mult: float, update=None, skip_identity: bool = False) -> None:
+        """For every trainable tensor: p <- (p + a_mult*eps*z) * c + b*z, (b, c) = update(group).
+        ``skip_identity``: leave a tensor alone where that is the identity (a_mult = b = 0, c = 1)."""
         for idx, p, group in entries:
             b, c = update(group) if update is not None else (0.0, 1.0)
+            if skip_identity and a_mult == 0.0 and b == 0.0 and c == 1.0:
+                continue
             self._noise.axpy_(p, seed, idx, a=a_mult * group["eps"], b=b, c=c)
 
     def _grads(self, values: list[float], eps: float, spread: float | None) -> list[float]:
@@ -315,7 +347,9 @@ class MeZO(torch.optim.Optimizer):
         """One MeZO step. ``closure()`` is called once per member (see the module docstring) with
         the parameters perturbed in place, under torch.no_grad(), and returns the loss to minimise;
         or, with ``fitness``, any object, and ``fitness(objects)`` returns the M losses once every
-        member ran. Returns a :class:`StepResult`."""
+        member ran. With ``evaluation="batched"``, ``closure(members)`` is called once, with the
+        module evaluating every member in member-major row blocks, and returns M values (or M
+        objects for ``fitness``). Returns a :class:`StepResult`."""
         if closure is None:
             raise ValueError("MeZO.step needs a closure: MeZO evaluates the loss itself (it has no gradients)")
         entries = self._prepare()
@@ -331,13 +365,15 @@ class MeZO(torch.optim.Optimizer):
         buffered = cfg["adam"] or cfg["momentum"] > 0
         lrs = [g["lr"] for g in self.param_groups]
         epss = [g["eps"] for g in self.param_groups]
+        batched = cfg["evaluation"] == "batched"
         values: list[float] = []
         outcomes: list = []  # what the closure returned, per member (fitness turns them into values)
         offset = None  # (seed, mult): the parameters are currently theta + mult * eps * z(seed)
 
         def check(v):
             if not math.isfinite(v):
-                raise FloatingPointError(f"the closure returned a non-finite loss ({v}) at call {len(values)} of the step")
+                raise FloatingPointError(f"the closure returned a non-finite loss ({v}) at "
+                                         f"{'member' if batched else 'call'} {len(values)} of the step")
 
         def call():
             if fitness is not None:
@@ -347,7 +383,13 @@ class MeZO(torch.optim.Optimizer):
             check(values[-1])
 
         try:
-            for j, s in enumerate(seeds):
+            for value in self._evaluate_members(entries, closure, seeds) if batched else ():
+                if fitness is not None:
+                    outcomes.append(value)
+                else:
+                    values.append(_as_float(value))
+                    check(values[-1])
+            for j, s in enumerate(() if batched else seeds):
                 self._sweep(entries, s, +1.0)
                 offset = (s, 1.0)
                 call()
@@ -400,6 +442,10 @@ class MeZO(torch.optim.Optimizer):
 
         if buffered:
             self._buffered_update(entries, seeds, group_grads)
+        elif batched:  # the weights are at theta: the same updates, without a restore to fuse
+            self._sweep(entries, seeds[-1], 0.0, update=sgd(n - 1, decay=True), skip_identity=True)
+            for j in range(n - 1):
+                self._sweep(entries, seeds[j], 0.0, update=sgd(j, decay=False), skip_identity=True)
         else:
             self._sweep(entries, seeds[-1], -offset[1], update=sgd(n - 1, decay=True))  # restore + update, fused
             for j in range(n - 1):  # Algorithm 2: the other samples' updates
@@ -413,6 +459,26 @@ class MeZO(torch.optim.Optimizer):
         return StepResult(loss_plus=sum(plus) / len(plus), loss_minus=None if one_point or es else sum(minus) / len(minus),
                           projected_grads=grads, seeds=seeds, loss=sum(values) / len(values), lr=lrs[0],
                           values=values, spread=spread)
+
+    def _evaluate_members(self, entries, closure, seeds: list[int]) -> list:
+        """Batched evaluation: ``closure(members)`` once, with the module evaluating every member; its M values."""
+        members = step_members(seeds, self.config["estimator"])
+        if self._replaying:  # the replay closure hands back the logged values; nothing is evaluated
+            return list(closure(members))
+        if self._plan is None:
+            raise ValueError("evaluation='batched' needs the model the parameters belong to: "
+                             "MeZO(params, evaluation='batched', module=model)")
+        if set(self._plan.entries) != {id(p) for _, p, _ in entries}:  # requires_grad changed before the first step
+            self._plan = MemberPlan(self._plan.module, entries, self.config["noise"], self.members_per_step)
+        with self._plan.applied(self._noise, members, entries):
+            out = closure(members)
+        if isinstance(out, (str, bytes)) or not hasattr(out, "__len__"):
+            raise ValueError(f"the batched closure must return {len(members)} values, one per member; "
+                             f"got {type(out).__name__}")
+        if len(out) != len(members):
+            raise ValueError(f"the batched closure returned {len(out)} values for {len(members)} members; "
+                             f"it must return one per member ({len(members)})")
+        return list(out)
 
     def _buffered_update(self, entries, seeds, group_grads) -> None:
         """Momentum / Adam: materialise z per tensor and update the per-tensor float32 buffers."""
@@ -456,23 +522,31 @@ class MeZO(torch.optim.Optimizer):
         RuntimeError where the replay diverges from the log (an abort or projected gradient that
         differs). Build the optimizer with :func:`replay_trajectory` unless you know its setup."""
         entries = self._prepare()
+        batched = self.config["evaluation"] == "batched"
         for t, row in enumerate(trajectory):
+            if batched and row.status != STATUS["applied"]:
+                continue  # a batched step that aborted or was skipped never touched the weights
             for g, lr, eps in zip(self.param_groups, row.lrs, row.epss):
                 g["lr"], g["eps"] = lr, eps
             recorded = iter(row.values[: row.calls])
 
-            def closure():
+            def closure(members=None):
+                if members is not None:
+                    return list(recorded)
                 try:
                     return next(recorded)
                 except StopIteration:
                     raise _ReplayAbort() from None
 
             try:
+                self._replaying = True
                 res = self._step(entries, closure, list(row.seeds))
             except (_ReplayAbort, FloatingPointError):
                 if row.status != STATUS["aborted"]:
                     raise RuntimeError(f"replay diverged at step {t}: it aborted, the run did not") from None
                 continue
+            finally:
+                self._replaying = False
             if row.status == STATUS["applied"] and res.projected_grads != list(row.projected_grads):
                 raise RuntimeError(f"replay diverged at step {t}: projected gradients differ")
 

@@ -115,21 +115,44 @@ def model_outputs(lm, examples, needs, *, sample_seed: Optional[int] = None, max
     (sampled generation draws G different completions). An empty batch (a distributed rank's empty
     shard) gives empty lists.
     """
+    return member_outputs(lm, examples, needs, None, sample_seed=sample_seed, max_new_tokens=max_new_tokens,
+                          do_sample=do_sample, temperature=temperature, gold_only=gold_only,
+                          num_generations=num_generations)[0]
+
+
+def member_outputs(lm, examples, needs, members, *, sample_seed: Optional[int] = None, max_new_tokens: int = 32,
+                   do_sample: bool = False, temperature: float = 1.0, gold_only: bool = False,
+                   num_generations: int = 1) -> list[ModelOutputs]:
+    """:func:`model_outputs` of every member of a batched MeZO step, from one pass: ``lm.score`` /
+    ``lm.generate`` with ``members=M`` (every forward holds the M members' blocks of rows; see
+    :mod:`mezo_rl.population`), split into one ``ModelOutputs`` per member, in member order.
+
+    ``members``: the step's members (a sequence) or their count M; None: the plain call (a list of one).
+    Sampled generation draws the same random numbers for every member (common random numbers).
+    """
     groups = [i for i in range(len(examples)) for _ in range(num_generations)]
     examples = [examples[i] for i in groups]
-    out = ModelOutputs(prompts=[ex.prompt if ex.messages is None else ex.messages for ex in examples],
-                       labels=[ex.label for ex in examples], columns=example_columns(examples), groups=groups)
+    M = 1 if members is None else members if isinstance(members, int) else len(members)
+    kw = {} if members is None else {"members": M}
+    per_member = (lambda got: [got]) if members is None else (lambda got: got)
+    outs = [ModelOutputs(prompts=[ex.prompt if ex.messages is None else ex.messages for ex in examples],
+                         labels=[ex.label for ex in examples], columns=example_columns(examples), groups=groups)
+            for _ in range(M)]
     if "scores" in needs:
-        score_prompts, candidates, out.labels = score_requests(examples, lm.is_causal, gold_only)
-        out.candidate_scores = lm.score(score_prompts, candidates) if examples else []
+        score_prompts, candidates, labels = score_requests(examples, lm.is_causal, gold_only)
+        scores = per_member(lm.score(score_prompts, candidates, **kw)) if examples else [[] for _ in range(M)]
+        for out, member_scores in zip(outs, scores):
+            out.labels, out.candidate_scores = list(labels), member_scores
     if "generation" in needs:
-        gen_kwargs = dict(max_new_tokens=max_new_tokens, do_sample=do_sample, seed=sample_seed)
+        gen_kwargs = dict(max_new_tokens=max_new_tokens, do_sample=do_sample, seed=sample_seed, **kw)
         if do_sample:
             gen_kwargs["temperature"] = temperature
-        out.texts = lm.generate(prompt_texts(lm, examples), **gen_kwargs) if examples else []
-        out.completions = [text if ex.messages is None else [{"role": "assistant", "content": text}]
-                           for ex, text in zip(examples, out.texts)]
-    return out
+        texts = per_member(lm.generate(prompt_texts(lm, examples), **gen_kwargs)) if examples else [[] for _ in range(M)]
+        for out, member_texts in zip(outs, texts):
+            out.texts = member_texts
+            out.completions = [text if ex.messages is None else [{"role": "assistant", "content": text}]
+                               for ex, text in zip(examples, member_texts)]
+    return outs
 
 
 def objective_outputs(lm, objective, examples, *, sample_seed=None, max_new_tokens=32, do_sample=False,
@@ -139,12 +162,25 @@ def objective_outputs(lm, objective, examples, *, sample_seed=None, max_new_toke
     Returns the objective's output (``.loss``, ``.components``, ``.values``, ``.sums``, ``.counts``;
     ``.groups``: the example each row came from, see :class:`ModelOutputs`).
     """
+    return member_objective_outputs(lm, objective, examples, None, sample_seed=sample_seed,
+                                    max_new_tokens=max_new_tokens, do_sample=do_sample, temperature=temperature,
+                                    num_generations=num_generations)[0]
+
+
+def member_objective_outputs(lm, objective, examples, members, *, sample_seed=None, max_new_tokens=32,
+                             do_sample=False, temperature=1.0, num_generations=1) -> list:
+    """:func:`objective_outputs` of every member of a batched MeZO step: :func:`member_outputs`, then the
+    objective on each member's outputs separately (one objective output per member, in member order)."""
     with torch.no_grad():
-        outputs = model_outputs(lm, examples, objective.needs, sample_seed=sample_seed, max_new_tokens=max_new_tokens,
-                                do_sample=do_sample, temperature=temperature, num_generations=num_generations)
-    result = objective.evaluate(**outputs.as_kwargs())
-    result.groups = outputs.groups
-    return result
+        outs = member_outputs(lm, examples, objective.needs, members, sample_seed=sample_seed,
+                              max_new_tokens=max_new_tokens, do_sample=do_sample, temperature=temperature,
+                              num_generations=num_generations)
+    results = []
+    for outputs in outs:
+        result = objective.evaluate(**outputs.as_kwargs())
+        result.groups = outputs.groups
+        results.append(result)
+    return results
 
 
 def bf16_is_native() -> bool:

@@ -267,7 +267,13 @@ class PrefixKV(nn.Module):
 
     Every query of the layer attends to these m positions in addition to the real tokens (also the
     left-padding rows and every generation step; the KV cache itself never holds them).
+
+    Batched member evaluation (:mod:`mezo_rl.population`) sets ``member_params`` to per-member copies
+    ``{"keys": [M, kv_heads, m, head_dim], "values": ...}`` for the duration of a pass; rows
+    [k*b, (k+1)*b) of every batch then attend to member k's prefix.
     """
+
+    accepts_member_params = True
 
     def __init__(self, keys: torch.Tensor, values: torch.Tensor, attn_implementation: str, eager_fn=None):
         super().__init__()
@@ -275,10 +281,22 @@ class PrefixKV(nn.Module):
         self.values = nn.Parameter(values.clone())
         self.attn_implementation = attn_implementation   # the layer's own attention: "sdpa" or "eager"
         self.eager_fn = eager_fn                         # the model's eager_attention_forward (for "eager")
+        self.member_params = None
 
     @property
     def num_tokens(self) -> int:
         return self.keys.shape[1]
+
+    def expanded(self, name: str, batch: int, dtype) -> torch.Tensor:
+        """``keys`` or ``values`` for a batch of ``batch`` rows: [batch, kv_heads, m, head_dim]."""
+        per_member = (self.member_params or {}).get(name)
+        if per_member is None:
+            return getattr(self, name).to(dtype).expand(batch, -1, -1, -1)
+        M = per_member.shape[0]
+        if batch % M:
+            raise ValueError(f"evaluation='batched': a prefix attention got {batch} rows for {M} members; every "
+                             f"forward pass of a batched closure must hold {M} equal blocks of rows")
+        return per_member.to(dtype)[:, None].expand(-1, batch // M, -1, -1, -1).reshape(batch, *per_member.shape[1:])
 
 
 def _apply_prefix(model, tokenizer, *, num_prefix_tokens, seed):
@@ -344,8 +362,8 @@ def _prefix_attention(module, query, key, value, attention_mask, **kwargs):
     """Attention with the layer's prefix keys/values in front of the real (and cached) ones."""
     prefix = getattr(module, _PREFIX_ATTR)
     m, batch = prefix.num_tokens, key.shape[0]
-    key = torch.cat([prefix.keys.to(key.dtype).expand(batch, -1, -1, -1), key], dim=2)
-    value = torch.cat([prefix.values.to(value.dtype).expand(batch, -1, -1, -1), value], dim=2)
+    key = torch.cat([prefix.expanded("keys", batch, key.dtype), key], dim=2)
+    value = torch.cat([prefix.expanded("values", batch, value.dtype), value], dim=2)
     is_causal = kwargs.pop("is_causal", None)
     is_causal = getattr(module, "is_causal", True) if is_causal is None else is_causal
     q_len, kv_len = query.shape[2], key.shape[2] - m

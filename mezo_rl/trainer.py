@@ -36,8 +36,9 @@ from mezo_rl.callbacks import ProgressCallback, TensorBoardCallback, TrainerCall
 from mezo_rl.distributed import DistContext
 from mezo_rl.errors import ConfigError, UserError
 from mezo_rl.evaluation import OBJECTIVE, evaluate
+from mezo_rl.batched import evaluation_options
 from mezo_rl.optim import MeZO, get_scheduler
-from mezo_rl.outputs import autocast, example_columns, model_outputs, objective_outputs
+from mezo_rl.outputs import autocast, example_columns, member_objective_outputs, model_outputs, objective_outputs
 from mezo_rl.rundir import TrainerState, build_model, param_groups, trainable_parameters
 from mezo_rl.runguard import InterruptGuard
 from mezo_rl.trajectory import STATUS
@@ -135,7 +136,8 @@ class Trainer:
                               weight_decay=h["weight_decay"], n_spsa=h["n_spsa"], noise=h["noise"],
                               rank=args.rank, lowrank_interval=args.lowrank_interval, normalize=h["normalize"],
                               estimator=args.estimator, momentum=args.momentum, adam=args.adam, seed=args.seed,
-                              on_nonfinite=args.on_nonfinite)
+                              on_nonfinite=args.on_nonfinite,
+                              **evaluation_options(args, self.objective.needs, self.lm.model))
         self.scheduler = get_scheduler(args.lr_scheduler, self.optimizer, max(args.steps, 1))
         self.state = TrainerState()
         self.trajectory = None  # the run's Trajectory, set when training ends (also opt.trajectory while training)
@@ -200,6 +202,16 @@ class Trainer:
         gets the same loss)."""
         return self.member_losses([self.member_outcome(examples, sample_seed)])[0][0]
 
+    def member_outcomes(self, examples, members, sample_seed: Optional[int] = None) -> list:
+        """issue 28 (``--evaluation batched``): :meth:`member_outcome` of every member of the step, from one
+        member-batched pass (``mezo_rl.outputs.member_objective_outputs``); the weights stay in place."""
+        a = self.args
+        with self._guard.interruptible(), autocast(a.autocast, self.lm.device.type):
+            return member_objective_outputs(self.lm, self.objective, self.dist.shard(examples), members,
+                                            sample_seed=sample_seed, max_new_tokens=a.max_new_tokens,
+                                            do_sample=a.do_sample, temperature=a.temperature,
+                                            num_generations=a.num_generations)
+
     def training_step(self) -> dict:
         """One MeZO step on the batch of ``self.step``; returns the metrics.jsonl record."""
         a, train = self.args, self.splits["train"]
@@ -214,7 +226,11 @@ class Trainer:
             return losses
 
         bytes_before, lr, t0 = self.dist.bytes_communicated, self.optimizer.param_groups[0]["lr"], time.perf_counter()
-        res = self.optimizer.step(lambda: self.member_outcome(batch, sample_seed), fitness=fitness)
+        if self.optimizer.config["evaluation"] == "batched":  # issue 28: every member in one batched pass
+            closure = lambda members: self.member_outcomes(batch, members, sample_seed)  # noqa: E731
+        else:
+            closure = lambda: self.member_outcome(batch, sample_seed)  # noqa: E731
+        res = self.optimizer.step(closure, fitness=fitness)
         self.scheduler.step()
         self.state.step += 1
         record = {"step": self.step, "loss": _num(res.loss), "loss_plus": _num(res.loss_plus),

@@ -1,0 +1,201 @@
+"""Batched member evaluation in runs: ``--evaluation``, the trainer's batched closure
+(``Trainer.member_outcomes`` -> ``mezo_rl.outputs.member_objective_outputs``), resume, and data
+parallelism on 2 gloo ranks (every rank evaluates its shard for all members; only scalars cross)."""
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+import torch
+
+from conftest import make_tiny_causal_lm
+from mezo_rl.arguments import TrainingArguments
+from mezo_rl.batched import resolve_evaluation
+from mezo_rl.distributed import DistContext
+from mezo_rl.lm import LanguageModel
+from mezo_rl.optim import MeZO
+from mezo_rl.outputs import member_outputs, model_outputs
+from mezo_rl.rundir import load_run
+from mezo_rl.trajectory import Trajectory, replay_trajectory
+from tasks import get_task
+from test_distributed import _join, _spawn
+from test_population import CANDIDATES, PROMPTS, choice_loss, loss_tolerance
+from test_trainer import make_args, splits, sst2_like, weights
+
+
+@pytest.fixture()
+def factory(tiny_tokenizer):
+    return lambda: LanguageModel(make_tiny_causal_lm(tiny_tokenizer), tiny_tokenizer)
+
+
+def test_evaluation_option_auto_and_refusals():
+    gen, scores = {"generation"}, {"scores"}
+    assert resolve_evaluation("auto", gen, "none", "lowrank") == "batched"
+    assert resolve_evaluation("auto", gen, "lora", "gaussian") == "batched"
+    assert resolve_evaluation("auto", scores, "none", "lowrank") == "inplace"
+    assert resolve_evaluation("auto", gen, "none", "gaussian") == "inplace"  # full model + element-wise noise
+    assert resolve_evaluation("inplace", gen, "none", "lowrank") == "inplace"
+    assert resolve_evaluation("batched", scores, "norm", "rademacher") == "batched"
+    assert TrainingArguments().evaluation == "auto"
+    with pytest.raises(ValueError, match=r"^--evaluation batched perturbs the model's matrices activation-side, which "
+                                         r"needs --noise lowrank \(the default of --peft none\), got --noise gaussian; "
+                                         r"or use --evaluation inplace$"):
+        TrainingArguments(peft="none", noise="gaussian", evaluation="batched")
+    TrainingArguments(peft="none", noise="gaussian", evaluation="batched", trainable="norm")  # 1-D tensors: fine
+    with pytest.raises(ValueError, match="accepted: auto, inplace, batched"):
+        TrainingArguments(evaluation="parallel")
+
+
+def test_member_outputs_are_model_outputs_per_member(factory):
+    lm = factory()
+    examples = sst2_like(5, 0)
+    for needs in ({"scores"}, {"generation"}):
+        plain = model_outputs(lm, examples, needs, max_new_tokens=4, do_sample=True, sample_seed=3, num_generations=2)
+        members = member_outputs(lm, examples, needs, 3, max_new_tokens=4, do_sample=True, sample_seed=3,
+                                 num_generations=2)
+        assert len(members) == 3
+        for out in members:  # no perturbation: every member is the plain call (sampling: the same numbers)
+            assert out.prompts == plain.prompts and out.groups == plain.groups and out.labels == plain.labels
+            assert out.completions == plain.completions and out.texts == plain.texts
+            if needs == {"scores"}:
+                for s, ref in zip(out.candidate_scores, plain.candidate_scores):
+                    torch.testing.assert_close(s.sum, ref.sum, atol=1e-5, rtol=0)
+    assert member_outputs(lm, [], {"scores", "generation"}, 2)[1].completions == []
+
+
+def _train(args, factory):
+    from mezo_rl.trainer import Trainer
+
+    trainer = Trainer(args, lm=factory(), lm_factory=factory, task=get_task("sst2"), splits=splits())
+    return trainer, trainer.train()
+
+
+def _steps(run_dir):
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()
+            if "split" not in json.loads(line)]
+
+
+@pytest.mark.parametrize("shaping", ["none", "group"])
+def test_a_generation_run_makes_one_batched_decode_per_step_and_matches_the_inplace_run(tmp_path, factory, shaping):
+    """Greedy completions are discrete: the batched run's members decode the same texts as the in-place
+    run's (the perturbed logits agree to float32 rounding, far from any tie here), so every member's
+    reward, every step's loss and every update are the same; the batched run decodes once per step."""
+    from rewards import register_reward, unregister_reward
+
+    @register_reward("test_len_batched", higher_is_better=True, needs="generation")
+    def length(prompts, completions, **columns):
+        return [float(len(c)) for c in completions]
+
+    calls = []
+    try:
+        runs = {}
+        for evaluation in ("inplace", "batched"):
+            lm = factory()
+            generate = lm.generate
+
+            def spy(prompts, **kw):
+                calls.append((evaluation, kw.get("members")))
+                return generate(prompts, **kw)
+
+            lm.generate = spy
+            from mezo_rl.trainer import Trainer
+
+            kw = dict(do_sample=True, num_generations=2) if shaping == "group" else {}
+            args = make_args(tmp_path, evaluation, reward=["test_len_batched"], steps=3, eval_steps=10, max_new_tokens=4,
+                             lr=1e-2, eps=0.1, evaluation=evaluation, reward_shaping=shaping, **kw)
+            trainer = Trainer(args, lm=lm, lm_factory=factory, task=get_task("sst2"), splits=splits())
+            trainer.train()
+            runs[evaluation] = trainer
+    finally:
+        unregister_reward("test_len_batched")
+    assert [c for c in calls if c[0] == "batched" and c[1] is not None] == [("batched", 2)] * 3
+    assert runs["batched"].trajectory.header["evaluation"] == "batched"
+    a, b = (runs[e].trajectory for e in ("inplace", "batched"))
+    assert a.values.tolist() == b.values.tolist() and a.projected_grads.tolist() == b.projected_grads.tolist()
+    assert any(g != 0 for g in b.projected_grads.ravel())
+    wa, wb = (weights(load_run(tmp_path / e, "final", lm=factory())[0]) for e in ("inplace", "batched"))
+    # the same updates, from the same weights; the in-place run's sweeps round the weights 3 times a step
+    assert all(torch.allclose(x, y, atol=1e-6, rtol=0) for x, y in zip(wa, wb))
+
+
+def test_a_batched_run_resumes_and_replays_bit_identically(tmp_path, factory):
+    kw = dict(evaluation="batched", reward=["cross_entropy"])
+    _train(make_args(tmp_path, "full", **kw), factory)
+    _train(make_args(tmp_path, "split", steps=3, **kw), factory)
+    _train(make_args(tmp_path, "split", steps=6, resume=True, **kw), factory)
+    a, _, _ = load_run(tmp_path / "full", "final", lm=factory())
+    b, _, _ = load_run(tmp_path / "split", "final", lm=factory())
+    assert all(torch.equal(x, y) for x, y in zip(weights(a), weights(b)))
+    assert [r["loss_plus"] for r in _steps(tmp_path / "full")] == [r["loss_plus"] for r in _steps(tmp_path / "split")]
+    start = weights(factory())
+    assert any(not torch.equal(x, y) for x, y in zip(start, weights(a)))
+
+
+# ---------------------------------------------------------------------------- data parallel
+def _dp_batched(ctx, lm, steps, seed=0):
+    """Every rank scores its shard for all members in one batched pass; per member (sum, count) of the
+    choice cross-entropy, all members' scalars in one all-reduce."""
+    opt = MeZO(lm.model.parameters(), lr=1e-2, eps=0.3, n_spsa=2, seed=seed, evaluation="batched", module=lm.model)
+    losses = []
+    for _ in range(steps):
+        shard = ctx.shard(list(range(len(PROMPTS))))
+
+        def closure(members):
+            per_member = lm.score([PROMPTS[i] for i in shard], [CANDIDATES[i] for i in shard], members=len(members))
+            local = []
+            for scores in per_member:
+                local += [choice_loss(scores) * len(scores) if scores else 0.0, float(len(scores))]
+            total = ctx.all_reduce_sum(local)
+            losses.append([total[2 * k] / total[2 * k + 1] for k in range(len(members))])
+            return losses[-1]
+
+        opt.step(closure)
+    return losses, opt
+
+
+def _dp_worker(rank, world_size, port, model_dir, out_dir, steps):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    ctx = _join(rank, world_size, port)
+    try:
+        lm = LanguageModel(AutoModelForCausalLM.from_pretrained(model_dir).eval(), AutoTokenizer.from_pretrained(model_dir))
+        before = ctx.bytes_communicated
+        losses, opt = _dp_batched(ctx, lm, steps)
+        if ctx.is_main:
+            opt.trajectory.save(os.path.join(out_dir, "trajectory.npz"))
+        torch.save({"state": lm.model.state_dict(), "losses": losses,
+                    "bytes_per_step": (ctx.bytes_communicated - before) / steps}, os.path.join(out_dir, f"rank{rank}.pt"))
+    finally:
+        ctx.close()
+
+
+def test_two_ranks_evaluate_their_shards_for_all_members_and_match_one_process(tmp_path, tiny_causal_lm):
+    model, tokenizer = tiny_causal_lm
+    model_dir, out_dir = tmp_path / "model", tmp_path / "out"
+    model.save_pretrained(model_dir)
+    tokenizer.save_pretrained(model_dir)
+    out_dir.mkdir()
+    steps = 3
+    _spawn(_dp_worker, 2, str(model_dir), str(out_dir), steps)
+    r0, r1 = (torch.load(out_dir / f"rank{r}.pt") for r in range(2))
+    assert r0["losses"] == r1["losses"]
+    assert all(torch.equal(t, r1["state"][k]) for k, t in r0["state"].items())
+    assert r0["bytes_per_step"] == r1["bytes_per_step"] == 4 * 2 * 8  # 4 members x (sum, count), float64
+
+    # one process, the whole batch in one shard: each member's loss within the float32 bound of scoring
+    # the same prompts in other batch shapes (test_population.loss_tolerance)
+    lm = LanguageModel(model, tokenizer)
+    with torch.no_grad():
+        scores = lm.score(PROMPTS, CANDIDATES)
+    tol = loss_tolerance(lm, PROMPTS, [scores], rank=1)
+    single, opt = _dp_batched(DistContext(), lm, steps)
+    for two, one in zip(r0["losses"], single):
+        assert max(abs(x - y) for x, y in zip(two, one)) <= tol
+    traj = Trajectory.load(out_dir / "trajectory.npz")
+    assert (traj.seeds == opt.trajectory.seeds).all()
+    for x, y in zip(traj.projected_grads.ravel(), opt.trajectory.projected_grads.ravel()):
+        assert abs(x - y) <= 2 * tol / 0.3
+    fresh = make_tiny_causal_lm(tokenizer)
+    replay_trajectory(list(fresh.parameters()), traj)
+    assert all(torch.equal(t, r0["state"][k]) for k, t in fresh.state_dict().items())
