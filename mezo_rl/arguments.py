@@ -33,7 +33,7 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from mezo_rl.defaults import MODE_ALIASES, MODE_DEFAULTS, MODES, mezo_options
+from mezo_rl.defaults import MODE_ALIASES, MODE_DEFAULTS, MODES
 from mezo_rl.errors import ConfigError
 from mezo_rl.batched import check_evaluation
 from mezo_rl.noise import NOISES as NOISE_KINDS
@@ -342,16 +342,7 @@ class TrainingArguments(OutputArguments, EvalArguments, GenerationArguments, Com
         if self.num_generations > self.batch_size or self.batch_size % self.num_generations:
             raise ConfigError(f"--num-generations {self.num_generations} must divide --batch-size {self.batch_size} (the "
                               f"completions of a step: batch_size / num_generations prompts, num_generations each)")
-        check_evaluation(self.evaluation, self.peft, self.hyperparameters()["noise"], self.trainable)
-
-    def hyperparameters(self) -> dict:
-        """The MeZO keyword arguments of this run: lr, eps, weight_decay, noise, normalize (None for
-        ``"none"``), n_spsa (``mezo_rl.defaults.mezo_options``)."""
-        return mezo_options(vars(self))
-
-    def resolved_eval_steps(self) -> int:
-        """``eval_steps`` (filled in when the arguments were built)."""
-        return self.eval_steps
+        check_evaluation(self.evaluation, self.peft, self.noise, self.trainable)
 
 
 METHODS = ("zero-shot", "icl", "lp", "ft")

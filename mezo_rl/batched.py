@@ -51,7 +51,6 @@ def resolve_evaluation(evaluation: str, needs, peft: str, noise: str, trainable:
 def evaluation_options(args, needs, model) -> dict:
     """The MeZO options of ``args.evaluation`` for a run: ``{}`` (in place) or
     ``{"evaluation": "batched", "module": model}``."""
-    h = args.hyperparameters()
-    mode = resolve_evaluation(getattr(args, "evaluation", "inplace"), needs, args.peft, h["noise"],
+    mode = resolve_evaluation(getattr(args, "evaluation", "inplace"), needs, args.peft, args.noise,
                               getattr(args, "trainable", None))
     return {} if mode == "inplace" else {"evaluation": "batched", "module": model}

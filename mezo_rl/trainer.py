@@ -37,6 +37,7 @@ from mezo_rl.distributed import DistContext
 from mezo_rl.errors import ConfigError, UserError
 from mezo_rl.evaluation import OBJECTIVE, evaluate
 from mezo_rl.batched import evaluation_options
+from mezo_rl.defaults import mezo_options
 from mezo_rl.optim import MeZO, get_scheduler
 from mezo_rl.outputs import autocast, example_columns, member_objective_outputs, model_outputs, objective_outputs
 from mezo_rl.rundir import TrainerState, build_model, param_groups, trainable_parameters
@@ -91,6 +92,41 @@ class TrainingInterrupted(KeyboardInterrupt):
         self.step, self.steps, self.output_dir, self.signal_name = step, steps, output_dir, signal_name
 
 
+def task_and_splits(args: TrainingArguments, task=None, splits=None) -> tuple:
+    """The task ``args.task`` names (or ``task``) and its train / validation / test examples (or ``splits``)."""
+    task = task if task is not None else checks.resolve_task(args)
+    if splits is None:
+        sizes = {"train": args.num_train, "validation": args.num_eval, "test": args.num_test}
+        splits = checks.load_splits(task, args.task, sizes, args.data_dir, args.seed)
+    for split in ("train", "validation", "test"):
+        if split not in splits:
+            raise ValueError(f"splits must hold 'train', 'validation' and 'test'; missing {split!r}")
+    if not splits["train"]:
+        raise ConfigError(f"task {args.task!r}: the train split is empty")
+    return task, splits
+
+
+def build_objective(args: TrainingArguments, task, splits, objective=None):
+    """The objective of ``args.reward`` / ``reward_weights`` / ``reward_normalize`` (or ``objective``), checked
+    against the task's kind and the train examples' columns."""
+    if objective is None:
+        objective = rewards.build_objective(list(args.reward), weights=args.reward_weights,
+                                            normalize=args.reward_normalize)
+    objective.check_columns(example_columns(splits["train"]), task_kind=task.kind)
+    return objective
+
+
+def build_optimizer(args: TrainingArguments, model, needs) -> tuple:
+    """MeZO over ``model``'s trainable tensors with the run's options (every value resolved in ``args``), and
+    its lr schedule. ``needs``: what the objective asks of the model (``--evaluation auto`` decides by it)."""
+    options = mezo_options(vars(args))
+    optimizer = MeZO(param_groups(model, options["weight_decay"]), **options, rank=args.rank,
+                     lowrank_interval=args.lowrank_interval, estimator=args.estimator, momentum=args.momentum,
+                     adam=args.adam, seed=args.seed, on_nonfinite=args.on_nonfinite,
+                     **evaluation_options(args, needs, model))
+    return optimizer, get_scheduler(args.lr_scheduler, optimizer, max(args.steps, 1))
+
+
 class Trainer:
     """Fine-tunes ``lm`` on ``task`` against ``objective`` with MeZO.
 
@@ -114,31 +150,17 @@ class Trainer:
         self.args, self.lm_factory = args, lm_factory
         self.dist = dist if dist is not None else DistContext.from_env()
         self.output_dir = pathlib.Path(args.output_dir)
-        self.task = task if task is not None else checks.resolve_task(args)
-        self.objective = objective if objective is not None else rewards.build_objective(
-            list(args.reward), weights=args.reward_weights, normalize=args.reward_normalize)
-        self.splits = splits if splits is not None else self._load_splits()
-        for split in ("train", "validation", "test"):
-            if split not in self.splits:
-                raise ValueError(f"splits must hold 'train', 'validation' and 'test'; missing {split!r}")
-        if not self.splits["train"]:
-            raise ConfigError(f"task {args.task!r}: the train split is empty")
-        self.objective.check_columns(example_columns(self.splits["train"]), task_kind=self.task.kind)
-        self.lm = build_model(args, lm)
+        # the setup, one step per line, each in its own home (the arguments arrive resolved: mezo_rl.defaults)
+        self.task, self.splits = task_and_splits(args, task, splits)                        # tasks, via checks
+        self.objective = build_objective(args, self.task, self.splits, objective)                # rewards
+        self.lm = build_model(args, lm)                                                     # model and adapter
         self.objective.check_compatible(bool(self.lm.is_causal))
+        self.optimizer, self.scheduler = build_optimizer(args, self.lm.model, self.objective.needs)
         self.callbacks = list(callbacks or [])
         if args.tensorboard and self.dist.is_main:
             self.callbacks.append(TensorBoardCallback(self.output_dir / "tensorboard"))
         if args.progress and self.dist.is_main:
             self.callbacks.append(ProgressCallback())
-        h = args.hyperparameters()
-        self.optimizer = MeZO(param_groups(self.lm.model, h["weight_decay"]), lr=h["lr"], eps=h["eps"],
-                              weight_decay=h["weight_decay"], n_spsa=h["n_spsa"], noise=h["noise"],
-                              rank=args.rank, lowrank_interval=args.lowrank_interval, normalize=h["normalize"],
-                              estimator=args.estimator, momentum=args.momentum, adam=args.adam, seed=args.seed,
-                              on_nonfinite=args.on_nonfinite,
-                              **evaluation_options(args, self.objective.needs, self.lm.model))
-        self.scheduler = get_scheduler(args.lr_scheduler, self.optimizer, max(args.steps, 1))
         self.state = TrainerState()
         self.trajectory = None  # the run's Trajectory, set when training ends (also opt.trajectory while training)
         self._t_start = time.perf_counter()
@@ -147,11 +169,6 @@ class Trainer:
     @property
     def step(self) -> int:
         return self.state.step
-
-    def _load_splits(self) -> dict:
-        a = self.args
-        sizes = {"train": a.num_train, "validation": a.num_eval, "test": a.num_test}
-        return checks.load_splits(self.task, a.task, sizes, a.data_dir, a.seed)
 
     # -------------------------------------------------------------- loss and step
     def member_outcome(self, examples, sample_seed: Optional[int] = None):
@@ -422,7 +439,7 @@ class Trainer:
             if a.initial_test and self.splits["test"]:
                 s.initial_test = self._evaluate_and_log("test")
             self.save_checkpoint()
-        eval_steps = a.resolved_eval_steps()
+        eval_steps = a.eval_steps
         if self.step and s.last_eval_step not in (None, self.step) and (self.step % eval_steps == 0 or self.step == a.steps):
             self._validate()  # stopped during this step's evaluation: do it now, as an uninterrupted run did
             self.save_checkpoint()
