@@ -17,7 +17,8 @@ from mezo_rl.lm import LanguageModel
 from mezo_rl.optim import MeZO
 from mezo_rl.outputs import member_outputs, model_outputs
 from mezo_rl.rundir import load_run
-from mezo_rl.trajectory import Trajectory, replay_trajectory
+from mezo_rl.optim import replay_trajectory
+from mezo_rl.trajectory import Trajectory
 from tasks import get_task
 from test_distributed import _join, _spawn
 from test_population import CANDIDATES, PROMPTS, choice_loss, loss_tolerance
