@@ -27,9 +27,9 @@ __all__ = ["evaluation_options", "resolve_evaluation", "check_evaluation"]
 # ---------------------------------------------------------------------------------- --evaluation
 def check_evaluation(evaluation: str, peft: str, noise: str, trainable: Optional[str]) -> None:
     """Refuse, before any model loads, what the batched mode cannot serve (one line, ConfigError)."""
-    if evaluation == "batched" and peft == "none" and trainable is None and noise != "lowrank":
+    if evaluation == "batched" and peft in ("full", "none") and trainable is None and noise != "lowrank":
         raise ConfigError(f"--evaluation batched perturbs the model's matrices activation-side, which needs "
-                          f"--noise lowrank (the default of --peft none), got --noise {noise}; "
+                          f"--noise lowrank (the default of --peft full), got --noise {noise}; "
                           "or use --evaluation inplace")
 
 
@@ -44,7 +44,7 @@ def resolve_evaluation(evaluation: str, needs, peft: str, noise: str, trainable:
     check_evaluation(evaluation, peft, noise, trainable)
     if evaluation != "auto":
         return evaluation
-    servable = not (peft == "none" and trainable is None and noise != "lowrank")
+    servable = not (peft in ("full", "none") and trainable is None and noise != "lowrank")
     return "batched" if servable and "generation" in needs else "inplace"
 
 

@@ -40,7 +40,7 @@ def test_evaluation_option_auto_and_refusals():
     assert resolve_evaluation("batched", scores, "norm", "rademacher") == "batched"
     assert TrainingArguments().evaluation == "auto"
     with pytest.raises(ValueError, match=r"^--evaluation batched perturbs the model's matrices activation-side, which "
-                                         r"needs --noise lowrank \(the default of --peft none\), got --noise gaussian; "
+                                         r"needs --noise lowrank \(the default of --peft full\), got --noise gaussian; "
                                          r"or use --evaluation inplace$"):
         TrainingArguments(peft="none", noise="gaussian", evaluation="batched")
     TrainingArguments(peft="none", noise="gaussian", evaluation="batched", trainable="norm")  # 1-D tensors: fine
