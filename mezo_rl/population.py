@@ -78,7 +78,7 @@ def _embedding_like(module) -> bool:
 
 # At most this share of the model's parameters may be copied (M copies in all). It refuses what the
 # batched mode must not do, copy a whole model per member (full fine-tuning with element-wise noise:
-# use low-rank noise there); adapters' copies are far below it (LoRA on SmolLM2-135M, M = 2: 0.5%).
+# use low-rank noise there); an adapter's or a norm's copies are a small fraction of the model.
 _COPY_BUDGET = 0.25
 
 
