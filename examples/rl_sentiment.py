@@ -89,6 +89,8 @@ def main():
     p.add_argument("--eval-steps", type=int, default=30)
     p.add_argument("--log-completions", type=int, default=200,
                    help="completions of each evaluation kept in run/samples/ (the report's before -> after pairs)")
+    p.add_argument("--evaluation", default="auto", choices=["auto", "inplace", "batched"],
+                   help="how a step evaluates its members (see `mezo-rl train --help`)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--resume", action="store_true")
     p.add_argument("--prompts-only", action="store_true", help="write the prompt files and stop")
@@ -107,6 +109,7 @@ def main():
         lr=a.lr, eps=a.eps, n_spsa=a.n_spsa, estimator=a.estimator, normalize=a.normalize,
         reward_shaping=a.reward_shaping, max_new_tokens=a.max_new_tokens, num_train=a.num_train, num_eval=a.num_eval,
         num_test=a.num_test, eval_steps=a.eval_steps, seed=a.seed, log_completions=a.log_completions,
+        evaluation=a.evaluation,
         output_dir=str(out / "run"), resume=a.resume)
     summary = Trainer(args).train()
     print(results_line(summary))
