@@ -51,6 +51,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import torch
 
 import tasks
+from memory_run import status_kb  # benchmarks/ is on the path when run as a script
 from mezo_rl.models import load_model
 from mezo_rl.noise import NoiseSpec, resolve_backend
 from mezo_rl.optim import MeZO
@@ -211,14 +212,6 @@ def population(args) -> list[dict]:
     return rows
 
 
-def _status_kb(field: str) -> int:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(field + ":"):
-                return int(line.split()[1])
-    raise RuntimeError(f"{field} not in /proc/self/status")
-
-
 def memory_child(mode: str, members: int, args) -> dict:
     """One process: peak RSS of a batched step with ``members`` members, or of inference on as many rows."""
     lm = load_model("smollm2-135m", batch_size=args.batch * (members if mode == "inference" else 1))
@@ -226,7 +219,7 @@ def memory_child(mode: str, members: int, args) -> dict:
     gen = dict(max_new_tokens=32, stop_at_newline=False)
     opt = MeZO(lm.model.parameters(), lr=0.0, eps=1e-3, n_spsa=members // 2, record=False, evaluation="batched",
                module=lm.model) if mode == "batched" else None
-    after_load = _status_kb("VmRSS")
+    after_load = status_kb("VmRSS")
     with open("/proc/self/clear_refs", "w") as f:
         f.write("5")  # reset VmHWM to the current RSS
     for _ in range(2):
@@ -235,7 +228,7 @@ def memory_child(mode: str, members: int, args) -> dict:
         else:
             with torch.no_grad():
                 lm.generate(prompts * members, **gen)  # the same M x 16 rows in one batch (lm.batch_size: 16 x M)
-    return {"mode": mode, "members": members, "after_load_mb": after_load / 1024, "peak_mb": _status_kb("VmHWM") / 1024}
+    return {"mode": mode, "members": members, "after_load_mb": after_load / 1024, "peak_mb": status_kb("VmHWM") / 1024}
 
 
 def memory(args) -> list[dict]:

@@ -31,7 +31,7 @@ from step_cost import ROWS, make_optimizer
 MODES = ("inference", *(f"mezo-{row}" for row in ROWS), "adamw")
 
 
-def _status_kb(field: str) -> int:
+def status_kb(field: str) -> int:
     with open("/proc/self/status") as f:
         for line in f:
             if line.startswith(field + ":"):
@@ -52,7 +52,7 @@ def run_mode(mode: str, steps: int, dtype: str) -> dict:
         logits = model(input_ids=ids).logits
         return F.cross_entropy(logits[:, :-1].flatten(0, 1).float(), ids[:, 1:].flatten())
 
-    after_load = _status_kb("VmRSS")
+    after_load = status_kb("VmRSS")
     with open("/proc/self/clear_refs", "w") as f:
         f.write("5")  # reset VmHWM to the current RSS
     if mode == "inference":
@@ -72,7 +72,7 @@ def run_mode(mode: str, steps: int, dtype: str) -> dict:
     else:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
     return {"mode": mode, "dtype": dtype, "steps": steps, "rss_after_load_mb": after_load / 1024,
-            "peak_run_mb": _status_kb("VmHWM") / 1024,
+            "peak_run_mb": status_kb("VmHWM") / 1024,
             "peak_lifetime_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
 
 
