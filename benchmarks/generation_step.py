@@ -154,6 +154,8 @@ def population(args) -> list[dict]:
 
     rows = []
     for name, w in workloads.items():
+        if args.workloads and name.split()[0].lower() not in args.workloads:
+            continue
         gen = dict(max_new_tokens=w["max_new_tokens"], stop_at_newline=w["stop_at_newline"])
         prompts = w["prompts"]
         for n in (1, 2):
@@ -261,6 +263,7 @@ def main():
     ap.add_argument("--json")
     ap.add_argument("--population", action="store_true", help="batched vs in-place steps (see above)")
     ap.add_argument("--memory", action="store_true", help="peak RSS: batched step vs inference on as many rows")
+    ap.add_argument("--workloads", nargs="+", choices=["rl-style", "squad"], help="--population: only these workloads")
     ap.add_argument("--memory-child", choices=["inference", "batched"], help=argparse.SUPPRESS)
     ap.add_argument("--memory-members", type=int, default=2, help=argparse.SUPPRESS)
     args = ap.parse_args()

@@ -33,24 +33,45 @@ def check_evaluation(evaluation: str, peft: str, noise: str, trainable: Optional
                           "or use --evaluation inplace")
 
 
-def resolve_evaluation(evaluation: str, needs, peft: str, noise: str, trainable: Optional[str] = None) -> str:
-    """``"inplace"`` or ``"batched"`` for ``--evaluation`` (``"auto"``: batched where it measured faster).
+def resolve_evaluation(evaluation: str, needs, peft: str, noise: str, trainable: Optional[str] = None, *,
+                       device_type: str = "cpu", prompt_tokens: Optional[float] = None,
+                       max_new_tokens: Optional[int] = None) -> str:
+    """``"inplace"`` or ``"batched"`` for ``--evaluation``; ``"auto"``: batched where it measured faster.
 
-    auto picks batched when the objective generates text (a decode reads the weights once per token,
-    so one decode over all members costs much less than one decode per member; docs/engine.md,
-    "Batched member evaluation") and the batched mode can serve the setup; in-place otherwise (a
-    scoring step on a CPU is bound by arithmetic, which batching does not reduce).
+    Batching the members pays where the model reads its weights more than it computes: decoding.
+    auto picks batched when the objective generates text, the batched mode can serve the setup, and
+    either the model is on a GPU or the decode is at least as long as the prompt
+    (``prompt_tokens``, the mean prompt length in tokens, <= ``max_new_tokens``). On a CPU a long
+    prompt's forward pass is bound by arithmetic, which batching does not reduce, and scoring is
+    such a forward pass: in place there (docs/engine.md, "Batched member evaluation", has the
+    measurements on both sides of the rule).
     """
     check_evaluation(evaluation, peft, noise, trainable)
     if evaluation != "auto":
         return evaluation
     servable = not (peft in ("full", "none") and trainable is None and noise != "lowrank")
-    return "batched" if servable and "generation" in needs else "inplace"
+    decode_bound = device_type == "cuda" or (prompt_tokens is not None and max_new_tokens is not None
+                                             and prompt_tokens <= max_new_tokens)
+    return "batched" if servable and "generation" in needs and decode_bound else "inplace"
 
 
-def evaluation_options(args, needs, model) -> dict:
+def evaluation_options(args, needs, lm, prompts=(), recorded: Optional[str] = None) -> dict:
     """The MeZO options of ``args.evaluation`` for a run: ``{}`` (in place) or
-    ``{"evaluation": "batched", "module": model}``."""
-    mode = resolve_evaluation(getattr(args, "evaluation", "inplace"), needs, args.peft, args.noise,
-                              getattr(args, "trainable", None))
-    return {} if mode == "inplace" else {"evaluation": "batched", "module": model}
+    ``{"evaluation": "batched", "module": lm.model}``. ``prompts``: the training prompts as the model
+    reads them (for ``auto``: their mean length in tokens). ``recorded``: the mode a resumed run's
+    checkpoint was written with; ``auto`` keeps it, and asking for the other one is refused (the
+    optimizer state and trajectory belong to that mode)."""
+    evaluation = getattr(args, "evaluation", "inplace")
+    if recorded is not None:
+        if evaluation not in ("auto", recorded):
+            raise ConfigError(f"--resume: this run's steps were evaluated {recorded}; resume it with "
+                              f"--evaluation {recorded} or auto, not --evaluation {evaluation}")
+        mode = recorded
+    else:
+        tokens = None
+        if evaluation == "auto" and "generation" in needs and prompts:
+            tokens = sum(len(lm.tokenizer(p, add_special_tokens=True)["input_ids"]) for p in prompts) / len(prompts)
+        mode = resolve_evaluation(evaluation, needs, args.peft, args.noise, getattr(args, "trainable", None),
+                                  device_type=lm.device.type, prompt_tokens=tokens,
+                                  max_new_tokens=getattr(args, "max_new_tokens", None))
+    return {} if mode == "inplace" else {"evaluation": "batched", "module": lm.model}

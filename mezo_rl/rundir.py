@@ -394,6 +394,16 @@ def read_checkpoint(run_dir: str | os.PathLike, *, tensors: bool = True) -> tupl
     return state, optimizer_state, scheduler_state
 
 
+def recorded_evaluation(run_dir: str | os.PathLike) -> Optional[str]:
+    """How the checkpointed steps of ``run_dir`` evaluated their members (``"inplace"`` or ``"batched"``,
+    from the trajectory's header; runs from before ``--evaluation`` ran in place), or None without a
+    checkpoint."""
+    path = checkpoint_dir(run_dir) / TRAJECTORY_FILE
+    if not path.is_file():
+        return None
+    return (read_trajectory(path).header or {}).get("evaluation", "inplace")
+
+
 # what may change when a run is resumed (everything else must match config.json)
 RESUME_MAY_CHANGE = ("resume", "overwrite_output_dir", "steps", "progress", "tensorboard", "save_model", "eval_steps", "logging_steps")
 

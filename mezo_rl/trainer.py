@@ -39,7 +39,8 @@ from mezo_rl.evaluation import OBJECTIVE, evaluate
 from mezo_rl.batched import evaluation_options
 from mezo_rl.defaults import mezo_options
 from mezo_rl.optim import MeZO, get_scheduler
-from mezo_rl.outputs import autocast, example_columns, member_objective_outputs, model_outputs, objective_outputs
+from mezo_rl.outputs import (autocast, example_columns, member_objective_outputs, model_outputs, objective_outputs,
+                             prompt_texts)
 from mezo_rl.rundir import TrainerState, build_model, param_groups, trainable_parameters
 from mezo_rl.runguard import InterruptGuard
 from mezo_rl.trajectory import STATUS
@@ -116,14 +117,18 @@ def build_objective(args: TrainingArguments, task, splits, objective=None):
     return objective
 
 
-def build_optimizer(args: TrainingArguments, model, needs) -> tuple:
-    """MeZO over ``model``'s trainable tensors with the run's options (every value resolved in ``args``), and
-    its lr schedule. ``needs``: what the objective asks of the model (``--evaluation auto`` decides by it)."""
+def build_optimizer(args: TrainingArguments, lm, needs, train=()) -> tuple:
+    """MeZO over ``lm``'s trainable tensors with the run's options (every value resolved in ``args``), and
+    its lr schedule. ``needs``: what the objective asks of the model; with ``train``, the training
+    examples, ``--evaluation auto`` also weighs their prompts' length (a resumed run keeps its mode)."""
     options = mezo_options(vars(args))
-    optimizer = MeZO(param_groups(model, options["weight_decay"]), **options, rank=args.rank,
+    recorded = rundir.recorded_evaluation(args.output_dir) if args.resume else None
+    prompts = prompt_texts(lm, train) if (args.evaluation == "auto" and recorded is None
+                                          and "generation" in needs and train) else ()
+    optimizer = MeZO(param_groups(lm.model, options["weight_decay"]), **options, rank=args.rank,
                      lowrank_interval=args.lowrank_interval, estimator=args.estimator, momentum=args.momentum,
                      adam=args.adam, seed=args.seed, on_nonfinite=args.on_nonfinite,
-                     **evaluation_options(args, needs, model))
+                     **evaluation_options(args, needs, lm, prompts, recorded))
     return optimizer, get_scheduler(args.lr_scheduler, optimizer, max(args.steps, 1))
 
 
@@ -155,7 +160,7 @@ class Trainer:
         self.objective = build_objective(args, self.task, self.splits, objective)                # rewards
         self.lm = build_model(args, lm)                                                     # model and adapter
         self.objective.check_compatible(bool(self.lm.is_causal))
-        self.optimizer, self.scheduler = build_optimizer(args, self.lm.model, self.objective.needs)
+        self.optimizer, self.scheduler = build_optimizer(args, self.lm, self.objective.needs, self.splits["train"])
         self.callbacks = list(callbacks or [])
         if args.tensorboard and self.dist.is_main:
             self.callbacks.append(TensorBoardCallback(self.output_dir / "tensorboard"))

@@ -32,11 +32,14 @@ def factory(tiny_tokenizer):
 
 def test_evaluation_option_auto_and_refusals():
     gen, scores = {"generation"}, {"scores"}
-    assert resolve_evaluation("auto", gen, "none", "lowrank") == "batched"
-    assert resolve_evaluation("auto", gen, "lora", "gaussian") == "batched"
-    assert resolve_evaluation("auto", scores, "none", "lowrank") == "inplace"
-    assert resolve_evaluation("auto", gen, "none", "gaussian") == "inplace"  # full model + element-wise noise
-    assert resolve_evaluation("inplace", gen, "none", "lowrank") == "inplace"
+    short, long = dict(prompt_tokens=12.0, max_new_tokens=32), dict(prompt_tokens=250.0, max_new_tokens=16)
+    assert resolve_evaluation("auto", gen, "none", "lowrank", **short) == "batched"   # decode-bound
+    assert resolve_evaluation("auto", gen, "lora", "gaussian", **short) == "batched"
+    assert resolve_evaluation("auto", gen, "none", "lowrank", **long) == "inplace"    # prefill-bound on a CPU
+    assert resolve_evaluation("auto", gen, "none", "lowrank", device_type="cuda", **long) == "batched"
+    assert resolve_evaluation("auto", scores, "none", "lowrank", **short) == "inplace"
+    assert resolve_evaluation("auto", gen, "none", "gaussian", **short) == "inplace"  # full model + element-wise noise
+    assert resolve_evaluation("inplace", gen, "none", "lowrank", **short) == "inplace"
     assert resolve_evaluation("batched", scores, "norm", "rademacher") == "batched"
     assert TrainingArguments().evaluation == "auto"
     with pytest.raises(ValueError, match=r"^--evaluation batched perturbs the model's matrices activation-side, which "
@@ -63,6 +66,52 @@ def test_member_outputs_are_model_outputs_per_member(factory):
                 for s, ref in zip(out.candidate_scores, plain.candidate_scores):
                     torch.testing.assert_close(s.sum, ref.sum, atol=1e-5, rtol=0)
     assert member_outputs(lm, [], {"scores", "generation"}, 2)[1].completions == []
+
+
+def test_auto_reads_the_training_prompts(tmp_path, factory):
+    from mezo_rl.trainer import Trainer
+
+    def mode(**kw):
+        args = make_args(tmp_path, reward=["test_len_auto"], **kw)
+        return Trainer(args, lm=factory(), task=get_task("sst2"), splits=splits()).optimizer.config["evaluation"]
+
+    from rewards import register_reward, unregister_reward
+
+    register_reward("test_len_auto", needs="generation")(lambda prompts, completions, **c: [0.0] * len(completions))
+    try:  # the SST-2-like prompts are 10-20 tokens long
+        assert mode(max_new_tokens=4) == "inplace" and mode(max_new_tokens=64) == "batched"
+        assert mode(max_new_tokens=64, evaluation="inplace") == "inplace"
+    finally:
+        unregister_reward("test_len_auto")
+
+
+def test_a_resumed_run_keeps_the_evaluation_mode_it_ran_with(tmp_path, factory):
+    """A run from before --evaluation (config.json without it: auto now) ran in place; auto would now
+    pick batched for its short prompts and long decode, but its checkpoint resumes in place. Asking
+    for the other mode is one line."""
+    from mezo_rl.errors import ConfigError
+    from mezo_rl.trainer import Trainer
+    from rewards import register_reward, unregister_reward
+
+    register_reward("test_len_resume", needs="generation")(lambda prompts, completions, **c: [0.0] * len(completions))
+    try:
+        args = make_args(tmp_path, reward=["test_len_resume"], max_new_tokens=64, steps=2, eval_steps=2,
+                         evaluation="inplace")
+        Trainer(args, lm=factory(), lm_factory=factory, task=get_task("sst2"), splits=splits()).train()
+        config = tmp_path / "run" / "config.json"
+        saved = json.loads(config.read_text())
+        del saved["evaluation"]
+        config.write_text(json.dumps(saved))
+        auto = make_args(tmp_path, reward=["test_len_resume"], max_new_tokens=64, steps=3, eval_steps=2, resume=True)
+        trainer = Trainer(auto, lm=factory(), lm_factory=factory, task=get_task("sst2"), splits=splits())
+        assert trainer.optimizer.config["evaluation"] == "inplace"
+        assert trainer.train()["steps"] == 3
+        with pytest.raises(ConfigError, match=r"^--resume: this run's steps were evaluated inplace; resume it with "
+                                              r"--evaluation inplace or auto, not --evaluation batched$"):
+            Trainer(make_args(tmp_path, reward=["test_len_resume"], max_new_tokens=64, steps=4, eval_steps=2,
+                              resume=True, evaluation="batched"), lm=factory(), task=get_task("sst2"), splits=splits())
+    finally:
+        unregister_reward("test_len_resume")
 
 
 def _train(args, factory):
