@@ -219,6 +219,8 @@ def render(records: list[dict]) -> str:
                      f"{_f(b.get('completion_chars'), 1)} → {_f(a.get('completion_chars'), 1)} | "
                      f"{_f(ll.get('before'))} → {_f(ll.get('after'))} | {_f(r.get('s_per_step'), 1)} | "
                      f"{_f(r.get('train_s'), 0)} | {_f(r.get('peak_rss_mb'), 0)} |")
+    notes = [f"- {v} seed {s}: {r['note']}" for (v, s), r in sorted(cells.items()) if r.get("note")]
+    lines += [""] + notes if notes else []
     lines += ["", "Each variant over its seeds (mean ± standard deviation of the per-seed test rewards):", "",
               "| variant | what | seeds | test reward before → after | gain | peak RSS MiB |", "|---|---|---|---|---|---|"]
     for variant in VARIANTS:
