@@ -35,8 +35,10 @@ def check_evaluation(evaluation: str, peft: str, noise: str, trainable: Optional
 
 def resolve_evaluation(evaluation: str, needs, peft: str, noise: str, trainable: Optional[str] = None, *,
                        device_type: str = "cpu", prompt_tokens: Optional[float] = None,
-                       max_new_tokens: Optional[int] = None) -> str:
-    """``"inplace"`` or ``"batched"`` for ``--evaluation``; ``"auto"``: batched where it measured faster.
+                       max_new_tokens: Optional[int] = None, low_precision: bool = False) -> str:
+    """``"inplace"`` or ``"batched"`` for ``--evaluation``; ``"auto"``: batched where it measured faster,
+    and wherever the trainable weights are bf16 / fp16 (``low_precision``): the in-place sweeps round
+    every perturbed weight and do not return it to where it was; the batched mode never perturbs it.
 
     Batching the members pays where the model reads its weights more than it computes: decoding.
     auto picks batched when the objective generates text, the batched mode can serve the setup, and
@@ -52,6 +54,8 @@ def resolve_evaluation(evaluation: str, needs, peft: str, noise: str, trainable:
     servable = not (peft in ("full", "none") and trainable is None and noise != "lowrank")
     decode_bound = device_type == "cuda" or (prompt_tokens is not None and max_new_tokens is not None
                                              and prompt_tokens <= max_new_tokens)
+    if servable and low_precision:
+        return "batched"
     return "batched" if servable and "generation" in needs and decode_bound else "inplace"
 
 
@@ -73,5 +77,7 @@ def evaluation_options(args, needs, lm, prompts=(), recorded: Optional[str] = No
             tokens = sum(len(lm.tokenizer(p, add_special_tokens=True)["input_ids"]) for p in prompts) / len(prompts)
         mode = resolve_evaluation(evaluation, needs, args.peft, args.noise, getattr(args, "trainable", None),
                                   device_type=lm.device.type, prompt_tokens=tokens,
-                                  max_new_tokens=getattr(args, "max_new_tokens", None))
+                                  max_new_tokens=getattr(args, "max_new_tokens", None),
+                                  low_precision=any(p.requires_grad and p.dtype.itemsize < 4
+                                                    for p in lm.model.parameters()))
     return {} if mode == "inplace" else {"evaluation": "batched", "module": lm.model}

@@ -41,6 +41,10 @@ def test_evaluation_option_auto_and_refusals():
     assert resolve_evaluation("auto", gen, "none", "gaussian", **short) == "inplace"  # full model + element-wise noise
     assert resolve_evaluation("inplace", gen, "none", "lowrank", **short) == "inplace"
     assert resolve_evaluation("batched", scores, "norm", "rademacher") == "batched"
+    # bf16 weights: batched wherever it can serve the setup (the in-place sweeps would round them)
+    assert resolve_evaluation("auto", scores, "none", "lowrank", low_precision=True) == "batched"
+    assert resolve_evaluation("auto", scores, "norm", "rademacher", low_precision=True) == "batched"
+    assert resolve_evaluation("auto", scores, "none", "gaussian", low_precision=True) == "inplace"
     assert TrainingArguments().evaluation == "auto"
     with pytest.raises(ValueError, match=r"^--evaluation batched perturbs the model's matrices activation-side, which "
                                          r"needs --noise lowrank \(the default of --peft full\), got --noise gaussian; "
@@ -83,6 +87,17 @@ def test_auto_reads_the_training_prompts(tmp_path, factory):
         assert mode(max_new_tokens=64, evaluation="inplace") == "inplace"
     finally:
         unregister_reward("test_len_auto")
+
+
+def test_auto_is_batched_for_bf16_weights(tmp_path, factory):
+    from mezo_rl.trainer import Trainer
+
+    def mode(lm, **kw):
+        return Trainer(make_args(tmp_path, **kw), lm=lm, task=get_task("sst2"), splits=splits()).optimizer.config["evaluation"]
+
+    bf16 = factory()
+    bf16.model.to(torch.bfloat16)
+    assert mode(factory()) == "inplace" and mode(bf16, dtype="bfloat16") == "batched"
 
 
 def test_a_resumed_run_keeps_the_evaluation_mode_it_ran_with(tmp_path, factory):
