@@ -47,6 +47,9 @@ REWARD = "positivity"
 #: variant -> (tool, extra arguments, what it is). ``mezo`` is the example with its defaults.
 VARIANTS = {
     "mezo": ("mezo-rl", [], "the example's defaults: --peft norm, 4 sampled completions per prompt, group shaping"),
+    "mezo-greedy-n4": ("mezo-rl", ["--num-generations", "1", "--reward-shaping", "none", "--n-spsa", "4", "--lr", "0.1",
+                                   "--evaluation", "batched"],
+                       "greedy completions (what the test scores), 4 SPSA samples (8 members) in one batched decode, lr 0.1"),
     "grpo": ("trl-grpo", ["--num-generations", "4", "--batch-size", "16"], "TRL GRPOTrainer, documented settings, the same training time as mezo"),
     # the sampling / shaping comparison (benchmarks/README.md "RL on prompts"): 40 steps at the norm mode's lr
     "cmp-greedy": ("mezo-rl", ["--steps", "40", "--eval-steps", "20", "--num-eval", "100", "--lr", "0.02",
