@@ -20,6 +20,7 @@ from __future__ import annotations
 from typing import Optional
 
 from mezo_rl.errors import ConfigError
+from mezo_rl.outputs import prompt_texts
 
 __all__ = ["evaluation_options", "resolve_evaluation", "check_evaluation"]
 
@@ -59,11 +60,11 @@ def resolve_evaluation(evaluation: str, needs, peft: str, noise: str, trainable:
     return "batched" if servable and "generation" in needs and decode_bound else "inplace"
 
 
-def evaluation_options(args, needs, lm, prompts=(), recorded: Optional[str] = None) -> dict:
+def evaluation_options(args, needs, lm, train=(), recorded: Optional[str] = None) -> dict:
     """The MeZO options of ``args.evaluation`` for a run: ``{}`` (in place) or
-    ``{"evaluation": "batched", "module": lm.model}``. ``prompts``: the training prompts as the model
-    reads them (for ``auto``: their mean length in tokens). ``recorded``: the mode a resumed run's
-    checkpoint was written with; ``auto`` keeps it, and asking for the other one is refused (the
+    ``{"evaluation": "batched", "module": lm.model}``. ``train``: the training examples (for ``auto``:
+    their prompts' mean length in tokens, as the model reads them). ``recorded``: the mode a resumed
+    run's checkpoint was written with; ``auto`` keeps it, and asking for the other one is refused (the
     optimizer state and trajectory belong to that mode)."""
     evaluation = getattr(args, "evaluation", "inplace")
     if recorded is not None:
@@ -73,7 +74,8 @@ def evaluation_options(args, needs, lm, prompts=(), recorded: Optional[str] = No
         mode = recorded
     else:
         tokens = None
-        if evaluation == "auto" and "generation" in needs and prompts:
+        if evaluation == "auto" and "generation" in needs and train:
+            prompts = prompt_texts(lm, train)
             tokens = sum(len(lm.tokenizer(p, add_special_tokens=True)["input_ids"]) for p in prompts) / len(prompts)
         mode = resolve_evaluation(evaluation, needs, args.peft, args.noise, getattr(args, "trainable", None),
                                   device_type=lm.device.type, prompt_tokens=tokens,

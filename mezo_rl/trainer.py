@@ -39,8 +39,7 @@ from mezo_rl.evaluation import OBJECTIVE, evaluate
 from mezo_rl.batched import evaluation_options
 from mezo_rl.defaults import mezo_options
 from mezo_rl.optim import MeZO, get_scheduler
-from mezo_rl.outputs import (autocast, example_columns, member_objective_outputs, model_outputs, objective_outputs,
-                             prompt_texts)
+from mezo_rl.outputs import autocast, example_columns, member_objective_outputs, model_outputs
 from mezo_rl.rundir import TrainerState, build_model, param_groups, trainable_parameters
 from mezo_rl.runguard import InterruptGuard
 from mezo_rl.trajectory import STATUS
@@ -123,12 +122,10 @@ def build_optimizer(args: TrainingArguments, lm, needs, train=()) -> tuple:
     examples, ``--evaluation auto`` also weighs their prompts' length (a resumed run keeps its mode)."""
     options = mezo_options(vars(args))
     recorded = rundir.recorded_evaluation(args.output_dir) if args.resume else None
-    prompts = prompt_texts(lm, train) if (args.evaluation == "auto" and recorded is None
-                                          and "generation" in needs and train) else ()
     optimizer = MeZO(param_groups(lm.model, options["weight_decay"]), **options, rank=args.rank,
                      lowrank_interval=args.lowrank_interval, estimator=args.estimator, momentum=args.momentum,
                      adam=args.adam, seed=args.seed, on_nonfinite=args.on_nonfinite,
-                     **evaluation_options(args, needs, lm, prompts, recorded))
+                     **evaluation_options(args, needs, lm, train, recorded))
     return optimizer, get_scheduler(args.lr_scheduler, optimizer, max(args.steps, 1))
 
 
@@ -180,11 +177,7 @@ class Trainer:
         """One member's evaluation: this rank's shard of ``examples`` through the model (at the weights in
         place) and the objective; ``--num-generations`` completions per prompt. Returns the
         ``rewards.ObjectiveOutput`` (per-example values; sums, squares and counts for the all-reduce)."""
-        a = self.args
-        with self._guard.interruptible(), autocast(a.autocast, self.lm.device.type):
-            return objective_outputs(self.lm, self.objective, self.dist.shard(examples), sample_seed=sample_seed,
-                                     max_new_tokens=a.max_new_tokens, do_sample=a.do_sample, temperature=a.temperature,
-                                     num_generations=a.num_generations)
+        return self.member_outcomes(examples, None, sample_seed)[0]
 
     def member_losses(self, outcomes) -> tuple[list[float], dict]:
         """The fitness of a step: every member's loss from the members' outputs on this rank, and the
@@ -225,8 +218,9 @@ class Trainer:
         return self.member_losses([self.member_outcome(examples, sample_seed)])[0][0]
 
     def member_outcomes(self, examples, members, sample_seed: Optional[int] = None) -> list:
-        """issue 28 (``--evaluation batched``): :meth:`member_outcome` of every member of the step, from one
-        member-batched pass (``mezo_rl.outputs.member_objective_outputs``); the weights stay in place."""
+        """:meth:`member_outcome` of every member of a batched step (``--evaluation batched``), from one
+        member-batched pass (``mezo_rl.outputs.member_objective_outputs``; the weights stay in place).
+        ``members`` None: the one member the weights in place are (a list of one)."""
         a = self.args
         with self._guard.interruptible(), autocast(a.autocast, self.lm.device.type):
             return member_objective_outputs(self.lm, self.objective, self.dist.shard(examples), members,
@@ -248,7 +242,7 @@ class Trainer:
             return losses
 
         bytes_before, lr, t0 = self.dist.bytes_communicated, self.optimizer.param_groups[0]["lr"], time.perf_counter()
-        if self.optimizer.config["evaluation"] == "batched":  # issue 28: every member in one batched pass
+        if self.optimizer.config["evaluation"] == "batched":  # every member in one batched pass
             closure = lambda members: self.member_outcomes(batch, members, sample_seed)  # noqa: E731
         else:
             closure = lambda: self.member_outcome(batch, sample_seed)  # noqa: E731
