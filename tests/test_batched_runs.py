@@ -20,7 +20,7 @@ from mezo_rl.rundir import load_run
 from mezo_rl.optim import replay_trajectory
 from mezo_rl.trajectory import Trajectory
 from tasks import get_task
-from test_distributed import _join, _spawn
+from test_distributed import _join, _two_ranks
 from test_population import CANDIDATES, PROMPTS, choice_loss, loss_tolerance
 from test_trainer import make_args, splits, sst2_like, weights
 
@@ -237,13 +237,8 @@ def _dp_worker(rank, world_size, port, model_dir, out_dir, steps):
 
 def test_two_ranks_evaluate_their_shards_for_all_members_and_match_one_process(tmp_path, tiny_causal_lm):
     model, tokenizer = tiny_causal_lm
-    model_dir, out_dir = tmp_path / "model", tmp_path / "out"
-    model.save_pretrained(model_dir)
-    tokenizer.save_pretrained(model_dir)
-    out_dir.mkdir()
     steps = 3
-    _spawn(_dp_worker, 2, str(model_dir), str(out_dir), steps)
-    r0, r1 = (torch.load(out_dir / f"rank{r}.pt") for r in range(2))
+    r0, r1, out_dir = _two_ranks(tmp_path, tiny_causal_lm, _dp_worker, steps)
     assert r0["losses"] == r1["losses"]
     assert all(torch.equal(t, r1["state"][k]) for k, t in r0["state"].items())
     assert r0["bytes_per_step"] == r1["bytes_per_step"] == 4 * 2 * 8  # 4 members x (sum, count), float64

