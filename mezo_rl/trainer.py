@@ -386,6 +386,8 @@ class Trainer:
         if a.resume:
             self._resume()
             s = self.state
+            if self.dist.is_main:  # what a resume may change (--steps, ...) as this run now uses it
+                rundir.write_json(self.output_dir / rundir.CONFIG_FILE, dict(a.to_dict(), resume=False))
         elif self.dist.is_main:
             (self.output_dir / rundir.METRICS_FILE).write_text("")
             rundir.write_json(self.output_dir / rundir.CONFIG_FILE, a.to_dict())

@@ -119,6 +119,11 @@ def test_resume_ends_at_the_same_weights_as_an_uninterrupted_run(tmp_path, facto
     losses = lambda run: [json.loads(l)["loss_plus"] for l in (tmp_path / run / "metrics.jsonl").read_text().splitlines()
                           if "split" not in json.loads(l)]
     assert losses("full") == losses("split")
+    # the run directory describes the run as it ended: 6 steps, repeatable with --config
+    config = lambda run: json.loads((tmp_path / run / "config.json").read_text())  # noqa: E731
+    assert config("split")["steps"] == 6
+    assert {k: v for k, v in config("split").items() if k != "output_dir"} == \
+        {k: v for k, v in config("full").items() if k != "output_dir"}
 
 
 def test_resume_refuses_changed_arguments(tmp_path, factory):
