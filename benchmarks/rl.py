@@ -4,6 +4,8 @@ and TRL's GRPO on the same model, prompts, reward, completions per prompt and tr
     MEZO_RL_DATA=../shared/data HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 \\
         python benchmarks/rl.py --variants mezo --seeds 0,1,2          # the example's defaults, 3 seeds
     python benchmarks/rl.py --variants grpo --seeds 0                  # GRPO with the training time of mezo seed 0
+    python benchmarks/rl.py --variants mezo-g4-group,grpo-long --seeds 0   # sampled G=4 + group shaping, and GRPO
+                                                                       # with that cell's (longer) training time
     python benchmarks/rl.py --variants shaping --seeds 0 --parallel 2  # the sampling / shaping comparison
     python benchmarks/rl.py --render-only                              # print the Markdown tables
 
@@ -15,9 +17,14 @@ the base model finds unlikely), then appends one JSON line to ``docs/results/rl.
 an ``ok`` line is skipped; a MeZO cell stopped part-way continues from its checkpoint.
 
 Fairness of the GRPO cells: ``benchmarks/grpo_sentiment.py`` trains with TRL's documented GRPO
-settings, the same ``--num-generations`` and completions per step and 24-token completions, for the
-training time (seconds in steps, evaluations excluded) that the ``mezo`` cell of the same seed
-spent, then scores its model with mezo-rl's own evaluation (greedy, 24 tokens, stop at a newline).
+settings, G = 4 completions per prompt, 16 completions per step and 24-token completions, for the
+training time (seconds in steps, evaluations excluded) that a MeZO cell of the same seed spent
+(``GRPO_BUDGET``: ``grpo`` gets the ``mezo`` cell's, ``grpo-long`` the ``mezo-g4-group`` cell's), then
+scores its model with mezo-rl's own evaluation (greedy, 24 tokens, stop at a newline).
+
+The gain of a cell is the mean per-prompt difference on the same test prompts, before and after, and
+its SE is that of the paired differences (``paired_gain``); the issue's bar is a gain above
+``BAR_SE`` of them on each seed.
 
 ``--parallel N`` runs N cells at once with ``OMP_NUM_THREADS = 2 / N`` each (the machine has two
 cores): per-step times of cells run that way are comparable only with each other.
@@ -46,30 +53,46 @@ REWARD = "positivity"
 
 #: variant -> (tool, extra arguments, what it is). ``mezo`` is the example with its defaults.
 VARIANTS = {
-    "mezo": ("mezo-rl", [], "the example's defaults: --peft norm, 4 sampled completions per prompt, group shaping"),
-    "mezo-greedy-n4": ("mezo-rl", ["--num-generations", "1", "--reward-shaping", "none", "--n-spsa", "4", "--lr", "0.1",
-                                   "--evaluation", "batched"],
-                       "greedy completions (what the test scores), 4 SPSA samples (8 members) in one batched decode, lr 0.1"),
-    "grpo": ("trl-grpo", ["--num-generations", "4", "--batch-size", "16"], "TRL GRPOTrainer, documented settings, the same training time as mezo"),
+    "mezo": ("mezo-rl", [], "the example's defaults: --peft norm, greedy members, 4 SPSA samples (8 members) in one "
+                            "batched decode, lr 0.1"),
+    "mezo-g4-group": ("mezo-rl", ["--num-generations", "4", "--reward-shaping", "group", "--lr", "0.05", "--n-spsa", "2",
+                                  "--evaluation", "inplace"],
+                      "4 sampled completions per prompt (GRPO's G), group shaping, 2 SPSA samples, lr 0.05 "
+                      "(the example's defaults before 2026-11-25)"),
+    "grpo": ("trl-grpo", ["--num-generations", "4", "--batch-size", "16", "--eval-points", "2"],
+             "TRL GRPOTrainer, documented settings, the training time of the mezo cell of the same seed "
+             "(validated at its start, middle and end, as the mezo cell)"),
+    "grpo-long": ("trl-grpo", ["--num-generations", "4", "--batch-size", "16"],
+                  "TRL GRPOTrainer, documented settings, the training time of the mezo-g4-group cell of the same seed"),
     # the sampling / shaping comparison (benchmarks/README.md "RL on prompts"): 40 steps at the norm mode's lr
     "cmp-greedy": ("mezo-rl", ["--steps", "40", "--eval-steps", "20", "--num-eval", "100", "--lr", "0.02",
-                               "--num-generations", "1", "--reward-shaping", "none"],
+                               "--num-generations", "1", "--reward-shaping", "none", "--n-spsa", "2"],
                    "greedy, 1 completion per prompt, two-point n=2, normalize std"),
-    "cmp-g4-group": ("mezo-rl", ["--steps", "40", "--eval-steps", "20", "--num-eval", "100", "--lr", "0.02"],
+    "cmp-g4-group": ("mezo-rl", ["--steps", "40", "--eval-steps", "20", "--num-eval", "100", "--lr", "0.02",
+                                 "--num-generations", "4", "--reward-shaping", "group", "--n-spsa", "2"],
                      "4 sampled completions per prompt, per-prompt group shaping"),
     "cmp-g4-none": ("mezo-rl", ["--steps", "40", "--eval-steps", "20", "--num-eval", "100", "--lr", "0.02",
-                                "--reward-shaping", "none"], "4 sampled completions per prompt, mean reward"),
+                                "--num-generations", "4", "--reward-shaping", "none", "--n-spsa", "2"],
+                    "4 sampled completions per prompt, mean reward"),
     "cmp-es4": ("mezo-rl", ["--steps", "40", "--eval-steps", "20", "--num-eval", "100", "--lr", "0.02",
                             "--num-generations", "1", "--reward-shaping", "none", "--estimator", "es", "--n-spsa", "4",
                             "--normalize", "std"], "ES-at-scale: 4 one-sided members, z-scored rewards, greedy"),
 }
+#: which mezo cell's training seconds a GRPO variant gets as its budget
+GRPO_BUDGET = {"grpo": "mezo", "grpo-long": "mezo-g4-group"}
+#: the issue's bar for the example: a held-out gain above this many standard errors of the gain, on each seed
+BAR_SE = 3.0
 GROUPS = {"shaping": ["cmp-greedy", "cmp-es4", "cmp-g4-group", "cmp-g4-none"]}
 
 
 # ---------------------------------------------------------------------------------------------- records
-def read_records(path=RECORDS) -> list[dict]:
+def read_jsonl(path) -> list[dict]:
     path = pathlib.Path(path)
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.is_file() else []
+
+
+def read_records(path=RECORDS) -> list[dict]:
+    return read_jsonl(path)
 
 
 def append_record(record: dict, path=RECORDS) -> None:
@@ -113,6 +136,21 @@ def base_loglik(prompts: list, completions: list[str], model: str = "smollm2-135
     return sum(values) / len(values) if values else float("nan")
 
 
+def paired_gain(before: list[dict], after: list[dict]) -> dict:
+    """The held-out gain with its standard error, from the per-prompt rewards of the same test prompts
+    before and after training (the evaluation is greedy, so each prompt's reward is a fixed number at
+    given weights: the SE is that of the mean per-prompt difference over the n prompts)."""
+    pairs = [(b[REWARD], a[REWARD]) for b, a in zip(before, after)
+             if b["prompt"] == a["prompt"] and b.get(REWARD) is not None and a.get(REWARD) is not None]
+    if len(pairs) != len(before) or len(before) != len(after) or len(pairs) < 2:
+        return {}
+    diffs = [a - b for b, a in pairs]
+    n = len(diffs)
+    mean = sum(diffs) / n
+    sd = math.sqrt(sum((d - mean) ** 2 for d in diffs) / (n - 1))
+    return {"gain": mean, "se": sd / math.sqrt(n), "n": n}
+
+
 def hacking_measures(run_dir: pathlib.Path, steps: int) -> dict:
     """Base-model log-likelihood of the test completions before (step 0) and after training."""
     from mezo_rl.rundir import read_samples
@@ -131,9 +169,10 @@ def command(variant: str, seed: int, out_dir: pathlib.Path, records) -> list[str
     tool, extra, _ = VARIANTS[variant]
     if tool == "mezo-rl":
         return [sys.executable, str(EXAMPLE), "--output-dir", str(out_dir), "--seed", str(seed), *extra]
-    ref = done(records, "mezo", seed)
+    ref = done(records, GRPO_BUDGET[variant], seed)
     if ref is None:
-        raise SystemExit(f"grpo seed {seed}: run the mezo cell of seed {seed} first (its training time is the budget)")
+        raise SystemExit(f"{variant} seed {seed}: run the {GRPO_BUDGET[variant]} cell of seed {seed} first "
+                         "(its training time is the budget)")
     return [sys.executable, str(GRPO), "--output-dir", str(out_dir), "--seed", str(seed),
             "--time-budget-s", f"{ref['train_s']:.0f}", *extra]
 
@@ -162,6 +201,8 @@ def run_cell(variant: str, seed: int, threads: int, records, lock: threading.Loc
 
 def complete(record: dict, out_dir: pathlib.Path) -> dict:
     """The cell's record with the run's figures added (for a finished run)."""
+    from mezo_rl.rundir import read_samples
+
     run_dir = out_dir / "run"
     if record["ok"]:
         if record["tool"] == "mezo-rl":
@@ -170,12 +211,15 @@ def complete(record: dict, out_dir: pathlib.Path) -> dict:
             record.update(steps=summary["steps"], best_step=summary["best_step"], train_s=sum(secs),
                           s_per_step=sorted(secs)[len(secs) // 2],
                           **{k: summary[k] for k in ("initial_validation", "validation", "initial_test", "test")},
-                          base_loglik=hacking_measures(run_dir, summary["steps"]))
+                          base_loglik=hacking_measures(run_dir, summary["steps"]),
+                          paired=paired_gain(read_samples(run_dir, "test", 0), read_samples(run_dir, "test", summary["steps"])))
         else:
             summary = json.loads((out_dir / "summary.json").read_text())
             record.update({k: summary.get(k) for k in ("steps", "train_s", "s_per_step", "initial_test", "test",
                                                        "settings", "trl_version", "peak_train_rss_mb")})
             record["base_loglik"] = summary.get("base_loglik") or {}
+            record["paired"] = paired_gain(*(read_jsonl(out_dir / "samples" / f"test-{when}.jsonl")
+                                             for when in ("before", "after")))
     return record
 
 
@@ -201,33 +245,56 @@ def _f(x, digits=3) -> str:
     return "–" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{digits}f}"
 
 
+def gain_and_se(record: dict) -> tuple[float, float, bool]:
+    """(gain, its standard error, paired?): the paired SE of the per-prompt differences where the cell kept
+    them (``paired``), else sqrt(SE_before^2 + SE_after^2), which ignores the pairing (records from
+    before the per-prompt figures were kept)."""
+    b, a = record.get("initial_test") or {}, record.get("test") or {}
+    if record.get("paired"):
+        return record["paired"]["gain"], record["paired"]["se"], True
+    se_b, se_a = b.get(f"{REWARD}/se"), a.get(f"{REWARD}/se")
+    if se_b is None or se_a is None or REWARD not in a or REWARD not in b:
+        return math.nan, math.nan, False
+    return a[REWARD] - b[REWARD], math.sqrt(se_b ** 2 + se_a ** 2), False
+
+
 def render(records: list[dict]) -> str:
-    """The RL tables: one row per cell (variant, seed), then each variant's mean over its seeds."""
+    """The RL tables: one row per cell (variant, seed), then each variant over its seeds."""
     cells = {}
     for r in records:
         if r.get("ok"):
             cells[(r["variant"], r["seed"])] = r  # the latest line of a cell wins
     if not cells:
         return "No RL cells yet: `python benchmarks/rl.py`.\n"
-    lines = ["| variant | seed | steps | test reward before → after (SE), n | gain / SE | distinct-2 before → after | "
-             "chars before → after | base log-lik/token before → after | s/step | train s | peak RSS MiB |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
-    for (variant, seed), r in sorted(cells.items(), key=lambda kv: (list(VARIANTS).index(kv[0][0]) if kv[0][0] in VARIANTS else 99, kv[0][1])):
+    lines = ["| variant | seed | steps | test reward before → after, n | gain (SE) | gain / SE | distinct-2 before → after | "
+             "chars before → after | base log-lik/token before → after | s/step | train s | wall min | peak RSS MiB |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    order = lambda kv: (list(VARIANTS).index(kv[0][0]) if kv[0][0] in VARIANTS else 99, kv[0][1])  # noqa: E731
+    unpaired = False
+    for (variant, seed), r in sorted(cells.items(), key=order):
         b, a = r.get("initial_test") or {}, r.get("test") or {}
-        se = a.get(f"{REWARD}/se")
-        gain = (a.get(REWARD, math.nan) - b.get(REWARD, math.nan)) / se if se else math.nan
+        gain, se, paired = gain_and_se(r)
+        unpaired |= not paired
         ll = r.get("base_loglik") or {}
-        lines.append(f"| {variant} | {seed} | {r.get('steps')} | {_f(b.get(REWARD))} → {_f(a.get(REWARD))} ({_f(se)}), "
-                     f"{int(a.get('n', 0))} | {_f(gain, 1)} | {_f(b.get('distinct_2'))} → {_f(a.get('distinct_2'))} | "
+        lines.append(f"| {variant} | {seed} | {r.get('steps')} | {_f(b.get(REWARD))} → {_f(a.get(REWARD))}, "
+                     f"{int(a.get('n', 0))} | {gain:+.3f} ({_f(se)}){'' if paired else '†'} | {_f(gain / se, 1)} | "
+                     f"{_f(b.get('distinct_2'))} → {_f(a.get('distinct_2'))} | "
                      f"{_f(b.get('completion_chars'), 1)} → {_f(a.get('completion_chars'), 1)} | "
                      f"{_f(ll.get('before'))} → {_f(ll.get('after'))} | {_f(r.get('s_per_step'), 1)} | "
-                     f"{_f(r.get('train_s'), 0)} | {_f(r.get('peak_rss_mb'), 0)} |")
-    notes = [f"- {v} seed {s}: {r['note']}" for (v, s), r in sorted(cells.items()) if r.get("note")]
+                     f"{_f(r.get('train_s'), 0)} | {_f(r.get('wall_s', math.nan) / 60, 1)} | {_f(r.get('peak_rss_mb'), 0)} |")
+    lines += ["", "Gain: mean over the test prompts of (reward after − reward before); SE: the standard error of that "
+              "mean (paired: the same prompts, greedy, before and after)."]
+    if unpaired:
+        lines += ["† the cell's per-prompt rewards were not kept: SE = sqrt(SE_before² + SE_after²), which ignores "
+                  "the pairing."]
+    notes = [f"- {v} seed {s}: {r['note']}" for (v, s), r in sorted(cells.items(), key=order) if r.get("note")]
     lines += [""] + notes if notes else []
-    lines += ["", "Each variant over its seeds (mean ± standard deviation of the per-seed test rewards):", "",
-              "| variant | what | seeds | test reward before → after | gain | peak RSS MiB |", "|---|---|---|---|---|---|"]
+    lines += ["", f"Each variant over its seeds (mean ± standard deviation over seeds; the bar: a gain above {BAR_SE:g} "
+              "SE on each seed):", "",
+              "| variant | what | seeds | test reward before → after | gain | seeds above the bar | longest wall min | "
+              "peak RSS MiB |", "|---|---|---|---|---|---|---|---|"]
     for variant in VARIANTS:
-        rows = [r for (v, _), r in cells.items() if v == variant]
+        rows = [r for (v, _), r in sorted(cells.items()) if v == variant]
         if not rows:
             continue
         before = [r["initial_test"][REWARD] for r in rows]
@@ -239,7 +306,9 @@ def render(records: list[dict]) -> str:
             return f"{m:.3f}" + (f" ± {sd:.3f}" if len(xs) > 1 else "")
 
         gains = [x - y for x, y in zip(after, before)]
+        above = sum(1 for r in rows if (lambda g, e, _: e > 0 and g / e > BAR_SE)(*gain_and_se(r)))
         lines.append(f"| {variant} | {VARIANTS[variant][2]} | {len(rows)} | {ms(before)} → {ms(after)} | {ms(gains)} | "
+                     f"{above} of {len(rows)} | {max(r.get('wall_s', math.nan) for r in rows) / 60:.1f} | "
                      f"{max(r['peak_rss_mb'] for r in rows):.0f} |")
     return "\n".join(lines) + "\n"
 

@@ -1,0 +1,62 @@
+"""benchmarks/rl.py's arithmetic: the paired gain and its SE, the bar count in the tables, and which MeZO
+cell's training time a GRPO cell gets (pure functions fed with fabricated records as inputs)."""
+from __future__ import annotations
+
+import math
+import pathlib
+import sys
+
+import pytest
+
+REPO = pathlib.Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "benchmarks"))     # as `python benchmarks/rl.py` sees it
+
+import rl  # noqa: E402
+
+
+def _samples(values, prompts=None):
+    prompts = prompts or [f"p{i}" for i in range(len(values))]
+    return [{"prompt": p, "completion": "c", rl.REWARD: v} for p, v in zip(prompts, values)]
+
+
+def test_paired_gain_is_the_mean_difference_with_its_standard_error():
+    before, after = [0.0, 0.5, -0.5, 0.0], [0.4, 0.5, 0.1, 0.1]   # differences 0.4, 0, 0.6, 0.1
+    out = rl.paired_gain(_samples(before), _samples(after))
+    diffs = [0.4, 0.0, 0.6, 0.1]
+    mean = sum(diffs) / 4
+    sd = math.sqrt(sum((d - mean) ** 2 for d in diffs) / 3)
+    assert out["n"] == 4
+    assert out["gain"] == pytest.approx(mean, abs=1e-12)
+    assert out["se"] == pytest.approx(sd / 2, abs=1e-12)
+
+
+def test_paired_gain_refuses_unmatched_prompts_or_missing_rewards():
+    assert rl.paired_gain(_samples([0.1, 0.2]), _samples([0.1, 0.2], prompts=["p0", "other"])) == {}
+    assert rl.paired_gain(_samples([0.1, 0.2]), _samples([0.1])) == {}
+    assert rl.paired_gain(_samples([0.1, None]), _samples([0.1, 0.3])) == {}
+
+
+def _record(variant, seed, before, after, paired=None):
+    return {"variant": variant, "tool": rl.VARIANTS[variant][0], "seed": seed, "ok": True, "steps": 60,
+            "initial_test": {rl.REWARD: before, f"{rl.REWARD}/se": 0.02, "n": 200},
+            "test": {rl.REWARD: after, f"{rl.REWARD}/se": 0.03, "n": 200},
+            "paired": paired or {}, "wall_s": 600.0, "peak_rss_mb": 1000.0, "train_s": 500.0}
+
+
+def test_the_bar_counts_seeds_by_the_gain_over_its_own_se():
+    records = [_record("mezo", 0, 0.1, 0.2, {"gain": 0.10, "se": 0.025, "n": 200}),   # 4.0 SE: above
+               _record("mezo", 1, 0.1, 0.2, {"gain": 0.10, "se": 0.040, "n": 200}),   # 2.5 SE: not
+               _record("mezo", 2, 0.1, 0.3)]                                          # 0.2 / sqrt(.02²+.03²) = 5.5 SE
+    table = rl.render(records)
+    row = next(line for line in table.splitlines() if line.startswith("| mezo | the example"))
+    assert "| 2 of 3 |" in row
+    assert "+0.100 (0.040) | 2.5 |" in table and "†" in table   # the unpaired SE is marked
+
+
+def test_each_grpo_variant_gets_the_training_time_of_its_mezo_cell(tmp_path):
+    records = [dict(_record("mezo", 0, 0.1, 0.2), train_s=800.0),
+               dict(_record("mezo-g4-group", 0, 0.1, 0.2), train_s=2000.0)]
+    assert "--time-budget-s 800" in " ".join(rl.command("grpo", 0, tmp_path, records))
+    assert "--time-budget-s 2000" in " ".join(rl.command("grpo-long", 0, tmp_path, records))
+    with pytest.raises(SystemExit, match="run the mezo cell of seed 1 first"):
+        rl.command("grpo", 1, tmp_path, records)
