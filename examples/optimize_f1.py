@@ -38,6 +38,9 @@ def main():
                    "step at the same --lr is ~1/3 as long (measured): raise --lr with it")
     p.add_argument("--lr-scheduler", choices=SCHEDULERS, default="constant",
                    help="constant step length, or linear decay to 0 over --steps")
+    p.add_argument("--reward-shaping", choices=["none", "group"], default="none",
+                   help="group: each question's F1 z-scored across the step's members, so every question whose "
+                        "answer changes between members weighs the same, however much F1 it moves")
     p.add_argument("--num-eval", type=int, default=100, help="validation questions that pick the best step")
     p.add_argument("--num-test", type=int, default=200, help="test questions (SQuAD dev), before and after")
     p.add_argument("--eval-every", type=int, default=20, help="validate every N steps")
@@ -49,6 +52,7 @@ def main():
     args = TrainingArguments(
         model="smollm2-135m", task="squad", reward=["squad_f1"], peft="prefix",
         noise="rademacher", normalize="std", n_spsa=a.n_spsa, lr=a.lr, eps=a.eps, lr_scheduler=a.lr_scheduler,
+        reward_shaping=a.reward_shaping,
         steps=a.steps, batch_size=a.batch_size, eval_steps=min(a.eval_every, a.steps) or 1,
         num_train=1000, num_eval=a.num_eval, num_test=a.num_test, max_new_tokens=16, seed=a.seed,
         data_dir=a.data_dir, output_dir=a.output_dir, resume=a.resume,

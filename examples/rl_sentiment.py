@@ -6,6 +6,14 @@ format (``{"prompt": ...}``, no gold answer). The reward is VADER's positivity o
 come from SST-2's test split, so the gain is measured on reviews never trained on; ``distinct_2``
 and the completions' length show whether the text stays text.
 
+The defaults train the final norm's gains (``--peft norm``) for 90 steps of 16 prompts. Each step
+has 4 SPSA samples, so 8 members (+eps and -eps of each), and every member writes greedy completions:
+the completions the held-out evaluation scores. The 8 members decode together as one batch
+(``--evaluation auto`` picks the batched mode for these short prompts). The step is the norm mode's
+FZOO-style one (Rademacher z, loss differences divided by the spread of the 8 members' losses, their
+mean taken over the 4 samples) with lr 0.1. ``--num-generations 4 --reward-shaping group`` trains on sampled completions with
+GRPO-style per-prompt shaping instead (benchmarks/rl.py compares the two).
+
     python examples/rl_sentiment.py                      # write the prompts, train, print before -> after
     python examples/rl_sentiment.py --prompts-only       # only write the JSONL files (for `mezo-rl train`)
     python examples/rl_sentiment.py --resume             # continue a stopped run
@@ -15,7 +23,9 @@ The same run from the command line, once the prompts are written:
     mezo-rl train --task runs/rl_sentiment/prompts/train.jsonl \\
         --validation-file runs/rl_sentiment/prompts/validation.jsonl \\
         --test-file runs/rl_sentiment/prompts/test.jsonl \\
-        --reward examples/sentiment_reward.py:positivity --output-dir runs/rl_sentiment/run
+        --reward examples/sentiment_reward.py:positivity --peft norm --steps 90 --batch-size 16 \\
+        --n-spsa 4 --lr 0.1 --max-new-tokens 24 --num-train 1000 --num-eval 64 --num-test 200 \\
+        --eval-steps 30 --log-completions 200 --output-dir runs/rl_sentiment/run
 
 Needs the data directory (``--data-dir`` or ``$MEZO_RL_DATA``, holding ``SST-2/LM-BFF-original/``)
 and the SmolLM2 package (see README). Measured figures: docs/rl.md.
@@ -69,16 +79,16 @@ def main():
     p.add_argument("--data-dir", default=os.environ.get("MEZO_RL_DATA"), help="datasets directory (default: $MEZO_RL_DATA)")
     p.add_argument("--output-dir", default="runs/rl_sentiment", help="prompts/ and run/ go here")
     p.add_argument("--model", default="smollm2-135m")
-    p.add_argument("--steps", type=int, default=60)
+    p.add_argument("--steps", type=int, default=90)
     p.add_argument("--batch-size", type=int, default=16, help="completions per step")
-    p.add_argument("--num-generations", type=int, default=4, help="completions per prompt (> 1 samples; 1: greedy)")
+    p.add_argument("--num-generations", type=int, default=1, help="completions per prompt (> 1 samples; 1: greedy)")
     p.add_argument("--peft", default="norm", help="what MeZO trains (norm, none, lora, prefix)")
-    p.add_argument("--lr", type=float, default=0.05, help="length of each sign step of the norm gains")
-    p.add_argument("--eps", type=float, default=None)
-    p.add_argument("--n-spsa", type=int, default=None)
+    p.add_argument("--lr", type=float, default=0.1, help="length of each sign step of the norm gains")
+    p.add_argument("--eps", type=float, default=None, help="perturbation scale (default: the --peft mode's)")
+    p.add_argument("--n-spsa", type=int, default=4, help="SPSA samples per step (2 members each, decoded together)")
     p.add_argument("--estimator", default="two_point")
     p.add_argument("--normalize", default=None)
-    p.add_argument("--reward-shaping", default="group", choices=["none", "group"])
+    p.add_argument("--reward-shaping", default="none", choices=["none", "group"])
     p.add_argument("--do-sample", action="store_true")
     p.add_argument("--temperature", type=float, default=1.0)
     p.add_argument("--max-new-tokens", type=int, default=24)

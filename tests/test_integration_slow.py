@@ -85,13 +85,13 @@ def test_optimize_f1_example_runs_and_resumes_on_smollm2(tmp_path, shared_data_d
 
 
 def test_rl_sentiment_example_runs_on_smollm2(tmp_path, shared_data_dir):
-    """examples/rl_sentiment.py end to end on the real model: prompts written from SST-2, 4 sampled
-    completions per prompt scored by VADER, group shaping, two steps, held-out reward before -> after
-    with its SE, completions logged for the report."""
+    """examples/rl_sentiment.py end to end on the real model, with its defaults: prompts written from
+    SST-2, greedy completions scored by VADER, 4 SPSA samples decoded as one batch, two steps, held-out
+    reward before -> after with its SE, completions logged for the report."""
     pytest.importorskip("vaderSentiment")
     out = tmp_path / "rl"
     done = _run_example("rl_sentiment.py", "--steps", "2", "--eval-steps", "2", "--batch-size", "8",
-                        "--num-train", "16", "--num-eval", "4", "--num-test", "4", "--max-new-tokens", "8",
+                        "--num-train", "16", "--num-eval", "4", "--num-test", "4", "--max-new-tokens", "16",
                         "--log-completions", "4", "--data-dir", str(shared_data_dir), "--output-dir", str(out))
     assert done.returncode == 0, done.stderr[-2000:]
     assert "test objective:" in done.stdout and "n = 4" in done.stdout, done.stdout[-1000:]
@@ -103,6 +103,7 @@ def test_rl_sentiment_example_runs_on_smollm2(tmp_path, shared_data_dir):
     records = [json.loads(line) for line in (out / "run" / "metrics.jsonl").read_text().splitlines()]
     steps = [r for r in records if "split" not in r]
     assert [r["step"] for r in steps] == [1, 2] and all("reward/positivity/std" in r for r in steps)
-    from mezo_rl.rundir import read_samples
+    from mezo_rl.rundir import read_samples, recorded_evaluation
 
     assert len(read_samples(out / "run", "test", 0)) == len(read_samples(out / "run", "test", 2)) == 4
+    assert recorded_evaluation(out / "run") == "batched"   # the short prompts decode with their members as one batch
