@@ -273,7 +273,8 @@ def rl_section(path) -> str:
             "`python benchmarks/results.py --render-only`. Prompts: openings of SST-2 review sentences "
             "(`examples/rl_sentiment.py`); reward: VADER positivity of the completion (`examples/sentiment_reward.py`); "
             "test: 200 held-out openings from SST-2's test sentences, greedy completions of at most 24 tokens; "
-            "SE: the standard error of the mean over the 200 prompts. Base log-lik/token: the completions' mean "
+            "a cell's gain and its SE are those of the per-prompt differences after − before (below the table). "
+            "Distinct-2: distinct word bigrams over all bigrams of the completions. Base log-lik/token: the completions' mean "
             "log-likelihood per token under the untrained model (a reward-hacked policy drifts down). "
             "Each cell's exact command: its `command` in the JSONL.\n\n" + render_rl(read_records(path)))
 
