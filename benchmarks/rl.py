@@ -86,13 +86,9 @@ GROUPS = {"shaping": ["cmp-greedy", "cmp-es4", "cmp-g4-group", "cmp-g4-none"]}
 
 
 # ---------------------------------------------------------------------------------------------- records
-def read_jsonl(path) -> list[dict]:
+def read_records(path=RECORDS) -> list[dict]:
     path = pathlib.Path(path)
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.is_file() else []
-
-
-def read_records(path=RECORDS) -> list[dict]:
-    return read_jsonl(path)
 
 
 def append_record(record: dict, path=RECORDS) -> None:
@@ -151,13 +147,10 @@ def paired_gain(before: list[dict], after: list[dict]) -> dict:
     return {"gain": mean, "se": sd / math.sqrt(n), "n": n}
 
 
-def hacking_measures(run_dir: pathlib.Path, steps: int) -> dict:
-    """Base-model log-likelihood of the test completions before (step 0) and after training."""
-    from mezo_rl.rundir import read_samples
-
+def hacking_measures(before: list[dict], after: list[dict]) -> dict:
+    """Base-model log-likelihood of the test completions before and after training (the samples a run kept)."""
     out = {}
-    for when, step in (("before", 0), ("after", steps)):
-        samples = read_samples(run_dir, "test", step)
+    for when, samples in (("before", before), ("after", after)):
         if samples:
             out[when] = base_loglik([s["prompt"] for s in samples], [s["completion"] for s in samples])
             out["n"] = len(samples)
@@ -201,6 +194,7 @@ def run_cell(variant: str, seed: int, threads: int, records, lock: threading.Loc
 
 def complete(record: dict, out_dir: pathlib.Path) -> dict:
     """The cell's record with the run's figures added (for a finished run)."""
+    from mezo_rl.plots import read_jsonl
     from mezo_rl.rundir import read_samples
 
     run_dir = out_dir / "run"
@@ -208,11 +202,11 @@ def complete(record: dict, out_dir: pathlib.Path) -> dict:
         if record["tool"] == "mezo-rl":
             summary = json.loads((run_dir / "summary.json").read_text())
             secs = step_seconds(run_dir)
+            before, after = read_samples(run_dir, "test", 0), read_samples(run_dir, "test", summary["steps"])
             record.update(steps=summary["steps"], best_step=summary["best_step"], train_s=sum(secs),
                           s_per_step=sorted(secs)[len(secs) // 2],
                           **{k: summary[k] for k in ("initial_validation", "validation", "initial_test", "test")},
-                          base_loglik=hacking_measures(run_dir, summary["steps"]),
-                          paired=paired_gain(read_samples(run_dir, "test", 0), read_samples(run_dir, "test", summary["steps"])))
+                          base_loglik=hacking_measures(before, after), paired=paired_gain(before, after))
         else:
             summary = json.loads((out_dir / "summary.json").read_text())
             record.update({k: summary.get(k) for k in ("steps", "train_s", "s_per_step", "initial_test", "test",
@@ -256,6 +250,12 @@ def gain_and_se(record: dict) -> tuple[float, float, bool]:
     if se_b is None or se_a is None or REWARD not in a or REWARD not in b:
         return math.nan, math.nan, False
     return a[REWARD] - b[REWARD], math.sqrt(se_b ** 2 + se_a ** 2), False
+
+
+def above_bar(record: dict) -> bool:
+    """Whether the cell's gain is above ``BAR_SE`` standard errors of it."""
+    gain, se, _ = gain_and_se(record)
+    return se > 0 and gain / se > BAR_SE
 
 
 def render(records: list[dict]) -> str:
@@ -306,7 +306,7 @@ def render(records: list[dict]) -> str:
             return f"{m:.3f}" + (f" ± {sd:.3f}" if len(xs) > 1 else "")
 
         gains = [x - y for x, y in zip(after, before)]
-        above = sum(1 for r in rows if (lambda g, e, _: e > 0 and g / e > BAR_SE)(*gain_and_se(r)))
+        above = sum(1 for r in rows if above_bar(r))
         lines.append(f"| {variant} | {VARIANTS[variant][2]} | {len(rows)} | {ms(before)} → {ms(after)} | {ms(gains)} | "
                      f"{above} of {len(rows)} | {max(r.get('wall_s', math.nan) for r in rows) / 60:.1f} | "
                      f"{max(r['peak_rss_mb'] for r in rows):.0f} |")

@@ -11,8 +11,8 @@ has 4 SPSA samples, so 8 members (+eps and -eps of each), and every member write
 the completions the held-out evaluation scores. The 8 members decode together as one batch
 (``--evaluation auto`` picks the batched mode for these short prompts). The step is the norm mode's
 FZOO-style one (Rademacher z, loss differences divided by the spread of the 8 members' losses, their
-mean taken over the 4 samples) with lr 0.1. ``--num-generations 4 --reward-shaping group`` trains on sampled completions with
-GRPO-style per-prompt shaping instead (benchmarks/rl.py compares the two).
+mean taken over the 4 samples) with lr 0.1. ``--num-generations 4 --reward-shaping group`` trains on
+sampled completions with GRPO-style per-prompt shaping instead (benchmarks/rl.py compares the two).
 
     python examples/rl_sentiment.py                      # write the prompts, train, print before -> after
     python examples/rl_sentiment.py --prompts-only       # only write the JSONL files (for `mezo-rl train`)

@@ -386,11 +386,10 @@ class Trainer:
         if a.resume:
             self._resume()
             s = self.state
-            if self.dist.is_main:  # what a resume may change (--steps, ...) as this run now uses it
-                rundir.write_json(self.output_dir / rundir.CONFIG_FILE, dict(a.to_dict(), resume=False))
         elif self.dist.is_main:
             (self.output_dir / rundir.METRICS_FILE).write_text("")
-            rundir.write_json(self.output_dir / rundir.CONFIG_FILE, a.to_dict())
+        if self.dist.is_main:  # the run as it now goes on (a resume may change --steps and a few others)
+            rundir.write_json(self.output_dir / rundir.CONFIG_FILE, dict(a.to_dict(), resume=False))
         # replicas must start from identical weights, all of them (with LoRA/prefix the frozen base too)
         self.dist.check_same_weights(list(self.lm.model.named_parameters()))
         self.dist.check_same_object(a.to_dict(), what="training arguments")
