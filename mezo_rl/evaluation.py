@@ -61,7 +61,8 @@ def evaluate(
         task: the task the examples come from (its ``kind`` and columns are checked against the
             metrics; its ``demonstration`` renders in-context examples).
         examples: the examples to evaluate.
-        batch_size: examples per call to ``lm.score`` / ``lm.generate``.
+        batch_size: examples per call to ``lm.score`` / ``lm.generate``, and the most sequences one forward
+            pass of the model holds (``lm.batches_of``; generation decodes that many prompts together).
         demonstrations: in-context examples prepended to every prompt (the ICL baseline; causal LMs only).
         max_new_tokens: generation length limit (greedy decoding).
         metrics: reward references to compute (default: ``task.metrics``).
@@ -104,7 +105,7 @@ def evaluate(
     texts: list[str] = []
     bar = tqdm(total=len(examples), desc=desc, unit="ex", delay=PROGRESS_DELAY_S, leave=False, disable=not progress,
                dynamic_ncols=True)
-    with torch.no_grad(), bar:
+    with torch.no_grad(), bar, lm.batches_of(batch_size):
         for start in range(0, len(examples), batch_size):
             batch = examples[start : start + batch_size]
             outputs = model_outputs(lm, batch, report.needs, max_new_tokens=max_new_tokens)

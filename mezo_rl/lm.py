@@ -28,6 +28,7 @@ forward holds M * batch_size rows) and return one result list per member. The mo
 """
 from __future__ import annotations
 
+import contextlib
 import math
 from dataclasses import dataclass
 
@@ -90,6 +91,19 @@ class LanguageModel:
     @property
     def device(self) -> torch.device:
         return next(self.model.parameters()).device
+
+    @contextlib.contextmanager
+    def batches_of(self, batch_size: int):
+        """Within the block, ``score``/``generate``/``features`` put ``batch_size`` sequences (per member)
+        through the model at once; ``self.batch_size`` is restored after, even on an exception. Used by
+        evaluation, whose batch size is its own option, so a forward pass holds what that option says."""
+        if int(batch_size) < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        before, self.batch_size = self.batch_size, int(batch_size)
+        try:
+            yield self
+        finally:
+            self.batch_size = before
 
     def __repr__(self):
         kind = "causal" if self.is_causal else "masked"

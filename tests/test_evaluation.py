@@ -47,6 +47,34 @@ def test_generation_metrics(tiny_causal_lm):
     assert res["exact_match"] == 0.0 and res["squad_f1"] < 1.0
 
 
+def test_evaluation_forward_passes_hold_its_batch_size(tiny_causal_lm):
+    """``evaluate(batch_size=B)`` decodes B prompts per forward pass (not the LM's own batch size, which
+    it restores after, exception or not), and the metrics do not depend on it."""
+    lm = LanguageModel(*tiny_causal_lm, batch_size=2)
+    prompts = ["Question : what is the capital of France ? Answer :", "the sun rose early and", "It was",
+               "Yes or", "the cat sat on", "once upon a"]
+    task = ListTask("generation", [])
+    examples = [Example(p, answers=[" zzz"]) for p in prompts]
+    rows = []
+    hook = lm._base.register_forward_pre_hook(lambda m, args, kw: rows.append(kw["input_ids"].shape[0]),
+                                              with_kwargs=True)
+    try:
+        small = evaluate(lm, task, examples, batch_size=2, max_new_tokens=4)
+        assert set(rows) == {2} and lm.batch_size == 2
+        rows.clear()
+        big = evaluate(lm, task, examples, batch_size=6, max_new_tokens=4)
+        assert set(rows) == {6} and lm.batch_size == 2
+        with pytest.raises(ValueError, match="no examples"):
+            evaluate(lm, task, [], batch_size=6)
+        with pytest.raises(ZeroDivisionError):
+            with lm.batches_of(5):
+                1 / 0
+        assert lm.batch_size == 2
+    finally:
+        hook.remove()
+    assert small == big
+
+
 def test_masked_lm_uses_the_table13_prompt(tiny_masked_lm, shared_data_dir):
     lm = LanguageModel(*tiny_masked_lm)
     exs = get_task("sst5").load_split("test", shared_data_dir, n=6, seed=0)
