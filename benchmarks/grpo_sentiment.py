@@ -81,8 +81,8 @@ EXAMPLE = REPO / "examples" / "rl_sentiment.py"
 REWARD_FILE = REPO / "examples" / "sentiment_reward.py"
 REWARD = "positivity"
 MODEL = "smollm2-135m"
-# examples/rl_sentiment.py's defaults (its argparse) and mezo-rl's evaluation batch (--eval-batch-size)
-NUM_TRAIN, NUM_EVAL, NUM_TEST, WORDS, EVAL_BATCH_SIZE = 1000, 100, 200, 6, 32
+# examples/rl_sentiment.py's defaults (its argparse), its evaluation batch (--eval-batch-size) included
+NUM_TRAIN, NUM_EVAL, NUM_TEST, WORDS, EVAL_BATCH_SIZE = 1000, 100, 200, 6, 64
 
 
 def parse_args(argv=None) -> argparse.Namespace:

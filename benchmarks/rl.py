@@ -170,6 +170,16 @@ def command(variant: str, seed: int, out_dir: pathlib.Path, records) -> list[str
             "--time-budget-s", f"{ref['train_s']:.0f}", *extra]
 
 
+def set_aside(out_dir: pathlib.Path) -> None:
+    """Move a cell's earlier directory to the first free ``<name>-prev<N>`` (a rerun starts afresh, and the
+    earlier samples stay readable)."""
+    if out_dir.exists():
+        n = 1
+        while out_dir.with_name(f"{out_dir.name}-prev{n}").exists():
+            n += 1
+        out_dir.rename(out_dir.with_name(f"{out_dir.name}-prev{n}"))
+
+
 def run_cell(variant: str, seed: int, threads: int, records, lock: threading.Lock) -> dict:
     out_dir = RUNS / f"{variant}-s{seed}"
     cmd = command(variant, seed, out_dir, records)
@@ -322,6 +332,9 @@ def main(argv=None) -> int:
     p.add_argument("--threads", type=int, default=None, help="OMP threads per cell (default: 2 / --parallel)")
     p.add_argument("--render-only", action="store_true", help="print the tables from docs/results/rl.jsonl")
     p.add_argument("--dry-run", action="store_true", help="list the pending cells")
+    p.add_argument("--rerun", action="store_true",
+                   help="run the named cells again even if recorded (the new record wins; a previous run directory "
+                        "is kept as runs/rl/<cell>-prev<N>)")
     a = p.parse_args(argv)
     records = read_records()
     if a.render_only:
@@ -331,7 +344,7 @@ def main(argv=None) -> int:
     unknown = [v for v in names if v not in VARIANTS]
     if unknown:
         p.error(f"unknown variant(s) {unknown}; known: {', '.join(VARIANTS)} and groups {', '.join(GROUPS)}")
-    pending = [(v, int(s)) for v in names for s in a.seeds.split(",") if done(records, v, int(s)) is None]
+    pending = [(v, int(s)) for v in names for s in a.seeds.split(",") if a.rerun or done(records, v, int(s)) is None]
     if a.dry_run:
         print("\n".join(f"{v} seed {s}" for v, s in pending) or "nothing pending")
         return 0
@@ -343,6 +356,8 @@ def main(argv=None) -> int:
                 if not queue:
                     return
                 v, s = queue.pop(0)
+            if a.rerun:
+                set_aside(RUNS / f"{v}-s{s}")
             r = run_cell(v, s, a.threads or 2 // a.parallel, read_records(), lock)
             print(f"{v} seed {s}: {'ok' if r['ok'] else 'FAILED'} in {r['wall_s']:.0f} s", flush=True)
 

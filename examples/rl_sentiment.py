@@ -25,7 +25,7 @@ The same run from the command line, once the prompts are written:
         --test-file runs/rl_sentiment/prompts/test.jsonl \\
         --reward examples/sentiment_reward.py:positivity --peft norm --steps 90 --batch-size 16 \\
         --n-spsa 4 --lr 0.1 --max-new-tokens 24 --num-train 1000 --num-eval 64 --num-test 200 \\
-        --eval-steps 30 --log-completions 200 --output-dir runs/rl_sentiment/run
+        --eval-steps 30 --eval-batch-size 64 --log-completions 200 --output-dir runs/rl_sentiment/run
 
 Needs the data directory (``--data-dir`` or ``$MEZO_RL_DATA``, holding ``SST-2/LM-BFF-original/``)
 and the SmolLM2 package (see README). Measured figures: docs/rl.md.
@@ -97,6 +97,7 @@ def main():
     p.add_argument("--num-eval", type=int, default=64)
     p.add_argument("--num-test", type=int, default=200)
     p.add_argument("--eval-steps", type=int, default=30)
+    p.add_argument("--eval-batch-size", type=int, default=64, help="prompts decoded together in an evaluation")
     p.add_argument("--log-completions", type=int, default=200,
                    help="completions of each evaluation kept in run/samples/ (the report's before -> after pairs)")
     p.add_argument("--evaluation", default="auto", choices=["auto", "inplace", "batched"],
@@ -118,7 +119,7 @@ def main():
         num_generations=a.num_generations, do_sample=a.do_sample or a.num_generations > 1, temperature=a.temperature,
         lr=a.lr, eps=a.eps, n_spsa=a.n_spsa, estimator=a.estimator, normalize=a.normalize,
         reward_shaping=a.reward_shaping, max_new_tokens=a.max_new_tokens, num_train=a.num_train, num_eval=a.num_eval,
-        num_test=a.num_test, eval_steps=a.eval_steps, seed=a.seed, log_completions=a.log_completions,
+        num_test=a.num_test, eval_steps=a.eval_steps, eval_batch_size=a.eval_batch_size, seed=a.seed, log_completions=a.log_completions,
         evaluation=a.evaluation,
         output_dir=str(out / "run"), resume=a.resume)
     summary = Trainer(args).train()

@@ -60,3 +60,15 @@ def test_each_grpo_variant_gets_the_training_time_of_its_mezo_cell(tmp_path):
     assert "--time-budget-s 2000" in " ".join(rl.command("grpo-long", 0, tmp_path, records))
     with pytest.raises(SystemExit, match="run the mezo cell of seed 1 first"):
         rl.command("grpo", 1, tmp_path, records)
+
+
+def test_a_rerun_keeps_the_earlier_run_directories(tmp_path):
+    cell = tmp_path / "mezo-s1"
+    for text in ("first", "second"):
+        cell.mkdir()
+        (cell / "log.txt").write_text(text)
+        rl.set_aside(cell)
+    assert not cell.exists()
+    assert [(tmp_path / f"mezo-s1-prev{n}" / "log.txt").read_text() for n in (1, 2)] == ["first", "second"]
+    rl.set_aside(cell)  # nothing to move
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mezo-s1-prev1", "mezo-s1-prev2"]
