@@ -44,6 +44,9 @@ def main():
     p.add_argument("--num-eval", type=int, default=100, help="validation questions that pick the best step")
     p.add_argument("--num-test", type=int, default=200, help="test questions (SQuAD dev), before and after")
     p.add_argument("--eval-every", type=int, default=20, help="validate every N steps")
+    p.add_argument("--eval-batch-size", type=int, default=8,
+                   help="questions per forward pass, in steps and evaluations (of similar length: long contexts "
+                        "pad less in small chunks)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--data-dir", default=None)
     p.add_argument("--output-dir", default="runs/optimize-f1")
@@ -53,7 +56,7 @@ def main():
         model="smollm2-135m", task="squad", reward=["squad_f1"], peft="prefix",
         noise="rademacher", normalize="std", n_spsa=a.n_spsa, lr=a.lr, eps=a.eps, lr_scheduler=a.lr_scheduler,
         reward_shaping=a.reward_shaping,
-        steps=a.steps, batch_size=a.batch_size, eval_steps=min(a.eval_every, a.steps) or 1,
+        steps=a.steps, batch_size=a.batch_size, eval_steps=min(a.eval_every, a.steps) or 1, eval_batch_size=a.eval_batch_size,
         num_train=1000, num_eval=a.num_eval, num_test=a.num_test, max_new_tokens=16, seed=a.seed,
         data_dir=a.data_dir, output_dir=a.output_dir, resume=a.resume,
     )

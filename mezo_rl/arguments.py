@@ -294,7 +294,7 @@ class EvalArguments(Arguments):
     eval_steps: Optional[int] = option(None, "evaluate on validation every N steps (default: steps/5, at least 1, as in the paper)", min=1)
     metric_for_best: Optional[str] = option(None, "validation metric that picks the best step (default: the task's first metric)")
     initial_test: bool = option(True, "also evaluate the untrained model on the test examples (summary.json: initial_test)")
-    eval_batch_size: int = option(16, "examples per forward pass during evaluation (generation decodes that many prompts together)", min=1)
+    eval_batch_size: int = option(16, "examples per forward pass: in evaluation, and in a training step's scoring or generation (per member); generation decodes that many prompts of similar length together", min=1)
     logging_steps: int = option(1, "write a metrics.jsonl record every N steps", min=1)
     log_completions: int = option(16, "prompt tasks: completions of each evaluation written to samples/<split>-step<N>.jsonl (0: none)", min=0)
 

@@ -33,6 +33,10 @@ import tasks
 from mezo_rl.outputs import example_columns, model_outputs
 
 PROGRESS_DELAY_S = 3.0  # an evaluation shorter than this shows no progress bar
+# Examples per call to the model (at least batch_size): the model orders a call's prompts by length into
+# forward passes of batch_size, so a call of several forward passes pads less; the progress bar and
+# on_batch follow the calls.
+EXAMPLES_PER_CALL = 64
 OBJECTIVE = "objective"  # a prompt task's weighted reward: the metric that picks the best step by default
 
 
@@ -61,8 +65,9 @@ def evaluate(
         task: the task the examples come from (its ``kind`` and columns are checked against the
             metrics; its ``demonstration`` renders in-context examples).
         examples: the examples to evaluate.
-        batch_size: examples per call to ``lm.score`` / ``lm.generate``, and the most sequences one forward
-            pass of the model holds (``lm.batches_of``; generation decodes that many prompts together).
+        batch_size: the most sequences one forward pass of the model holds (``lm.batches_of``; generation
+            decodes that many prompts of similar length together). Each call to ``lm.score`` /
+            ``lm.generate`` takes ``max(batch_size, EXAMPLES_PER_CALL)`` examples.
         demonstrations: in-context examples prepended to every prompt (the ICL baseline; causal LMs only).
         max_new_tokens: generation length limit (greedy decoding).
         metrics: reward references to compute (default: ``task.metrics``).
@@ -106,8 +111,9 @@ def evaluate(
     bar = tqdm(total=len(examples), desc=desc, unit="ex", delay=PROGRESS_DELAY_S, leave=False, disable=not progress,
                dynamic_ncols=True)
     with torch.no_grad(), bar, lm.batches_of(batch_size):
-        for start in range(0, len(examples), batch_size):
-            batch = examples[start : start + batch_size]
+        per_call = max(batch_size, EXAMPLES_PER_CALL)
+        for start in range(0, len(examples), per_call):
+            batch = examples[start : start + per_call]
             outputs = model_outputs(lm, batch, report.needs, max_new_tokens=max_new_tokens)
             out = report.evaluate(**outputs.as_kwargs())
             for name in report.names:

@@ -439,7 +439,8 @@ class LanguageModel:
     ) -> list[str] | list[list[str]]:
         """Continue each prompt; return the new text only (without the stop newline / EOS).
 
-        Batched decoding with the KV cache (prompts left-padded). Greedy by default; with
+        Batched decoding with the KV cache, ``self.batch_size`` prompts at a time, taken in order of
+        their token length so that a chunk's left padding stays short. Greedy by default; with
         ``do_sample=True`` tokens are drawn from softmax(logits / temperature) (optionally the top_k
         most likely) with a ``torch.Generator`` seeded by ``seed``: two calls with the same seed and the
         same prompts return the same text, so +eps and -eps perturbations see common random numbers.
@@ -463,21 +464,29 @@ class LanguageModel:
         if do_sample:
             gen = torch.Generator(device=self.device)
             gen.manual_seed(0 if seed is None else int(seed))
-        out = [[] for _ in range(M)]
-        for start in range(0, len(prompts), self.batch_size):
-            chunk = prompts[start : start + self.batch_size]
-            texts = self._generate_batch(chunk, max_new_tokens, do_sample, gen, temperature, top_k, stop_at_newline, M)
+        tok = self.tokenizer
+        start_id = tok.bos_token_id if tok.bos_token_id is not None else tok.eos_token_id
+        enc = [(tok(p, add_special_tokens=True)["input_ids"] or [start_id])[-(self.max_length - max_new_tokens):]
+               for p in prompts]
+        # Chunks of prompts of similar length, so a chunk's left padding (computed, then masked) stays short;
+        # each text goes back to its prompt's place. Greedy decoding does not depend on the chunking.
+        order = sorted(range(len(enc)), key=lambda i: len(enc[i]))
+        out = [[None] * len(prompts) for _ in range(M)]
+        for start in range(0, len(order), self.batch_size):
+            chunk = order[start : start + self.batch_size]
+            texts = self._generate_batch([enc[i] for i in chunk], max_new_tokens, do_sample, gen, temperature, top_k,
+                                         stop_at_newline, M)
             for k in range(M):
-                out[k] += texts[k * len(chunk):(k + 1) * len(chunk)]
+                for i, text in zip(chunk, texts[k * len(chunk):(k + 1) * len(chunk)]):
+                    out[k][i] = text
         return out if members is not None else out[0]
 
-    def _generate_batch(self, prompts, max_new_tokens, do_sample, gen, temperature, top_k, stop_at_newline,
+    def _generate_batch(self, enc, max_new_tokens, do_sample, gen, temperature, top_k, stop_at_newline,
                         members: int = 1):
-        """Texts of ``members`` copies of ``prompts`` (member-major), decoded as one batch."""
+        """Texts of ``members`` copies of the prompts whose token ids are ``enc`` (member-major), decoded
+        as one batch."""
         tok, dev = self.tokenizer, self.device
-        enc = [tok(p, add_special_tokens=True)["input_ids"] for p in prompts]
-        start_id = tok.bos_token_id if tok.bos_token_id is not None else tok.eos_token_id
-        enc = [(e or [start_id])[-(self.max_length - max_new_tokens) :] for e in enc] * members
+        enc = list(enc) * members
         B, T = len(enc), max(len(e) for e in enc)
         input_ids = torch.full((B, T), tok.pad_token_id, dtype=torch.long)
         mask = torch.zeros((B, T), dtype=torch.long)

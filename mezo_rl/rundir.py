@@ -201,7 +201,7 @@ def build_model(args: TrainingArguments, lm=None):
     """
     if lm is None:
         lm = load_model(args.model, dtype=args.dtype, device_map=args.device_map,
-                        max_memory=parse_max_memory(args.max_memory))
+                        max_memory=parse_max_memory(args.max_memory), batch_size=args.eval_batch_size)
         if args.device_map is not None:
             check_no_offload(lm.model)  # weights offloaded to disk cannot be perturbed in place
     if args.peft == "norm":
@@ -405,7 +405,8 @@ def recorded_evaluation(run_dir: str | os.PathLike) -> Optional[str]:
 
 
 # what may change when a run is resumed (everything else must match config.json)
-RESUME_MAY_CHANGE = ("resume", "overwrite_output_dir", "steps", "progress", "tensorboard", "save_model", "eval_steps", "logging_steps")
+RESUME_MAY_CHANGE = ("resume", "overwrite_output_dir", "steps", "progress", "tensorboard", "save_model", "eval_steps", "logging_steps",
+                     "eval_batch_size")
 
 
 def unfinished_step(run_dir: str | os.PathLike) -> Optional[tuple[int, int]]:

@@ -120,6 +120,24 @@ def test_generation_is_batch_invariant(tiny_causal_lm):
     assert all(isinstance(t, str) and "\n" not in t for t in texts)
 
 
+def test_generation_chunks_prompts_of_similar_length(tiny_causal_lm):
+    """Prompts are decoded in chunks of similar token length (less left padding), and every text comes
+    back in its prompt's place: the same texts as one prompt at a time."""
+    lm = LanguageModel(*tiny_causal_lm, batch_size=2)
+    prompts = ["the sun rose early and the cat sat on the mat", "It", "once upon a time there was a cat who", "Yes"]
+    widths = []
+    hook = lm._base.register_forward_pre_hook(lambda m, a, kw: widths.append(tuple(kw["input_ids"].shape)),
+                                              with_kwargs=True)
+    try:
+        texts = lm.generate(prompts, max_new_tokens=3, stop_at_newline=False)
+    finally:
+        hook.remove()
+    lengths = sorted(len(lm.tokenizer(p)["input_ids"]) for p in prompts)
+    assert [w for w in widths if w[1] > 1] == [(2, lengths[1]), (2, lengths[3])]  # each chunk's prefill
+    lm.batch_size = 1
+    assert texts == [lm.generate([p], max_new_tokens=3, stop_at_newline=False)[0] for p in prompts]
+
+
 def test_generation_stops_at_newline_token(tiny_causal_lm):
     model, tok = tiny_causal_lm
     nl = tok("\n", add_special_tokens=False)["input_ids"][0]
