@@ -10,12 +10,13 @@ step of length lr: F1 at +eps and -eps is a step function of the weights, so its
 divided by 2 eps says little about how far to move, only which way (or nothing, when every answer
 is the same at both points).
 
-    python examples/optimize_f1.py --steps 20 --num-test 32    # a look: ~12 minutes on 2 CPU cores
-    python examples/optimize_f1.py                             # the measured run: 1 h 15 min here
+    python examples/optimize_f1.py --steps 20 --num-test 32    # a look: 20 steps, 32 test questions
+    python examples/optimize_f1.py                             # the full run (over an hour on 2 CPU cores)
+    python examples/optimize_f1.py --n-spsa 2 --reward-shaping group --lr 6e-2 --lr-scheduler linear \
+        --steps 80                                             # 2 SPSA samples, per-question shaping
     python examples/optimize_f1.py --resume                    # continue a stopped run
 
-The measured run (seed 0): test F1 0.139 -> 0.261 on 200 questions (plain zero-shot 0.147), best
-step 140 of 160; details in docs/user_flows.md. Needs the data directory (MEZO_RL_DATA
+Measured runs, their figures and commands: docs/user_flows.md. Needs the data directory (MEZO_RL_DATA
 or --data-dir) and the SmolLM2 package (see README).
 """
 import argparse
