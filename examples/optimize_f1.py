@@ -25,7 +25,7 @@ import json
 from mezo_rl.optim import SCHEDULERS
 from mezo_rl.arguments import TrainingArguments
 from mezo_rl.plots import results_line
-from mezo_rl.trainer import Trainer
+from mezo_rl.trainer import Trainer, TrainingInterrupted
 
 
 def main():
@@ -61,7 +61,10 @@ def main():
         num_train=1000, num_eval=a.num_eval, num_test=a.num_test, max_new_tokens=16, seed=a.seed,
         data_dir=a.data_dir, output_dir=a.output_dir, resume=a.resume,
     )
-    s = Trainer(args).train()
+    try:
+        s = Trainer(args).train()
+    except TrainingInterrupted as err:  # Ctrl-C / SIGTERM: the checkpoint is written, say how to go on
+        raise SystemExit(f"{err}; checkpoint in {err.output_dir}: run the same command with --resume to continue")
     print(json.dumps({k: s[k] for k in ("initial_validation", "validation", "initial_test", "test", "best_step")}
                      | {"wall_time_s": round(s["wall_time_s"], 1)}, indent=2))
     print(results_line(s))   # the line `mezo-rl train` ends with

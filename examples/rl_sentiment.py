@@ -38,7 +38,7 @@ import random
 
 from mezo_rl.arguments import TrainingArguments
 from mezo_rl.plots import results_line
-from mezo_rl.trainer import Trainer
+from mezo_rl.trainer import Trainer, TrainingInterrupted
 
 HERE = pathlib.Path(__file__).resolve().parent
 PREFIX = "Movie review: "
@@ -122,7 +122,10 @@ def main():
         num_test=a.num_test, eval_steps=a.eval_steps, eval_batch_size=a.eval_batch_size, seed=a.seed, log_completions=a.log_completions,
         evaluation=a.evaluation,
         output_dir=str(out / "run"), resume=a.resume)
-    summary = Trainer(args).train()
+    try:
+        summary = Trainer(args).train()
+    except TrainingInterrupted as err:  # Ctrl-C / SIGTERM: the checkpoint is written, say how to go on
+        raise SystemExit(f"{err}; checkpoint in {err.output_dir}: run the same command with --resume to continue")
     print(results_line(summary))
     for key in ("objective", "distinct_2", "completion_chars"):
         before, after = summary["initial_test"][key], summary["test"][key]
