@@ -97,7 +97,7 @@ def main():
     p.add_argument("--num-eval", type=int, default=64)
     p.add_argument("--num-test", type=int, default=200)
     p.add_argument("--eval-steps", type=int, default=30)
-    p.add_argument("--eval-batch-size", type=int, default=64, help="prompts decoded together in an evaluation")
+    p.add_argument("--eval-batch-size", type=int, default=64, help="prompts per forward pass (evaluations and steps)")
     p.add_argument("--log-completions", type=int, default=200,
                    help="completions of each evaluation kept in run/samples/ (the report's before -> after pairs)")
     p.add_argument("--evaluation", default="auto", choices=["auto", "inplace", "batched"],
