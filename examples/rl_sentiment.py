@@ -23,9 +23,12 @@ The same run from the command line, once the prompts are written:
     mezo-rl train --task runs/rl_sentiment/prompts/train.jsonl \\
         --validation-file runs/rl_sentiment/prompts/validation.jsonl \\
         --test-file runs/rl_sentiment/prompts/test.jsonl \\
-        --reward examples/sentiment_reward.py:positivity --peft norm --steps 90 --batch-size 16 \\
-        --n-spsa 4 --lr 0.1 --max-new-tokens 24 --num-train 1000 --num-eval 64 --num-test 200 \\
-        --eval-steps 30 --eval-batch-size 64 --log-completions 200 --output-dir runs/rl_sentiment/run
+        --reward examples/sentiment_reward.py:positivity --max-new-tokens 24 --num-train 1000 \\
+        --num-eval 64 --num-test 200 --eval-steps 30 --eval-batch-size 64 --log-completions 200 \\
+        --output-dir runs/rl_sentiment/run
+
+(90 steps of 16, 4 SPSA samples and lr 0.1 are what ``mezo-rl train`` gives a prompt task in the norm
+mode: ``mezo_rl.defaults.PROMPT_TASK_DEFAULTS``.)
 
 Needs the data directory (``--data-dir`` or ``$MEZO_RL_DATA``, holding ``SST-2/LM-BFF-original/``)
 and the SmolLM2 package (see README). Measured figures: docs/rl.md.
@@ -79,13 +82,14 @@ def main():
     p.add_argument("--data-dir", default=os.environ.get("MEZO_RL_DATA"), help="datasets directory (default: $MEZO_RL_DATA)")
     p.add_argument("--output-dir", default="runs/rl_sentiment", help="prompts/ and run/ go here")
     p.add_argument("--model", default="smollm2-135m")
-    p.add_argument("--steps", type=int, default=90)
-    p.add_argument("--batch-size", type=int, default=16, help="completions per step")
+    p.add_argument("--steps", type=int, default=None, help="training steps (default: a prompt task's, 90 in norm mode)")
+    p.add_argument("--batch-size", type=int, default=None, help="completions per step (default: a prompt task's, 16 in norm mode)")
     p.add_argument("--num-generations", type=int, default=1, help="completions per prompt (> 1 samples; 1: greedy)")
     p.add_argument("--peft", default="norm", help="what MeZO trains (norm, none, lora, prefix)")
-    p.add_argument("--lr", type=float, default=0.1, help="length of each sign step of the norm gains")
+    p.add_argument("--lr", type=float, default=None, help="length of each sign step of the norm gains (default: a prompt task's, 0.1 in norm mode)")
     p.add_argument("--eps", type=float, default=None, help="perturbation scale (default: the --peft mode's)")
-    p.add_argument("--n-spsa", type=int, default=4, help="SPSA samples per step (2 members each, decoded together)")
+    p.add_argument("--n-spsa", type=int, default=None,
+                   help="SPSA samples per step, 2 members each, decoded together (default: a prompt task's, 4 in norm mode)")
     p.add_argument("--estimator", default="two_point")
     p.add_argument("--normalize", default=None)
     p.add_argument("--reward-shaping", default="none", choices=["none", "group"])

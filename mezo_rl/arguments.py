@@ -33,7 +33,7 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from mezo_rl.defaults import MODE_ALIASES, MODE_DEFAULTS, MODES
+from mezo_rl.defaults import MODE_ALIASES, MODE_DEFAULTS, MODES, PROMPT_TASK_DEFAULTS, mode_defaults
 from mezo_rl.errors import ConfigError
 from mezo_rl.batched import check_evaluation
 from mezo_rl.noise import NOISES as NOISE_KINDS
@@ -117,7 +117,8 @@ def _fmt(x: float) -> str:
 def _per_mode(key: str) -> str:
     """``(default per --peft mode: norm 2e-2, full 2e-4, ...)``: the help text's view of mezo_rl.defaults."""
     show = lambda v: _fmt(v) if isinstance(v, float) and v else str(v)  # noqa: E731
-    return "(default per --peft mode: " + ", ".join(f"{m} {show(MODE_DEFAULTS[m][key])}" for m in MODES) + ")"
+    prompts = "".join(f"; a prompt task in {m} mode: {show(row[key])}" for m, row in PROMPT_TASK_DEFAULTS.items() if key in row)
+    return "(default per --peft mode: " + ", ".join(f"{m} {show(MODE_DEFAULTS[m][key])}" for m in MODES) + prompts + ")"
 
 
 @dataclass
@@ -324,8 +325,8 @@ class TrainingArguments(OutputArguments, EvalArguments, GenerationArguments, Com
     on 1,000 train / 500 validation / 1,000 test examples: pass them explicitly to reproduce it.
 
     The options left unset (None) whose default depends on ``--peft`` (``mezo_rl.defaults.MODE_DEFAULTS``:
-    run length, lr, eps, weight decay, noise, normalize, SPSA samples) and ``eval_steps`` are filled in
-    here, once: the fields hold every value the run uses, and ``config.json`` records them, so
+    run length, lr, eps, weight decay, noise, normalize, SPSA samples; for a prompt file or dataset,
+    ``PROMPT_TASK_DEFAULTS`` over the mode's row) and ``eval_steps`` are filled in here, once: the fields hold every value the run uses, and ``config.json`` records them, so
     ``TrainingArguments.from_dict(config)`` (``mezo-rl train --config RUN/config.json``) repeats the run.
     ``peft="none"`` becomes ``"full"``. To build a variant in another mode, build it from the options
     you gave (``dataclasses.replace`` keeps the values this mode resolved).
@@ -334,7 +335,7 @@ class TrainingArguments(OutputArguments, EvalArguments, GenerationArguments, Com
     def __post_init__(self):
         super().__post_init__()
         self.peft = MODE_ALIASES.get(self.peft, self.peft)
-        for key, default in MODE_DEFAULTS[self.peft].items():
+        for key, default in mode_defaults(self.peft, self.data_task_kind()).items():
             if getattr(self, key) is None:
                 setattr(self, key, default)
         if self.eval_steps is None:
@@ -343,6 +344,14 @@ class TrainingArguments(OutputArguments, EvalArguments, GenerationArguments, Com
             raise ConfigError(f"--num-generations {self.num_generations} must divide --batch-size {self.batch_size} (the "
                               f"completions of a step: batch_size / num_generations prompts, num_generations each)")
         check_evaluation(self.evaluation, self.peft, self.noise, self.trainable)
+
+    def data_task_kind(self) -> Optional[str]:
+        """The kind of ``--task`` where it is a data file or dataset (``"prompts"`` for a prompt column or a
+        prompt template), from the options alone; None for a registered or code task."""
+        from tasks import list_tasks
+        from tasks.user import data_task_kind
+
+        return data_task_kind(self.task, data_task_options(self), list_tasks())
 
 
 METHODS = ("zero-shot", "icl", "lp", "ft")

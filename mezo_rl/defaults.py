@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from typing import Mapping
 
-__all__ = ["MODES", "MODE_ALIASES", "MODE_DEFAULTS", "MEZO_OPTIONS", "mezo_options"]
+__all__ = ["MODES", "MODE_ALIASES", "MODE_DEFAULTS", "PROMPT_TASK_DEFAULTS", "MEZO_OPTIONS", "mode_defaults",
+           "mezo_options"]
 
 #: what ``--peft`` accepts: the final normalisation layer's gains, every weight, or an adapter
 MODES = ("norm", "full", "lora", "prefix")
@@ -46,6 +47,27 @@ MODE_DEFAULTS = {
     "prefix": dict(steps=150, batch_size=32, lr=1e-2, eps=1e-1, weight_decay=0.0, noise="gaussian", normalize="none", n_spsa=1),
 }
 assert tuple(MODE_DEFAULTS) == MODES
+
+# A prompt task (prompts in, a reward over generated completions) costs a decode of every prompt of the
+# batch per member, where a scoring task costs one forward pass: the norm row's 3000 steps of 64 would
+# take days. These entries replace the mode's for such a task (a data file or dataset with a prompt
+# column or a prompt template): the settings of the worked RL example (examples/rl_sentiment.py), where
+# 4 SPSA samples' 8 members decode together as one batch and lr 0.1 moved the reward on three seeds of
+# three (benchmarks/README.md, "RL on prompts"). The other modes keep their rows (150 steps of 32).
+PROMPT_TASK_DEFAULTS = {
+    "norm": dict(steps=90, batch_size=16, lr=1e-1, n_spsa=4),
+}
+assert set(PROMPT_TASK_DEFAULTS) <= set(MODES) and all(
+    set(row) <= set(MODE_DEFAULTS[mode]) for mode, row in PROMPT_TASK_DEFAULTS.items())
+
+
+def mode_defaults(mode: str, task_kind: str | None = None) -> dict:
+    """The defaults of ``mode`` (a row of :data:`MODE_DEFAULTS`), with :data:`PROMPT_TASK_DEFAULTS` over
+    them where ``task_kind`` is ``"prompts"``."""
+    row = dict(MODE_DEFAULTS[mode])
+    if task_kind == "prompts":
+        row.update(PROMPT_TASK_DEFAULTS.get(mode, {}))
+    return row
 
 #: the options of the table that are :class:`~mezo_rl.optim.MeZO` keyword arguments
 MEZO_OPTIONS = ("lr", "eps", "weight_decay", "noise", "normalize", "n_spsa")

@@ -450,6 +450,19 @@ def is_data_task(spec: str, options: dict, registered) -> bool:
     return bool(options) and ":" not in str(spec) and spec not in registered
 
 
+def data_task_kind(spec: str, options: dict, registered=()) -> str | None:
+    """The kind of the data task ``spec`` names with ``options`` (``"prompts"``, ``"generation"`` or
+    ``"classification"``), from the options alone: nothing is read. None where ``spec`` is not a data file
+    or dataset, or its options do not fit together (:func:`check_data_task` then says why)."""
+    if not is_data_task(spec, options, registered):
+        return None
+    try:
+        return check_template_options(options.get("template"), options.get("label_column"), options.get("candidates"),
+                                      options.get("target_column"), options.get("prompt_column"))
+    except ConfigError:
+        return None
+
+
 def check_data_task(spec: str, options: dict, registered=()) -> None:
     """Check a data task's options and that its files exist, reading nothing (ConfigError / TaskFileNotFoundError).
 

@@ -6,7 +6,7 @@ import dataclasses
 import pytest
 
 from mezo_rl.arguments import BaselineArguments, EvalRunArguments, TrainingArguments, parse_step
-from mezo_rl.defaults import MODE_ALIASES, MODE_DEFAULTS, MODES, mezo_options
+from mezo_rl.defaults import MODE_ALIASES, MODE_DEFAULTS, MODES, PROMPT_TASK_DEFAULTS, mezo_options
 from mezo_rl.errors import ConfigError
 
 
@@ -89,6 +89,32 @@ def test_per_mode_defaults_are_resolved_once_and_explicit_values_win():
     # the values norm resolved stay with dataclasses.replace; a variant built from the given options gets its mode's
     assert dataclasses.replace(mine, peft="prefix").lr == 1e-3
     assert TrainingArguments(peft="prefix", steps=7).lr == MODE_DEFAULTS["prefix"]["lr"]
+
+
+@pytest.mark.parametrize("task", [dict(task="prompts.jsonl"), dict(task="prompts.csv", prompt_column="question"),
+                                  dict(task="rows.jsonl", template="Continue: {text}"),
+                                  dict(task="user/prompt-dataset", prompt_column="messages")])
+def test_a_prompt_file_or_dataset_takes_the_prompt_task_run_length(task):
+    """A prompt task decodes every prompt per member: its norm-mode row is the RL example's, not 3000 x 64;
+    the other modes, the other task kinds and explicit values are untouched (nothing is read to decide)."""
+    args = TrainingArguments(**task)
+    expected = {**MODE_DEFAULTS["norm"], **PROMPT_TASK_DEFAULTS["norm"]}
+    assert {k: getattr(args, k) for k in expected} == expected
+    assert args.steps < MODE_DEFAULTS["norm"]["steps"] and args.eval_steps == max(1, args.steps // 5)
+    assert TrainingArguments(**task, steps=7, lr=1e-3).to_dict() | {"steps": args.steps, "lr": args.lr,
+                                                                    "eval_steps": args.eval_steps} == args.to_dict()
+    lora = TrainingArguments(**task, peft="lora")
+    assert {k: getattr(lora, k) for k in MODE_DEFAULTS["lora"]} == MODE_DEFAULTS["lora"]
+    # config.json holds the resolved values: a resume or --config repeats them whatever the table later says
+    assert TrainingArguments.from_dict(args.to_dict()).to_dict() == args.to_dict()
+
+
+@pytest.mark.parametrize("task", [dict(task="sst2"), dict(task="rows.jsonl", template="{q}", target_column="a"),
+                                  dict(task="rows.csv", template="{s} It was", label_column="l", candidates=["bad", "good"]),
+                                  dict(task="my_tasks.py:build")])
+def test_scoring_generation_and_code_tasks_keep_the_mode_row(task):
+    args = TrainingArguments(**task)
+    assert {k: getattr(args, k) for k in MODE_DEFAULTS["norm"]} == MODE_DEFAULTS["norm"]
 
 
 def test_an_old_config_with_nulls_resolves_to_the_defaults():
