@@ -23,6 +23,7 @@ training objectives agree.
 """
 from __future__ import annotations
 
+import json
 import math
 
 import torch
@@ -102,6 +103,9 @@ def evaluate(
     report.check_compatible(bool(lm.is_causal))
     if demonstrations:
         examples = [tasks.with_demonstrations(task, ex, demonstrations) for ex in examples]
+    # The same examples score the same in any order (a seed's shuffle, say): which examples share a call, and so
+    # a forward pass's rows, its padding and its float32 rounding, follow from the examples alone.
+    examples = sorted(examples, key=_input_key)
 
     sums = dict.fromkeys(report.names, 0.0)
     counts = dict.fromkeys(report.names, 0)
@@ -140,6 +144,12 @@ def evaluate(
         result["completion_chars"] = sum(map(len, texts)) / len(texts)
     result["n"] = len(examples)
     return result
+
+
+def _input_key(ex) -> tuple:
+    """What the model reads of an example: the order :func:`evaluate` calls the model in."""
+    return (ex.prompt, json.dumps(ex.messages, sort_keys=True) if ex.messages else "", tuple(ex.candidates or ()),
+            ex.mask_prompt or "")
 
 
 def standard_error(total: float, squares: float, n: int) -> float:

@@ -75,6 +75,32 @@ def test_evaluation_forward_passes_hold_its_batch_size(tiny_causal_lm):
     assert small == big
 
 
+def test_the_same_examples_in_another_order_make_the_same_forward_passes(tiny_causal_lm, monkeypatch):
+    """A seed's shuffle of the test split must not change its score: the calls hold the same examples (so the
+    same rows, padding and rounding) whatever order they come in, and the metrics are equal bit for bit."""
+    import mezo_rl.evaluation as ev
+
+    monkeypatch.setattr(ev, "EXAMPLES_PER_CALL", 2)  # 3 calls of 2: which examples share one is the point
+    lm = LanguageModel(*tiny_causal_lm, batch_size=2)
+    prompts = ["Question : what is the capital of France ? Answer :", "the sun rose early and", "It was",
+               "Yes or", "the cat sat on the mat and then", "once upon a"]
+    task = ListTask("generation", [])
+    examples = [Example(p, answers=[" zzz"]) for p in prompts]
+    seen = []
+    hook = lm._base.register_forward_pre_hook(lambda m, args, kw: seen.append(kw["input_ids"].tolist()), with_kwargs=True)
+    try:
+        runs = []
+        for order in (examples, examples[::-1], [examples[i] for i in (3, 0, 5, 1, 4, 2)]):
+            seen.clear()
+            runs.append((evaluate(lm, task, order, batch_size=2, max_new_tokens=3), [x for x in seen if len(x[0]) > 1]))
+    finally:
+        hook.remove()
+    (first, prefills), *others = runs
+    assert len(prefills) == 3
+    for result, other_prefills in others:
+        assert other_prefills == prefills and result == first
+
+
 def test_masked_lm_uses_the_table13_prompt(tiny_masked_lm, shared_data_dir):
     lm = LanguageModel(*tiny_masked_lm)
     exs = get_task("sst5").load_split("test", shared_data_dir, n=6, seed=0)
