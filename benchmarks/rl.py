@@ -26,6 +26,9 @@ The gain of a cell is the mean per-prompt difference on the same test prompts, b
 its SE is that of the paired differences (``paired_gain``); the issue's bar is a gain above
 ``BAR_SE`` of them on each seed.
 
+Each record names the machine's CPU (``machine``): the tables keep machines apart, and a GRPO cell takes
+its budget only from a MeZO cell run on the same CPU.
+
 ``--parallel N`` runs N cells at once with ``OMP_NUM_THREADS = 2 / N`` each (the machine has two
 cores): per-step times of cells run that way are comparable only with each other.
 """
@@ -98,6 +101,16 @@ def append_record(record: dict, path=RECORDS) -> None:
         f.write(json.dumps(record, sort_keys=True) + "\n")
 
 
+def machine() -> str:
+    """The CPU a cell ran on: its kind changes the speed and, through the kernels it picks (AVX2 or AVX-512),
+    the rounding of float32 sums, so greedy completions, and the figures, can differ between machines."""
+    info = pathlib.Path("/proc/cpuinfo").read_text() if pathlib.Path("/proc/cpuinfo").is_file() else ""
+    model = next((l.split(":", 1)[1].strip() for l in info.splitlines() if l.startswith("model name")), platform.processor())
+    flags = next((l.split(":", 1)[1].split() for l in info.splitlines() if l.startswith("flags")), [])
+    isa = "avx512" if "avx512f" in flags else "avx2" if "avx2" in flags else "no avx2"
+    return f"{platform.machine()} {os.cpu_count()} cpus, {model or 'unknown CPU'}, {isa}"
+
+
 def done(records, variant: str, seed: int) -> dict | None:
     return next((r for r in reversed(records) if r["variant"] == variant and r["seed"] == seed and r.get("ok")), None)
 
@@ -162,10 +175,11 @@ def command(variant: str, seed: int, out_dir: pathlib.Path, records) -> list[str
     tool, extra, _ = VARIANTS[variant]
     if tool == "mezo-rl":
         return [sys.executable, str(EXAMPLE), "--output-dir", str(out_dir), "--seed", str(seed), *extra]
-    ref = done(records, GRPO_BUDGET[variant], seed)
+    here = machine()  # seconds are only comparable on one machine
+    ref = done([r for r in records if r.get("machine") == here], GRPO_BUDGET[variant], seed)
     if ref is None:
-        raise SystemExit(f"{variant} seed {seed}: run the {GRPO_BUDGET[variant]} cell of seed {seed} first "
-                         "(its training time is the budget)")
+        raise SystemExit(f"{variant} seed {seed}: run the {GRPO_BUDGET[variant]} cell of seed {seed} on this machine "
+                         f"({here}) first (its training time is the budget)")
     return [sys.executable, str(GRPO), "--output-dir", str(out_dir), "--seed", str(seed),
             "--time-budget-s", f"{ref['train_s']:.0f}", *extra]
 
@@ -195,7 +209,7 @@ def run_cell(variant: str, seed: int, threads: int, records, lock: threading.Loc
         _, status, usage = os.wait4(proc.pid, 0)
     record = {"variant": variant, "tool": VARIANTS[variant][0], "seed": seed, "command": shlex.join(cmd),
               "threads": threads, "wall_s": time.time() - t0, "peak_rss_mb": usage.ru_maxrss / 1024,
-              "date": _dt.date.today().isoformat(), "machine": f"{platform.machine()} {os.cpu_count()} cpus",
+              "date": _dt.date.today().isoformat(), "machine": machine(),
               "ok": os.waitstatus_to_exitcode(status) == 0}
     with lock:
         append_record(complete(record, out_dir))
@@ -239,7 +253,7 @@ def adopt(variant: str, seed: int, out_dir: pathlib.Path, cmd: str, threads: int
     h, m, sec = (["0"] + field("Elapsed (wall clock)").split(":"))[-3:]
     record = {"variant": variant, "tool": VARIANTS[variant][0], "seed": seed, "command": cmd, "threads": threads,
               "wall_s": int(h) * 3600 + int(m) * 60 + float(sec), "peak_rss_mb": int(field("Maximum resident")) / 1024,
-              "date": _dt.date.today().isoformat(), "machine": f"{platform.machine()} {os.cpu_count()} cpus",
+              "date": _dt.date.today().isoformat(), "machine": machine(),
               "ok": field("Exit status") == "0"}
     return complete(record, out_dir)
 
@@ -269,24 +283,29 @@ def above_bar(record: dict) -> bool:
 
 
 def render(records: list[dict]) -> str:
-    """The RL tables: one row per cell (variant, seed), then each variant over its seeds."""
+    """The RL tables: one row per cell (variant, seed, machine), then each variant over its seeds on each machine.
+    Machines are kept apart: their speeds differ and so, through float32 rounding, can their completions."""
     cells = {}
     for r in records:
         if r.get("ok"):
-            cells[(r["variant"], r["seed"])] = r  # the latest line of a cell wins
+            cells[(r["variant"], r["seed"], r.get("machine", "?"))] = r  # the latest line of a cell wins
     if not cells:
         return "No RL cells yet: `python benchmarks/rl.py`.\n"
-    lines = ["| variant | seed | steps | test reward before → after, n | gain (SE) | gain / SE | distinct-2 before → after | "
-             "chars before → after | base log-lik/token before → after | s/step | train s | wall min | peak RSS MiB |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
-    order = lambda kv: (list(VARIANTS).index(kv[0][0]) if kv[0][0] in VARIANTS else 99, kv[0][1])  # noqa: E731
+    machines = list(dict.fromkeys(m for _, _, m in cells))  # first seen first: M1, M2, ...
+    label = {m: f"M{i + 1}" for i, m in enumerate(machines)}
+    lines = ["| variant | machine | seed | steps | test reward before → after, n | gain (SE) | gain / SE | "
+             "distinct-2 before → after | chars before → after | base log-lik/token before → after | s/step | train s | "
+             "wall min | peak RSS MiB |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    order = lambda kv: (list(VARIANTS).index(kv[0][0]) if kv[0][0] in VARIANTS else 99,  # noqa: E731
+                        machines.index(kv[0][2]), kv[0][1])
     unpaired = False
-    for (variant, seed), r in sorted(cells.items(), key=order):
+    for (variant, seed, m), r in sorted(cells.items(), key=order):
         b, a = r.get("initial_test") or {}, r.get("test") or {}
         gain, se, paired = gain_and_se(r)
         unpaired |= not paired
         ll = r.get("base_loglik") or {}
-        lines.append(f"| {variant} | {seed} | {r.get('steps')} | {_f(b.get(REWARD))} → {_f(a.get(REWARD))}, "
+        lines.append(f"| {variant} | {label[m]} | {seed} | {r.get('steps')} | {_f(b.get(REWARD))} → {_f(a.get(REWARD))}, "
                      f"{int(a.get('n', 0))} | {gain:+.3f} ({_f(se)}){'' if paired else '†'} | {_f(gain / se, 1)} | "
                      f"{_f(b.get('distinct_2'))} → {_f(a.get('distinct_2'))} | "
                      f"{_f(b.get('completion_chars'), 1)} → {_f(a.get('completion_chars'), 1)} | "
@@ -297,29 +316,34 @@ def render(records: list[dict]) -> str:
     if unpaired:
         lines += ["† the cell's per-prompt rewards were not kept: SE = sqrt(SE_before² + SE_after²), which ignores "
                   "the pairing."]
-    notes = [f"- {v} seed {s}: {r['note']}" for (v, s), r in sorted(cells.items(), key=order) if r.get("note")]
+    lines += ["", "Machines (as each record names its CPU; records written before the CPU model was kept name only "
+              "the architecture and the core count):", ""]
+    lines += [f"- {label[m]}: {m}" for m in machines]
+    notes = [f"- {v} seed {s} on {label[m]}: {r['note']}" for (v, s, m), r in sorted(cells.items(), key=order)
+             if r.get("note")]
     lines += [""] + notes if notes else []
-    lines += ["", f"Each variant over its seeds (mean ± standard deviation over seeds; the bar: a gain above {BAR_SE:g} "
-              "SE on each seed):", "",
-              "| variant | what | seeds | test reward before → after | gain | seeds above the bar | longest wall min | "
-              "peak RSS MiB |", "|---|---|---|---|---|---|---|---|"]
+    lines += ["", f"Each variant over its seeds on one machine (mean ± standard deviation over seeds; the bar: a gain "
+              f"above {BAR_SE:g} SE on each seed):", "",
+              "| variant | machine | what | seeds | test reward before → after | gain | seeds above the bar | "
+              "longest wall min | peak RSS MiB |", "|---|---|---|---|---|---|---|---|---|"]
     for variant in VARIANTS:
-        rows = [r for (v, _), r in sorted(cells.items()) if v == variant]
-        if not rows:
-            continue
-        before = [r["initial_test"][REWARD] for r in rows]
-        after = [r["test"][REWARD] for r in rows]
+        for m in machines:
+            rows = [r for (v, _, mm), r in sorted(cells.items()) if v == variant and mm == m]
+            if not rows:
+                continue
+            before = [r["initial_test"][REWARD] for r in rows]
+            after = [r["test"][REWARD] for r in rows]
 
-        def ms(xs):
-            m = sum(xs) / len(xs)
-            sd = math.sqrt(sum((x - m) ** 2 for x in xs) / (len(xs) - 1)) if len(xs) > 1 else math.nan
-            return f"{m:.3f}" + (f" ± {sd:.3f}" if len(xs) > 1 else "")
+            def ms(xs):
+                mean = sum(xs) / len(xs)
+                sd = math.sqrt(sum((x - mean) ** 2 for x in xs) / (len(xs) - 1)) if len(xs) > 1 else math.nan
+                return f"{mean:.3f}" + (f" ± {sd:.3f}" if len(xs) > 1 else "")
 
-        gains = [x - y for x, y in zip(after, before)]
-        above = sum(1 for r in rows if above_bar(r))
-        lines.append(f"| {variant} | {VARIANTS[variant][2]} | {len(rows)} | {ms(before)} → {ms(after)} | {ms(gains)} | "
-                     f"{above} of {len(rows)} | {max(r.get('wall_s', math.nan) for r in rows) / 60:.1f} | "
-                     f"{max(r['peak_rss_mb'] for r in rows):.0f} |")
+            gains = [x - y for x, y in zip(after, before)]
+            above = sum(1 for r in rows if above_bar(r))
+            lines.append(f"| {variant} | {label[m]} | {VARIANTS[variant][2]} | {len(rows)} | {ms(before)} → {ms(after)} | "
+                         f"{ms(gains)} | {above} of {len(rows)} | {max(r.get('wall_s', math.nan) for r in rows) / 60:.1f} | "
+                         f"{max(r['peak_rss_mb'] for r in rows):.0f} |")
     return "\n".join(lines) + "\n"
 
 

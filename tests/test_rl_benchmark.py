@@ -36,8 +36,9 @@ def test_paired_gain_refuses_unmatched_prompts_or_missing_rewards():
     assert rl.paired_gain(_samples([0.1, None]), _samples([0.1, 0.3])) == {}
 
 
-def _record(variant, seed, before, after, paired=None):
+def _record(variant, seed, before, after, paired=None, machine=None):
     return {"variant": variant, "tool": rl.VARIANTS[variant][0], "seed": seed, "ok": True, "steps": 60,
+            "machine": machine or rl.machine(),
             "initial_test": {rl.REWARD: before, f"{rl.REWARD}/se": 0.02, "n": 200},
             "test": {rl.REWARD: after, f"{rl.REWARD}/se": 0.03, "n": 200},
             "paired": paired or {}, "wall_s": 600.0, "peak_rss_mb": 1000.0, "train_s": 500.0}
@@ -48,9 +49,21 @@ def test_the_bar_counts_seeds_by_the_gain_over_its_own_se():
                _record("mezo", 1, 0.1, 0.2, {"gain": 0.10, "se": 0.040, "n": 200}),   # 2.5 SE: not
                _record("mezo", 2, 0.1, 0.3)]                                          # 0.2 / sqrt(.02²+.03²) = 5.5 SE
     table = rl.render(records)
-    row = next(line for line in table.splitlines() if line.startswith("| mezo | the example"))
+    row = next(line for line in table.splitlines() if line.startswith("| mezo | M1 | the example"))
     assert "| 2 of 3 |" in row
     assert "+0.100 (0.040) | 2.5 |" in table and "†" in table   # the unpaired SE is marked
+
+
+def test_machines_are_kept_apart():
+    """A cell rerun on another CPU is another cell: its seconds and, through float32 rounding, its completions
+    differ, so neither replaces the other and each machine's seeds are counted on their own."""
+    records = [_record("mezo", 0, 0.1, 0.2, {"gain": 0.10, "se": 0.025, "n": 200}, machine="cpu A"),
+               _record("mezo", 0, 0.1, 0.15, {"gain": 0.05, "se": 0.025, "n": 200}, machine="cpu B")]
+    table = rl.render(records)
+    rows = [line for line in table.splitlines() if line.startswith("| mezo | M")]
+    assert len(rows) == 4  # one cell row and one summary row per machine
+    assert "- M1: cpu A" in table and "- M2: cpu B" in table
+    assert any("| M1 |" in r and "| 1 of 1 |" in r for r in rows) and any("| M2 |" in r and "| 0 of 1 |" in r for r in rows)
 
 
 def test_each_grpo_variant_gets_the_training_time_of_its_mezo_cell(tmp_path):
@@ -58,8 +71,11 @@ def test_each_grpo_variant_gets_the_training_time_of_its_mezo_cell(tmp_path):
                dict(_record("mezo-g4-group", 0, 0.1, 0.2), train_s=2000.0)]
     assert "--time-budget-s 800" in " ".join(rl.command("grpo", 0, tmp_path, records))
     assert "--time-budget-s 2000" in " ".join(rl.command("grpo-long", 0, tmp_path, records))
-    with pytest.raises(SystemExit, match="run the mezo cell of seed 1 first"):
+    with pytest.raises(SystemExit, match="run the mezo cell of seed 1 on this machine"):
         rl.command("grpo", 1, tmp_path, records)
+    elsewhere = [dict(_record("mezo", 1, 0.1, 0.2, machine="another cpu"), train_s=900.0)]
+    with pytest.raises(SystemExit, match="run the mezo cell of seed 1 on this machine"):  # seconds of another CPU
+        rl.command("grpo", 1, tmp_path, elsewhere)
 
 
 def test_a_rerun_keeps_the_earlier_run_directories(tmp_path):
