@@ -504,11 +504,12 @@ class LanguageModel:
 
         new = torch.zeros((B, 0), dtype=torch.long, device=dev)
         done = torch.zeros(B, dtype=torch.bool, device=dev)
-        past, step_ids = None, input_ids
+        past, step_ids, cache_kw = None, input_ids, cache_keyword(self._base or self.model)
         for _ in range(max_new_tokens):
             positions = (mask.cumsum(1) - 1).clamp(min=0)[:, -step_ids.shape[1] :]
-            hidden, o = self._hidden(step_ids, mask, position_ids=positions, past_key_values=past, use_cache=True)
-            past = o.past_key_values
+            hidden, o = self._hidden(step_ids, mask, position_ids=positions, use_cache=True,
+                                     **{cache_kw: past})
+            past = returned_cache(o)
             logits = self._logits(hidden[:, -1]).to(dev)
             if do_sample:
                 logits = logits / temperature
@@ -573,6 +574,20 @@ def _check_members(members) -> int:
     if isinstance(members, bool) or not isinstance(members, int) or members < 1:
         raise ValueError(f"members must be a positive integer (the number of member blocks), got {members!r}")
     return members
+
+
+def cache_keyword(module) -> str:
+    """The keyword ``module.forward`` takes its key/value cache by: ``cache`` in transformers releases that
+    renamed it (``past_key_values`` is deprecated there), else ``past_key_values``."""
+    import inspect
+
+    return "cache" if "cache" in inspect.signature(module.forward).parameters else "past_key_values"
+
+
+def returned_cache(output):
+    """The key/value cache a forward pass returned (``cache``, or ``past_key_values`` before the rename)."""
+    cache = getattr(output, "cache", None)
+    return cache if cache is not None else output.past_key_values
 
 
 def _split_base_and_head(model):

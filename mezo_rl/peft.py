@@ -42,7 +42,7 @@ from contextlib import contextmanager
 import torch
 from torch import nn
 
-from mezo_rl.lm import FINAL_NORM_MODULES
+from mezo_rl.lm import FINAL_NORM_MODULES, returned_cache
 
 PEFT_METHODS = ("lora", "prefix")
 
@@ -352,7 +352,7 @@ def _real_activation_kv(model, tokenizer, m, seed):
     device = model.get_input_embeddings().weight.device
     positions = torch.arange(m) - (m if hasattr(model.base_model, "rotary_emb") else 0)
     out = model.base_model(input_ids=ids.to(device), position_ids=positions[None].to(device), use_cache=True)
-    cache = out.past_key_values
+    cache = returned_cache(out)
     keys = [layer.keys[0] for layer in cache.layers]
     values = [layer.values[0] for layer in cache.layers]
     return keys, values
