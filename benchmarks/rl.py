@@ -258,6 +258,29 @@ def adopt(variant: str, seed: int, out_dir: pathlib.Path, cmd: str, threads: int
     return complete(record, out_dir)
 
 
+def test_after(variant: str, seed: int) -> list[dict]:
+    """The test completions of a cell's trained model, with their rewards, from its run directory."""
+    from mezo_rl.plots import read_jsonl
+    from mezo_rl.rundir import read_samples
+
+    out_dir = RUNS / f"{variant}-s{seed}"
+    if VARIANTS[variant][0] == "mezo-rl":
+        summary = json.loads((out_dir / "run" / "summary.json").read_text())
+        return read_samples(out_dir / "run", "test", summary["steps"])
+    return read_jsonl(out_dir / "samples" / "test-after.jsonl")
+
+
+def head_to_head(a: list[dict], b: list[dict]) -> dict:
+    """Model A against model B on the same test prompts: the mean of (A's reward - B's reward) per prompt,
+    paired by prompt, and its standard error; {} unless both scored every prompt of the same set."""
+    rewards_b = {json.dumps(x["prompt"]): x.get(REWARD) for x in b}
+    pairs = [(x[REWARD], rewards_b.get(json.dumps(x["prompt"]))) for x in a]
+    if len(a) != len(b) or len(pairs) < 2 or any(u is None or v is None for u, v in pairs):
+        return {}
+    return paired_gain([{"prompt": i, REWARD: v} for i, (_, v) in enumerate(pairs)],
+                       [{"prompt": i, REWARD: u} for i, (u, _) in enumerate(pairs)])
+
+
 # ---------------------------------------------------------------------------------------------- rendering
 def _f(x, digits=3) -> str:
     return "–" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{digits}f}"
@@ -306,7 +329,7 @@ def render(records: list[dict]) -> str:
         unpaired |= not paired
         ll = r.get("base_loglik") or {}
         lines.append(f"| {variant} | {label[m]} | {seed} | {r.get('steps')} | {_f(b.get(REWARD))} → {_f(a.get(REWARD))}, "
-                     f"{int(a.get('n', 0))} | {gain:+.3f} ({_f(se)}){'' if paired else '†'} | {_f(gain / se, 1)} | "
+                     f"{int(a.get('n', 0))} | {gain:+.3f} ({_f(se)}){'' if paired else '†'} | {_f(gain / se, 1) if se else '–'} | "
                      f"{_f(b.get('distinct_2'))} → {_f(a.get('distinct_2'))} | "
                      f"{_f(b.get('completion_chars'), 1)} → {_f(a.get('completion_chars'), 1)} | "
                      f"{_f(ll.get('before'))} → {_f(ll.get('after'))} | {_f(r.get('s_per_step'), 1)} | "
@@ -359,8 +382,19 @@ def main(argv=None) -> int:
     p.add_argument("--rerun", action="store_true",
                    help="run the named cells again even if recorded (the new record wins; a previous run directory "
                         "is kept as runs/rl/<cell>-prev<N>)")
+    p.add_argument("--versus", default=None, metavar="A,B",
+                   help="print variant A's trained model against B's on the same test prompts, per seed (paired by "
+                        "prompt; from the cells' run directories under runs/rl); runs nothing")
     a = p.parse_args(argv)
     records = read_records()
+    if a.versus:
+        va, vb = a.versus.split(",")
+        print(f"| seed | {va} − {vb}, test reward after (SE), n | / SE |\n|---|---|---|")
+        for seed in (int(x) for x in a.seeds.split(",")):
+            h = head_to_head(test_after(va, seed), test_after(vb, seed))
+            print(f"| {seed} | {h['gain']:+.3f} ({h['se']:.3f}), {h['n']} | {h['gain'] / h['se']:.1f} |" if h and h["se"]
+                  else f"| {seed} | not comparable (prompts or rewards differ) | – |")
+        return 0
     if a.render_only:
         print(render(records), end="")
         return 0

@@ -88,3 +88,15 @@ def test_a_rerun_keeps_the_earlier_run_directories(tmp_path):
     assert [(tmp_path / f"mezo-s1-prev{n}" / "log.txt").read_text() for n in (1, 2)] == ["first", "second"]
     rl.set_aside(cell)  # nothing to move
     assert sorted(p.name for p in tmp_path.iterdir()) == ["mezo-s1-prev1", "mezo-s1-prev2"]
+
+
+def test_head_to_head_pairs_the_two_models_by_prompt():
+    a = _samples([0.1, 0.5, 0.3])
+    b = list(reversed(_samples([0.0, 0.2, 0.3])))  # another order: pairing is by prompt
+    out = rl.head_to_head(a, b)
+    diffs = [0.1, 0.3, 0.0]
+    mean = sum(diffs) / 3
+    sd = (sum((d - mean) ** 2 for d in diffs) / 2) ** 0.5
+    assert out["n"] == 3 and out["gain"] == pytest.approx(mean) and out["se"] == pytest.approx(sd / 3 ** 0.5)
+    assert rl.head_to_head(a, _samples([0.0, 0.2, 0.3], prompts=["p0", "p1", "other"])) == {}
+    assert rl.head_to_head(a, _samples([0.0, None, 0.3])) == {}
