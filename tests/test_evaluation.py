@@ -47,14 +47,17 @@ def test_generation_metrics(tiny_causal_lm):
     assert res["exact_match"] == 0.0 and res["squad_f1"] < 1.0
 
 
+def _six_questions() -> list:
+    """Generation examples of different prompt lengths (so which of them share a forward pass matters)."""
+    prompts = ["Question : what is the capital of France ? Answer :", "the sun rose early and", "It was",
+               "Yes or", "the cat sat on the mat and then", "once upon a"]
+    return [Example(p, answers=[" zzz"]) for p in prompts]
+
+
 def test_evaluation_forward_passes_hold_its_batch_size(tiny_causal_lm):
     """``evaluate(batch_size=B)`` decodes B prompts per forward pass (not the LM's own batch size, which
     it restores after, exception or not), and the metrics do not depend on it."""
-    lm = LanguageModel(*tiny_causal_lm, batch_size=2)
-    prompts = ["Question : what is the capital of France ? Answer :", "the sun rose early and", "It was",
-               "Yes or", "the cat sat on", "once upon a"]
-    task = ListTask("generation", [])
-    examples = [Example(p, answers=[" zzz"]) for p in prompts]
+    lm, task, examples = LanguageModel(*tiny_causal_lm, batch_size=2), ListTask("generation", []), _six_questions()
     rows = []
     hook = lm._base.register_forward_pre_hook(lambda m, args, kw: rows.append(kw["input_ids"].shape[0]),
                                               with_kwargs=True)
@@ -81,11 +84,7 @@ def test_the_same_examples_in_another_order_make_the_same_forward_passes(tiny_ca
     import mezo_rl.evaluation as ev
 
     monkeypatch.setattr(ev, "EXAMPLES_PER_CALL", 2)  # 3 calls of 2: which examples share one is the point
-    lm = LanguageModel(*tiny_causal_lm, batch_size=2)
-    prompts = ["Question : what is the capital of France ? Answer :", "the sun rose early and", "It was",
-               "Yes or", "the cat sat on the mat and then", "once upon a"]
-    task = ListTask("generation", [])
-    examples = [Example(p, answers=[" zzz"]) for p in prompts]
+    lm, task, examples = LanguageModel(*tiny_causal_lm, batch_size=2), ListTask("generation", []), _six_questions()
     seen = []
     hook = lm._base.register_forward_pre_hook(lambda m, args, kw: seen.append(kw["input_ids"].tolist()), with_kwargs=True)
     try:
