@@ -47,6 +47,9 @@ import sys
 import threading
 import time
 
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))   # the suite package beside this file
+from suite.run import cpu  # noqa: E402
+
 REPO = pathlib.Path(__file__).resolve().parent.parent
 RECORDS = REPO / "docs" / "results" / "rl.jsonl"
 RUNS = REPO / "runs" / "rl"
@@ -104,11 +107,8 @@ def append_record(record: dict, path=RECORDS) -> None:
 def machine() -> str:
     """The CPU a cell ran on: its kind changes the speed and, through the kernels it picks (AVX2 or AVX-512),
     the rounding of float32 sums, so greedy completions, and the figures, can differ between machines."""
-    info = pathlib.Path("/proc/cpuinfo").read_text() if pathlib.Path("/proc/cpuinfo").is_file() else ""
-    model = next((l.split(":", 1)[1].strip() for l in info.splitlines() if l.startswith("model name")), platform.processor())
-    flags = next((l.split(":", 1)[1].split() for l in info.splitlines() if l.startswith("flags")), [])
-    isa = "avx512" if "avx512f" in flags else "avx2" if "avx2" in flags else "no avx2"
-    return f"{platform.machine()} {os.cpu_count()} cpus, {model or 'unknown CPU'}, {isa}"
+    model, isa = cpu()
+    return f"{platform.machine()} {os.cpu_count()} cpus, {model or platform.processor() or 'unknown CPU'}, {isa}"
 
 
 def done(records, variant: str, seed: int) -> dict | None:
@@ -147,11 +147,12 @@ def base_loglik(prompts: list, completions: list[str], model: str = "smollm2-135
 
 def paired_gain(before: list[dict], after: list[dict]) -> dict:
     """The held-out gain with its standard error, from the per-prompt rewards of the same test prompts
-    before and after training (the evaluation is greedy, so each prompt's reward is a fixed number at
-    given weights: the SE is that of the mean per-prompt difference over the n prompts)."""
-    pairs = [(b[REWARD], a[REWARD]) for b, a in zip(before, after)
-             if b["prompt"] == a["prompt"] and b.get(REWARD) is not None and a.get(REWARD) is not None]
-    if len(pairs) != len(before) or len(before) != len(after) or len(pairs) < 2:
+    before and after training, paired by prompt (the evaluation is greedy, so each prompt's reward is a
+    fixed number at given weights: the SE is that of the mean per-prompt difference over the n prompts);
+    {} unless both hold a reward for every prompt of the same set."""
+    rewards_before = {json.dumps(x["prompt"]): x.get(REWARD) for x in before}
+    pairs = [(rewards_before.get(json.dumps(x["prompt"])), x.get(REWARD)) for x in after]
+    if len(before) != len(after) or len(pairs) < 2 or any(b is None or a is None for b, a in pairs):
         return {}
     diffs = [a - b for b, a in pairs]
     n = len(diffs)
@@ -272,13 +273,8 @@ def test_after(variant: str, seed: int) -> list[dict]:
 
 def head_to_head(a: list[dict], b: list[dict]) -> dict:
     """Model A against model B on the same test prompts: the mean of (A's reward - B's reward) per prompt,
-    paired by prompt, and its standard error; {} unless both scored every prompt of the same set."""
-    rewards_b = {json.dumps(x["prompt"]): x.get(REWARD) for x in b}
-    pairs = [(x[REWARD], rewards_b.get(json.dumps(x["prompt"]))) for x in a]
-    if len(a) != len(b) or len(pairs) < 2 or any(u is None or v is None for u, v in pairs):
-        return {}
-    return paired_gain([{"prompt": i, REWARD: v} for i, (_, v) in enumerate(pairs)],
-                       [{"prompt": i, REWARD: u} for i, (u, _) in enumerate(pairs)])
+    paired by prompt, and its standard error (``paired_gain`` with B as "before")."""
+    return paired_gain(b, a)
 
 
 # ---------------------------------------------------------------------------------------------- rendering

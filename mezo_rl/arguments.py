@@ -117,7 +117,8 @@ def _fmt(x: float) -> str:
 def _per_mode(key: str) -> str:
     """``(default per --peft mode: norm 2e-2, full 2e-4, ...)``: the help text's view of mezo_rl.defaults."""
     show = lambda v: _fmt(v) if isinstance(v, float) and v else str(v)  # noqa: E731
-    prompts = "".join(f"; a prompt task in {m} mode: {show(row[key])}" for m, row in PROMPT_TASK_DEFAULTS.items() if key in row)
+    prompts = "".join(f"; a prompt task in {m} mode: {show(row[key])}"
+                      for m, row in PROMPT_TASK_DEFAULTS.items() if key in row)
     return "(default per --peft mode: " + ", ".join(f"{m} {show(MODE_DEFAULTS[m][key])}" for m in MODES) + prompts + ")"
 
 
@@ -326,7 +327,8 @@ class TrainingArguments(OutputArguments, EvalArguments, GenerationArguments, Com
 
     The options left unset (None) whose default depends on ``--peft`` (``mezo_rl.defaults.MODE_DEFAULTS``:
     run length, lr, eps, weight decay, noise, normalize, SPSA samples; for a prompt file or dataset,
-    ``PROMPT_TASK_DEFAULTS`` over the mode's row) and ``eval_steps`` are filled in here, once: the fields hold every value the run uses, and ``config.json`` records them, so
+    ``PROMPT_TASK_DEFAULTS`` over the mode's row) and ``eval_steps`` are filled in here, once: the fields
+    hold every value the run uses, and ``config.json`` records them, so
     ``TrainingArguments.from_dict(config)`` (``mezo-rl train --config RUN/config.json``) repeats the run.
     ``peft="none"`` becomes ``"full"``. To build a variant in another mode, build it from the options
     you gave (``dataclasses.replace`` keeps the values this mode resolved).

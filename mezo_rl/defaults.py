@@ -49,11 +49,11 @@ MODE_DEFAULTS = {
 assert tuple(MODE_DEFAULTS) == MODES
 
 # A prompt task (prompts in, a reward over generated completions) costs a decode of every prompt of the
-# batch per member, where a scoring task costs one forward pass: the norm row's 3000 steps of 64 would
-# take days. These entries replace the mode's for such a task (a data file or dataset with a prompt
-# column or a prompt template): the settings of the worked RL example (examples/rl_sentiment.py), where
-# 4 SPSA samples' 8 members decode together as one batch and lr 0.1 moved the reward on three seeds of
-# three (benchmarks/README.md, "RL on prompts"). The other modes keep their rows (150 steps of 32).
+# batch per member, where a scoring task costs one forward pass, so the norm row's run length, sized for
+# scoring, is far too long for it. These entries replace the mode's for such a task (a data file or
+# dataset with a prompt column or a prompt template): the settings of the worked RL example
+# (examples/rl_sentiment.py), whose 4 SPSA samples' 8 members decode together as one batch, chosen by
+# measurement (benchmarks/README.md, "RL on prompts"). The other modes keep their rows.
 PROMPT_TASK_DEFAULTS = {
     "norm": dict(steps=90, batch_size=16, lr=1e-1, n_spsa=4),
 }

@@ -457,10 +457,15 @@ def data_task_kind(spec: str, options: dict, registered=()) -> str | None:
     if not is_data_task(spec, options, registered):
         return None
     try:
-        return check_template_options(options.get("template"), options.get("label_column"), options.get("candidates"),
-                                      options.get("target_column"), options.get("prompt_column"))
+        return _options_kind(options)
     except ConfigError:
         return None
+
+
+def _options_kind(options: dict) -> str:
+    """:func:`check_template_options` of a data task's options."""
+    return check_template_options(options.get("template"), options.get("label_column"), options.get("candidates"),
+                                  options.get("target_column"), options.get("prompt_column"))
 
 
 def check_data_task(spec: str, options: dict, registered=()) -> None:
@@ -474,8 +479,7 @@ def check_data_task(spec: str, options: dict, registered=()) -> None:
             raise ConfigError(f"{flags} describe a data file or dataset task (--task FILE.jsonl/.json/.csv/.tsv, a "
                               f"dataset directory or hub id); {spec!r} is a {'built-in or registered' if spec in registered else 'code'} task")
         return
-    check_template_options(options.get("template"), options.get("label_column"), options.get("candidates"),
-                           options.get("target_column"), options.get("prompt_column"))
+    _options_kind(options)
     path = pathlib.Path(str(spec)).expanduser()
     if path.suffix.lower() in DATA_SUFFIXES:
         for flag, p in (("--task", path), ("--validation-file", options.get("validation_file")),

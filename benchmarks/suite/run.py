@@ -21,16 +21,24 @@ from .plan import REPO, Cell, TaskProtocol, option, variant_of
 from .records import load_records
 
 
-def machine_info() -> dict:
-    info = {"platform": platform.platform(), "python": platform.python_version(), "cpu": None,
-            "logical_cpus": os.cpu_count(), "omp_num_threads": os.environ.get("OMP_NUM_THREADS"), "cuda": None}
+def cpu() -> tuple[Optional[str], str]:
+    """The CPU's model name (None where /proc/cpuinfo has none) and its widest vector instructions
+    (``avx512``, ``avx2`` or ``no avx2``), from /proc/cpuinfo."""
+    model, flags = None, []
     try:
         for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                info["cpu"] = line.split(":", 1)[1].strip()
-                break
+            if line.startswith("model name") and model is None:
+                model = line.split(":", 1)[1].strip()
+            elif line.startswith("flags") and not flags:
+                flags = line.split(":", 1)[1].split()
     except OSError:
         pass
+    return model, "avx512" if "avx512f" in flags else "avx2" if "avx2" in flags else "no avx2"
+
+
+def machine_info() -> dict:
+    info = {"platform": platform.platform(), "python": platform.python_version(), "cpu": cpu()[0],
+            "logical_cpus": os.cpu_count(), "omp_num_threads": os.environ.get("OMP_NUM_THREADS"), "cuda": None}
     try:
         import torch
 
