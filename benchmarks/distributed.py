@@ -31,10 +31,10 @@ def worker(a) -> None:
     import torch
 
     torch.set_num_threads(a.threads)
-    from mezo_rl.distributed import DistContext
-    from mezo_rl.lm import LanguageModel
-    from mezo_rl.models import load_model
-    from mezo_rl.optim import MeZO
+    from mezo_rl.training.distributed import DistContext
+    from mezo_rl.model.lm import LanguageModel
+    from mezo_rl.model.loading import load_model
+    from mezo_rl.engine.optim import MeZO
     from rewards import build_objective
     from tasks import get_task
 

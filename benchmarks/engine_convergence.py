@@ -200,8 +200,8 @@ class LastBlockScorer(Scorer):
 
 def run(args) -> None:
     import tasks
-    from mezo_rl.models import load_model
-    from mezo_rl.optim import MeZO
+    from mezo_rl.model.loading import load_model
+    from mezo_rl.engine.optim import MeZO
 
     torch.set_num_threads(args.threads)
     key = lambda seed, c: (args.task, seed, args.scope, c, args.steps, args.lr)

@@ -20,7 +20,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import torch
 
-from mezo_rl.optim import MeZO
+from mezo_rl.engine.optim import MeZO
 
 MODES = [  # (name, noise, eps, dtype)
     ("gaussian eps=1e-3", "gaussian", 1e-3, torch.float32),
@@ -45,7 +45,7 @@ def main():
     ap.add_argument("--noise-backend", default="auto")
     ap.add_argument("--json")
     args = ap.parse_args()
-    from mezo_rl.models import load_model
+    from mezo_rl.model.loading import load_model
 
     model = load_model("smollm2-135m").model
     real = [p.detach().clone() for layer in model.model.layers[: args.layers] for p in layer.parameters()]

@@ -29,8 +29,8 @@ import time
 
 import torch
 
-from mezo_rl import noise
-from mezo_rl.noise import hash_keys, mix32
+from mezo_rl.engine import noise
+from mezo_rl.engine.noise import hash_keys, mix32
 
 SHAPE = (49152, 576)
 

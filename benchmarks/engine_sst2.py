@@ -24,8 +24,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import torch
 import torch.nn.functional as F
 
-from mezo_rl.models import load_model
-from mezo_rl.optim import MeZO
+from mezo_rl.model.loading import load_model
+from mezo_rl.engine.optim import MeZO
 
 DATA = pathlib.Path(os.environ.get("MEZO_RL_DATA", pathlib.Path(__file__).resolve().parents[2] / "shared" / "data"))
 

@@ -36,8 +36,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import torch
 
 import tasks
-from mezo_rl.models import load_model
-from mezo_rl.outputs import score_requests
+from mezo_rl.model.loading import load_model
+from mezo_rl.training.outputs import score_requests
 
 
 def timed(fn) -> float:

@@ -56,7 +56,7 @@ def main(argv=None) -> int:
     if not a.data_dir:
         p.error("give --data-dir or set MEZO_RL_DATA")
     import torch
-    from mezo_rl.models import load_model
+    from mezo_rl.model.loading import load_model
 
     lm = load_model("smollm2-135m")
     sizes = [int(s) for s in a.sizes.split(",")]

@@ -23,11 +23,11 @@ inference (``lm.generate``) on the same M x 16 rows, one process each.
 The batch: the first ``--batch`` questions of a seed-0 sample of SQuAD's train split (paper
 prompt, ``tasks.get_task("squad")``), from $MEZO_RL_DATA. The reward: ``squad_f1`` (greedy
 decoding, ``--max-new-tokens`` new tokens, stop at a newline), through the same path as training
-(``mezo_rl.outputs.objective_outputs``: generate, then score the completions).
+(``mezo_rl.training.outputs.objective_outputs``: generate, then score the completions).
 
 Per mode (``full``: every weight trainable; ``prefix``: the paper's prefix-tuning, 5 tokens):
   D   one batched greedy decode of the batch (``lm.generate``) at the current weights
-  S   one ``MeZO.step`` (the mode's defaults from ``mezo_rl.defaults``) whose closure generates for
+  S   one ``MeZO.step`` (the mode's defaults from ``mezo_rl.training.defaults``) whose closure generates for
       the batch and returns the squad_f1 loss, i.e. two decodes at +eps and -eps plus the sweeps
   and S / (2D). Where the step's time goes: its two decodes (at +eps and -eps, timed inside the
   step; their length may differ from D's, since a decode stops when every row has hit a newline
@@ -52,12 +52,12 @@ import torch
 
 import tasks
 from memory_run import status_kb  # benchmarks/ is on the path when run as a script
-from mezo_rl.models import load_model
-from mezo_rl.noise import NoiseSpec, resolve_backend
-from mezo_rl.optim import MeZO
-from mezo_rl.outputs import example_columns, objective_outputs
-from mezo_rl.defaults import MODE_DEFAULTS, mezo_options
-from mezo_rl.peft import apply_peft
+from mezo_rl.model.loading import load_model
+from mezo_rl.engine.noise import NoiseSpec, resolve_backend
+from mezo_rl.engine.optim import MeZO
+from mezo_rl.training.outputs import example_columns, objective_outputs
+from mezo_rl.training.defaults import MODE_DEFAULTS, mezo_options
+from mezo_rl.model.peft import apply_peft
 from rewards import build_objective
 from step_cost import timed  # (wall, process CPU) seconds of one call
 

@@ -6,7 +6,7 @@ scores the model exactly as mezo-rl scores its own runs, and writes one JSON sum
 
 What is the same as the mezo-rl run, and how:
 
-* model: ``mezo_rl.models.load_model("smollm2-135m")`` (the same dequantised fp32 weights and tokenizer);
+* model: ``mezo_rl.model.loading.load_model("smollm2-135m")`` (the same dequantised fp32 weights and tokenizer);
   the HF model object and its tokenizer are handed to ``GRPOTrainer`` (``processing_class``);
 * prompts: ``write_prompts`` of ``examples/rl_sentiment.py`` with that script's defaults (1000 train,
   100 validation, 200 test prompts, 6-word openings of SST-2 sentences) into ``OUTPUT_DIR/prompts``;
@@ -22,7 +22,7 @@ What is the same as the mezo-rl run, and how:
   step; evaluations excluded), as mezo-rl's ``seconds`` per step. A callback stops training at the
   step boundary nearest ``--time-budget-s`` (after step k if ``T_k + d_k / 2 >= budget``);
   ``--max-steps`` caps the steps without touching TRL's learning-rate schedule;
-* scoring: ``mezo_rl.evaluation.evaluate`` with mezo-rl's objective and its settings (greedy, stop at a
+* scoring: ``mezo_rl.training.evaluation.evaluate`` with mezo-rl's objective and its settings (greedy, stop at a
   newline, 24 new tokens, 32 prompts per batch, the ``autocast("auto")`` context, the same
   ``load_split(n, seed)`` subsets), before training and after: held-out test and validation reward
   mean with its SE and n, ``distinct_2`` and ``completion_chars``;
@@ -183,7 +183,7 @@ def newline_token_ids(tokenizer) -> list[int]:
 
 class Scorer:
     """mezo-rl's own evaluation of the current weights of ``model`` on a split: the same call, batch
-    size, token limit, decoding and autocast context as ``mezo_rl.trainer.Trainer.evaluate``."""
+    size, token limit, decoding and autocast context as ``mezo_rl.training.trainer.Trainer.evaluate``."""
 
     def __init__(self, task, objective, splits: dict, max_new_tokens: int):
         self.task, self.objective, self.splits, self.max_new_tokens = task, objective, splits, max_new_tokens
@@ -191,9 +191,9 @@ class Scorer:
     def __call__(self, model, tokenizer, split: str, keep: list | None = None) -> dict:
         import torch
 
-        from mezo_rl.evaluation import evaluate
-        from mezo_rl.lm import LanguageModel
-        from mezo_rl.outputs import autocast
+        from mezo_rl.training.evaluation import evaluate
+        from mezo_rl.model.lm import LanguageModel
+        from mezo_rl.training.outputs import autocast
 
         def on_batch(examples, outputs, values):
             for i, text in enumerate(outputs.texts):
@@ -301,7 +301,7 @@ def main(argv=None) -> dict:
 
     import rewards
     import tasks
-    from mezo_rl.models import load_model
+    from mezo_rl.model.loading import load_model
 
     # prompts: the example's own writer and sizes
     example = import_path(EXAMPLE, "rl_sentiment_example")

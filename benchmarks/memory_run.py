@@ -43,7 +43,7 @@ def run_mode(mode: str, steps: int, dtype: str) -> dict:
     import torch
     import torch.nn.functional as F
 
-    from mezo_rl.models import load_model
+    from mezo_rl.model.loading import load_model
 
     model = load_model("smollm2-135m", dtype=dtype).model
     ids = torch.randint(0, model.config.vocab_size, (16, 64), generator=torch.Generator().manual_seed(0))

@@ -3,7 +3,7 @@
 With only the final norm trainable, a prediction is argmax_c (g * n(x)) . e_c, where n(x) is the
 RMS-normalised input of the final norm at the scored position (fixed: the trunk is frozen), g the
 576 gains and e_c the output-head row of label word c. This script computes n(x) once per example
-with the real model, then runs the real engine (``mezo_rl.optim.MeZO``: Rademacher probes,
+with the real model, then runs the real engine (``mezo_rl.engine.optim.MeZO``: Rademacher probes,
 ``normalize="std"``, ``n_spsa``) on a copy of the gains with the batch error rate (``objective=accuracy``,
 the main job) or the batch's cross-entropy over the label words (``objective=cross_entropy``, the suite's
 ``mezo-norm``) as the loss, on the trainer's batches (``sample_batch_indices``) of the trainer's training
@@ -31,10 +31,10 @@ import pathlib
 import numpy as np
 import torch
 
-from mezo_rl.arguments import TrainingArguments
-from mezo_rl.optim import SCHEDULERS, MeZO, get_scheduler
-from mezo_rl.rundir import build_model
-from mezo_rl.trainer import sample_batch_indices
+from mezo_rl.training.arguments import TrainingArguments
+from mezo_rl.engine.optim import SCHEDULERS, MeZO, get_scheduler
+from mezo_rl.training.rundir import build_model
+from mezo_rl.training.trainer import sample_batch_indices
 from tasks import get_task
 
 DEFAULTS = dict(steps=1500, batch_size=64, n_spsa=2, lr=0.02, eps=0.1, objective="accuracy", lr_scheduler="constant")

@@ -10,7 +10,7 @@ the closure being the cross-entropy over the two label words as in the trainer) 
 one plain forward of the same batch. step - 2 x forward is what perturbing and updating cost.
 
 ``sst2``: for each mode, validation accuracy before and after ``--steps`` MeZO steps with the
-per-mode hyperparameters (``mezo_rl.defaults.MODE_DEFAULTS``), batch 16 (Table 16), constant lr, through the
+per-mode hyperparameters (``mezo_rl.training.defaults.MODE_DEFAULTS``), batch 16 (Table 16), constant lr, through the
 project's Trainer (``--runner trainer``, default) or a minimal loop over lm.score (``--runner loop``).
 
 Both print a markdown table and write JSON to ``--out``.
@@ -33,8 +33,8 @@ MODES = ("full", "lora", "prefix")
 
 
 def build(mode: str, model: str, dtype: str):
-    from mezo_rl.models import load_model
-    from mezo_rl.peft import apply_peft
+    from mezo_rl.model.loading import load_model
+    from mezo_rl.model.peft import apply_peft
 
     lm = load_model(model, dtype=dtype)
     if mode != "full":
@@ -71,8 +71,8 @@ def trainable(lm):
 
 
 def bench_steps(ns):
-    from mezo_rl.optim import MeZO
-    from mezo_rl.defaults import MODE_DEFAULTS, mezo_options
+    from mezo_rl.engine.optim import MeZO
+    from mezo_rl.training.defaults import MODE_DEFAULTS, mezo_options
     from tasks import get_task
 
     batch = get_task("sst2").load_split("train", n=ns.batch_size, seed=0)
@@ -112,9 +112,9 @@ def bench_steps(ns):
 
 
 def run_sst2_loop(mode, ns, train, val):
-    from mezo_rl.optim import MeZO
-    from mezo_rl.defaults import MODE_DEFAULTS, mezo_options
-    from mezo_rl.trainer import sample_batch_indices
+    from mezo_rl.engine.optim import MeZO
+    from mezo_rl.training.defaults import MODE_DEFAULTS, mezo_options
+    from mezo_rl.training.trainer import sample_batch_indices
 
     lm = build(mode, ns.model, ns.dtype)
     if mode == "full":
@@ -133,8 +133,8 @@ def run_sst2_loop(mode, ns, train, val):
 
 
 def run_sst2_trainer(mode, ns, out_dir):
-    from mezo_rl.arguments import TrainingArguments
-    from mezo_rl.trainer import Trainer
+    from mezo_rl.training.arguments import TrainingArguments
+    from mezo_rl.training.trainer import Trainer
 
     args = TrainingArguments(model=ns.model, task="sst2", reward=["cross_entropy"], peft=mode,
                              steps=ns.steps, batch_size=ns.batch_size, num_train=ns.num_train, num_eval=ns.num_eval,

@@ -133,7 +133,7 @@ def base_loglik(prompts: list, completions: list[str], model: str = "smollm2-135
     """Mean over completions of their mean log-likelihood per token under the untrained model."""
     import torch
 
-    from mezo_rl.models import load_model
+    from mezo_rl.model.loading import load_model
 
     if model not in _BASE:
         _BASE[model] = load_model(model)
@@ -219,8 +219,8 @@ def run_cell(variant: str, seed: int, threads: int, records, lock: threading.Loc
 
 def complete(record: dict, out_dir: pathlib.Path) -> dict:
     """The cell's record with the run's figures added (for a finished run)."""
-    from mezo_rl.plots import read_jsonl
-    from mezo_rl.rundir import read_samples
+    from mezo_rl.cli.plots import read_jsonl
+    from mezo_rl.training.rundir import read_samples
 
     run_dir = out_dir / "run"
     if record["ok"]:
@@ -261,8 +261,8 @@ def adopt(variant: str, seed: int, out_dir: pathlib.Path, cmd: str, threads: int
 
 def test_after(variant: str, seed: int) -> list[dict]:
     """The test completions of a cell's trained model, with their rewards, from its run directory."""
-    from mezo_rl.plots import read_jsonl
-    from mezo_rl.rundir import read_samples
+    from mezo_rl.cli.plots import read_jsonl
+    from mezo_rl.training.rundir import read_samples
 
     out_dir = RUNS / f"{variant}-s{seed}"
     if VARIANTS[variant][0] == "mezo-rl":

@@ -17,8 +17,8 @@ import argparse
 import numpy as np
 import torch
 
-from mezo_rl.arguments import TrainingArguments
-from mezo_rl.rundir import build_model, trainable_parameters
+from mezo_rl.training.arguments import TrainingArguments
+from mezo_rl.training.rundir import build_model, trainable_parameters
 from tasks import get_task
 
 

@@ -44,8 +44,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from mezo_rl.models import load_model
-from mezo_rl.optim import MeZO
+from mezo_rl.model.loading import load_model
+from mezo_rl.engine.optim import MeZO
 
 ROWS = {
     "default": {},

@@ -4,7 +4,7 @@
         python benchmarks/zero_shot.py --model smollm2-135m --n 200 --out zero_shot.json
 
 For each task: ``n`` test examples sampled with ``--seed`` (all of them where the split is smaller),
-evaluated with ``mezo_rl.evaluation.evaluate`` (argmax of mean log-likelihood; greedy generation for
+evaluated with ``mezo_rl.training.evaluation.evaluate`` (argmax of mean log-likelihood; greedy generation for
 SQuAD/DROP). Prints one JSON line per task (metrics, n, seconds) and a markdown table at the end.
 """
 from __future__ import annotations
@@ -19,8 +19,8 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 
 import torch
 
-from mezo_rl.evaluation import evaluate
-from mezo_rl.models import load_model
+from mezo_rl.training.evaluation import evaluate
+from mezo_rl.model.loading import load_model
 from tasks import PAPER_TASKS, get_task
 
 

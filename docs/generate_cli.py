@@ -19,7 +19,7 @@ WIDTH_COLUMNS = "110"
 HEADER = """# `mezo-rl` command reference
 
 Generated from the parser by `python docs/generate_cli.py` (`mezo-rl COMMAND --help`). Options of
-`train`, `eval`, `compare` and `baseline` are dataclass fields (`mezo_rl.arguments`: `TrainingArguments`,
+`train`, `eval`, `compare` and `baseline` are dataclass fields (`mezo_rl.training.arguments`: `TrainingArguments`,
 `EvalRunArguments`, `BaselineArguments`); each is also accepted with underscores (`--num_train`), and in a
 `--config` YAML/JSON file (the command line wins). Booleans take `--flag` / `--no-flag`; `--reward` and
 `--candidates` are repeatable or comma-separated. `python -m mezo_rl` is the same command as `mezo-rl`.
@@ -44,7 +44,7 @@ def _columns():
 def cli_markdown() -> str:
     """docs/cli.md: the table of `mezo-rl train` options, the top-level help, then each subcommand's help,
     in the parser's order."""
-    from mezo_rl.cli import build_parser
+    from mezo_rl.cli.main import build_parser
 
     with _columns():
         parser = build_parser()
@@ -58,7 +58,7 @@ def cli_markdown() -> str:
 
 def train_table() -> str:
     """The table of `mezo-rl train` options: one row per TrainingArguments field."""
-    from mezo_rl.arguments import TrainingArguments
+    from mezo_rl.training.arguments import TrainingArguments
 
     rows = [TABLE_HEAD, "|---|---|---|"]
     for f in dataclasses.fields(TrainingArguments):

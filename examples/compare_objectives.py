@@ -14,8 +14,8 @@ them. The measured output is the worked example in docs/compare-sst2/.
 """
 import argparse
 
-from mezo_rl.arguments import TrainingArguments
-from mezo_rl.compare import compare, objective_variants
+from mezo_rl.training.arguments import TrainingArguments
+from mezo_rl.cli.compare import compare, objective_variants
 
 
 def main():

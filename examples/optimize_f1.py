@@ -22,10 +22,10 @@ or --data-dir) and the SmolLM2 package (see README).
 import argparse
 import json
 
-from mezo_rl.optim import SCHEDULERS
-from mezo_rl.arguments import TrainingArguments
-from mezo_rl.plots import results_line
-from mezo_rl.trainer import Trainer, TrainingInterrupted
+from mezo_rl.engine.optim import SCHEDULERS
+from mezo_rl.training.arguments import TrainingArguments
+from mezo_rl.cli.plots import results_line
+from mezo_rl.training.trainer import Trainer, TrainingInterrupted
 
 
 def main():

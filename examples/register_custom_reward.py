@@ -29,8 +29,8 @@ import argparse
 import math
 
 from mezo_rl import Trainer, TrainingArguments
-from mezo_rl.callbacks import TrainerCallback
-from mezo_rl.outputs import objective_outputs
+from mezo_rl.training.callbacks import TrainerCallback
+from mezo_rl.training.outputs import objective_outputs
 from rewards import register_reward
 
 

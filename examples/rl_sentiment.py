@@ -28,7 +28,7 @@ The same run from the command line, once the prompts are written:
         --output-dir runs/rl_sentiment/run
 
 (90 steps of 16, 4 SPSA samples and lr 0.1 are what ``mezo-rl train`` gives a prompt task in the norm
-mode: ``mezo_rl.defaults.PROMPT_TASK_DEFAULTS``.)
+mode: ``mezo_rl.training.defaults.PROMPT_TASK_DEFAULTS``.)
 
 Needs the data directory (``--data-dir`` or ``$MEZO_RL_DATA``, holding ``SST-2/LM-BFF-original/``)
 and the SmolLM2 package (see README). Measured figures: docs/rl.md.
@@ -39,9 +39,9 @@ import os
 import pathlib
 import random
 
-from mezo_rl.arguments import TrainingArguments
-from mezo_rl.plots import results_line
-from mezo_rl.trainer import Trainer, TrainingInterrupted
+from mezo_rl.training.arguments import TrainingArguments
+from mezo_rl.cli.plots import results_line
+from mezo_rl.training.trainer import Trainer, TrainingInterrupted
 
 HERE = pathlib.Path(__file__).resolve().parent
 PREFIX = "Movie review: "

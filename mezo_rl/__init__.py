@@ -2,28 +2,43 @@
 
 Reference: Malladi et al., "Fine-Tuning Language Models with Just Forward Passes", NeurIPS 2023.
 
-Importing the package loads the engine, the model wrapper and the arguments, none of which import
-``rewards`` or ``tasks``. Those two packages import :mod:`mezo_rl.errors` and :mod:`mezo_rl.registry`
-(which runs this file), so :class:`~mezo_rl.trainer.Trainer`, which wires them, is imported on first
-use of ``mezo_rl.Trainer``: ``import rewards`` never loads the trainer.
+The package is layered; each layer imports only the layers above it in this list:
+
+- :mod:`mezo_rl.errors`, :mod:`mezo_rl.registry`: leaf modules (``rewards`` and ``tasks`` import these two only);
+- :mod:`mezo_rl.engine`: the optimizer (MeZO), its noise, trajectories and member populations;
+- :mod:`mezo_rl.model`: the language model as a black box (scoring, generation), loading, adapters;
+- :mod:`mezo_rl.training`: the trainer, its arguments, outputs, evaluation, checkpoints;
+- :mod:`mezo_rl.cli`: the ``mezo-rl`` command, its checks, baselines, comparisons and reports.
+
+Importing ``mezo_rl`` itself imports nothing: every public name below is loaded from its home on
+first use, so ``import mezo_rl.errors`` (which runs this file) stays cheap.
 """
+import importlib
+
 __version__ = "0.1.0"
 
-from mezo_rl.errors import ConfigError, UnknownNameError, UserError
-from mezo_rl.registry import Registry
-from mezo_rl.trajectory import Trajectory
-from mezo_rl.optim import MeZO, StepResult, get_scheduler, replay_trajectory
-from mezo_rl.lm import LanguageModel
-from mezo_rl.models import load_model
-from mezo_rl.arguments import TrainingArguments
+# public name -> the module that defines it
+_EXPORTS = {
+    "UserError": "mezo_rl.errors", "ConfigError": "mezo_rl.errors", "UnknownNameError": "mezo_rl.errors",
+    "Registry": "mezo_rl.registry",
+    "MeZO": "mezo_rl.engine.optim", "StepResult": "mezo_rl.engine.optim",
+    "get_scheduler": "mezo_rl.engine.optim", "replay_trajectory": "mezo_rl.engine.optim",
+    "Trajectory": "mezo_rl.engine.trajectory",
+    "LanguageModel": "mezo_rl.model.lm", "load_model": "mezo_rl.model.loading",
+    "TrainingArguments": "mezo_rl.training.arguments",
+    "Trainer": "mezo_rl.training.trainer",
+}
 
-__all__ = ["MeZO", "StepResult", "get_scheduler", "Trajectory", "replay_trajectory", "load_model", "LanguageModel",
-           "Trainer", "TrainingArguments", "UserError", "ConfigError", "UnknownNameError", "Registry"]
+__all__ = list(_EXPORTS)
 
 
 def __getattr__(name: str):
-    if name == "Trainer":
-        from mezo_rl.trainer import Trainer
-
-        return Trainer
+    if name in _EXPORTS:
+        value = getattr(importlib.import_module(_EXPORTS[name]), name)
+        globals()[name] = value
+        return value
     raise AttributeError(f"module 'mezo_rl' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(list(globals()) + __all__)

@@ -1,6 +1,6 @@
 """``python -m mezo_rl`` is the ``mezo-rl`` command."""
 import sys
 
-from mezo_rl.cli import main
+from mezo_rl.cli.main import main
 
 sys.exit(main())

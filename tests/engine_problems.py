@@ -11,7 +11,7 @@ import math
 import pytest
 import torch
 
-from mezo_rl.optim import MeZO, get_scheduler
+from mezo_rl.engine.optim import MeZO, get_scheduler
 
 SHAPES = [(200, 250), (30_000,), (20_000,)]  # 100,000 weights
 SMALL_SHAPES = [(100, 120), (5_000,), (3_000,)]  # 20,000 weights

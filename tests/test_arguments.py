@@ -5,8 +5,8 @@ import dataclasses
 
 import pytest
 
-from mezo_rl.arguments import BaselineArguments, EvalRunArguments, TrainingArguments, parse_step
-from mezo_rl.defaults import MODE_ALIASES, MODE_DEFAULTS, MODES, PROMPT_TASK_DEFAULTS, mezo_options
+from mezo_rl.training.arguments import BaselineArguments, EvalRunArguments, TrainingArguments, parse_step
+from mezo_rl.training.defaults import MODE_ALIASES, MODE_DEFAULTS, MODES, PROMPT_TASK_DEFAULTS, mezo_options
 from mezo_rl.errors import ConfigError
 
 

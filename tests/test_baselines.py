@@ -8,10 +8,10 @@ import pytest
 import torch
 
 from conftest import make_tiny_causal_lm
-from mezo_rl.baselines import (BaselineArguments, finetune, fit_logistic_regression, icl, linear_probe,
+from mezo_rl.cli.baselines import (BaselineArguments, finetune, fit_logistic_regression, icl, linear_probe,
                                pick_demonstrations, run_baseline, zero_shot, _ft_loss)
-from mezo_rl.evaluation import evaluate
-from mezo_rl.lm import LanguageModel
+from mezo_rl.training.evaluation import evaluate
+from mezo_rl.model.lm import LanguageModel
 from rewards import candidate_cross_entropy
 from tasks import Example, get_task
 from test_trainer import sst2_like

@@ -1,5 +1,5 @@
 """Batched member evaluation in runs: ``--evaluation``, the trainer's batched closure
-(``Trainer.member_outcomes`` -> ``mezo_rl.outputs.member_objective_outputs``), resume, and data
+(``Trainer.member_outcomes`` -> ``mezo_rl.training.outputs.member_objective_outputs``), resume, and data
 parallelism on 2 gloo ranks (every rank evaluates its shard for all members; only scalars cross)."""
 from __future__ import annotations
 
@@ -10,15 +10,15 @@ import pytest
 import torch
 
 from conftest import make_tiny_causal_lm
-from mezo_rl.arguments import TrainingArguments
-from mezo_rl.batched import resolve_evaluation
-from mezo_rl.distributed import DistContext
-from mezo_rl.lm import LanguageModel
-from mezo_rl.optim import MeZO
-from mezo_rl.outputs import member_outputs, model_outputs
-from mezo_rl.rundir import load_run
-from mezo_rl.optim import replay_trajectory
-from mezo_rl.trajectory import Trajectory
+from mezo_rl.training.arguments import TrainingArguments
+from mezo_rl.training.member_evaluation import resolve_evaluation
+from mezo_rl.training.distributed import DistContext
+from mezo_rl.model.lm import LanguageModel
+from mezo_rl.engine.optim import MeZO
+from mezo_rl.training.outputs import member_outputs, model_outputs
+from mezo_rl.training.rundir import load_run
+from mezo_rl.engine.optim import replay_trajectory
+from mezo_rl.engine.trajectory import Trajectory
 from tasks import get_task
 from test_distributed import _join, _two_ranks
 from test_population import CANDIDATES, PROMPTS, choice_loss, loss_tolerance
@@ -73,7 +73,7 @@ def test_member_outputs_are_model_outputs_per_member(factory):
 
 
 def test_auto_reads_the_training_prompts(tmp_path, factory):
-    from mezo_rl.trainer import Trainer
+    from mezo_rl.training.trainer import Trainer
 
     def mode(**kw):
         args = make_args(tmp_path, reward=["test_len_auto"], **kw)
@@ -90,7 +90,7 @@ def test_auto_reads_the_training_prompts(tmp_path, factory):
 
 
 def test_auto_is_batched_for_bf16_weights(tmp_path, factory):
-    from mezo_rl.trainer import Trainer
+    from mezo_rl.training.trainer import Trainer
 
     def mode(lm, **kw):
         return Trainer(make_args(tmp_path, **kw), lm=lm, task=get_task("sst2"), splits=splits()).optimizer.config["evaluation"]
@@ -105,7 +105,7 @@ def test_a_resumed_run_keeps_the_evaluation_mode_it_ran_with(tmp_path, factory):
     pick batched for its short prompts and long decode, but its checkpoint resumes in place. Asking
     for the other mode is one line."""
     from mezo_rl.errors import ConfigError
-    from mezo_rl.trainer import Trainer
+    from mezo_rl.training.trainer import Trainer
     from rewards import register_reward, unregister_reward
 
     register_reward("test_len_resume", needs="generation")(lambda prompts, completions, **c: [0.0] * len(completions))
@@ -130,7 +130,7 @@ def test_a_resumed_run_keeps_the_evaluation_mode_it_ran_with(tmp_path, factory):
 
 
 def _train(args, factory):
-    from mezo_rl.trainer import Trainer
+    from mezo_rl.training.trainer import Trainer
 
     trainer = Trainer(args, lm=factory(), lm_factory=factory, task=get_task("sst2"), splits=splits())
     return trainer, trainer.train()
@@ -164,7 +164,7 @@ def test_a_generation_run_makes_one_batched_decode_per_step_and_matches_the_inpl
                 return generate(prompts, **kw)
 
             lm.generate = spy
-            from mezo_rl.trainer import Trainer
+            from mezo_rl.training.trainer import Trainer
 
             kw = dict(do_sample=True, num_generations=2) if shaping == "group" else {}
             args = make_args(tmp_path, evaluation, reward=["test_len_batched"], steps=3, eval_steps=10, max_new_tokens=4,

@@ -16,10 +16,10 @@ import numpy as np
 import pytest
 import torch
 
-from mezo_rl.arguments import TrainingArguments
-from mezo_rl.rundir import (CHECKPOINT_DIR, LEGACY_OPTIMIZER_FILE, OPTIMIZER_FILE, OPTIMIZER_TENSORS_FILE, STATE_FILE,
+from mezo_rl.training.arguments import TrainingArguments
+from mezo_rl.training.rundir import (CHECKPOINT_DIR, LEGACY_OPTIMIZER_FILE, OPTIMIZER_FILE, OPTIMIZER_TENSORS_FILE, STATE_FILE,
                             TRAJECTORY_FILE, CheckpointError, read_checkpoint, read_trajectory)
-from mezo_rl.trainer import Trainer
+from mezo_rl.training.trainer import Trainer
 from test_cli_errors import assert_one_line_error, run_cli
 from test_trainer import factory, make_args, train  # noqa: F401  (factory: a fixture)
 
@@ -97,7 +97,7 @@ def test_a_pickle_payload_is_refused_without_running_it(tmp_path):
 def momentum_run(tmp_path_factory, tiny_tokenizer):
     """A finished 2-step run with momentum buffers (optimizer.safetensors), to damage copies of."""
     from conftest import make_tiny_causal_lm
-    from mezo_rl.lm import LanguageModel
+    from mezo_rl.model.lm import LanguageModel
 
     tmp = tmp_path_factory.mktemp("momentum")
     make = lambda: LanguageModel(make_tiny_causal_lm(tiny_tokenizer), tiny_tokenizer)  # noqa: E731

@@ -11,8 +11,8 @@ import sys
 
 import pytest
 
-from mezo_rl.cli import build_parser, main, parse_into
-from mezo_rl.arguments import TrainingArguments
+from mezo_rl.cli.main import build_parser, main, parse_into
+from mezo_rl.training.arguments import TrainingArguments
 
 
 def parse_train(argv, config=None):
@@ -42,14 +42,14 @@ def test_config_file_then_command_line_wins(tmp_path):
     cfg = tmp_path / "c.yaml"
     cfg.write_text("steps: 11\nbatch-size: 4\nreward: [cross_entropy]\nlr: 1.0e-7\n")
     ns = build_parser().parse_args(["train", "--config", str(cfg), "--steps", "3"])
-    from mezo_rl.cli import load_config_file
+    from mezo_rl.cli.main import load_config_file
 
     args = parse_into(TrainingArguments, ns, load_config_file(str(cfg)))
     assert (args.steps, args.batch_size, args.reward, args.lr) == (3, 4, ["cross_entropy"], 1e-7)
 
 
 def test_bad_options_name_the_problem(tmp_path):
-    from mezo_rl.cli import UsageError, load_config_file
+    from mezo_rl.cli.main import UsageError, load_config_file
     from mezo_rl.errors import ConfigError
 
     with pytest.raises(ConfigError, match="--reward-weights"):

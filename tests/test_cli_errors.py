@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from mezo_rl.cli import main
+from mezo_rl.cli.main import main
 
 TESTS = pathlib.Path(__file__).parent
 USER_REWARD_FILE = TESTS / "user_rewards" / "my_file_rewards.py"
@@ -172,7 +172,7 @@ def test_eval_checks_its_options_too(capsys):
 
 
 def test_a_second_run_on_the_same_output_directory_is_refused(tmp_path, tiny_model_dir, shared_data_dir, capsys):
-    from mezo_rl.runguard import RunLock
+    from mezo_rl.training.runguard import RunLock
 
     busy = tmp_path / "busy"
     with RunLock(busy):
@@ -206,8 +206,8 @@ def test_the_real_command_prints_one_line(tmp_path):
 def test_a_fresh_run_into_an_unfinished_run_is_refused_and_the_checkpoint_kept(tmp_path, capsys):
     import shutil
 
-    from mezo_rl import checks
-    from mezo_rl.arguments import TrainingArguments
+    from mezo_rl.cli import checks
+    from mezo_rl.training.arguments import TrainingArguments
 
     run = tmp_path / "run"
     shutil.copytree(TESTS / "data" / "run_v0", run)           # a finished run: step 3 of 3

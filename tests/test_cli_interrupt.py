@@ -13,7 +13,7 @@ import time
 
 import torch
 
-from mezo_rl.cli import main
+from mezo_rl.cli.main import main
 
 TESTS = pathlib.Path(__file__).parent
 PAUSE = TESTS / "user_rewards" / "slow_rewards.py"
@@ -48,7 +48,7 @@ def test_sigint_checkpoints_and_the_resumed_run_is_bit_identical(tmp_path, tiny_
 
 
 def _interrupt_resume_and_compare(common, whole, parts, env, capsys):
-    from mezo_rl.rundir import load_run
+    from mezo_rl.training.rundir import load_run
 
     assert main(["train", *common, "--output-dir", str(whole)]) == 0
     proc = subprocess.Popen([sys.executable, "-m", "mezo_rl", "train", *common, "--output-dir", str(parts)],

@@ -8,7 +8,7 @@ import pathlib
 
 import pytest
 
-from mezo_rl.cli import main
+from mezo_rl.cli.main import main
 from test_cli_errors import assert_one_line_error, run_cli
 
 TESTS = pathlib.Path(__file__).parent

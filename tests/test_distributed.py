@@ -13,11 +13,11 @@ import pytest
 import torch
 import torch.multiprocessing as mp
 
-import mezo_rl.distributed as D
+import mezo_rl.training.distributed as D
 from conftest import FLOAT32_UNIT_ROUNDOFF, float32_rounding_bound, make_tiny_causal_lm, model_reduction_terms
-from mezo_rl.distributed import DistContext, WeightMismatchError, check_no_offload, weight_checksums
-from mezo_rl.optim import replay_trajectory
-from mezo_rl.trajectory import Trajectory
+from mezo_rl.training.distributed import DistContext, WeightMismatchError, check_no_offload, weight_checksums
+from mezo_rl.engine.optim import replay_trajectory
+from mezo_rl.engine.trajectory import Trajectory
 
 
 def _free_port() -> int:
@@ -229,8 +229,8 @@ def _train_data_parallel(ctx, model, tokenizer, steps, lr=1e-4, eps=1e-3, seed=0
     Returns the global losses the closures returned (identical on every rank), the optimizer and
     the objective (whose ``scales`` the first batch fixed).
     """
-    from mezo_rl.lm import LanguageModel
-    from mezo_rl.optim import MeZO
+    from mezo_rl.model.lm import LanguageModel
+    from mezo_rl.engine.optim import MeZO
 
     lm, objective = LanguageModel(model, tokenizer), _objective()
     opt = MeZO(model.parameters(), lr=lr, eps=eps, seed=seed, noise="gaussian", noise_backend="torch")  # element-wise z: the bound below
@@ -282,8 +282,8 @@ def test_two_ranks_match_each_other_and_a_single_process_run(tmp_path, tiny_caus
     # One process on the union of the shards, same seeds: equal up to float32 rounding. The shards
     # are scored in other batch shapes than the whole batch, so each log-likelihood may differ in
     # the order of its float32 sums: the tolerances below are derived from that, not tuned.
-    from mezo_rl.lm import LanguageModel
-    from mezo_rl.noise import generate, tensor_key
+    from mezo_rl.model.lm import LanguageModel
+    from mezo_rl.engine.noise import generate, tensor_key
 
     with torch.no_grad():
         scores = LanguageModel(model, tokenizer).score([f"{t} It was" for t, _ in REVIEWS],
@@ -338,7 +338,7 @@ def test_device_map_auto_trains_in_place_and_offload_is_rejected(tmp_path, tiny_
     """What can be checked without GPUs: a device map that fits keeps every weight resident and
     MeZO trains it exactly like a plainly loaded model; a max_memory that does not fit offloads
     weights to disk ('meta' parameters), which MeZO cannot update in place, and is rejected."""
-    from mezo_rl.models import load_model
+    from mezo_rl.model.loading import load_model
 
     model, tokenizer = tiny_causal_lm
     model.save_pretrained(tmp_path / "model")
@@ -379,8 +379,8 @@ def _step_records(run_dir) -> list[dict]:
 
 @pytest.mark.slow  # two CLI runs: ~40 s with a warm torch.compile cache, ~2 min cold
 def test_torchrun_mezo_rl_train_matches_a_single_process_run(tmp_path, tiny_causal_lm, shared_data_dir):
-    from mezo_rl.rundir import CHECKPOINT_DIR, TRAJECTORY_FILE
-    from mezo_rl.trajectory import Trajectory
+    from mezo_rl.training.rundir import CHECKPOINT_DIR, TRAJECTORY_FILE
+    from mezo_rl.engine.trajectory import Trajectory
 
     model, tokenizer = tiny_causal_lm
     model.save_pretrained(tmp_path / "model")
@@ -402,7 +402,7 @@ def test_torchrun_mezo_rl_train_matches_a_single_process_run(tmp_path, tiny_caus
     # The global loss of each step equals the single-process loss on the whole batch up to float32 rounding:
     # each rank scores its shard in other batch shapes, so a mean log-likelihood m may differ by 2 delta, and the
     # cross-entropy logsumexp(m) - m_y (the loss, unnormalised) by twice that. Derived from the train examples.
-    from mezo_rl.lm import LanguageModel
+    from mezo_rl.model.lm import LanguageModel
     from tasks import get_task
 
     train = get_task("sst2").load_split("train", data_dir=shared_data_dir, n=20, seed=0)

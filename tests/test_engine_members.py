@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from engine_problems import SMALL_SHAPES, make_problem, messy_run, one_thread, run  # noqa: F401 (fixture)
-from mezo_rl.optim import MeZO, replay_trajectory
+from mezo_rl.engine.optim import MeZO, replay_trajectory
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -9,9 +9,9 @@ import pytest
 import torch
 
 from engine_problems import SMALL_SHAPES, make_problem, messy_run, one_thread, run  # noqa: F401 (fixture)
-from mezo_rl.noise import NoiseSpec
-from mezo_rl.optim import MeZO, get_scheduler, replay_trajectory
-from mezo_rl.trajectory import Trajectory
+from mezo_rl.engine.noise import NoiseSpec
+from mezo_rl.engine.optim import MeZO, get_scheduler, replay_trajectory
+from mezo_rl.engine.trajectory import Trajectory
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 DATA = pathlib.Path(__file__).parent / "data"

@@ -4,8 +4,8 @@ import json
 import pytest
 import torch
 
-from mezo_rl.evaluation import evaluate
-from mezo_rl.lm import LanguageModel
+from mezo_rl.training.evaluation import evaluate
+from mezo_rl.model.lm import LanguageModel
 from rewards.squad import normalize_answer
 from tasks import Example, Task, get_task, with_demonstrations
 
@@ -81,7 +81,7 @@ def test_evaluation_forward_passes_hold_its_batch_size(tiny_causal_lm):
 def test_the_same_examples_in_another_order_make_the_same_forward_passes(tiny_causal_lm, monkeypatch):
     """A seed's shuffle of the test split must not change its score: the calls hold the same examples (so the
     same rows, padding and rounding) whatever order they come in, and the metrics are equal bit for bit."""
-    import mezo_rl.evaluation as ev
+    import mezo_rl.training.evaluation as ev
 
     monkeypatch.setattr(ev, "EXAMPLES_PER_CALL", 2)  # 3 calls of 2: which examples share one is the point
     lm, task, examples = LanguageModel(*tiny_causal_lm, batch_size=2), ListTask("generation", []), _six_questions()
@@ -145,9 +145,9 @@ def test_a_user_metric_is_both_a_training_reward_and_an_evaluation_metric(tmp_pa
     """One reward reading candidate_scores, labels and a dataset column: it drives training and is
     reported by evaluate(), through the same examples -> model outputs -> objective path."""
     from conftest import FLOAT32_UNIT_ROUNDOFF, float32_rounding_bound, make_tiny_causal_lm, model_reduction_terms
-    from mezo_rl.outputs import objective_outputs
-    from mezo_rl.arguments import TrainingArguments
-    from mezo_rl.trainer import Trainer
+    from mezo_rl.training.outputs import objective_outputs
+    from mezo_rl.training.arguments import TrainingArguments
+    from mezo_rl.training.trainer import Trainer
     from rewards import build_objective, register_reward, unregister_reward
 
     @register_reward("test_weighted_margin", higher_is_better=True, needs="scores")

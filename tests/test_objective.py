@@ -263,8 +263,8 @@ def test_build_objective_rejects_bad_settings(rewards, weights, normalize, messa
 # ---- with the real model layer -----------------------------------------------------------------
 
 def test_objective_on_a_real_language_model(tiny_causal_lm):
-    """The contract with mezo_rl.lm: CandidateScores and generate() output go straight in."""
-    from mezo_rl.lm import LanguageModel
+    """The contract with mezo_rl.model.lm: CandidateScores and generate() output go straight in."""
+    from mezo_rl.model.lm import LanguageModel
 
     lm = LanguageModel(*tiny_causal_lm)
     prompts = ["It was great . It was", "the movie was"]

@@ -1,4 +1,4 @@
-"""LoRA and prefix-tuning adapters (mezo_rl.peft) on the tiny Llama-style model."""
+"""LoRA and prefix-tuning adapters (mezo_rl.model.peft) on the tiny Llama-style model."""
 from __future__ import annotations
 
 import json
@@ -7,13 +7,13 @@ import pytest
 import torch
 
 from conftest import assert_float32_close, make_tiny_causal_lm
-from mezo_rl.arguments import TrainingArguments
-from mezo_rl.callbacks import TrainerCallback
-from mezo_rl.lm import LanguageModel
-from mezo_rl.defaults import MODE_DEFAULTS, mezo_options
-from mezo_rl.peft import apply_peft, export_model, load_adapter, peft_config
-from mezo_rl.rundir import load_run
-from mezo_rl.trainer import Trainer
+from mezo_rl.training.arguments import TrainingArguments
+from mezo_rl.training.callbacks import TrainerCallback
+from mezo_rl.model.lm import LanguageModel
+from mezo_rl.training.defaults import MODE_DEFAULTS, mezo_options
+from mezo_rl.model.peft import apply_peft, export_model, load_adapter, peft_config
+from mezo_rl.training.rundir import load_run
+from mezo_rl.training.trainer import Trainer
 from tasks import Example, get_task
 
 METHODS = ("lora", "prefix")
@@ -77,7 +77,7 @@ def test_prefix_parameters_are_per_layer_key_values(tiny_tokenizer):
 
 @pytest.mark.parametrize("method", METHODS)
 def test_mezo_steps_change_only_adapter_parameters(tiny_tokenizer, method):
-    from mezo_rl.optim import MeZO
+    from mezo_rl.engine.optim import MeZO
 
     lm = apply_peft(make_lm(tiny_tokenizer), method)
     before = {n: p.detach().clone() for n, p in lm.model.named_parameters()}
@@ -97,8 +97,8 @@ def test_mezo_steps_change_only_adapter_parameters(tiny_tokenizer, method):
 
 @pytest.mark.parametrize("method", METHODS)
 def test_trajectory_replay_rebuilds_adapter_exactly(tiny_tokenizer, method, tmp_path):
-    from mezo_rl.optim import MeZO, replay_trajectory
-    from mezo_rl.trajectory import Trajectory
+    from mezo_rl.engine.optim import MeZO, replay_trajectory
+    from mezo_rl.engine.trajectory import Trajectory
 
     lm = apply_peft(make_lm(tiny_tokenizer), method, seed=3)
     opt = MeZO(trainable(lm), **mezo_options(MODE_DEFAULTS[method]), seed=7)
@@ -352,7 +352,7 @@ def test_smollm2_prefix_and_lora(tmp_path):
     exactly; a LoRA-merged export reproduces the adapted model."""
     from transformers import AutoModelForCausalLM
 
-    from mezo_rl.models import load_model
+    from mezo_rl.model.loading import load_model
 
     lm = load_model("smollm2-135m")
     tokens = sampled_prefix_tokens(lm, 5, seed=0)

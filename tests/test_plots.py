@@ -1,4 +1,4 @@
-"""What a run directory shows: curves.png, the one-line result and `report` (mezo_rl.plots)."""
+"""What a run directory shows: curves.png, the one-line result and `report` (mezo_rl.cli.plots)."""
 from __future__ import annotations
 
 import json
@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from mezo_rl.errors import UserError
-from mezo_rl.plots import (CURVES_FILE, MissingPlotDependency, plot_training_curves, pyplot, report, results_line,
+from mezo_rl.cli.plots import (CURVES_FILE, MissingPlotDependency, plot_training_curves, pyplot, report, results_line,
                            running_mean, training_curves)
 from test_trainer import make_args, train
 
@@ -20,7 +20,7 @@ PNG = b"\x89PNG\r\n\x1a\n"
 def finished_run(tmp_path_factory, tiny_tokenizer):
     """A finished tiny run: 6 steps, two reward components, evaluations at steps 0, 3, 6."""
     from conftest import make_tiny_causal_lm
-    from mezo_rl.lm import LanguageModel
+    from mezo_rl.model.lm import LanguageModel
 
     tmp = tmp_path_factory.mktemp("plots")
     args = make_args(tmp, reward=["cross_entropy", "accuracy"], reward_weights=[1.0, 0.5])

@@ -17,10 +17,10 @@ import pytest
 import torch
 
 from conftest import FLOAT32_UNIT_ROUNDOFF, float32_rounding_bound, make_tiny_causal_lm, make_tiny_masked_lm, model_reduction_terms
-from mezo_rl.lm import LanguageModel
-from mezo_rl.optim import MeZO, replay_trajectory
-from mezo_rl.peft import FINAL_NORM, apply_peft
-from mezo_rl.population import Member, step_members
+from mezo_rl.model.lm import LanguageModel
+from mezo_rl.engine.optim import MeZO, replay_trajectory
+from mezo_rl.model.peft import FINAL_NORM, apply_peft
+from mezo_rl.engine.population import Member, step_members
 
 PROMPTS = ["It was great . the movie", "Does this mean that the", "the cat sat on the", "so because the sun rose"]
 CANDIDATES = [[" good", " bad ."], [" Yes", " No"], [" mat", " park"], [" early", " went"]]

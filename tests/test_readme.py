@@ -10,8 +10,8 @@ import shlex
 import pytest
 
 from fake_scores import scores
-from mezo_rl import cli
-from mezo_rl.arguments import BaselineArguments, EvalRunArguments, TrainingArguments
+from mezo_rl.cli import main as cli
+from mezo_rl.training.arguments import BaselineArguments, EvalRunArguments, TrainingArguments
 from rewards import build_objective
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]

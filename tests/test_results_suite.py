@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from mezo_rl.defaults import MODE_DEFAULTS
+from mezo_rl.training.defaults import MODE_DEFAULTS
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "benchmarks"))     # as `python benchmarks/results.py` sees it
@@ -142,10 +142,10 @@ def test_a_crashing_cell_is_recorded_as_failed_with_the_cli_error(tmp_path):
 def test_a_cell_stopped_part_way_continues_from_its_checkpoint(tmp_path, tiny_model_dir, shared_data_dir):
     """A MeZO cell killed at step 3 of 6 is resumed by the next suite run (the real CLI with --resume),
     not started over: its first 3 steps and their records are kept, and the record says so."""
-    from mezo_rl.callbacks import TrainerCallback
-    from mezo_rl.cli import _config, build_parser, parse_into
-    from mezo_rl.arguments import TrainingArguments
-    from mezo_rl.trainer import Trainer, TrainingInterrupted
+    from mezo_rl.training.callbacks import TrainerCallback
+    from mezo_rl.cli.main import _config, build_parser, parse_into
+    from mezo_rl.training.arguments import TrainingArguments
+    from mezo_rl.training.trainer import Trainer, TrainingInterrupted
 
     argv = ["train", "--model", str(tiny_model_dir), "--task", "sst2", "--data-dir", str(shared_data_dir),
             "--reward", "cross_entropy", "--steps", "6", "--eval-steps", "3", "--batch-size", "4", "--num-train", "16",

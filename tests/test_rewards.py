@@ -348,7 +348,7 @@ def test_a_reward_can_wrap_a_hugging_face_evaluate_metric_script_offline(monkeyp
         unregister_reward("test_word_overlap")
 
 
-@pytest.mark.parametrize("first", ["rewards", "tasks", "mezo_rl.registry", "mezo_rl", "mezo_rl.cli"])
+@pytest.mark.parametrize("first", ["rewards", "tasks", "mezo_rl.registry", "mezo_rl", "mezo_rl.cli.main"])
 def test_any_package_can_be_imported_first(first):
     # rewards and tasks import mezo_rl.errors / mezo_rl.registry, whose package imports the Trainer,
     # which uses rewards and tasks: every entry point into that cycle must work in a fresh interpreter

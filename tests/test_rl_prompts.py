@@ -11,13 +11,13 @@ import pytest
 
 import rewards
 from conftest import make_tiny_causal_lm
-from mezo_rl.arguments import TrainingArguments
+from mezo_rl.training.arguments import TrainingArguments
 from mezo_rl.errors import ConfigError, UserError
-from mezo_rl.evaluation import distinct_n, standard_error
-from mezo_rl.lm import LanguageModel
-from mezo_rl.outputs import ChatTemplateError, model_outputs
-from mezo_rl.rundir import read_samples
-from mezo_rl.trainer import RewardsSilentError, Trainer
+from mezo_rl.training.evaluation import distinct_n, standard_error
+from mezo_rl.model.lm import LanguageModel
+from mezo_rl.training.outputs import ChatTemplateError, model_outputs
+from mezo_rl.training.rundir import read_samples
+from mezo_rl.training.trainer import RewardsSilentError, Trainer
 from tasks import from_prompts
 from tasks.user import MissingColumnError, TaskDataError
 
@@ -100,7 +100,7 @@ def test_chat_prompts_go_through_the_chat_template_and_completions_come_back_as_
     out = model_outputs(lm, ex, {"generation"}, max_new_tokens=4)
     assert out.prompts == [e.messages for e in ex]
     assert out.completions[0] == [{"role": "assistant", "content": out.texts[0]}]
-    from mezo_rl.outputs import prompt_texts
+    from mezo_rl.training.outputs import prompt_texts
     assert prompt_texts(lm, ex)[0] == f"<user>{ex[0].prompt}<assistant>"
 
 
@@ -207,7 +207,7 @@ def test_a_reward_with_no_opinion_on_a_whole_batch_is_one_line(tmp_path, factory
 
 
 def test_score_rewards_are_refused_on_prompt_tasks(tmp_path):
-    from mezo_rl.checks import check_training
+    from mezo_rl.cli.checks import check_training
     path = write_jsonl(tmp_path / "p.jsonl", plain_rows())
     with pytest.raises(UserError, match="scores gold candidates"):
         check_training(args_for(tmp_path, path, reward=["cross_entropy"]), model=False)

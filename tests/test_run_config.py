@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import json
 
-from mezo_rl.cli import main
-from mezo_rl.defaults import MODE_DEFAULTS
-from mezo_rl.rundir import CHECKPOINT_DIR, CONFIG_FILE, TRAJECTORY_FILE
+from mezo_rl.cli.main import main
+from mezo_rl.training.defaults import MODE_DEFAULTS
+from mezo_rl.training.rundir import CHECKPOINT_DIR, CONFIG_FILE, TRAJECTORY_FILE
 
 
 def test_config_json_has_no_nulls_and_repeats_the_run(tmp_path, tiny_model_dir, shared_data_dir, monkeypatch):

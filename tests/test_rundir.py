@@ -18,11 +18,11 @@ import pytest
 import torch
 
 from conftest import make_tiny_causal_lm
-from mezo_rl.lm import LanguageModel
-from mezo_rl.rundir import TrainerState, load_run
-from mezo_rl.arguments import TrainingArguments
-from mezo_rl.trainer import Trainer
-from mezo_rl.trajectory import Trajectory
+from mezo_rl.model.lm import LanguageModel
+from mezo_rl.training.rundir import TrainerState, load_run
+from mezo_rl.training.arguments import TrainingArguments
+from mezo_rl.training.trainer import Trainer
+from mezo_rl.engine.trajectory import Trajectory
 from tasks import get_task
 from test_trainer import splits
 

@@ -10,11 +10,11 @@ import textwrap
 import pytest
 
 from mezo_rl.errors import UserError
-from mezo_rl.runguard import LOCK_FILE, InterruptGuard, RunLock, RunLockedError
+from mezo_rl.training.runguard import LOCK_FILE, InterruptGuard, RunLock, RunLockedError
 
 HOLD = textwrap.dedent("""
     import sys, time
-    from mezo_rl.runguard import RunLock
+    from mezo_rl.training.runguard import RunLock
     with RunLock(sys.argv[1]):
         print("locked", flush=True)
         time.sleep(60)

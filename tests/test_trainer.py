@@ -12,10 +12,10 @@ import pytest
 import torch
 
 from conftest import make_tiny_causal_lm
-from mezo_rl.lm import LanguageModel
-from mezo_rl.arguments import TrainingArguments, parse_max_memory
-from mezo_rl.rundir import load_run, param_groups, trainable_parameters
-from mezo_rl.trainer import Trainer, sample_batch_indices
+from mezo_rl.model.lm import LanguageModel
+from mezo_rl.training.arguments import TrainingArguments, parse_max_memory
+from mezo_rl.training.rundir import load_run, param_groups, trainable_parameters
+from mezo_rl.training.trainer import Trainer, sample_batch_indices
 from tasks import Example, get_task
 
 WORDS_POS = ["good", "great", "fun", "warm", "bright"]

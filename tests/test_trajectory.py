@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from engine_problems import SMALL_SHAPES as SHAPES, make_problem as _make_problem, messy_run, one_thread, run  # noqa: F401
-from mezo_rl.optim import MeZO, replay_trajectory
-from mezo_rl.trajectory import Trajectory
+from mezo_rl.engine.optim import MeZO, replay_trajectory
+from mezo_rl.engine.trajectory import Trajectory
 
 
 def make_problem():

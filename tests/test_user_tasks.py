@@ -200,6 +200,6 @@ def test_tasks_can_be_imported_first():
     import subprocess
     import sys
 
-    res = subprocess.run([sys.executable, "-c", "import tasks; import tasks.user, rewards, mezo_rl.cli"],
+    res = subprocess.run([sys.executable, "-c", "import tasks; import tasks.user, rewards, mezo_rl.cli.main"],
                          capture_output=True, text=True, timeout=120, env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))
     assert res.returncode == 0, res.stderr[-2000:]

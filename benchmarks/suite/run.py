@@ -184,7 +184,7 @@ def unfinished_run(run_dir) -> Optional[tuple]:
     """``(step, wall seconds)`` of the checkpoint of a ``train`` run in ``run_dir`` that stopped before its
     last step (killed, interrupted, out of time), else None. The suite resumes such a cell with
     ``--resume``; its record's wall time is the stopped part's training time plus the resumed process's."""
-    from mezo_rl import rundir
+    from mezo_rl.training import rundir
     if rundir.unfinished_step(run_dir) is None:
         return None
     state = rundir.TrainerState.load(rundir.checkpoint_dir(run_dir) / rundir.STATE_FILE)
@@ -215,9 +215,9 @@ def _wait(proc: subprocess.Popen, timeout: Optional[float]):
 
 
 def model_available(model: str) -> tuple[bool, str]:
-    """Whether ``mezo_rl.models.load_model`` can load ``model`` here (a quick subprocess, so the suite
+    """Whether ``mezo_rl.model.loading.load_model`` can load ``model`` here (a quick subprocess, so the suite
     process stays free of model memory); (False, the error's first line) if not."""
-    code = ("import sys\nfrom mezo_rl.models import load_model\n"
+    code = ("import sys\nfrom mezo_rl.model.loading import load_model\n"
             "try:\n    load_model(sys.argv[1])\nexcept Exception as e:\n"
             "    print(type(e).__name__ + ': ' + ' '.join(str(e).split())[:300]); sys.exit(3)\n")
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))

@@ -25,12 +25,12 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from mezo_rl import checks
-from mezo_rl.arguments import METHODS, BaselineArguments
-from mezo_rl.evaluation import evaluate
-from mezo_rl.models import load_model
-from mezo_rl.outputs import model_outputs
-from mezo_rl.trainer import peak_rss_mb
+from mezo_rl.cli import checks
+from mezo_rl.training.arguments import METHODS, BaselineArguments
+from mezo_rl.training.evaluation import evaluate
+from mezo_rl.model.loading import load_model
+from mezo_rl.training.outputs import model_outputs
+from mezo_rl.training.trainer import peak_rss_mb
 from rewards import candidate_cross_entropy
 
 __all__ = ["METHODS", "BaselineArguments", "zero_shot", "icl", "linear_probe", "finetune", "run_baseline",
@@ -122,7 +122,7 @@ def _ft_loss(lm, task, batch):
     """Differentiable loss of a batch, as in the paper's FT: cross-entropy over the candidates'
     mean log-likelihoods for classification; teacher-forced NLL of the correct candidate / gold
     answer for multiple choice and generation. The scores come from the same
-    :func:`mezo_rl.outputs.model_outputs` as training and evaluation (so masked LMs use their prompt)."""
+    :func:`mezo_rl.training.outputs.model_outputs` as training and evaluation (so masked LMs use their prompt)."""
     out = model_outputs(lm, batch, {"scores"}, gold_only=task.kind != "classification")
     return torch.stack(candidate_cross_entropy(out.candidate_scores, out.labels)).mean()
 

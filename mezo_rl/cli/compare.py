@@ -10,8 +10,8 @@ reads the runs' ``summary.json`` / ``metrics.jsonl`` and writes
 
 Example (cross-entropy vs accuracy on SST-2, same everything else)::
 
-    from mezo_rl.arguments import TrainingArguments
-    from mezo_rl.compare import compare, objective_variants
+    from mezo_rl.training.arguments import TrainingArguments
+    from mezo_rl.cli.compare import compare, objective_variants
     base = TrainingArguments(task="sst2", steps=100, output_dir="runs/compare-sst2")
     compare(objective_variants(base, ["cross_entropy", "accuracy"]), "runs/compare-sst2")
 """
@@ -22,9 +22,9 @@ import os
 import pathlib
 from typing import Callable, Optional
 
-from mezo_rl.arguments import TrainingArguments
-from mezo_rl.plots import load_run_records, objective_text, plot_validation, pyplot
-from mezo_rl.trainer import Trainer
+from mezo_rl.training.arguments import TrainingArguments
+from mezo_rl.cli.plots import load_run_records, objective_text, plot_validation, pyplot
+from mezo_rl.training.trainer import Trainer
 
 
 def objective_variants(base: TrainingArguments, objectives: list[str]) -> dict[str, TrainingArguments]:

@@ -19,7 +19,7 @@ also works). ``--config file.yaml`` (or .json) supplies values; options on the c
 Errors: a mistake the user can fix (a :class:`~mezo_rl.errors.UserError`: a bad option, an unknown
 name, a missing file, a bad combination) ends the command with one line on stderr,
 ``mezo-rl: error: <what was wrong and what is accepted>``, and exit status 2; the checks run before any
-model or data is loaded (:mod:`mezo_rl.checks`). ``--debug`` (anywhere on the command line) or
+model or data is loaded (:mod:`mezo_rl.cli.checks`). ``--debug`` (anywhere on the command line) or
 ``MEZO_RL_DEBUG=1`` also prints the traceback. Ctrl-C / SIGTERM during ``train`` writes a checkpoint
 at the last completed step and prints the command that resumes (exit status 130 / 143).
 """
@@ -40,19 +40,21 @@ from typing import Any, Optional
 
 import yaml
 
-from mezo_rl import checks, plots, rundir
-from mezo_rl.arguments import (BaselineArguments, EvalRunArguments, TrainingArguments, data_task_options,
+from mezo_rl.cli import checks, plots
+
+from mezo_rl.training import rundir
+from mezo_rl.training.arguments import (BaselineArguments, EvalRunArguments, TrainingArguments, data_task_options,
                                parse_step, unwrap_optional)
-from mezo_rl.baselines import run_baseline
-from mezo_rl.compare import compare, objective_variants, write_report
-from mezo_rl.distributed import DistContext
+from mezo_rl.cli.baselines import run_baseline
+from mezo_rl.cli.compare import compare, objective_variants, write_report
+from mezo_rl.training.distributed import DistContext
 from mezo_rl.errors import ConfigError, UserError
-from mezo_rl.evaluation import evaluate
-from mezo_rl.models import check_model, load_model
-from mezo_rl.peft import PEFT_METHODS
-from mezo_rl.rundir import load_run, save_model
-from mezo_rl.runguard import RunLock
-from mezo_rl.trainer import Trainer, TrainingInterrupted
+from mezo_rl.training.evaluation import evaluate
+from mezo_rl.model.loading import check_model, load_model
+from mezo_rl.model.peft import PEFT_METHODS
+from mezo_rl.training.rundir import load_run, save_model
+from mezo_rl.training.runguard import RunLock
+from mezo_rl.training.trainer import Trainer, TrainingInterrupted
 from rewards import describe_rewards
 from tasks import get_task, list_tasks
 

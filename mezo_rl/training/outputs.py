@@ -6,8 +6,8 @@ masked-LM prompt for a masked LM and the gold answer as the only candidate for g
 teacher forcing) and/or completions (``lm.generate``), plus the labels and every dataset column.
 An ``rewards.Objective`` turns those into values (``process_results``): :func:`objective_outputs`.
 
-Training (``Trainer.compute_loss``), evaluation (``mezo_rl.evaluation.evaluate``: a report-only
-objective summed over batches) and the backprop baseline (``mezo_rl.baselines``) all go through
+Training (``Trainer.compute_loss``), evaluation (``mezo_rl.training.evaluation.evaluate``: a report-only
+objective summed over batches) and the backprop baseline (``mezo_rl.cli.baselines``) all go through
 :func:`model_outputs`, so a metric that works as a training reward works as an evaluation metric.
 """
 from __future__ import annotations
@@ -125,7 +125,7 @@ def member_outputs(lm, examples, needs, members, *, sample_seed: Optional[int] =
                    num_generations: int = 1) -> list[ModelOutputs]:
     """:func:`model_outputs` of every member of a batched MeZO step, from one pass: ``lm.score`` /
     ``lm.generate`` with ``members=M`` (every forward holds the M members' blocks of rows; see
-    :mod:`mezo_rl.population`), split into one ``ModelOutputs`` per member, in member order.
+    :mod:`mezo_rl.engine.population`), split into one ``ModelOutputs`` per member, in member order.
 
     ``members``: the step's members (a sequence) or their count M; None: the plain call (a list of one).
     Sampled generation draws the same random numbers for every member (common random numbers).

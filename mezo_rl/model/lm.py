@@ -21,7 +21,7 @@ log-probability is read at the mask. A label word of n tokens is scored at n con
     >>> s = lm.score(["The movie was great. It was"], [[" terrible", " great"]])
     >>> s[0].mean.argmax()        # index of the more likely candidate
 
-Members (the batched evaluation of :mod:`mezo_rl.population`): ``score(..., members=M)`` and
+Members (the batched evaluation of :mod:`mezo_rl.engine.population`): ``score(..., members=M)`` and
 ``generate(..., members=M)`` run every forward pass on M copies of their batch in member-major
 layout (rows [k*b, (k+1)*b) are member k's; ``batch_size`` counts the sequences of one member, so a
 forward holds M * batch_size rows) and return one result list per member. The model knows only M.
@@ -37,7 +37,7 @@ import torch.nn.functional as F
 
 MASK = "[MASK]"  # the mask placeholder in masked-LM prompts (replaced by tokenizer.mask_token_id)
 # the final normalisation layer of common decoder LMs (Llama/Gemma/Mistral/Qwen, GPT-2, OPT, Falcon):
-# the boundary of the trunk cache below, and what ``--peft norm`` trains (mezo_rl.peft.FINAL_NORM)
+# the boundary of the trunk cache below, and what ``--peft norm`` trains (mezo_rl.model.peft.FINAL_NORM)
 FINAL_NORM_MODULES = ("model.norm", "transformer.ln_f", "model.decoder.final_layer_norm", "transformer.norm_f")
 
 

@@ -10,7 +10,7 @@ perturbation to its own output rows of that block. What each module does (:class
 
 ``nn.Linear`` (and transformers' ``Conv1D``) weights and ``nn.Embedding`` weights with low-rank noise
     Activation side. For W [m, n] the weight-side noise is ``z = B A^T / sqrt(r)`` (exactly the factors
-    :meth:`mezo_rl.noise.NoiseSpec.factors` draws for that tensor, seed and index), so member k
+    :meth:`mezo_rl.engine.noise.NoiseSpec.factors` draws for that tensor, seed and index), so member k
     computes ``x W^T + sign_k eps / sqrt(r) * (x A) B^T``: one batched matmul over all members' rows
     reads W once, and each member adds a rank-r correction (two small batched matmuls, added in place
     to the layer's output). An embedding adds the rows of z gathered by token id,
@@ -27,7 +27,7 @@ Any other module with trainable tensors (norm gains, ...)
 
 The factors and deltas are drawn once per step (when the pass starts) and reused by every forward of
 the closure (every decoding step). The update after the evaluations is the same update the
-weight-side noise applies (:mod:`mezo_rl.optim`), so trajectories and replay are unchanged; only
+weight-side noise applies (:mod:`mezo_rl.engine.optim`), so trajectories and replay are unchanged; only
 the perturbation sweeps are gone, which is why nothing drifts in bf16.
 """
 from __future__ import annotations
@@ -154,7 +154,7 @@ class MemberPlan:
     def applied(self, spec, members: list[Member], entries):
         """Within the block, every forward of the module evaluates ``members`` (member-major rows).
 
-        ``spec``: the optimizer's :class:`mezo_rl.noise.NoiseSpec`; ``entries``: its trainable tensors
+        ``spec``: the optimizer's :class:`mezo_rl.engine.noise.NoiseSpec`; ``entries``: its trainable tensors
         ``(index, tensor, group)`` now, each perturbed with its group's ``eps``.
         """
         if len(members) != self.members:

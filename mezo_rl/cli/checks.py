@@ -18,12 +18,12 @@ import os
 import pathlib
 from typing import Callable, TypeVar
 
-from mezo_rl import rundir
-from mezo_rl.arguments import data_task_options
+from mezo_rl.training import rundir
+from mezo_rl.training.arguments import data_task_options
 from mezo_rl.errors import ConfigError, UnknownNameError, UserError, first_line
-from mezo_rl.evaluation import prompt_metrics
-from mezo_rl.models import check_model, has_chat_template, model_architectures
-from mezo_rl.outputs import ChatTemplateError
+from mezo_rl.training.evaluation import prompt_metrics
+from mezo_rl.model.loading import check_model, has_chat_template, model_architectures
+from mezo_rl.training.outputs import ChatTemplateError
 from rewards import build_objective, get_reward
 from tasks import SPLITS, get_task, list_tasks
 from tasks.data import data_root

@@ -27,7 +27,7 @@ Two generators ("backends") turn a key into z:
     ``"compiled"`` if compiling works here, else ``"torch"`` (with a warning).
 
 The two backends draw *different* (equally valid) noise for the same key, so a run and its replay
-must use the same backend; :class:`mezo_rl.trajectory.Trajectory` records which one a run used.
+must use the same backend; :class:`mezo_rl.engine.trajectory.Trajectory` records which one a run used.
 """
 from __future__ import annotations
 

@@ -6,7 +6,7 @@ numbers instead of the whole model, and the trained artefact is a small file.
     lm = load_model("smollm2-135m")
     apply_peft(lm, "prefix")                      # or "lora"; base weights frozen, adapter trainable
     params = [p for p in lm.model.parameters() if p.requires_grad]
-    opt = MeZO(params, **mezo_options(MODE_DEFAULTS["prefix"]))  # the mode's lr / eps (mezo_rl.defaults)
+    opt = MeZO(params, **mezo_options(MODE_DEFAULTS["prefix"]))  # the mode's lr / eps (mezo_rl.training.defaults)
     ...
     peft_config(lm)                               # JSON dict stored in checkpoints
     apply_peft(fresh_lm, **peft_config(lm))       # rebuilds the identical initial adapter
@@ -42,11 +42,11 @@ from contextlib import contextmanager
 import torch
 from torch import nn
 
-from mezo_rl.lm import FINAL_NORM_MODULES, returned_cache
+from mezo_rl.model.lm import FINAL_NORM_MODULES, returned_cache
 
 PEFT_METHODS = ("lora", "prefix")
 
-# the gains of the final normalisation layer (mezo_rl.lm.FINAL_NORM_MODULES: Llama/Gemma/Mistral/Qwen, GPT-2, OPT, Falcon)
+# the gains of the final normalisation layer (mezo_rl.model.lm.FINAL_NORM_MODULES: Llama/Gemma/Mistral/Qwen, GPT-2, OPT, Falcon)
 FINAL_NORM = "^(" + "|".join(re.escape(name) for name in FINAL_NORM_MODULES) + r")\.weight$"
 
 _CONFIG_ATTR = "mezo_peft_config"   # where apply_peft records its config on the HF model
@@ -268,7 +268,7 @@ class PrefixKV(nn.Module):
     Every query of the layer attends to these m positions in addition to the real tokens (also the
     left-padding rows and every generation step; the KV cache itself never holds them).
 
-    Batched member evaluation (:mod:`mezo_rl.population`) sets ``member_params`` to per-member copies
+    Batched member evaluation (:mod:`mezo_rl.engine.population`) sets ``member_params`` to per-member copies
     ``{"keys": [M, kv_heads, m, head_dim], "values": ...}`` for the duration of a pass; rows
     [k*b, (k+1)*b) of every batch then attend to member k's prefix.
     """

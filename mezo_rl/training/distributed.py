@@ -86,7 +86,7 @@ def weight_checksums(tensors: Iterable[torch.Tensor]) -> torch.Tensor:
         if t.device.type == "meta":
             raise ValueError(
                 "cannot checksum a tensor on the 'meta' device: the weights are not materialised "
-                "(offloaded by accelerate?). See mezo_rl.distributed.check_no_offload."
+                "(offloaded by accelerate?). See mezo_rl.training.distributed.check_no_offload."
             )
         if t.dtype.is_complex:
             raise TypeError(f"weight_checksums does not handle complex tensors (got {t.dtype})")

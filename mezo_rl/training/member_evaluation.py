@@ -2,7 +2,7 @@
 
 With ``MeZO(..., evaluation="batched", module=lm.model)`` a step's closure is called once with the
 step's members and returns one value (or one object, for ``fitness``) per member
-(:mod:`mezo_rl.population`); :func:`mezo_rl.outputs.member_outputs` is the model side of such a
+(:mod:`mezo_rl.engine.population`); :func:`mezo_rl.training.outputs.member_outputs` is the model side of such a
 closure::
 
     def closure(members):
@@ -20,7 +20,7 @@ from __future__ import annotations
 from typing import Optional
 
 from mezo_rl.errors import ConfigError
-from mezo_rl.outputs import prompt_texts
+from mezo_rl.training.outputs import prompt_texts
 
 __all__ = ["evaluation_options", "resolve_evaluation", "check_evaluation"]
 

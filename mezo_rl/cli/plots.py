@@ -1,6 +1,6 @@
 """What a run directory shows: the training curves (``curves.png``) and a short text report.
 
-    >>> from mezo_rl.plots import report
+    >>> from mezo_rl.cli.plots import report
     >>> print(report("runs/sst2-accuracy"))        # also writes runs/sst2-accuracy/curves.png
 
 :func:`plot_training_curves` draws, from the run's ``metrics.jsonl``, the training reward of every
@@ -24,7 +24,7 @@ import warnings
 from typing import Optional
 
 from mezo_rl.errors import UserError
-from mezo_rl.rundir import CONFIG_FILE, METRICS_FILE, SUMMARY_FILE, read_samples
+from mezo_rl.training.rundir import CONFIG_FILE, METRICS_FILE, SUMMARY_FILE, read_samples
 
 __all__ = ["CURVES_FILE", "MissingPlotDependency", "pyplot", "read_jsonl", "run_records", "load_run_records",
            "running_mean", "objective_text", "plot_validation", "training_curves", "plot_training_curves", "write_curves_or_warn", "results_line", "report"]

@@ -13,8 +13,8 @@
 The metric functions are the rewards of the same names (``rewards.get_reward``), so evaluation and
 training objectives agree.
 
-    >>> from mezo_rl.models import load_model
-    >>> from mezo_rl.evaluation import evaluate
+    >>> from mezo_rl.model.loading import load_model
+    >>> from mezo_rl.training.evaluation import evaluate
     >>> from tasks import get_task
     >>> task = get_task("sst2")
     >>> metrics = evaluate(load_model("smollm2-135m"), task, task.load_split("validation", n=200))
@@ -31,7 +31,7 @@ from tqdm.auto import tqdm
 
 import rewards
 import tasks
-from mezo_rl.outputs import example_columns, model_outputs
+from mezo_rl.training.outputs import example_columns, model_outputs
 
 PROGRESS_DELAY_S = 3.0  # an evaluation shorter than this shows no progress bar
 # Examples per call to the model (at least batch_size): the model orders a call's prompts by length into
@@ -57,12 +57,12 @@ def evaluate(
     """Metric name -> mean value over ``examples``, plus ``"n"`` (the number of examples).
 
     The metrics are rewards (``task.metrics`` by default, or any reward reference) gathered into a
-    report-only objective; each batch goes through :func:`mezo_rl.outputs.model_outputs` exactly as
+    report-only objective; each batch goes through :func:`mezo_rl.training.outputs.model_outputs` exactly as
     in training, and each metric's sums and counts are added up over the batches (values of
     ``None``, "no opinion", are left out of the mean; a metric with no values is NaN).
 
     Args:
-        lm: a ``mezo_rl.lm.LanguageModel``.
+        lm: a ``mezo_rl.model.lm.LanguageModel``.
         task: the task the examples come from (its ``kind`` and columns are checked against the
             metrics; its ``demonstration`` renders in-context examples).
         examples: the examples to evaluate.
@@ -75,7 +75,7 @@ def evaluate(
         objective: a prompt task's ``rewards.Objective`` (the run's): its rewards are the metrics and
             its weights make ``objective``. Prompt tasks need it (or ``metrics``, weighted 1 each).
         on_batch: called as ``on_batch(examples, outputs, values)`` after each batch (``outputs``: the
-            :class:`~mezo_rl.outputs.ModelOutputs`; ``values``: reward name -> per-example values), e.g.
+            :class:`~mezo_rl.training.outputs.ModelOutputs`; ``values``: reward name -> per-example values), e.g.
             to keep sample completions.
         progress: show a tqdm progress bar (on stderr) once the evaluation has taken more than
             ``PROGRESS_DELAY_S`` seconds (generation on a few hundred examples does; scoring a

@@ -14,8 +14,8 @@ One training step (Algorithm 1 of Malladi et al., 2023):
    is remembered. At the end the best weights (the first ``best_step`` steps of the trajectory,
    replayed from the base model) are evaluated on the test examples.
 
-Arguments: :mod:`mezo_rl.arguments`; the run directory and checkpoint: :mod:`mezo_rl.rundir`;
-examples -> model outputs -> objective: :mod:`mezo_rl.outputs`; hooks: :mod:`mezo_rl.callbacks`.
+Arguments: :mod:`mezo_rl.training.arguments`; the run directory and checkpoint: :mod:`mezo_rl.training.rundir`;
+examples -> model outputs -> objective: :mod:`mezo_rl.training.outputs`; hooks: :mod:`mezo_rl.training.callbacks`.
 """
 from __future__ import annotations
 
@@ -30,19 +30,20 @@ import numpy as np
 import torch
 
 import rewards
-from mezo_rl import checks, plots, rundir
-from mezo_rl.arguments import TrainingArguments
-from mezo_rl.callbacks import ProgressCallback, TensorBoardCallback, TrainerCallback
-from mezo_rl.distributed import DistContext
+from mezo_rl.cli import checks, plots
+from mezo_rl.training import rundir
+from mezo_rl.training.arguments import TrainingArguments
+from mezo_rl.training.callbacks import ProgressCallback, TensorBoardCallback, TrainerCallback
+from mezo_rl.training.distributed import DistContext
 from mezo_rl.errors import ConfigError, UserError
-from mezo_rl.evaluation import OBJECTIVE, evaluate
-from mezo_rl.batched import evaluation_options
-from mezo_rl.defaults import mezo_options
-from mezo_rl.optim import MeZO, get_scheduler
-from mezo_rl.outputs import autocast, example_columns, member_objective_outputs, model_outputs
-from mezo_rl.rundir import TrainerState, build_model, param_groups, trainable_parameters
-from mezo_rl.runguard import InterruptGuard
-from mezo_rl.trajectory import STATUS
+from mezo_rl.training.evaluation import OBJECTIVE, evaluate
+from mezo_rl.training.member_evaluation import evaluation_options
+from mezo_rl.training.defaults import mezo_options
+from mezo_rl.engine.optim import MeZO, get_scheduler
+from mezo_rl.training.outputs import autocast, example_columns, member_objective_outputs, model_outputs
+from mezo_rl.training.rundir import TrainerState, build_model, param_groups, trainable_parameters
+from mezo_rl.training.runguard import InterruptGuard
+from mezo_rl.engine.trajectory import STATUS
 
 __all__ = ["Trainer", "TrainingInterrupted", "RewardsSilentError", "sample_batch_indices", "primary_metric", "peak_rss_mb"]
 
@@ -138,7 +139,7 @@ class Trainer:
         summary = Trainer(args).train()
         print(summary["initial_validation"], summary["validation"], summary["test"])
 
-    ``lm``: a :class:`mezo_rl.lm.LanguageModel` (the base model; the PEFT adapter, if any, is applied
+    ``lm``: a :class:`mezo_rl.model.lm.LanguageModel` (the base model; the PEFT adapter, if any, is applied
     here). ``task``: a ``tasks`` Task. ``objective``: a ``rewards.Objective`` (default: built from
     ``args.reward`` / ``reward_weights`` / ``reward_normalize``). ``splits``: pre-loaded examples
     ``{"train": [...], "validation": [...], "test": [...]}`` instead of loading them from the task.
@@ -152,7 +153,7 @@ class Trainer:
         self.args, self.lm_factory = args, lm_factory
         self.dist = dist if dist is not None else DistContext.from_env()
         self.output_dir = pathlib.Path(args.output_dir)
-        # the setup, one step per line, each in its own home (the arguments arrive resolved: mezo_rl.defaults)
+        # the setup, one step per line, each in its own home (the arguments arrive resolved: mezo_rl.training.defaults)
         self.task, self.splits = task_and_splits(args, task, splits)                        # tasks, via checks
         self.objective = build_objective(args, self.task, self.splits, objective)                # rewards
         self.lm = build_model(args, lm)                                                     # model and adapter
@@ -219,7 +220,7 @@ class Trainer:
 
     def member_outcomes(self, examples, members, sample_seed: Optional[int] = None) -> list:
         """:meth:`member_outcome` of every member of a batched step (``--evaluation batched``), from one
-        member-batched pass (``mezo_rl.outputs.member_objective_outputs``; the weights stay in place).
+        member-batched pass (``mezo_rl.training.outputs.member_objective_outputs``; the weights stay in place).
         ``members`` None: the one member the weights in place are (a list of one)."""
         a = self.args
         with self._guard.interruptible(), autocast(a.autocast, self.lm.device.type):
@@ -258,7 +259,7 @@ class Trainer:
 
     # -------------------------------------------------------------- evaluation
     def evaluate(self, split: str = "validation") -> dict:
-        """Task metrics of the current weights on ``split`` (``mezo_rl.evaluation.evaluate``); a prompt
+        """Task metrics of the current weights on ``split`` (``mezo_rl.training.evaluation.evaluate``); a prompt
         task's are the run's rewards, and the first ``--log-completions`` completions are written to
         ``samples/<split>-step<N>.jsonl``."""
         a = self.args
@@ -455,5 +456,5 @@ class Trainer:
                 self.save_checkpoint()
 
     def save_model(self, out_dir) -> None:
-        """Write the current weights (``mezo_rl.rundir.save_model``: LoRA merged, prefix as adapter files)."""
+        """Write the current weights (``mezo_rl.training.rundir.save_model``: LoRA merged, prefix as adapter files)."""
         rundir.save_model(self.lm, self.args.peft, out_dir)

@@ -4,7 +4,7 @@ Every MeZO step is determined by a handful of scalars: the seed(s) of its noise,
 the closure returned (hence the projected gradient(s)), and the lr and eps of each param group.
 :class:`Trajectory` logs exactly those, one :class:`Step` row per step, plus a header describing
 the run (noise kind and backend, estimator, variant, parameter shapes). It is pure data: it knows
-nothing of optimizers. :func:`mezo_rl.optim.replay_trajectory` re-executes every sweep of every
+nothing of optimizers. :func:`mezo_rl.engine.optim.replay_trajectory` re-executes every sweep of every
 step from the initial weights, in the same order and with the same floating-point operations, and
 so ends at the very weights the run ended with (bit-identical on the same machine and torch
 version; no data, no forward pass).
@@ -91,7 +91,7 @@ class Trajectory:
 
     # -- building and access ---------------------------------------------------------------------
     def append(self, *, seeds, values, projected_grads, lrs, epss, status: int, calls: int) -> None:
-        """Add one step (called by :class:`mezo_rl.optim.MeZO`)."""
+        """Add one step (called by :class:`mezo_rl.engine.optim.MeZO`)."""
         self._rows.append(Step(tuple(int(s) for s in seeds), tuple(float(v) for v in values),
                                tuple(float(g) for g in projected_grads), tuple(float(x) for x in lrs),
                                tuple(float(x) for x in epss), int(status), int(calls)))

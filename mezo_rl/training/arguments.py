@@ -2,7 +2,7 @@
 
 Each field carries its help text and, where it has them, its ``choices`` and its ``min`` in the
 field metadata; :class:`Arguments` checks every field against those in one loop, and
-``mezo_rl.cli`` turns the same fields into ``--options``. The pieces:
+``mezo_rl.cli.main`` turns the same fields into ``--options``. The pieces:
 
 ==========================  =========================================================
 ``ModelArguments``          model
@@ -33,11 +33,11 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from mezo_rl.defaults import MODE_ALIASES, MODE_DEFAULTS, MODES, PROMPT_TASK_DEFAULTS, mode_defaults
+from mezo_rl.training.defaults import MODE_ALIASES, MODE_DEFAULTS, MODES, PROMPT_TASK_DEFAULTS, mode_defaults
 from mezo_rl.errors import ConfigError
-from mezo_rl.batched import check_evaluation
-from mezo_rl.noise import NOISES as NOISE_KINDS
-from mezo_rl.optim import ESTIMATORS, EVALUATIONS, ON_NONFINITE, SCHEDULERS
+from mezo_rl.training.member_evaluation import check_evaluation
+from mezo_rl.engine.noise import NOISES as NOISE_KINDS
+from mezo_rl.engine.optim import ESTIMATORS, EVALUATIONS, ON_NONFINITE, SCHEDULERS
 
 def option(default: Any = dataclasses.MISSING, help: str = "", *, choices=None, min: Optional[int] = None,
            gt: Optional[float] = None, ge: Optional[float] = None, lt: Optional[float] = None,
@@ -115,7 +115,7 @@ def _fmt(x: float) -> str:
 
 
 def _per_mode(key: str) -> str:
-    """``(default per --peft mode: norm 2e-2, full 2e-4, ...)``: the help text's view of mezo_rl.defaults."""
+    """``(default per --peft mode: norm 2e-2, full 2e-4, ...)``: the help text's view of mezo_rl.training.defaults."""
     show = lambda v: _fmt(v) if isinstance(v, float) and v else str(v)  # noqa: E731
     prompts = "".join(f"; a prompt task in {m} mode: {show(row[key])}"
                       for m, row in PROMPT_TASK_DEFAULTS.items() if key in row)
@@ -325,7 +325,7 @@ class TrainingArguments(OutputArguments, EvalArguments, GenerationArguments, Com
     (Table 16) are batch 16, lr 1e-6 or 1e-7, eps 1e-3, 20,000 steps, evaluation every 1/5 of the run,
     on 1,000 train / 500 validation / 1,000 test examples: pass them explicitly to reproduce it.
 
-    The options left unset (None) whose default depends on ``--peft`` (``mezo_rl.defaults.MODE_DEFAULTS``:
+    The options left unset (None) whose default depends on ``--peft`` (``mezo_rl.training.defaults.MODE_DEFAULTS``:
     run length, lr, eps, weight decay, noise, normalize, SPSA samples; for a prompt file or dataset,
     ``PROMPT_TASK_DEFAULTS`` over the mode's row) and ``eval_steps`` are filled in here, once: the fields
     hold every value the run uses, and ``config.json`` records them, so

@@ -9,7 +9,7 @@
     res = opt.step(closure)              # StepResult(loss_plus, loss_minus, projected_grads, ...)
 
 One step of the default two-point estimator (SPSA, n=1) makes three in-place sweeps over the
-trainable tensors, each regenerating the same noise z from the step's seed (:mod:`mezo_rl.noise`):
+trainable tensors, each regenerating the same noise z from the step's seed (:mod:`mezo_rl.engine.noise`):
 
     theta + eps z           -> l+ = closure()
     theta - eps z           -> l- = closure()          g = (l+ - l-) / (2 eps)
@@ -48,7 +48,7 @@ Variants (paper Appendix B), with their memory cost:
                 than with n=1, so scale lr up with n (benchmarks/README.md has a measurement).
 
 Noise: ``noise="lowrank"`` (default: z = B A^T / sqrt(rank) per tensor of 2+ dimensions, rank 1,
-LOZO/SubZero, Gaussian for 1-D tensors; :class:`mezo_rl.noise.NoiseSpec`), ``"gaussian"`` (the
+LOZO/SubZero, Gaussian for 1-D tensors; :class:`mezo_rl.engine.noise.NoiseSpec`), ``"gaussian"`` (the
 paper's) or ``"rademacher"`` (z_i = +-1). Low-rank is the default because it converges at least as
 fast per forward pass as Gaussian on the tasks we measured and its step costs the least: one
 BLAS pass per matrix, no compiler (docs/engine.md, "Which noise is the default").
@@ -65,7 +65,7 @@ the place for fitness shaping that needs the whole population (per-prompt centri
 The engine never looks inside the objects.
 
 Batched evaluation: ``MeZO(params, ..., evaluation="batched", module=model)`` evaluates a step's M
-members in one batched pass with the weights untouched (:mod:`mezo_rl.population`): ``closure(members)``
+members in one batched pass with the weights untouched (:mod:`mezo_rl.engine.population`): ``closure(members)``
 is called once with the M :class:`Member` descriptors, every forward of ``model`` inside it must hold
 M equal blocks of rows in member-major layout (rows [k*b, (k+1)*b) are member k's; see
 ``LanguageModel.score/generate(..., members=M)``), each module holding a trainable tensor adds member
@@ -98,9 +98,9 @@ from typing import Iterable
 
 import torch
 
-from mezo_rl import noise as _noise
-from mezo_rl.population import Member, MemberPlan, step_members
-from mezo_rl.trajectory import STATUS, Trajectory
+from mezo_rl.engine import noise as _noise
+from mezo_rl.engine.population import Member, MemberPlan, step_members
+from mezo_rl.engine.trajectory import STATUS, Trajectory
 
 __all__ = ["MeZO", "Member", "StepResult", "get_scheduler", "replay_trajectory", "ESTIMATORS", "EVALUATIONS",
            "ON_NONFINITE", "SCHEDULERS"]
@@ -177,7 +177,7 @@ class MeZO(torch.optim.Optimizer):
         weight_decay: decoupled decay ``theta <- theta (1 - lr wd)`` applied with the update.
         n_spsa: samples of z per step (Algorithm 2).
         noise: ``"lowrank"`` (default; z = B A^T / sqrt(rank) per tensor of 2+ dimensions,
-            Gaussian for 1-D ones; see :class:`mezo_rl.noise.NoiseSpec`), ``"gaussian"`` or
+            Gaussian for 1-D ones; see :class:`mezo_rl.engine.noise.NoiseSpec`), ``"gaussian"`` or
             ``"rademacher"``.
         rank: r of the low-rank noise (>= 1; used only by ``noise="lowrank"``).
         lowrank_interval: hold the factor A for this many noise samples (LOZO's lazy subspace;
@@ -191,11 +191,11 @@ class MeZO(torch.optim.Optimizer):
         seed: base seed of the run (0 <= seed < 2**31).
         on_nonfinite: ``"raise"`` or ``"skip"`` when the closure returns NaN/inf.
         noise_backend: ``"auto"`` (element-wise noise: compiled if torch.compile works, else
-            torch; low-rank: torch), ``"compiled"`` or ``"torch"``; see :mod:`mezo_rl.noise`.
+            torch; low-rank: torch), ``"compiled"`` or ``"torch"``; see :mod:`mezo_rl.engine.noise`.
         record: keep ``opt.trajectory`` (default True).
         evaluation: ``"inplace"`` (default: the closure runs once per member, the weights perturbed in
             place) or ``"batched"`` (``closure(members)`` runs once, ``module`` evaluating every member
-            in member-major row blocks; see the module docstring and :mod:`mezo_rl.population`).
+            in member-major row blocks; see the module docstring and :mod:`mezo_rl.engine.population`).
         module: the model the parameters belong to (``evaluation="batched"`` only; not needed to replay).
 
     Every hyperparameter is in ``opt.defaults`` (and, as in ``torch.optim``, in every param

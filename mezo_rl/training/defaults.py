@@ -1,9 +1,9 @@
 """The defaults of ``mezo-rl train`` that depend on what MeZO trains (``--peft``): one table.
 
-:class:`~mezo_rl.arguments.TrainingArguments` fills every one of these options left unset from its
+:class:`~mezo_rl.training.arguments.TrainingArguments` fills every one of these options left unset from its
 mode's row when it is built, so its fields (and a run's ``config.json``) hold every value the run
 used, and ``mezo-rl train --config RUN/config.json`` repeats the run. Every other option has one
-default, in its field's declaration (:mod:`mezo_rl.arguments`).
+default, in its field's declaration (:mod:`mezo_rl.training.arguments`).
 
     MeZO(params, **mezo_options(MODE_DEFAULTS["prefix"]))   # a mode's optimizer settings, outside the CLI
 """
@@ -69,7 +69,7 @@ def mode_defaults(mode: str, task_kind: str | None = None) -> dict:
         row.update(PROMPT_TASK_DEFAULTS.get(mode, {}))
     return row
 
-#: the options of the table that are :class:`~mezo_rl.optim.MeZO` keyword arguments
+#: the options of the table that are :class:`~mezo_rl.engine.optim.MeZO` keyword arguments
 MEZO_OPTIONS = ("lr", "eps", "weight_decay", "noise", "normalize", "n_spsa")
 
 
