@@ -1,0 +1,129 @@
+"""KL to the starting model: how far a trained policy's next-token distributions have moved.
+
+``kl`` (a prompt task's evaluation key, and ``--beta``'s penalty) is the mean per-token KL divergence
+``KL(pi_theta || pi_start)`` between the policy being trained and the model the run started from, over
+completions the policy wrote. The estimator is exact over the vocabulary: at every completion token
+position t,
+
+    kl_t = sum_v pi_theta(v | x, y_<t) * (log pi_theta(v | x, y_<t) - log pi_start(v | x, y_<t))
+
+from both models' full logits (not TRL's sampled k3 estimate, which needs no second set of logits but
+is noisier). The mean is over tokens: every completion's tokens count once (TRL's masked mean), a
+completion that tokenises to nothing adds none. Each (prompt, completion) pair is read as
+:meth:`mezo_rl.model.lm.LanguageModel.encode` reads it for scoring: the prompt and the completion are
+tokenised separately and concatenated (for a chat prompt, the prompt text as the chat template rendered
+it).
+
+The starting model is never a second model in memory: :class:`StartingPoint` keeps a copy of the
+*trainable* tensors as they were at the start and swaps it in for the second forward pass (the tensors'
+storage is exchanged, nothing is copied per call, and the trained tensors are back, bit for bit, when
+the block ends). Its cost is the trainable tensors' bytes once (``StartingPoint.nbytes``): the final
+norm's gains with ``--peft norm``, the adapter with ``--peft lora`` / ``prefix`` (small), and the
+whole model's weights once more with ``--peft full``.
+
+    start = StartingPoint(lm.model)             # before the first step
+    ...                                         # train
+    kl = completion_kl(lm, start, prompts, completions)   # KLSums(total, tokens)
+    kl.mean
+"""
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+__all__ = ["StartingPoint", "KLSums", "completion_kl", "KL"]
+
+KL = "kl"  #: the evaluation and log key
+
+
+class StartingPoint:
+    """The trainable tensors of ``model`` as they are now: the starting model of a run, kept as a copy of
+    those tensors only (the frozen ones are shared with the model being trained)."""
+
+    def __init__(self, model):
+        self.params = [p for p in model.parameters() if p.requires_grad]
+        self.start = [p.detach().clone() for p in self.params]
+
+    @property
+    def nbytes(self) -> int:
+        """Memory the copy holds, in bytes."""
+        return sum(t.numel() * t.element_size() for t in self.start)
+
+    @contextlib.contextmanager
+    def active(self):
+        """Within the block the model computes as the starting model; after it, the tensors it had
+        before (the same storage, so any view of them stays valid)."""
+        held = [p.data for p in self.params]
+        for p, s in zip(self.params, self.start):
+            p.data = s
+        try:
+            yield self
+        finally:
+            for p, h in zip(self.params, held):
+                p.data = h
+
+
+@dataclass
+class KLSums:
+    """Summed per-token KL and the number of tokens it covers (``mean``: NaN with no tokens)."""
+
+    total: float = 0.0
+    tokens: int = 0
+
+    @property
+    def mean(self) -> float:
+        return self.total / self.tokens if self.tokens else float("nan")
+
+    def __add__(self, other: "KLSums") -> "KLSums":
+        return KLSums(self.total + other.total, self.tokens + other.tokens)
+
+
+def _position_logprobs(lm, rows, keep: torch.Tensor) -> torch.Tensor:
+    """log-softmax of the model's logits at the positions ``keep`` of the right-padded ``rows`` [B, K, V]."""
+    T = max(len(ids) for ids in rows)
+    pad = lm.tokenizer.pad_token_id
+    input_ids = torch.full((len(rows), T), pad, dtype=torch.long)
+    mask = torch.zeros((len(rows), T), dtype=torch.long)
+    for b, ids in enumerate(rows):
+        input_ids[b, : len(ids)] = torch.tensor(ids, dtype=torch.long)
+        mask[b, : len(ids)] = 1
+    device = lm.device
+    logits = lm.model(input_ids=input_ids.to(device), attention_mask=mask.to(device),
+                      logits_to_keep=keep.to(device)).logits
+    return F.log_softmax(logits.float(), dim=-1)
+
+
+def completion_kl(lm, start: StartingPoint, prompts: list[str], completions: list[str],
+                  batch_size: int = 4) -> KLSums:
+    """Exact per-token ``KL(pi_theta || pi_start)`` summed over the tokens of ``completions`` (each given its
+    prompt, as plain text: chat prompts already rendered), at the weights in place against ``start``.
+
+    ``batch_size`` pairs per forward pass; each pass keeps the logits of completion positions only. Runs
+    without gradients. Needs a causal LM.
+    """
+    if len(prompts) != len(completions):
+        raise ValueError(f"completion_kl: {len(prompts)} prompts but {len(completions)} completions")
+    if not lm.is_causal:
+        raise ValueError("completion_kl needs a causal LM (the completions are its continuations)")
+    pairs = [lm.encode(p, c) for p, c in zip(prompts, completions) if c and lm.tokenizer(
+        c, add_special_tokens=False)["input_ids"]]
+    sums = KLSums()
+    with torch.no_grad():
+        for lo in range(0, len(pairs), batch_size):
+            chunk = pairs[lo: lo + batch_size]
+            rows = [ids for ids, _, _ in chunk]
+            keep = torch.tensor(sorted({p for _, pos, _ in chunk for p in pos}), dtype=torch.long)
+            index = {int(p): k for k, p in enumerate(keep)}
+            sel_b = torch.tensor([b for b, (_, pos, _) in enumerate(chunk) for _ in pos])
+            sel_k = torch.tensor([index[p] for _, pos, _ in chunk for p in pos])
+            logp = _position_logprobs(lm, rows, keep)
+            with start.active():
+                logq = _position_logprobs(lm, rows, keep)
+            d = logp.device
+            lp, lq = logp[sel_b.to(d), sel_k.to(d)], logq[sel_b.to(d), sel_k.to(d)]  # [N, V]
+            per_token = (lp.exp() * (lp - lq)).sum(-1)
+            sums = sums + KLSums(float(per_token.double().sum()), int(per_token.numel()))
+    return sums
