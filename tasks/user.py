@@ -10,9 +10,12 @@
     >>> register_task("reviews")(task)     # now get_task("reviews") and `--task reviews` find it
 
 Files: JSONL, JSON (a list of objects; JSON Lines under a .json name also works), CSV or TSV with a
-header row. Hugging Face datasets: a hub id (online, or already in the local cache), a directory
-written by ``save_to_disk`` (read with ``datasets.load_from_disk``) or a directory of data files
-(``datasets.load_dataset``).
+header row, Parquet (the format the Hugging Face Hub stores datasets in) or Arrow (a ``datasets``
+cache or ``save_to_disk`` shard; read with pyarrow). Hugging Face datasets: a hub id (online, or already
+in the local cache), a directory written by ``save_to_disk`` (read with ``datasets.load_from_disk``), a
+directory of data files (``datasets.load_dataset``), or the objects themselves: a ``datasets.Dataset``
+(the train rows), a ``DatasetDict`` (its splits), a dict of split -> ``Dataset``, or an
+``IterableDataset`` / ``IterableDatasetDict`` (a stream: only its first ``max_rows`` rows are read).
 
 Classification: ``candidates`` are the continuations to score; each becomes a continuation of the
 prompt (a leading space is added where neither side has whitespace: ``"great"`` after ``"It was"``
@@ -42,20 +45,24 @@ candidate (and the row), a bad combination of options.
 from __future__ import annotations
 
 import csv
+import itertools
 import json
 import pathlib
 import string
+import sys
 
 from mezo_rl.errors import ConfigError, UserError
 
 from .base import SPLITS, Example, Task, continuation
 from .data import TaskFileNotFoundError, carve, warn_once
 
-__all__ = ["DATA_SUFFIXES", "MissingColumnError", "TaskDataError", "TaskFileNotFoundError", "TemplateTask",
+__all__ = ["DATA_SUFFIXES", "is_dataset_object", "is_iterable_dataset", "MissingColumnError", "TaskDataError", "TaskFileNotFoundError", "TemplateTask",
            "FileTemplateTask", "DatasetTemplateTask", "check_template_options", "check_messages", "from_file",
            "from_dataset", "from_prompts", "read_rows", "HELD_OUT_FRACTION", "PROMPT_COLUMN"]
 
-DATA_SUFFIXES = (".jsonl", ".json", ".csv", ".tsv")
+DATA_SUFFIXES = (".jsonl", ".json", ".csv", ".tsv", ".parquet", ".arrow")
+TABLE_SUFFIXES = (".parquet", ".arrow")  # read with pyarrow
+ACCEPTED_FILES = "a .jsonl, .json, .csv, .tsv, .parquet or .arrow file"
 HELD_OUT_FRACTION = 0.1  # of the train rows, for each split that has no file of its own
 NO_LABEL = (None, -1, "", "-1")
 PROMPT_COLUMN = "prompt"  # TRL's prompt-only convention
@@ -133,13 +140,43 @@ def check_messages(value, where: str) -> list[dict]:
 
 
 # ---------------------------------------------------------------------------------------- reading
+def _table_rows(path: pathlib.Path) -> list[dict]:
+    """The rows of a Parquet file or an Arrow file (IPC stream, as ``datasets`` writes them, or IPC file)."""
+    try:
+        import pyarrow as pa
+        import pyarrow.ipc
+        import pyarrow.parquet
+    except ImportError:
+        raise UserError(f"task file {str(path)!r}: reading {path.suffix} files needs pyarrow: pip install pyarrow") from None
+    try:
+        if path.suffix == ".parquet":
+            table = pyarrow.parquet.read_table(path)
+        else:
+            try:
+                with pa.memory_map(str(path)) as source:
+                    table = pyarrow.ipc.open_stream(source).read_all()
+            except pa.ArrowInvalid:
+                with pa.memory_map(str(path)) as source:
+                    table = pyarrow.ipc.open_file(source).read_all()
+    except (pa.ArrowException, OSError) as e:
+        raise TaskDataError(f"task file {str(path)!r}: not a readable {path.suffix[1:]} table "
+                            f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})") from None
+    return table.to_pylist()
+
+
 def read_rows(path: str | pathlib.Path) -> list[dict]:
-    """The rows of a JSONL / JSON / CSV / TSV file as dicts (TaskDataError naming the file and line)."""
+    """The rows of a JSONL / JSON / CSV / TSV / Parquet / Arrow file as dicts (TaskDataError naming the
+    file and line)."""
     path = pathlib.Path(path)
-    if path.suffix not in DATA_SUFFIXES:
-        raise TaskDataError(f"task file {str(path)!r}: expected a .jsonl, .json, .csv or .tsv file")
+    if path.suffix.lower() not in DATA_SUFFIXES:
+        raise TaskDataError(f"task file {str(path)!r}: expected {ACCEPTED_FILES}")
     if not path.is_file():
         raise TaskFileNotFoundError(f"task file {str(path)!r} not found")
+    if path.suffix.lower() in TABLE_SUFFIXES:
+        rows = _table_rows(path)
+        if not rows:
+            raise TaskDataError(f"task file {str(path)!r} has no rows")
+        return rows
     text = path.read_text(encoding="utf-8")
     if path.suffix in (".csv", ".tsv"):
         rows = list(csv.DictReader(text.splitlines(), delimiter="\t" if path.suffix == ".tsv" else ","))
@@ -332,23 +369,77 @@ def _datasets():
     return datasets
 
 
-class DatasetTemplateTask(TemplateTask):
-    """A task from a Hugging Face dataset (hub id or local directory) and a template (see :func:`from_dataset`)."""
+_DATASET_TYPES = ("Dataset", "DatasetDict", "IterableDataset", "IterableDatasetDict")
 
-    SPLIT_NAMES = {"train": ("train",), "validation": ("validation", "valid", "dev", "val"), "test": ("test",)}
+
+def is_dataset_object(obj) -> bool:
+    """Whether ``obj`` is a ``datasets`` Dataset, DatasetDict, IterableDataset or IterableDatasetDict, or a
+    non-empty dict of split name -> one of those (nothing is imported: such an object means ``datasets``
+    is loaded already)."""
+    if isinstance(obj, dict):
+        return bool(obj) and all(is_dataset_object(v) for v in obj.values())
+    datasets = sys.modules.get("datasets")
+    return datasets is not None and isinstance(obj, tuple(getattr(datasets, t) for t in _DATASET_TYPES))
+
+
+def is_iterable_dataset(obj) -> bool:
+    """Whether ``obj`` is (or holds) a stream: an ``IterableDataset`` or ``IterableDatasetDict``."""
+    if isinstance(obj, dict):
+        return any(is_iterable_dataset(v) for v in obj.values())
+    datasets = sys.modules.get("datasets")
+    return datasets is not None and isinstance(obj, (datasets.IterableDataset, datasets.IterableDatasetDict))
+
+
+def _columns(data) -> list[str]:
+    """A Dataset's or IterableDataset's column names (an IterableDataset without known features: its first row's)."""
+    names = getattr(data, "column_names", None)
+    if names is None:
+        first = next(iter(data), None)
+        names = list(first) if isinstance(first, dict) else []
+    return list(names)
+
+
+class DatasetTemplateTask(TemplateTask):
+    """A task from a Hugging Face dataset (hub id, local directory, or a Dataset / DatasetDict /
+    IterableDataset object) and a template (see :func:`from_dataset`)."""
+
+    SPLIT_NAMES = {"train": ("train",), "validation": ("validation", "valid", "dev", "val", "eval"),
+                   "test": ("test",)}
 
     def __init__(self, dataset, template, label_column=None, candidates=None, target_column=None, name=None,
-                 config=None, prompt_column=None):
-        super().__init__(template, label_column, candidates, target_column,
-                         name or pathlib.Path(str(dataset)).name or str(dataset), prompt_column)
-        self.dataset, self.config = str(dataset), config
-        self.data = self._load()
+                 config=None, prompt_column=None, max_rows=None):
+        obj = is_dataset_object(dataset)
+        if name is None:
+            info = getattr(next(iter(dataset.values())) if isinstance(dataset, dict) else dataset, "info", None)
+            name = (getattr(info, "dataset_name", None) or "dataset") if obj else (pathlib.Path(str(dataset)).name or str(dataset))
+        super().__init__(template, label_column, candidates, target_column, name, prompt_column)
+        if max_rows is not None and (isinstance(max_rows, bool) or not isinstance(max_rows, int) or max_rows < 1):
+            raise ConfigError(f"max_rows: got {max_rows!r}, accepted: an integer >= 1")
+        self.config, self.max_rows = config, max_rows
+        self.dataset = f"{type(dataset).__name__} object" if obj else str(dataset)
+        if obj and config:
+            raise ConfigError("config names a configuration of a dataset on the Hub or on disk; a dataset object has "
+                              "its configuration already")
+        if obj and is_iterable_dataset(dataset) and max_rows is None:
+            raise ConfigError("an IterableDataset is a stream of unknown length: give max_rows (the first rows read "
+                              "from each split; MeZOTrainer sets it from max_steps and the batch size)")
+        self.data = self._from_object(dataset) if obj else self._load()
         for split in self.data:
-            self._check_columns(set(self.data[split].column_names), self._source(split))
+            self._check_columns(set(_columns(self.data[split])), self._source(split))
 
     def _source(self, split=None) -> str:
         where = f"dataset {self.dataset!r}{f' ({self.config})' if self.config else ''}"
         return where if split is None else f"{where} split {split!r}"
+
+    def _from_object(self, dataset) -> dict:
+        datasets = _datasets()
+        if isinstance(dataset, (datasets.Dataset, datasets.IterableDataset)):
+            return {"train": dataset}
+        data = dict(dataset)  # DatasetDict, IterableDatasetDict, or {split: Dataset}
+        nested = [k for k, v in data.items() if not isinstance(v, (datasets.Dataset, datasets.IterableDataset))]
+        if nested:
+            raise ConfigError(f"dataset split(s) {nested}: each split must be a Dataset or IterableDataset")
+        return data
 
     def _load(self) -> dict:
         datasets = _datasets()
@@ -373,7 +464,9 @@ class DatasetTemplateTask(TemplateTask):
             if split == "train":
                 raise TaskDataError(f"{self._source()} has no train split; its splits are {sorted(self.data)}")
             return None
-        return list(self.data[name]), self._source(name)
+        data = self.data[name]
+        rows = list(itertools.islice(data, self.max_rows)) if self.max_rows is not None else list(data)
+        return rows, self._source(name)
 
 
 def from_file(files, template: str | None = None, label_column: str | None = None, candidates: list[str] | None = None,
@@ -397,26 +490,31 @@ def from_file(files, template: str | None = None, label_column: str | None = Non
                             target_column=target_column, name=name, prompt_column=prompt_column)
 
 
-def from_dataset(dataset: str, template: str, label_column: str | None = None, candidates: list[str] | None = None,
-                 target_column: str | None = None, name: str | None = None, config: str | None = None,
-                 prompt_column: str | None = None) -> Task:
-    """A task from a Hugging Face dataset: a hub id, a ``save_to_disk`` directory or a directory of data files.
+def from_dataset(dataset, template: str | None = None, label_column: str | None = None,
+                 candidates: list[str] | None = None, target_column: str | None = None, name: str | None = None,
+                 config: str | None = None, prompt_column: str | None = None, max_rows: int | None = None) -> Task:
+    """A task from a Hugging Face dataset: a hub id, a ``save_to_disk`` directory, a directory of data files,
+    or a ``datasets`` object: a ``Dataset`` (the train rows), a ``DatasetDict`` or a dict of split ->
+    ``Dataset``, an ``IterableDataset`` or ``IterableDatasetDict`` (with ``max_rows``).
 
-    The splits ``train``, ``validation`` (or ``valid``/``dev``) and ``test`` are used; a missing or
-    unlabelled one is carved out of train as in :func:`from_file`. ``config`` is the dataset's
-    configuration name (e.g. ``"sst2"`` of ``"nyu-mll/glue"``). Other arguments as :func:`from_file`.
+    The splits ``train``, ``validation`` (or ``valid``/``dev``/``val``/``eval``) and ``test`` are used; a
+    missing or unlabelled one is carved out of train as in :func:`from_file`. ``config`` is the dataset's
+    configuration name (e.g. ``"sst2"`` of ``"nyu-mll/glue"``). ``max_rows``: read at most this many rows
+    of each split (needed for a stream, whose length is unknown). Other arguments as :func:`from_file`.
     """
     return DatasetTemplateTask(dataset, template, label_column=label_column, candidates=candidates,
-                               target_column=target_column, name=name, config=config, prompt_column=prompt_column)
+                               target_column=target_column, name=name, config=config, prompt_column=prompt_column,
+                               max_rows=max_rows)
 
 
 def from_prompts(source, prompt_column: str | None = None, template: str | None = None, name: str | None = None,
-                 config: str | None = None) -> Task:
+                 config: str | None = None, max_rows: int | None = None) -> Task:
     """A prompt-only task (TRL's convention): no gold answers; the run's rewards judge the completions.
 
     Args:
-        source: a JSONL/JSON/CSV/TSV file, a dict of split -> file (as :func:`from_file`), or a Hugging
-            Face dataset (hub id or local directory; ``config`` names its configuration).
+        source: a JSONL/JSON/CSV/TSV/Parquet/Arrow file, a dict of split -> file (as :func:`from_file`), a
+            Hugging Face dataset (hub id or local directory; ``config`` names its configuration), or a
+            ``datasets`` object (as :func:`from_dataset`; a stream needs ``max_rows``).
         prompt_column: the column holding each prompt (default ``prompt``): text, or a list of chat
             messages rendered with the model's chat template.
         template: instead of a prompt column, build the prompt from columns, e.g. ``"Continue: {text}"``.
@@ -425,9 +523,13 @@ def from_prompts(source, prompt_column: str | None = None, template: str | None 
     Every other column is passed to the rewards as a keyword. Splits without a file of their own are
     carved out of the train rows (10% each).
     """
+    if is_dataset_object(source):
+        return DatasetTemplateTask(source, template, name=name, config=config, prompt_column=prompt_column,
+                                   max_rows=max_rows)
     if isinstance(source, dict) or pathlib.Path(str(source)).suffix.lower() in DATA_SUFFIXES:
         return FileTemplateTask(source, template, name=name, prompt_column=prompt_column)
-    return DatasetTemplateTask(source, template, name=name, config=config, prompt_column=prompt_column)
+    return DatasetTemplateTask(source, template, name=name, config=config, prompt_column=prompt_column,
+                               max_rows=max_rows)
 
 
 # ---------------------------------------------------------------------------------------- from options
@@ -440,10 +542,13 @@ def data_task_options(template=None, label_column=None, candidates=None, target_
     return {k: v for k, v in given.items() if v not in (None, [], ())}
 
 
-def is_data_task(spec: str, options: dict, registered) -> bool:
+def is_data_task(spec, options: dict, registered) -> bool:
     """Whether ``spec`` (with the data options ``options``) names a data file or a dataset rather than a
-    registered task or code: a path ending in .jsonl/.json/.csv/.tsv, an existing directory, or any
-    other name that is not registered and not ``module:object`` when data options are given."""
+    registered task or code: a ``datasets`` object, a path ending in .jsonl/.json/.csv/.tsv/.parquet/.arrow,
+    an existing directory, or any other name that is not registered and not ``module:object`` when data
+    options are given."""
+    if is_dataset_object(spec):
+        return True
     path = pathlib.Path(str(spec)).expanduser()
     if path.suffix.lower() in DATA_SUFFIXES or path.is_dir():
         return True
@@ -476,10 +581,15 @@ def check_data_task(spec: str, options: dict, registered=()) -> None:
     if not is_data_task(spec, options, registered):
         if options:
             flags = ", ".join("--" + k.replace("_", "-") for k in options)
-            raise ConfigError(f"{flags} describe a data file or dataset task (--task FILE.jsonl/.json/.csv/.tsv, a "
+            raise ConfigError(f"{flags} describe a data file or dataset task (--task FILE.jsonl/.json/.csv/.tsv/.parquet/.arrow, a "
                               f"dataset directory or hub id); {spec!r} is a {'built-in or registered' if spec in registered else 'code'} task")
         return
     _options_kind(options)
+    if is_dataset_object(spec):
+        if options.get("validation_file") or options.get("test_file") or options.get("dataset_config"):
+            raise ConfigError("--validation-file / --test-file / --dataset-config do not apply to a dataset object: its "
+                              "splits are its own (give eval_dataset for a validation split)")
+        return
     path = pathlib.Path(str(spec)).expanduser()
     if path.suffix.lower() in DATA_SUFFIXES:
         for flag, p in (("--task", path), ("--validation-file", options.get("validation_file")),
@@ -487,7 +597,7 @@ def check_data_task(spec: str, options: dict, registered=()) -> None:
             if p is not None and not pathlib.Path(p).expanduser().is_file():
                 raise TaskFileNotFoundError(f"{flag}: task file {str(p)!r} not found")
             if p is not None and pathlib.Path(p).suffix.lower() not in DATA_SUFFIXES:
-                raise ConfigError(f"{flag} {str(p)!r}: expected a .jsonl, .json, .csv or .tsv file")
+                raise ConfigError(f"{flag} {str(p)!r}: expected {ACCEPTED_FILES}")
         if options.get("dataset_config"):
             raise ConfigError("--dataset-config applies to a Hugging Face dataset, not to a data file")
     elif options.get("validation_file") or options.get("test_file"):
@@ -495,13 +605,16 @@ def check_data_task(spec: str, options: dict, registered=()) -> None:
                           "dataset (a missing or unlabelled one is carved from train)")
 
 
-def data_task(spec: str, options: dict) -> Task:
-    """Build the data task that :func:`check_data_task` accepted (this reads the data and checks the columns)."""
+def data_task(spec, options: dict, max_rows: int | None = None) -> Task:
+    """Build the data task that :func:`check_data_task` accepted (this reads the data and checks the columns).
+    ``max_rows``: for a dataset, read at most this many rows of each split (a stream needs it)."""
     kw = dict(template=options.get("template"), label_column=options.get("label_column"),
               candidates=options.get("candidates"), target_column=options.get("target_column"),
               prompt_column=options.get("prompt_column"))
+    if is_dataset_object(spec):
+        return from_dataset(spec, max_rows=max_rows, **kw)
     path = pathlib.Path(str(spec)).expanduser()
     if path.suffix.lower() in DATA_SUFFIXES:
         files = {"train": path, "validation": options.get("validation_file"), "test": options.get("test_file")}
         return from_file({k: v for k, v in files.items() if v is not None}, **kw)
-    return from_dataset(str(spec), config=options.get("dataset_config"), **kw)
+    return from_dataset(str(spec), config=options.get("dataset_config"), max_rows=max_rows, **kw)

@@ -111,7 +111,7 @@ def test_data_errors_are_one_line_user_errors_naming_the_culprit(review_file, tm
     bad.write_text('{"text": "a", "label": 0}\n{"text": oops}\n')
     fails(TaskDataError, "bad.jsonl: line 2 is not valid JSON", files=bad)
     (tmp_path / "notes.txt").write_text("x")
-    fails(TaskDataError, "expected a .jsonl, .json, .csv or .tsv file", files=tmp_path / "notes.txt")
+    fails(TaskDataError, "expected a .jsonl, .json, .csv, .tsv, .parquet or .arrow file", files=tmp_path / "notes.txt")
     (tmp_path / "empty.csv").write_text("text,label\n")
     fails(TaskDataError, "has no rows", files=tmp_path / "empty.csv")
     (tmp_path / "two.jsonl").write_text('{"text": "a", "label": 0}\n{"text": "b", "label": 1}\n')
