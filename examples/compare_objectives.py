@@ -10,7 +10,7 @@ validation accuracy against steps and against wall-clock time. The same as::
     python examples/compare_objectives.py            # about 11 minutes per objective on 2 CPU cores
 
 Each run uses `mezo-rl train`'s defaults (MeZO on the final norm); ``--steps`` shortens
-them. The measured output is the worked example in docs/compare-sst2/.
+them.
 """
 import argparse
 

@@ -16,7 +16,7 @@ is the same at both points).
         --steps 80                                             # 2 SPSA samples, per-question shaping
     python examples/optimize_f1.py --resume                    # continue a stopped run
 
-Measured runs, their figures and commands: docs/user_flows.md. Needs the data directory (MEZO_RL_DATA
+Measured runs, their figures and commands: benchmarks/README.md, "SQuAD F1 as the objective". Needs the data directory (MEZO_RL_DATA
 or --data-dir) and the SmolLM2 package (see README).
 """
 import argparse

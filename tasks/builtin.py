@@ -11,7 +11,7 @@ TREC's mask comes first (``[MASK]: <S1>``): its causal prompt is empty and the c
 
 Splits follow MeZO: for the SuperGLUE tasks, SST-2, SQuAD the official validation file is the test
 split and the validation split is carved out of the train file (a fixed shuffle, so train and
-validation never overlap). Where ../shared/data lacks a file (BoolQ train, ReCoRD, DROP dev, SNLI/MNLI
+validation never overlap). Where the data directory lacks a file (BoolQ train, ReCoRD, DROP dev, SNLI/MNLI
 train) the task loads what exists and logs a warning saying what stands in; docs/tasks.md lists them.
 """
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""Reading the local data directory (laid out like ../shared/data; see its SOURCES.md).
+"""Reading the local data directory (one folder per task, the files as their authors distribute them;
+docs/tasks.md lists them).
 
 The directory is found from the ``data_dir`` argument, else the ``MEZO_RL_DATA`` environment
 variable. Files are read with the standard library only (jsonl, json, tsv, csv) and cached in memory
@@ -46,7 +47,7 @@ def hub_rows(task: str, dataset: str, config: str | None, split: str) -> list[di
     except Exception as e:
         raise TaskFileNotFoundError(
             f"task {task!r}: no data directory given (data_dir=..., CLI --data-dir, or MEZO_RL_DATA pointing at a "
-            f"directory laid out like ../shared/data), and the Hugging Face dataset {dataset!r}"
+            f"directory with one folder per task, as docs/tasks.md lists them), and the Hugging Face dataset {dataset!r}"
             f"{f' ({config})' if config else ''} split {split!r} could not be loaded: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
         ) from e
 

@@ -1,10 +1,16 @@
 """The library states behaviour, never measurements.
 
-Docstrings and comments in ``mezo_rl/``, ``rewards/`` and ``tasks/`` say what the code does and why.
-Dated results and measured figures (accuracies, F1 points, timings, sample sizes of a result) go stale
-with every new run, so they live in benchmarks/README.md and docs/, beside the command that produced
-them. This test reads only comments (``tokenize``) and docstrings (``ast``): constants in code, such
-as ``betas=(0.9, 0.999)``, are not looked at.
+What the library says to a reader or a user (the comments and docstrings of ``mezo_rl/``, ``rewards/``
+and ``tasks/``, the ``--help`` text of every option and command, and the messages of the errors it
+raises) says what the code does and why. Dated results and measured figures (accuracies, F1 points,
+timings, speed ratios, sample sizes of a result) go stale with every new run, so they live in
+benchmarks/README.md and docs/results.md, beside the command that produced them. Comments and
+docstrings are read with ``tokenize`` / ``ast``, help texts from the parser, error messages from the
+string literals of each ``raise SomethingError(...)``: constants in code, such as
+``betas=(0.9, 0.999)``, are not looked at.
+
+No user-facing text names the data directory of the developers' machines (``../shared/data``): a
+user's clone has no such directory.
 """
 from __future__ import annotations
 
@@ -28,7 +34,11 @@ FIGURES = {
     "metric with a value": re.compile(r"\b(?:accuracy|F1|EM|exact match)\s*(?:of|=|:)?\s*\d+\.\d"),
     "sample size of a result": re.compile(r"\(n\s?=\s?\d{2,}\b"),
     "timing": re.compile(r"(?:~|\babout\s|\bin\s)\s*\d+(?:\.\d+)?\s*(?:ms|s|sec|seconds|min|minutes|h|hours)\b"),
+    "speed or size ratio": re.compile(r"~?\b\d+(?:\.\d+)?\s*x\s+(?:slower|faster|longer|shorter|cheaper|less|more|smaller|larger)\b"),
+    "a model's size": re.compile(r"\bvocabulary\s+(?:of\s+|size\s+)?\d[\d,]{2,}|\b\d{1,3}(?:,\d{3})+\s+(?:parameters|weights)\b"),
 }
+# the developers' data directory, which a user's clone does not have
+SHARED = re.compile(r"\.\./shared|shared/data")
 
 
 def prose(source: str):
@@ -62,7 +72,7 @@ LR = 1e-3
 
 
 def f():
-    """SQuAD F1 32.2, 61.4 +- 6.0 over seeds; +22.6 points; a step takes ~21 s."""
+    """SQuAD F1 32.2, 61.4 +- 6.0 over seeds; +22.6 points; a step ~21 s, ~3x slower; vocabulary 49,152."""
     return (0.123, "0.456")  # lr 1e-3, eps 1e-2, 10% of the rows, the 2-core CPU, n=200, v1.1
 '''
     found = figures(source)
@@ -75,6 +85,7 @@ def test_the_scanner_leaves_behaviour_alone():
     source = '''"""Returns 1.0 when the answer matches, else 0.0; weights default to 1.0; 0.5*cross_entropy."""
 # SQuAD v1.1 normalisation; lr 1e-2 / eps 1e-1; Table 16; NeurIPS 2023; sections 2.1 and 3.2
 # 10% of the train rows each; a second or two; 130/143 interrupted; n=1: a sign step
+# M x the tensor; 2x the memory of bf16 weights; (m + n) r numbers; 20,000 steps; 1,000 examples
 '''
     assert figures(source) == []
 
@@ -85,3 +96,110 @@ def test_no_measurement_in_library_prose(path):
     assert not found, (f"{path.relative_to(ROOT)} states measurements in comments/docstrings; move them to "
                        "benchmarks/README.md or docs/ with their command:\n"
                        + "\n".join(f"  line {line} ({kind}): {text}" for line, kind, text in found))
+
+
+def error_messages(source: str) -> list[tuple[int, str]]:
+    """(line, text) of the string literals of every ``raise X(...)`` whose exception's name ends in
+    ``Error`` (an f-string's fields read as ``{}``)."""
+    def text(node) -> str:
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            return node.value
+        if isinstance(node, ast.JoinedStr):
+            return "".join(text(v) if isinstance(v, ast.Constant) else "{}" for v in node.values)
+        if isinstance(node, ast.BinOp):             # "a" + "b", "... %s" % x
+            return text(node.left) + text(node.right)
+        return ""
+
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Raise) and isinstance(node.exc, ast.Call):
+            func = node.exc.func
+            name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+            if name.endswith("Error"):
+                message = " ".join(text(a) for a in [*node.exc.args, *(k.value for k in node.exc.keywords)])
+                if message.strip():
+                    found.append((node.lineno, message))
+    return sorted(found)
+
+
+def help_texts() -> list[tuple[str, str]]:
+    """(where, text) of every option's ``help`` metadata in the argument dataclasses and every help
+    text and description of the ``mezo-rl`` parser and its commands."""
+    import argparse
+    import dataclasses
+
+    from mezo_rl.cli import main as cli
+    from mezo_rl.training import arguments
+
+    out = []
+    for name, cls in vars(arguments).items():
+        if isinstance(cls, type) and dataclasses.is_dataclass(cls) and cls.__module__ == arguments.__name__:
+            out += [(f"{name}.{f.name}", f.metadata.get("help", "")) for f in dataclasses.fields(cls)]
+    parsers = [("mezo-rl", cli.build_parser())]
+    while parsers:
+        where, parser = parsers.pop()
+        out.append((f"{where} (description)", parser.description or ""))
+        for action in parser._actions:
+            out.append((f"{where} {'/'.join(action.option_strings) or action.dest}", action.help or ""))
+            if isinstance(action, argparse._SubParsersAction):
+                parsers += [(f"{where} {name}", sub) for name, sub in action.choices.items()]
+                out += [(f"{where} {c.dest}", c.help or "") for c in action._choices_actions]
+    return [(where, text) for where, text in out if text and text is not argparse.SUPPRESS]
+
+
+def kinds_of(text: str) -> list[str]:
+    return [kind for kind, pattern in FIGURES.items() if pattern.search(text)]
+
+
+def test_the_error_scanner_reads_raised_messages():
+    source = '''
+def f(n):
+    if n:
+        raise ConfigError(f"--steps must be >= 1, got {n}; it took ~3x longer in 2026-11-24")
+    raise mezo_rl.errors.UserError("no data in ../shared/data/SST-2 " + "(measured: accuracy 0.742)")
+    raise KeyboardInterrupt("not an error message")
+'''
+    (first, second) = error_messages(source)
+    assert first == (4, "--steps must be >= 1, got {}; it took ~3x longer in 2026-11-24")
+    assert set(kinds_of(first[1])) == {"date", "speed or size ratio"}
+    assert SHARED.search(second[1]) and kinds_of(second[1]) == ["fraction with 2+ decimals (an accuracy, a score)",
+                                                                "metric with a value"]
+
+
+@pytest.mark.parametrize("path", library_files(), ids=lambda p: str(p.relative_to(ROOT)))
+def test_no_measurement_in_error_messages(path):
+    found = [(line, kind, text) for line, text in error_messages(path.read_text()) for kind in kinds_of(text)]
+    assert not found, (f"{path.relative_to(ROOT)} raises errors whose messages state measurements:\n"
+                       + "\n".join(f"  line {line} ({kind}): {text}" for line, kind, text in found))
+
+
+def test_the_help_texts_are_read():
+    where = {w for w, _ in help_texts()}
+    assert {"TrainingArguments.autocast", "mezo-rl train --config", "mezo-rl export --run-dir",
+            "mezo-rl train"} <= where
+
+
+def test_no_measurement_in_help_texts():
+    found = [(where, kind, text) for where, text in help_texts() for kind in kinds_of(text)]
+    assert not found, ("help texts state measurements; say what the option does, and put the figure "
+                       "in benchmarks/README.md:\n" + "\n".join(f"  {w} ({k}): {t}" for w, k, t in found))
+
+
+def user_facing_texts():
+    """(where, text) of everything a user reads: the library's prose, help texts and error messages,
+    the README and the docs."""
+    for path in library_files():
+        source = path.read_text()
+        rel = path.relative_to(ROOT)
+        yield from ((f"{rel}:{line}", text) for line, text in prose(source))
+        yield from ((f"{rel}:{line} (error)", text) for line, text in error_messages(source))
+    yield from ((f"--help of {where}", text) for where, text in help_texts())
+    for path in [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]:
+        yield from ((f"{path.relative_to(ROOT)}:{i}", line)
+                    for i, line in enumerate(path.read_text().splitlines(), 1))
+
+
+def test_no_user_facing_text_names_the_developers_data_directory():
+    found = [f"  {where}: {text.strip()}" for where, text in user_facing_texts() if SHARED.search(text)]
+    assert not found, ("user-facing text names ../shared/data, which exists only on the developers' "
+                       "machines; say `--data-dir DIR` or `MEZO_RL_DATA` instead:\n" + "\n".join(found))

@@ -97,7 +97,7 @@ METHODS = {
     "mezo-metric": Method("mezo-metric", "MeZO final norm (accuracy objective)", "train", mezo=True, reward=None,
                           **{**NORM, "steps": DEFAULT_NORM_STEPS}),
 }
-# F1 at +eps and -eps is a step function: examples/optimize_f1.py's FZOO-style sign steps (docs/user_flows.md)
+# F1 at +eps and -eps is a step function: examples/optimize_f1.py's FZOO-style sign steps (benchmarks/README.md, "SQuAD F1 as the objective")
 METRIC_ON_GENERATION = Method("mezo-metric", "MeZO prefix (F1 objective)", "train", mezo=True, peft="prefix",
                               reward=None, lr=2e-2, eps=1e-1, batch=16, steps=160,
                               extra=("--noise", "rademacher", "--normalize", "std", "--n-spsa", "1",

@@ -19,27 +19,12 @@ MODES = ("norm", "full", "lora", "prefix")
 #: other spellings of a mode, resolved when the arguments are built (``none``: full fine-tuning)
 MODE_ALIASES = {"none": "full"}
 
-# Why these values. Prefix: the paper's OPT grid (Table 16; all weight decay 0), taking the value it
-# lists for most tasks, lr {1e-2, 1e-3} -> 1e-2. LoRA: Table 16's eps 1e-2; its lr {1e-4, 5e-5} is
-# meant for 20,000 steps and barely moves a small model in a run of this CLI's length, so lr 3e-3 was
-# chosen by a sweep (1e-3 moved less, 1e-2 diverged). The RoBERTa grid (Table 15) agrees on eps for
-# prefix (1e-1) but uses eps 1e-3 and weight decay 0.1 for LoRA; we follow the OPT table because our
-# models are decoder-only LMs like OPT. Full fine-tuning: the paper's 1e-6 / 1e-3 (for 20,000 steps on
-# OPT) barely moves a small model in a short run, and with eps 1e-3 the +eps and -eps losses of a small
-# batch's accuracy are often equal (no update), so 2e-4 / 1e-2. Its noise is the engine's default,
-# low-rank r = 1 (one BLAS pass per matrix, no compiler; docs/engine.md, "Which noise is the default");
-# LoRA and prefix keep the paper's Gaussian z, whose sweeps over their few weights cost nothing next to
-# a forward pass.
-# "norm" (the default of `mezo-rl train`): MeZO on the final normalisation layer's gains only, a
-# re-weighting of the features the output head reads. With the accuracy objective a ZO estimate over
-# these few hundred directions is usable where one over the whole model is mostly noise; lr is the
-# length of a sign step (normalize="std", Rademacher probes, FZOO-style). With the trunk frozen its
-# outputs are computed once per example (LanguageModel.enable_trunk_cache), so a norm step costs the
-# final norm and the output head only: two SPSA samples per step (n_spsa=2) and many more steps than
-# the other modes fit the same time.
-# Run length: sized so that a default run (SmolLM2-135M on SST-2) takes minutes on a 2-core CPU
-# (timings: benchmarks/README.md). The runs behind these choices: docs/peft.md, "Per-mode defaults",
-# and benchmarks/README.md.
+# Why these values: prefix takes the paper's OPT grid (Table 16); full and LoRA take an lr (and full
+# an eps) sized for a run of this CLI's length, as the paper's are meant for runs a hundred times longer.
+# "norm" (the default) trains only the final normalisation layer's gains, where a sign step over a few
+# hundred directions moves even a non-differentiable objective, and with the trunk frozen a step costs
+# the final norm and the output head only, so it affords many more steps. The measurements behind each
+# value, with their commands: benchmarks/README.md, "The defaults".
 MODE_DEFAULTS = {
     "norm": dict(steps=3000, batch_size=64, lr=2e-2, eps=1e-1, weight_decay=0.0, noise="rademacher", normalize="std", n_spsa=2),
     "full": dict(steps=150, batch_size=32, lr=2e-4, eps=1e-2, weight_decay=0.0, noise="lowrank", normalize="none", n_spsa=1),
@@ -52,8 +37,8 @@ assert tuple(MODE_DEFAULTS) == MODES
 # batch per member, where a scoring task costs one forward pass, so the norm row's run length, sized for
 # scoring, is far too long for it. These entries replace the mode's for such a task (a data file or
 # dataset with a prompt column or a prompt template): the settings of the worked RL example
-# (examples/rl_sentiment.py), whose 4 SPSA samples' 8 members decode together as one batch, chosen by
-# measurement (benchmarks/README.md, "RL on prompts"). The other modes keep their rows.
+# (examples/rl_sentiment.py), whose 4 SPSA samples' 8 members decode together as one batch
+# (benchmarks/README.md, "RL on prompts"). The other modes keep their rows.
 PROMPT_TASK_DEFAULTS = {
     "norm": dict(steps=90, batch_size=16, lr=1e-1, n_spsa=4),
 }
