@@ -15,11 +15,14 @@ squad_f1        generation  True              SQuAD v1.1 token F1, max over gold
 exact_match     generation  True              SQuAD v1.1 exact match, max over gold answers
 rouge_l         generation  True              ROUGE-L F (extra ``rouge``)
 bleu            generation  True              sentence BLEU / 100 (extra ``bleu``)
+exact_answer    generation  True              last number of the completion == column ``answer``
+countdown       generation  True              ES-at-scale's Countdown reward: 0.1 x format + correct
+countdown_...   generation  True              ``countdown_correct``: the correct part alone (0 or 1)
 ==============  ==========  ================  ===================================================
 
 This package imports nothing from ``mezo_rl``: model outputs are duck-typed.
 """
-from . import builtin, squad, text  # noqa: F401  (registers the built-ins)
+from . import builtin, squad, text, verifiable  # noqa: F401  (registers the built-ins)
 from .builtin import candidate_cross_entropy
 from .objective import Objective, ObjectiveOutput, build_objective, group_shape
 from .registry import (
@@ -35,9 +38,11 @@ from .registry import (
     unregister_reward,
 )
 from .squad import exact_match_score, f1_score, normalize_answer
+from .verifiable import ExpressionError, evaluate_expression
 
 __all__ = [
     "ENTRY_POINT_GROUP",
+    "ExpressionError",
     "Objective",
     "ObjectiveOutput",
     "RewardInfo",
@@ -47,6 +52,7 @@ __all__ = [
     "candidate_cross_entropy",
     "describe",
     "describe_rewards",
+    "evaluate_expression",
     "exact_match_score",
     "f1_score",
     "get_reward",

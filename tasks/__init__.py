@@ -4,6 +4,7 @@
     >>> task = get_task("sst2")
     >>> train = task.load_split("train", n=1000, seed=0)     # data from --data-dir / $MEZO_RL_DATA
 
+Verifiable tasks generated from a seed (no data): ``arithmetic`` and ``countdown`` (tasks.verifiable).
 See docs/tasks.md for the prompts, the splits and what is missing from the local data.
 """
 from .base import (KINDS, MASK, PAPER_SIZES, SPLITS, Example, Task, UnknownTaskError, continuation,
@@ -11,8 +12,10 @@ from .base import (KINDS, MASK, PAPER_SIZES, SPLITS, Example, Task, UnknownTaskE
 from . import builtin  # noqa: F401  (registers the built-in tasks)
 from .builtin import PAPER_TASKS, FileTask
 from .user import MissingColumnError, TaskDataError, TaskFileNotFoundError, from_dataset, from_file, from_prompts
+from . import verifiable  # noqa: F401  (registers arithmetic and countdown)
+from .verifiable import ArithmeticTask, CountdownTask
 
-__all__ = ["Example", "Task", "FileTask", "KINDS", "MASK", "PAPER_SIZES", "PAPER_TASKS", "SPLITS",
+__all__ = ["Example", "Task", "FileTask", "ArithmeticTask", "CountdownTask", "KINDS", "MASK", "PAPER_SIZES", "PAPER_TASKS", "SPLITS",
            "UnknownTaskError", "MissingColumnError", "TaskDataError", "TaskFileNotFoundError", "continuation",
            "from_dataset", "from_file", "from_prompts", "get_task", "list_tasks", "register_task",
            "sample", "sample_per_class", "with_demonstrations"]
