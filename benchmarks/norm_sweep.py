@@ -33,7 +33,7 @@ import torch
 
 from mezo_rl.training.arguments import TrainingArguments
 from mezo_rl.engine.optim import SCHEDULERS, MeZO, get_scheduler
-from mezo_rl.training.rundir import build_model
+from mezo_rl.training.setup import build_model
 from mezo_rl.training.trainer import sample_batch_indices
 from tasks import get_task
 

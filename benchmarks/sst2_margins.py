@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from mezo_rl.training.arguments import TrainingArguments
-from mezo_rl.training.rundir import build_model, trainable_parameters
+from mezo_rl.training.setup import build_model, trainable_parameters
 from tasks import get_task
 
 

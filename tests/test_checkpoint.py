@@ -23,9 +23,6 @@ from mezo_rl.training.trainer import Trainer
 from test_cli_errors import assert_one_line_error, run_cli
 from test_trainer import factory, make_args, train  # noqa: F401  (factory: a fixture)
 
-RUN_V0 = pathlib.Path(__file__).parent / "data" / "run_v0"
-
-
 def files(run: pathlib.Path) -> dict[str, bytes]:
     """Every file under ``run``, by relative path."""
     return {str(p.relative_to(run)): p.read_bytes() for p in sorted(run.rglob("*")) if p.is_file()}
@@ -59,24 +56,29 @@ def test_a_resumed_run_writes_the_bytes_of_an_uninterrupted_one(tmp_path, factor
         assert whole[name] == parts[name], name
 
 
-def test_an_old_checkpoint_resumes_into_the_new_files(tmp_path, factory, monkeypatch):
-    monkeypatch.chdir(tmp_path)  # run_v0's config.json says output_dir="run_v0"
-    run = tmp_path / "run_v0"
-    shutil.copytree(RUN_V0, run)
-    state, optimizer_state, scheduler_state = read_checkpoint(run)  # optimizer.pt, weights-only
-    assert state.step == 3 and optimizer_state["mezo"]["samples"] == 3 and scheduler_state["last_epoch"] == 3
-    saved = TrainingArguments.from_dict(json.loads((run / "config.json").read_text()))
-    train(dataclasses.replace(saved, steps=4, resume=True), factory)
-    saved = sorted(p.name for p in (run / CHECKPOINT_DIR).iterdir())
-    assert saved == sorted([OPTIMIZER_FILE, STATE_FILE, TRAJECTORY_FILE, "model.json"])  # no buffers: plain MeZO
-    assert read_checkpoint(run)[0].step == 4
+@pytest.fixture()
+def plain_run(tmp_path, factory):
+    """A finished 2-step run of plain MeZO (no optimizer buffers)."""
+    train(make_args(tmp_path, "plain", steps=2, eval_steps=2), factory)
+    return tmp_path / "plain"
 
 
-def test_a_pickle_payload_is_refused_without_running_it(tmp_path):
+def test_a_checkpoint_from_before_the_safe_format_is_refused_in_one_line(plain_run):
+    ckpt = plain_run / CHECKPOINT_DIR
+    (ckpt / OPTIMIZER_FILE).unlink()
+    torch.save({"optimizer": {}, "scheduler": {}}, ckpt / LEGACY_OPTIMIZER_FILE)
+    before = files(plain_run)
+    with pytest.raises(CheckpointError, match="not supported") as err:
+        read_checkpoint(plain_run)
+    assert "\n" not in str(err.value) and LEGACY_OPTIMIZER_FILE in str(err.value)
+    assert files(plain_run) == before
+
+
+def test_a_pickle_payload_is_refused_without_running_it(tmp_path, plain_run):
     marker = tmp_path / "payload-ran"
-    run = tmp_path / "run"
-    shutil.copytree(RUN_V0, run)
+    run = plain_run
     ckpt = run / CHECKPOINT_DIR
+    (ckpt / OPTIMIZER_FILE).unlink()
     for payload in (lambda p: torch.save({"optimizer": Payload(marker), "scheduler": {}}, p),  # a torch zip
                     lambda p: p.write_bytes(pickle.dumps({"optimizer": Payload(marker)}))):   # a bare pickle
         payload(ckpt / LEGACY_OPTIMIZER_FILE)
@@ -105,11 +107,10 @@ def momentum_run(tmp_path_factory, tiny_tokenizer):
     return tmp / "run"
 
 
-@pytest.mark.parametrize("name", [OPTIMIZER_FILE, OPTIMIZER_TENSORS_FILE, STATE_FILE, TRAJECTORY_FILE,
-                                  LEGACY_OPTIMIZER_FILE])
+@pytest.mark.parametrize("name", [OPTIMIZER_FILE, OPTIMIZER_TENSORS_FILE, STATE_FILE, TRAJECTORY_FILE])
 def test_a_damaged_checkpoint_file_gets_one_line_and_is_left_as_it_is(tmp_path, momentum_run, name):
     run = tmp_path / "run"
-    shutil.copytree(RUN_V0 if name == LEGACY_OPTIMIZER_FILE else momentum_run, run)
+    shutil.copytree(momentum_run, run)
     path = run / CHECKPOINT_DIR / name
     path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])  # truncated
     before = files(run)

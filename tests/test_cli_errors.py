@@ -203,14 +203,16 @@ def test_the_real_command_prints_one_line(tmp_path):
     assert not (tmp_path / "o").exists()
 
 
-def test_a_fresh_run_into_an_unfinished_run_is_refused_and_the_checkpoint_kept(tmp_path, capsys):
-    import shutil
-
+def test_a_fresh_run_into_an_unfinished_run_is_refused_and_the_checkpoint_kept(tmp_path, capsys, tiny_tokenizer):
+    from conftest import make_tiny_causal_lm
     from mezo_rl.cli import checks
+    from mezo_rl.model.lm import LanguageModel
     from mezo_rl.training.arguments import TrainingArguments
+    from test_trainer import make_args, train
 
     run = tmp_path / "run"
-    shutil.copytree(TESTS / "data" / "run_v0", run)           # a finished run: step 3 of 3
+    train(make_args(tmp_path, "run", steps=3, eval_steps=3),     # a finished run: step 3 of 3
+          lambda: LanguageModel(make_tiny_causal_lm(tiny_tokenizer), tiny_tokenizer))
     config = json.loads((run / "config.json").read_text())
     checks.check_output_dir(TrainingArguments(output_dir=str(run)))   # finished: starting over loses nothing
     config["steps"] = 6                                       # now a 6-step run stopped at its step-3 checkpoint

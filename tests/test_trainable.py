@@ -6,7 +6,8 @@ import torch
 
 from mezo_rl.training.arguments import TrainingArguments
 from mezo_rl.errors import ConfigError
-from mezo_rl.training.rundir import load_run, trainable_parameters
+from mezo_rl.training.rundir import load_run
+from mezo_rl.training.setup import trainable_parameters
 from test_trainer import factory, make_args, train, weights  # noqa: F401  (factory is a fixture)
 
 
@@ -36,7 +37,7 @@ def test_an_invalid_pattern_is_refused_before_anything_loads():
 
 def test_only_the_norm_mode_turns_the_trunk_cache_on(factory):
     from mezo_rl.model.peft import FINAL_NORM
-    from mezo_rl.training.rundir import build_model
+    from mezo_rl.training.setup import build_model
 
     assert build_model(TrainingArguments(peft="norm"), factory()).trunk_cache_active
     # the same trainable set by --trainable in full mode: the trunk is frozen, yet the cache stays off,

@@ -14,7 +14,8 @@ import torch
 from conftest import make_tiny_causal_lm
 from mezo_rl.model.lm import LanguageModel
 from mezo_rl.training.arguments import TrainingArguments, parse_max_memory
-from mezo_rl.training.rundir import load_run, param_groups, trainable_parameters
+from mezo_rl.training.rundir import load_run
+from mezo_rl.training.setup import param_groups, trainable_parameters
 from mezo_rl.training.trainer import Trainer, sample_batch_indices
 from tasks import Example, get_task
 

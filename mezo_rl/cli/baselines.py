@@ -26,6 +26,7 @@ import torch
 from tqdm.auto import tqdm
 
 from mezo_rl.cli import checks
+from mezo_rl.training.setup import load_splits, resolve_task
 from mezo_rl.training.arguments import METHODS, BaselineArguments
 from mezo_rl.training.evaluation import evaluate
 from mezo_rl.model.loading import load_model
@@ -166,10 +167,10 @@ def run_baseline(args: BaselineArguments, lm=None, task=None, splits=None) -> di
     """Run one baseline end to end (load model/task/data unless given) and return its result dict."""
     t0 = time.perf_counter()
     if task is None:
-        task = checks.resolve_task(args)  # a name, module:function, data file or dataset (+ its options)
+        task = resolve_task(args)  # a name, module:function, data file or dataset (+ its options)
     if splits is None:
         sizes = {"test": args.num_test, **({"train": args.num_train} if args.method != "zero-shot" else {})}
-        splits = {"train": [], **checks.load_splits(task, args.task, sizes, args.data_dir, args.seed)}
+        splits = {"train": [], **load_splits(task, args.task, sizes, args.data_dir, args.seed)}
     if lm is None:
         lm = load_model(args.model, dtype=args.dtype)
     kw = dict(batch_size=args.eval_batch_size, max_new_tokens=args.max_new_tokens)

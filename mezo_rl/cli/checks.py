@@ -16,59 +16,19 @@ from __future__ import annotations
 
 import os
 import pathlib
-from typing import Callable, TypeVar
 
-from mezo_rl.training import rundir
-from mezo_rl.training.arguments import data_task_options
-from mezo_rl.errors import ConfigError, UnknownNameError, UserError, first_line
-from mezo_rl.training.evaluation import prompt_metrics
+from mezo_rl.errors import ConfigError
 from mezo_rl.model.loading import check_model, has_chat_template, model_architectures
+from mezo_rl.training import rundir
+from mezo_rl.training.evaluation import prompt_metrics
 from mezo_rl.training.outputs import ChatTemplateError
+from mezo_rl.training.setup import TaskCodeError, load_splits, resolve_task, user_code
 from rewards import build_objective, get_reward
-from tasks import SPLITS, get_task, list_tasks
+from tasks import SPLITS
 from tasks.data import data_root
-from tasks.user import check_data_task, data_task, is_data_task
 
-__all__ = ["TaskCodeError", "user_code", "resolve_task", "check_rewards", "check_reward_fit", "check_output_dir", "check_run_dir",
-           "check_training", "load_splits"]
-
-T = TypeVar("T")
-
-
-class TaskCodeError(UserError):
-    """A user's task code raised while its examples were read."""
-
-
-def user_code(what: str, ref: str, load: Callable[[], T]) -> T:
-    """``load()``, with any failure to find or import ``ref`` (a name, ``module:object`` or
-    ``file.py:object``) turned into one :class:`~mezo_rl.errors.UnknownNameError` line naming ``what``."""
-    try:
-        return load()
-    except UserError:
-        raise
-    except (ImportError, AttributeError, FileNotFoundError, ValueError, TypeError) as e:
-        raise UnknownNameError(f"{what} {ref!r}: {first_line(e)}") from e
-    except Exception as e:  # the user's module raised while being imported
-        raise UnknownNameError(f"{what} {ref!r}: loading it raised {type(e).__name__}: {first_line(e)}") from e
-
-
-def _is_user_code(task) -> bool:
-    return not type(task).__module__.startswith("tasks.")
-
-
-def resolve_task(args):
-    """The task ``args.task`` names, with the data options of ``args`` (``template``, columns, files).
-
-    Data files and datasets are built here (reading them checks their columns); a registered name,
-    ``module:function`` or entry point comes from the task registry. Options that do not fit the
-    task are refused before anything is read.
-    """
-    options = data_task_options(args)
-    registered = list_tasks()
-    check_data_task(args.task, options, registered)
-    if is_data_task(args.task, options, registered):
-        return data_task(args.task, options)
-    return user_code("--task", args.task, lambda: get_task(args.task))
+__all__ = ["TaskCodeError", "user_code", "resolve_task", "check_rewards", "check_objective", "check_reward_fit",
+           "check_output_dir", "check_run_dir", "check_training", "load_splits"]
 
 
 def check_rewards(refs) -> list:
@@ -76,11 +36,17 @@ def check_rewards(refs) -> list:
     return [user_code("--reward", ref, lambda ref=ref: get_reward(ref)) for ref in refs]
 
 
-def check_reward_fit(args, task, model=None) -> None:
+def check_objective(args):
+    """The objective of ``--reward`` / ``--reward-weights`` / ``--reward-normalize``, built once: every reward
+    reference resolves (registered name, entry point, ``module:function``, ``file.py:function``, callable)."""
+    specs = check_rewards(args.reward)
+    return build_objective(specs, weights=args.reward_weights, normalize=args.reward_normalize)
+
+
+def check_reward_fit(objective, task, model=None) -> None:
     """The rewards fit the task's kind (``accuracy`` is for classification and multiple choice) and, where
     the model's ``config.json`` is at hand, the model (generation rewards need a causal LM): checks that need
     no data and no weights. The rewards' dataset columns are checked once the task's examples are read."""
-    objective = build_objective(list(args.reward), weights=args.reward_weights, normalize=args.reward_normalize)
     objective.check_task_kind(task.kind)
     archs = model_architectures(model) if model is not None else None
     if archs is not None:
@@ -129,32 +95,32 @@ def check_run_dir(run_dir) -> pathlib.Path:
     return run
 
 
-def check_training(args, *, model: bool = True, output: bool = True):
-    """Everything ``mezo-rl train`` checks before loading a model; returns the resolved task.
+def check_training(args, *, model: bool = True, output: bool = True) -> tuple:
+    """Everything ``mezo-rl train`` checks before loading a model; returns what it built on the way,
+    ``(task, objective)``, for the trainer to use (``Trainer(args, task=task, objective=objective)``).
 
     ``model=False`` skips the model check (a model object is given), ``output=False`` the output
     directory check (the caller writes elsewhere). The task's data is read only for data-file and
     dataset tasks (to check their columns); built-in tasks read theirs later.
     """
-    check_rewards(args.reward)
+    objective = check_objective(args)
     if model:
         check_model(args.model, args.dtype)
     check_data_dir(args.data_dir)
     if output:
         check_output_dir(args)
     task = resolve_task(args)
-    check_reward_fit(args, task, args.model if model else None)
+    check_reward_fit(objective, task, args.model if model else None)
     if task.kind == "prompts":
         check_prompts(task, args.model if model else None)
-        accepted = prompt_metrics(build_objective(list(args.reward), weights=args.reward_weights))
+        accepted = prompt_metrics(objective)
         if args.metric_for_best is not None and args.metric_for_best not in accepted:
             raise ConfigError(f"--metric-for-best {args.metric_for_best!r} is not an evaluation metric of this prompt "
                               f"task; accepted: {', '.join(accepted)}")
-        return task
-    if args.metric_for_best is not None and args.metric_for_best not in task.metrics:
+    elif args.metric_for_best is not None and args.metric_for_best not in task.metrics:
         raise ConfigError(f"--metric-for-best {args.metric_for_best!r} is not an evaluation metric of task "
                           f"{args.task!r}; accepted: {', '.join(task.metrics)}")
-    return task
+    return task, objective
 
 
 def check_prompts(task, model=None) -> None:
@@ -164,20 +130,3 @@ def check_prompts(task, model=None) -> None:
     if chat and model is not None and has_chat_template(model) is False:
         raise ChatTemplateError(f"the prompts are chat messages but model {model!r} has no chat template; use a chat "
                                 f"(instruct) model, or give the prompts as plain text")
-
-
-def load_splits(task, task_ref: str, sizes: dict, data_dir, seed: int) -> dict:
-    """``task.load_split`` for each split; a user's task code that raises becomes a
-    :class:`TaskCodeError` naming the task and the split (``--debug`` shows the traceback)."""
-    out = {}
-    for split, n in sizes.items():
-        try:
-            out[split] = task.load_split(split, data_dir=data_dir, n=n, seed=seed)
-        except UserError:
-            raise
-        except Exception as e:
-            if not _is_user_code(task):
-                raise
-            raise TaskCodeError(f"task {task_ref!r} raised {type(e).__name__}: {first_line(e)} while reading its "
-                                f"{split!r} examples") from e
-    return out

@@ -23,7 +23,7 @@ import pathlib
 from typing import Callable, Optional
 
 from mezo_rl.training.arguments import TrainingArguments
-from mezo_rl.cli.plots import load_run_records, objective_text, plot_validation, pyplot
+from mezo_rl.cli.plots import CurvesCallback, load_run_records, objective_text, plot_validation, pyplot
 from mezo_rl.training.trainer import Trainer
 
 
@@ -58,7 +58,9 @@ def compare(variants: dict[str, TrainingArguments], output_dir: str | os.PathLik
         run_dir = out / _safe(name)
         args = dataclasses.replace(args, output_dir=str(run_dir))
         lm = lm_factory() if lm_factory is not None else None
-        trainer = Trainer(args, lm=lm, lm_factory=lm_factory, **(trainer_kwargs or {}))
+        kwargs = dict(trainer_kwargs or {})
+        kwargs["callbacks"] = [*kwargs.get("callbacks", []), CurvesCallback()]
+        trainer = Trainer(args, lm=lm, lm_factory=lm_factory, **kwargs)
         summaries[name] = trainer.train()
         run_dirs[name] = run_dir
         del trainer, lm

@@ -41,6 +41,7 @@ from typing import Any, Optional
 import yaml
 
 from mezo_rl.cli import checks, plots
+from mezo_rl.training.setup import load_splits, resolve_task
 
 from mezo_rl.training import rundir
 from mezo_rl.training.arguments import (BaselineArguments, EvalRunArguments, TrainingArguments, data_task_options,
@@ -169,9 +170,10 @@ def cmd_train(ns) -> int:
 
 def _train(args) -> int:
     dist = DistContext.from_env()
-    task = checks.check_training(args)  # options, task, rewards, model, data and output directory: nothing loaded yet
+    # options, task, rewards, model, data and output directory: nothing loaded yet
+    task, objective = checks.check_training(args)
     with RunLock(args.output_dir) if dist.is_main else contextlib.nullcontext():  # one run per output directory
-        trainer = Trainer(args, task=task, dist=dist)
+        trainer = Trainer(args, task=task, objective=objective, dist=dist, callbacks=[plots.CurvesCallback()])
         summary = trainer.train()
     if dist.is_main:  # under torchrun, one report
         _print_summary(summary, args.output_dir)
@@ -206,8 +208,8 @@ def cmd_eval(ns) -> int:
     task_args = _task_args(args, run_args=run_args)
     data_dir = args.data_dir if args.data_dir is not None or run_args is None else run_args.data_dir
     checks.check_data_dir(data_dir)
-    task = checks.resolve_task(task_args)
-    examples = checks.load_splits(task, task_args.task, {args.split: args.n}, data_dir, args.seed)[args.split]
+    task = resolve_task(task_args)
+    examples = load_splits(task, task_args.task, {args.split: args.n}, data_dir, args.seed)[args.split]
     if args.run_dir:
         lm, _, step = load_run(args.run_dir, args.step)
         info = {"run_dir": args.run_dir, "step": step}
@@ -276,7 +278,7 @@ def cmd_baseline(ns) -> int:
     args = parse_into(BaselineArguments, ns, _config(ns))
     check_model(args.model, args.dtype)
     checks.check_data_dir(args.data_dir)
-    task = checks.resolve_task(args)
+    task = resolve_task(args)
     if args.output_dir is not None and pathlib.Path(args.output_dir).is_file():
         raise ConfigError(f"--output-dir {args.output_dir!r} is not a directory (a file is there)")
     print(json.dumps(run_baseline(args, task=task), indent=2))

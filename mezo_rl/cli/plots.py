@@ -24,10 +24,11 @@ import warnings
 from typing import Optional
 
 from mezo_rl.errors import UserError
+from mezo_rl.training.callbacks import TrainerCallback
 from mezo_rl.training.rundir import CONFIG_FILE, METRICS_FILE, SUMMARY_FILE, read_samples
 
 __all__ = ["CURVES_FILE", "MissingPlotDependency", "pyplot", "read_jsonl", "run_records", "load_run_records",
-           "running_mean", "objective_text", "plot_validation", "training_curves", "plot_training_curves", "write_curves_or_warn", "results_line", "report"]
+           "running_mean", "objective_text", "plot_validation", "training_curves", "plot_training_curves", "write_curves_or_warn", "CurvesCallback", "results_line", "report"]
 
 CURVES_FILE = "curves.png"
 RUN_FILES = (CONFIG_FILE, METRICS_FILE)
@@ -191,6 +192,15 @@ def write_curves_or_warn(run_dir: str | os.PathLike) -> Optional[pathlib.Path]:
 
 
 _warned_no_matplotlib = False
+
+
+class CurvesCallback(TrainerCallback):
+    """Draws the run's ``curves.png`` when training ends (``mezo-rl train`` adds it; add it to a
+    ``Trainer`` of your own to get the same file)."""
+
+    def on_train_end(self, trainer, summary):
+        if trainer.dist.is_main:
+            write_curves_or_warn(trainer.output_dir)
 
 
 # ---------------------------------------------------------------------------------------- text

@@ -14,17 +14,16 @@
 
 The checkpoint is tiny (a few bytes per step): the base model plus the step log is enough to
 rebuild the weights bit for bit (:func:`mezo_rl.engine.optim.replay_trajectory`). Here: the files'
-names, :class:`TrainerState`, writing and reading the checkpoint, :func:`build_model` (base model +
-adapter from the arguments), :func:`load_run` and :func:`save_model` (used by ``--save-model`` and
-``mezo-rl export``).
+names, :class:`TrainerState`, writing and reading the checkpoint, :func:`load_run` (base model +
+adapter from the arguments, :func:`mezo_rl.training.setup.build_model`, then the trajectory replayed) and
+:func:`save_model` (used by ``--save-model`` and ``mezo-rl export``).
 
 Nothing in a run directory is unpickled: the checkpoint is JSON (sorted keys), an ``.npz`` read with
 ``allow_pickle=False`` and safetensors, so a shared run directory cannot run code when it is resumed
 or replayed. Its files depend only on the run's state: a resumed run writes the bytes an
-uninterrupted one does. A checkpoint written before these formats (``optimizer.pt``) is read with
-torch's weights-only unpickler, allowed tensors and plain numpy arrays only; the next save writes
-the new files in its place. A file that cannot be read raises :class:`CheckpointError` naming it,
-and nothing in the directory is changed.
+uninterrupted one does. A checkpoint from before these formats (an ``optimizer.pt``) is refused
+in one line. A file that cannot be read raises :class:`CheckpointError` naming it, and nothing in the
+directory is changed.
 """
 from __future__ import annotations
 
@@ -33,10 +32,7 @@ import json
 import math
 import os
 import pathlib
-import pickle
-import re
 import shutil
-import warnings
 import zipfile
 import zlib
 from dataclasses import dataclass
@@ -46,13 +42,12 @@ from typing import Optional
 import numpy as np
 import torch
 
-from mezo_rl.training.arguments import TrainingArguments, parse_max_memory, parse_step
-from mezo_rl.training.distributed import check_no_offload
-from mezo_rl.errors import ConfigError, UserError, first_line
-from mezo_rl.model.loading import load_model
-from mezo_rl.model.peft import FINAL_NORM, PEFT_METHODS, apply_peft, export_model, peft_config
 from mezo_rl.engine.optim import replay_trajectory
 from mezo_rl.engine.trajectory import Trajectory
+from mezo_rl.errors import ConfigError, UserError, first_line
+from mezo_rl.model.peft import PEFT_METHODS, export_model, peft_config
+from mezo_rl.training.arguments import TrainingArguments, parse_step
+from mezo_rl.training.setup import build_model, trainable_parameters
 
 CONFIG_FILE = "config.json"
 METRICS_FILE = "metrics.jsonl"
@@ -63,7 +58,7 @@ MODEL_FILE = "model.json"
 STATE_FILE = "trainer_state.json"
 OPTIMIZER_FILE = "optimizer.json"
 OPTIMIZER_TENSORS_FILE = "optimizer.safetensors"
-LEGACY_OPTIMIZER_FILE = "optimizer.pt"  # checkpoints written before optimizer.json: a torch pickle
+LEGACY_OPTIMIZER_FILE = "optimizer.pt"  # a checkpoint from before optimizer.json: refused, never unpickled
 OPTIMIZER_FORMAT = "mezo-rl-optimizer/2"
 SAMPLES_DIR = "samples"
 
@@ -160,76 +155,6 @@ def read_args(run_dir: str | os.PathLike) -> TrainingArguments:
     return TrainingArguments.from_dict(read_json(config))
 
 
-# ---------------------------------------------------------------------- parameters and the model
-def param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
-    """The trainable parameters (``requires_grad``), in ``named_parameters`` order, as param groups.
-
-    Weight decay applies to matrices only: biases and norm weights (1-D tensors) are exempt.
-    """
-    decay, no_decay = [], []
-    for _, p in model.named_parameters():
-        if p.requires_grad:
-            (decay if p.ndim >= 2 else no_decay).append(p)
-    if not decay and not no_decay:
-        raise ValueError("the model has no trainable parameters (every parameter has requires_grad=False)")
-    groups = []
-    if decay:
-        groups.append({"params": decay, "weight_decay": weight_decay})
-    if no_decay:
-        groups.append({"params": no_decay, "weight_decay": 0.0})
-    return groups
-
-
-def trainable_parameters(model: torch.nn.Module) -> list[torch.Tensor]:
-    """The order the engine (and replay) sees the parameters in: groups as built by :func:`param_groups`."""
-    return [p for g in param_groups(model, 0.0) for p in g["params"]]
-
-
-def build_model(args: TrainingArguments, lm=None):
-    """Load the base model (unless ``lm`` is given) and set it up for what ``args.peft`` trains.
-
-    - ``norm``: every weight but the final normalisation layer's gains is frozen, and the model's
-      trunk cache is turned on (:meth:`~mezo_rl.model.lm.LanguageModel.enable_trunk_cache`): each scored
-      sequence runs through the frozen trunk once, later scores run only the final norm and the
-      output head. The cache cannot see frozen weights edited in place; a run never edits them (MeZO
-      and replay change the trainable gains only), and code that does must call
-      ``lm.clear_trunk_cache()``. No other mode turns the cache on.
-    - ``lora`` / ``prefix``: the adapter is added (:func:`~mezo_rl.model.peft.apply_peft`), the base frozen.
-    - ``full``: every weight stays trainable.
-
-    ``args.trainable`` then freezes the trainable weights its pattern does not match.
-    """
-    if lm is None:
-        lm = load_model(args.model, dtype=args.dtype, device_map=args.device_map,
-                        max_memory=parse_max_memory(args.max_memory), batch_size=args.eval_batch_size)
-        if args.device_map is not None:
-            check_no_offload(lm.model)  # weights offloaded to disk cannot be perturbed in place
-    if args.peft == "norm":
-        freeze_unmatched(lm.model, FINAL_NORM, what="--peft norm (the final normalisation layer)")
-        lm.enable_trunk_cache()  # the norm mode's trunk cache (see above)
-    elif args.peft in PEFT_METHODS:
-        lm = apply_peft(lm, args.peft, r=args.lora_r, alpha=args.lora_alpha,
-                        num_prefix_tokens=args.num_prefix_tokens, seed=args.seed)
-    if args.trainable is not None:
-        freeze_unmatched(lm.model, args.trainable, what=f"--trainable {args.trainable!r}")
-    return lm
-
-
-def freeze_unmatched(model: torch.nn.Module, pattern: str, what: str) -> None:
-    """Freeze every trainable parameter whose name does not match ``pattern`` (``re.search``).
-
-    Deterministic in (model, pattern), so a replay rebuilds the same trainable set in the same order.
-    """
-    regex = re.compile(pattern)
-    trainable = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
-    if not any(regex.search(n) for n, _ in trainable):
-        names = ", ".join(n for n, _ in trainable[:4])
-        raise ConfigError(f"{what}: {pattern!r} matches no trainable parameter; names look like: {names}, ...")
-    for n, p in trainable:
-        if not regex.search(n):
-            p.requires_grad_(False)
-
-
 def model_identity(args: TrainingArguments, lm) -> dict:
     """What the checkpoint needs besides the trajectory: the base model and the adapter."""
     return {"model": args.model, "dtype": args.dtype, "peft": peft_config(lm) if args.peft in PEFT_METHODS else None,
@@ -295,19 +220,18 @@ def write_optimizer_state(ckpt: pathlib.Path, optimizer_state: dict, scheduler_s
 
 def read_optimizer_state(ckpt: pathlib.Path, trajectory: Trajectory, *, tensors: bool = True) -> tuple[dict, dict]:
     """``(optimizer state dict, scheduler state dict)`` from ``ckpt``, with ``trajectory`` as the
-    optimizer's; a checkpoint with only ``optimizer.pt`` is read through :func:`read_legacy_optimizer_state`.
-    ``tensors=False`` checks the buffers' file without reading the buffers (``state`` is then empty)."""
+    optimizer's. ``tensors=False`` checks the buffers' file without reading the buffers (``state`` is then empty)."""
     path = ckpt / OPTIMIZER_FILE
     if not path.is_file() and (ckpt / LEGACY_OPTIMIZER_FILE).is_file():
-        optimizer_state, scheduler_state = read_legacy_optimizer_state(ckpt / LEGACY_OPTIMIZER_FILE)
-    else:
-        saved = read_json(path)
-        if not (isinstance(saved, dict) and saved.get("format") == OPTIMIZER_FORMAT
-                and {"param_groups", "mezo", "scheduler", "tensors"} <= saved.keys()):
-            raise _unreadable(path, f"not a {OPTIMIZER_FORMAT} optimizer state")
-        optimizer_state = {"state": read_optimizer_tensors(ckpt, saved["tensors"], load=tensors),
-                           "param_groups": saved["param_groups"], "mezo": saved["mezo"]}
-        scheduler_state = saved["scheduler"]
+        raise CheckpointError(f"{ckpt}: a checkpoint from before mezo-rl's safe format ({LEGACY_OPTIMIZER_FILE}) is not "
+                              f"supported; nothing was loaded: start the run over with --overwrite-output-dir")
+    saved = read_json(path)
+    if not (isinstance(saved, dict) and saved.get("format") == OPTIMIZER_FORMAT
+            and {"param_groups", "mezo", "scheduler", "tensors"} <= saved.keys()):
+        raise _unreadable(path, f"not a {OPTIMIZER_FORMAT} optimizer state")
+    optimizer_state = {"state": read_optimizer_tensors(ckpt, saved["tensors"], load=tensors),
+                       "param_groups": saved["param_groups"], "mezo": saved["mezo"]}
+    scheduler_state = saved["scheduler"]
     optimizer_state["mezo"] = {**optimizer_state["mezo"], "trajectory": trajectory.state_dict()}
     return optimizer_state, scheduler_state
 
@@ -334,40 +258,6 @@ def read_optimizer_tensors(ckpt: pathlib.Path, names: list, *, load: bool = True
         index, name = key.split("/", 1)
         state.setdefault(int(index), {})[name] = tensor
     return state
-
-
-def _numpy_globals() -> list:
-    """What an old ``optimizer.pt`` holds beyond tensors: numpy arrays of numbers and strings."""
-    reconstruct = np.ndarray.__reduce__(np.zeros(0))[0]  # numpy's array constructor, under either module name
-    kinds = ("Bool", "Int8", "Int16", "Int32", "Int64", "UInt8", "UInt16", "UInt32", "UInt64", "Float16", "Float32",
-             "Float64", "Str")
-    dtypes = [getattr(np.dtypes, f"{k}DType") for k in kinds if hasattr(getattr(np, "dtypes", None), f"{k}DType")]
-    return [reconstruct, (reconstruct, "numpy.core.multiarray._reconstruct"),
-            (reconstruct, "numpy._core.multiarray._reconstruct"), np.ndarray, np.dtype, *dtypes]
-
-
-def read_legacy_optimizer_state(path: pathlib.Path) -> tuple[dict, dict]:
-    """An ``optimizer.pt`` written before ``optimizer.json``, read with ``torch.load(weights_only=True)``:
-    torch's restricted unpickler builds tensors, containers and the numpy arrays (numbers and
-    strings) these files hold, and refuses any other global (a payload) without calling it."""
-    allow = getattr(torch.serialization, "safe_globals", None)
-    if allow is None:
-        raise CheckpointError(f"{path}: written by an older mezo-rl; reading it safely needs torch >= 2.5 "
-                              f"(torch.serialization.safe_globals): upgrade torch, or start the run over")
-    try:
-        with warnings.catch_warnings(), allow(_numpy_globals()):
-            warnings.simplefilter("ignore")
-            saved = torch.load(path, map_location="cpu", weights_only=True)
-    except pickle.UnpicklingError:
-        raise CheckpointError(
-            f"{path}: refused: it holds Python objects other than tensors and arrays, and loading it could run "
-            f"code (a checkpoint written by mezo-rl never does); nothing was loaded and the run directory is left "
-            f"as it is: start the run over with --overwrite-output-dir") from None
-    except (RuntimeError, OSError, EOFError, ValueError, zipfile.BadZipFile, zlib.error) as e:
-        raise _unreadable(path, f"damaged ({_one_line(e)})") from None
-    if not (isinstance(saved, dict) and isinstance(saved.get("optimizer"), dict) and "scheduler" in saved):
-        raise _unreadable(path, "not an optimizer checkpoint")
-    return saved["optimizer"], saved["scheduler"]
 
 
 def read_trajectory(path: pathlib.Path) -> Trajectory:

@@ -14,7 +14,7 @@ One training step (Algorithm 1 of Malladi et al., 2023):
    is remembered. At the end the best weights (the first ``best_step`` steps of the trajectory,
    replayed from the base model) are evaluated on the test examples.
 
-Arguments: :mod:`mezo_rl.training.arguments`; the run directory and checkpoint: :mod:`mezo_rl.training.rundir`;
+Arguments: :mod:`mezo_rl.training.arguments`; what a run builds from them: :mod:`mezo_rl.training.setup`; the run directory and checkpoint: :mod:`mezo_rl.training.rundir`;
 examples -> model outputs -> objective: :mod:`mezo_rl.training.outputs`; hooks: :mod:`mezo_rl.training.callbacks`.
 """
 from __future__ import annotations
@@ -30,20 +30,17 @@ import numpy as np
 import torch
 
 import rewards
-from mezo_rl.cli import checks, plots
+from mezo_rl.engine.trajectory import STATUS
+from mezo_rl.errors import ConfigError, UserError
 from mezo_rl.training import rundir
 from mezo_rl.training.arguments import TrainingArguments
 from mezo_rl.training.callbacks import ProgressCallback, TensorBoardCallback, TrainerCallback
 from mezo_rl.training.distributed import DistContext
-from mezo_rl.errors import ConfigError, UserError
 from mezo_rl.training.evaluation import OBJECTIVE, evaluate
-from mezo_rl.training.member_evaluation import evaluation_options
-from mezo_rl.training.defaults import mezo_options
-from mezo_rl.engine.optim import MeZO, get_scheduler
-from mezo_rl.training.outputs import autocast, example_columns, member_objective_outputs, model_outputs
-from mezo_rl.training.rundir import TrainerState, build_model, param_groups, trainable_parameters
+from mezo_rl.training.outputs import autocast, member_objective_outputs, model_outputs
+from mezo_rl.training.rundir import TrainerState
 from mezo_rl.training.runguard import InterruptGuard
-from mezo_rl.engine.trajectory import STATUS
+from mezo_rl.training.setup import build_model, build_objective, build_optimizer, task_and_splits, trainable_parameters
 
 __all__ = ["Trainer", "TrainingInterrupted", "RewardsSilentError", "sample_batch_indices", "primary_metric", "peak_rss_mb"]
 
@@ -93,43 +90,6 @@ class TrainingInterrupted(KeyboardInterrupt):
         self.step, self.steps, self.output_dir, self.signal_name = step, steps, output_dir, signal_name
 
 
-def task_and_splits(args: TrainingArguments, task=None, splits=None) -> tuple:
-    """The task ``args.task`` names (or ``task``) and its train / validation / test examples (or ``splits``)."""
-    task = task if task is not None else checks.resolve_task(args)
-    if splits is None:
-        sizes = {"train": args.num_train, "validation": args.num_eval, "test": args.num_test}
-        splits = checks.load_splits(task, args.task, sizes, args.data_dir, args.seed)
-    for split in ("train", "validation", "test"):
-        if split not in splits:
-            raise ValueError(f"splits must hold 'train', 'validation' and 'test'; missing {split!r}")
-    if not splits["train"]:
-        raise ConfigError(f"task {args.task!r}: the train split is empty")
-    return task, splits
-
-
-def build_objective(args: TrainingArguments, task, splits, objective=None):
-    """The objective of ``args.reward`` / ``reward_weights`` / ``reward_normalize`` (or ``objective``), checked
-    against the task's kind and the train examples' columns."""
-    if objective is None:
-        objective = rewards.build_objective(list(args.reward), weights=args.reward_weights,
-                                            normalize=args.reward_normalize)
-    objective.check_columns(example_columns(splits["train"]), task_kind=task.kind)
-    return objective
-
-
-def build_optimizer(args: TrainingArguments, lm, needs, train=()) -> tuple:
-    """MeZO over ``lm``'s trainable tensors with the run's options (every value resolved in ``args``), and
-    its lr schedule. ``needs``: what the objective asks of the model; with ``train``, the training
-    examples, ``--evaluation auto`` also weighs their prompts' length (a resumed run keeps its mode)."""
-    options = mezo_options(vars(args))
-    recorded = rundir.recorded_evaluation(args.output_dir) if args.resume else None
-    optimizer = MeZO(param_groups(lm.model, options["weight_decay"]), **options, rank=args.rank,
-                     lowrank_interval=args.lowrank_interval, estimator=args.estimator, momentum=args.momentum,
-                     adam=args.adam, seed=args.seed, on_nonfinite=args.on_nonfinite,
-                     **evaluation_options(args, needs, lm, train, recorded))
-    return optimizer, get_scheduler(args.lr_scheduler, optimizer, max(args.steps, 1))
-
-
 class Trainer:
     """Fine-tunes ``lm`` on ``task`` against ``objective`` with MeZO.
 
@@ -153,12 +113,14 @@ class Trainer:
         self.args, self.lm_factory = args, lm_factory
         self.dist = dist if dist is not None else DistContext.from_env()
         self.output_dir = pathlib.Path(args.output_dir)
-        # the setup, one step per line, each in its own home (the arguments arrive resolved: mezo_rl.training.defaults)
-        self.task, self.splits = task_and_splits(args, task, splits)                        # tasks, via checks
+        # the setup, one step per line, each built once (mezo_rl.training.setup; the arguments arrive resolved)
+        self.task, self.splits = task_and_splits(args, task, splits)                        # tasks
         self.objective = build_objective(args, self.task, self.splits, objective)                # rewards
         self.lm = build_model(args, lm)                                                     # model and adapter
         self.objective.check_compatible(bool(self.lm.is_causal))
-        self.optimizer, self.scheduler = build_optimizer(args, self.lm, self.objective.needs, self.splits["train"])
+        recorded = rundir.recorded_evaluation(args.output_dir) if args.resume else None
+        self.optimizer, self.scheduler = build_optimizer(args, self.lm, self.objective.needs, self.splits["train"],
+                                                         recorded)
         self.callbacks = list(callbacks or [])
         if args.tensorboard and self.dist.is_main:
             self.callbacks.append(TensorBoardCallback(self.output_dir / "tensorboard"))
@@ -406,7 +368,7 @@ class Trainer:
             raise TrainingInterrupted(self.step, a.steps, self.output_dir, self._guard.signal_name) from None
 
     def _finish(self) -> dict:
-        """The best step's weights on the test examples, the summary (and curves.png)."""
+        """The best step's weights on the test examples, and the summary."""
         a, s = self.args, self.state
         self.trajectory, final_step = self.optimizer.trajectory, self.step
         self._restore_best()
@@ -426,7 +388,6 @@ class Trainer:
         if self.dist.is_main:
             with self._guard.deferred():
                 rundir.write_json(self.output_dir / rundir.SUMMARY_FILE, summary)
-                plots.write_curves_or_warn(self.output_dir)
         for cb in self.callbacks:
             cb.on_train_end(self, summary)
         return summary

@@ -1,0 +1,201 @@
+"""Building what a run needs from its arguments, each thing once: the task and its examples, the
+objective, the model with its adapter, the optimizer.
+
+The trainer calls these in this order; ``mezo-rl`` calls the first ones while it checks a command
+(before any model loads) and hands what they built to the trainer, so nothing is resolved twice.
+
+- :func:`resolve_task` / :func:`load_splits` / :func:`task_and_splits`: the task ``--task`` names (a
+  registered name, ``module:function``, a data file or a dataset) and its train / validation / test
+  examples; a user's task code that raises is named in one line.
+- :func:`build_objective`: the rewards as one ``rewards.Objective``, checked against the examples' columns.
+- :func:`build_model`: the base model, set up for what ``--peft`` trains; :func:`param_groups` and
+  :func:`trainable_parameters`: the order the engine and replay see the trainable tensors in.
+- :func:`build_optimizer`: MeZO over those tensors with the run's options, and its lr schedule.
+"""
+from __future__ import annotations
+
+import re
+from typing import Callable, Optional, TypeVar
+
+import torch
+
+import rewards
+from mezo_rl.engine.optim import MeZO, get_scheduler
+from mezo_rl.errors import ConfigError, UnknownNameError, UserError, first_line
+from mezo_rl.model.loading import load_model
+from mezo_rl.model.peft import FINAL_NORM, PEFT_METHODS, apply_peft
+from mezo_rl.training.arguments import TrainingArguments, data_task_options, parse_max_memory
+from mezo_rl.training.defaults import mezo_options
+from mezo_rl.training.distributed import check_no_offload
+from mezo_rl.training.member_evaluation import evaluation_options
+from mezo_rl.training.outputs import example_columns
+from tasks import get_task, list_tasks
+from tasks.user import check_data_task, data_task, is_data_task
+
+__all__ = ["TaskCodeError", "user_code", "resolve_task", "load_splits", "task_and_splits", "build_objective",
+           "build_model", "freeze_unmatched", "param_groups", "trainable_parameters", "build_optimizer"]
+
+T = TypeVar("T")
+
+
+# ---------------------------------------------------------------------- the task and its examples
+class TaskCodeError(UserError):
+    """A user's task code raised while its examples were read."""
+
+
+def user_code(what: str, ref: str, load: Callable[[], T]) -> T:
+    """``load()``, with any failure to find or import ``ref`` (a name, ``module:object`` or
+    ``file.py:object``) turned into one :class:`~mezo_rl.errors.UnknownNameError` line naming ``what``."""
+    try:
+        return load()
+    except UserError:
+        raise
+    except (ImportError, AttributeError, FileNotFoundError, ValueError, TypeError) as e:
+        raise UnknownNameError(f"{what} {ref!r}: {first_line(e)}") from e
+    except Exception as e:  # the user's module raised while being imported
+        raise UnknownNameError(f"{what} {ref!r}: loading it raised {type(e).__name__}: {first_line(e)}") from e
+
+
+def _is_user_code(task) -> bool:
+    return not type(task).__module__.startswith("tasks.")
+
+
+def resolve_task(args):
+    """The task ``args.task`` names, with the data options of ``args`` (``template``, columns, files).
+
+    Data files and datasets are built here (reading them checks their columns); a registered name,
+    ``module:function`` or entry point comes from the task registry. Options that do not fit the
+    task are refused before anything is read.
+    """
+    options = data_task_options(args)
+    registered = list_tasks()
+    check_data_task(args.task, options, registered)
+    if is_data_task(args.task, options, registered):
+        return data_task(args.task, options)
+    return user_code("--task", args.task, lambda: get_task(args.task))
+
+
+def load_splits(task, task_ref: str, sizes: dict, data_dir, seed: int) -> dict:
+    """``task.load_split`` for each split; a user's task code that raises becomes a
+    :class:`TaskCodeError` naming the task and the split (``--debug`` shows the traceback)."""
+    out = {}
+    for split, n in sizes.items():
+        try:
+            out[split] = task.load_split(split, data_dir=data_dir, n=n, seed=seed)
+        except UserError:
+            raise
+        except Exception as e:
+            if not _is_user_code(task):
+                raise
+            raise TaskCodeError(f"task {task_ref!r} raised {type(e).__name__}: {first_line(e)} while reading its "
+                                f"{split!r} examples") from e
+    return out
+
+
+def task_and_splits(args: TrainingArguments, task=None, splits=None) -> tuple:
+    """The task ``args.task`` names (or ``task``) and its train / validation / test examples (or ``splits``)."""
+    task = task if task is not None else resolve_task(args)
+    if splits is None:
+        sizes = {"train": args.num_train, "validation": args.num_eval, "test": args.num_test}
+        splits = load_splits(task, args.task, sizes, args.data_dir, args.seed)
+    for split in ("train", "validation", "test"):
+        if split not in splits:
+            raise ValueError(f"splits must hold 'train', 'validation' and 'test'; missing {split!r}")
+    if not splits["train"]:
+        raise ConfigError(f"task {args.task!r}: the train split is empty")
+    return task, splits
+
+
+# ---------------------------------------------------------------------- the objective
+def build_objective(args: TrainingArguments, task, splits, objective=None):
+    """The objective of ``args.reward`` / ``reward_weights`` / ``reward_normalize`` (or ``objective``), checked
+    against the task's kind and the train examples' columns."""
+    if objective is None:
+        objective = rewards.build_objective(list(args.reward), weights=args.reward_weights,
+                                            normalize=args.reward_normalize)
+    objective.check_columns(example_columns(splits["train"]), task_kind=task.kind)
+    return objective
+
+
+# ---------------------------------------------------------------------- the model and its trainable tensors
+def param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
+    """The trainable parameters (``requires_grad``), in ``named_parameters`` order, as param groups.
+
+    Weight decay applies to matrices only: biases and norm weights (1-D tensors) are exempt.
+    """
+    decay, no_decay = [], []
+    for _, p in model.named_parameters():
+        if p.requires_grad:
+            (decay if p.ndim >= 2 else no_decay).append(p)
+    if not decay and not no_decay:
+        raise ValueError("the model has no trainable parameters (every parameter has requires_grad=False)")
+    groups = []
+    if decay:
+        groups.append({"params": decay, "weight_decay": weight_decay})
+    if no_decay:
+        groups.append({"params": no_decay, "weight_decay": 0.0})
+    return groups
+
+
+def trainable_parameters(model: torch.nn.Module) -> list[torch.Tensor]:
+    """The order the engine (and replay) sees the parameters in: groups as built by :func:`param_groups`."""
+    return [p for g in param_groups(model, 0.0) for p in g["params"]]
+
+
+def build_model(args: TrainingArguments, lm=None):
+    """Load the base model (unless ``lm`` is given) and set it up for what ``args.peft`` trains.
+
+    - ``norm``: every weight but the final normalisation layer's gains is frozen, and the model's
+      trunk cache is turned on (:meth:`~mezo_rl.model.lm.LanguageModel.enable_trunk_cache`): each scored
+      sequence runs through the frozen trunk once, later scores run only the final norm and the
+      output head. The cache cannot see frozen weights edited in place; a run never edits them (MeZO
+      and replay change the trainable gains only), and code that does must call
+      ``lm.clear_trunk_cache()``. No other mode turns the cache on.
+    - ``lora`` / ``prefix``: the adapter is added (:func:`~mezo_rl.model.peft.apply_peft`), the base frozen.
+    - ``full``: every weight stays trainable.
+
+    ``args.trainable`` then freezes the trainable weights its pattern does not match.
+    """
+    if lm is None:
+        lm = load_model(args.model, dtype=args.dtype, device_map=args.device_map,
+                        max_memory=parse_max_memory(args.max_memory), batch_size=args.eval_batch_size)
+        if args.device_map is not None:
+            check_no_offload(lm.model)  # weights offloaded to disk cannot be perturbed in place
+    if args.peft == "norm":
+        freeze_unmatched(lm.model, FINAL_NORM, what="--peft norm (the final normalisation layer)")
+        lm.enable_trunk_cache()  # the norm mode's trunk cache (see above)
+    elif args.peft in PEFT_METHODS:
+        lm = apply_peft(lm, args.peft, r=args.lora_r, alpha=args.lora_alpha,
+                        num_prefix_tokens=args.num_prefix_tokens, seed=args.seed)
+    if args.trainable is not None:
+        freeze_unmatched(lm.model, args.trainable, what=f"--trainable {args.trainable!r}")
+    return lm
+
+
+def freeze_unmatched(model: torch.nn.Module, pattern: str, what: str) -> None:
+    """Freeze every trainable parameter whose name does not match ``pattern`` (``re.search``).
+
+    Deterministic in (model, pattern), so a replay rebuilds the same trainable set in the same order.
+    """
+    regex = re.compile(pattern)
+    trainable = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    if not any(regex.search(n) for n, _ in trainable):
+        names = ", ".join(n for n, _ in trainable[:4])
+        raise ConfigError(f"{what}: {pattern!r} matches no trainable parameter; names look like: {names}, ...")
+    for n, p in trainable:
+        if not regex.search(n):
+            p.requires_grad_(False)
+
+
+# ---------------------------------------------------------------------- the optimizer
+def build_optimizer(args: TrainingArguments, lm, needs, train=(), recorded: Optional[str] = None) -> tuple:
+    """MeZO over ``lm``'s trainable tensors with the run's options (every value resolved in ``args``), and
+    its lr schedule. ``needs``: what the objective asks of the model; with ``train``, the training
+    examples, ``--evaluation auto`` also weighs their prompts' length; ``recorded``: the mode a resumed
+    run's checkpoint ran with, which it keeps."""
+    options = mezo_options(vars(args))
+    optimizer = MeZO(param_groups(lm.model, options["weight_decay"]), **options, rank=args.rank,
+                     lowrank_interval=args.lowrank_interval, estimator=args.estimator, momentum=args.momentum,
+                     adam=args.adam, seed=args.seed, on_nonfinite=args.on_nonfinite,
+                     **evaluation_options(args, needs, lm, train, recorded))
+    return optimizer, get_scheduler(args.lr_scheduler, optimizer, max(args.steps, 1))
