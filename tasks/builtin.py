@@ -381,7 +381,23 @@ class SQuAD(FileTask):
         return [dict(title=r["title"], context=r["context"], question=r["question"], id=r["id"],
                      answers=list(r["answers"]["text"])) for r in rows]
     notes = {s: "SQuAD train is a partial file (3,807 of 87,599 questions, 11 articles); train and validation "
-             "are drawn from it" for s in ("train", "validation")}
+             "are drawn from it, from different articles" for s in ("train", "validation")}
+
+    def _split(self, split, root):
+        """Test: the official dev file. Validation: whole articles of the train file (the smallest first, ties by
+        title, taken until it holds ``n_validation`` questions), so that no validation question shares its
+        article, and the answers in it, with a training question; train: the other articles."""
+        if split == "test":
+            return super()._split(split, root)
+        by_title: dict = {}
+        for ex in self._load(root, "train"):
+            by_title.setdefault(ex.columns["title"], []).append(ex)
+        articles = [by_title[t] for t in sorted(by_title, key=lambda t: (len(by_title[t]), t))]
+        validation, k = [], 0
+        while k < len(articles) - 1 and len(validation) < self.n_validation:  # train keeps one article at least
+            validation += articles[k]
+            k += 1
+        return validation if split == "validation" else [ex for group in articles[k:] for ex in group]
 
     def rows(self, path):
         return [dict(title=a["title"], context=p["context"], question=q["question"], id=q["id"],
