@@ -54,7 +54,7 @@ import tasks
 from memory_run import status_kb  # benchmarks/ is on the path when run as a script
 from mezo_rl.model.loading import load_model
 from mezo_rl.engine.noise import NoiseSpec, resolve_backend
-from mezo_rl.engine.optim import MeZO
+from mezo_rl.engine.optim import BatchedMembers, MeZO
 from mezo_rl.training.outputs import example_columns, objective_outputs
 from mezo_rl.training.defaults import MODE_DEFAULTS, mezo_options
 from mezo_rl.model.peft import apply_peft
@@ -160,8 +160,7 @@ def population(args) -> list[dict]:
         prompts = w["prompts"]
         for n in (1, 2):
             inplace = MeZO(params, lr=0.0, eps=1e-3, n_spsa=n, record=False, seed=0)
-            batched = MeZO(params, lr=0.0, eps=1e-3, n_spsa=n, record=False, seed=0, evaluation="batched",
-                           module=lm.model)
+            batched = MeZO(params, lr=0.0, eps=1e-3, n_spsa=n, record=False, seed=0, evaluation=BatchedMembers(lm.model))
             lengths = []
 
             def closure_inplace():
@@ -219,8 +218,7 @@ def memory_child(mode: str, members: int, args) -> dict:
     lm = load_model("smollm2-135m", batch_size=args.batch * (members if mode == "inference" else 1))
     prompts = RL_PROMPTS[: args.batch]
     gen = dict(max_new_tokens=32, stop_at_newline=False)
-    opt = MeZO(lm.model.parameters(), lr=0.0, eps=1e-3, n_spsa=members // 2, record=False, evaluation="batched",
-               module=lm.model) if mode == "batched" else None
+    opt = MeZO(lm.model.parameters(), lr=0.0, eps=1e-3, n_spsa=members // 2, record=False, evaluation=BatchedMembers(lm.model)) if mode == "batched" else None
     after_load = status_kb("VmRSS")
     with open("/proc/self/clear_refs", "w") as f:
         f.write("5")  # reset VmHWM to the current RSS

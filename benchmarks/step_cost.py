@@ -45,7 +45,7 @@ import torch
 import torch.nn.functional as F
 
 from mezo_rl.model.loading import load_model
-from mezo_rl.engine.optim import MeZO
+from mezo_rl.engine.optim import BatchedMembers, MeZO
 
 ROWS = {
     "default": {},
@@ -57,7 +57,7 @@ ROWS = {
     "reference": None,
 }
 # rows whose closure evaluates every member in one batched forward (not in memory_run.py's modes)
-BATCHED_ROWS = {"batched": dict(noise="lowrank", rank=1, evaluation="batched")}
+BATCHED_ROWS = {"batched": dict(noise="lowrank", rank=1)}
 
 
 class ReferenceStyleMeZO:
@@ -95,7 +95,7 @@ class ReferenceStyleMeZO:
 
 def make_optimizer(row: str, params, lr: float = 1e-7, eps: float = 1e-3, model=None):
     if row in BATCHED_ROWS:
-        return MeZO(params, lr=lr, eps=eps, record=False, module=model, **BATCHED_ROWS[row])
+        return MeZO(params, lr=lr, eps=eps, record=False, evaluation=BatchedMembers(model), **BATCHED_ROWS[row])
     if ROWS[row] is None:
         return ReferenceStyleMeZO(params, lr=lr, eps=eps)
     return MeZO(params, lr=lr, eps=eps, record=False, **ROWS[row])

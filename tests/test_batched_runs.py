@@ -14,7 +14,7 @@ from mezo_rl.training.arguments import TrainingArguments
 from mezo_rl.training.member_evaluation import resolve_evaluation
 from mezo_rl.training.distributed import DistContext
 from mezo_rl.model.lm import LanguageModel
-from mezo_rl.engine.optim import MeZO
+from mezo_rl.engine.optim import BatchedMembers, MeZO
 from mezo_rl.training.outputs import member_outputs, model_outputs
 from mezo_rl.training.rundir import load_run
 from mezo_rl.engine.optim import replay_trajectory
@@ -201,7 +201,7 @@ def test_a_batched_run_resumes_and_replays_bit_identically(tmp_path, factory):
 def _dp_batched(ctx, lm, steps, seed=0):
     """Every rank scores its shard for all members in one batched pass; per member (sum, count) of the
     choice cross-entropy, all members' scalars in one all-reduce."""
-    opt = MeZO(lm.model.parameters(), lr=1e-2, eps=0.3, n_spsa=2, seed=seed, evaluation="batched", module=lm.model)
+    opt = MeZO(lm.model.parameters(), lr=1e-2, eps=0.3, n_spsa=2, seed=seed, evaluation=BatchedMembers(lm.model))
     losses = []
     for _ in range(steps):
         shard = ctx.shard(list(range(len(PROMPTS))))

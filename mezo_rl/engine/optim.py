@@ -64,7 +64,7 @@ per-example rewards) and turns the M objects into M losses with ``f(objects)`` o
 the place for fitness shaping that needs the whole population (per-prompt centring across members).
 The engine never looks inside the objects.
 
-Batched evaluation: ``MeZO(params, ..., evaluation="batched", module=model)`` evaluates a step's M
+Batched evaluation: ``MeZO(params, ..., evaluation=BatchedMembers(model))`` evaluates a step's M
 members in one batched pass with the weights untouched (:mod:`mezo_rl.engine.population`): ``closure(members)``
 is called once with the M :class:`Member` descriptors, every forward of ``model`` inside it must hold
 M equal blocks of rows in member-major layout (rows [k*b, (k+1)*b) are member k's; see
@@ -99,10 +99,10 @@ from typing import Iterable
 import torch
 
 from mezo_rl.engine import noise as _noise
-from mezo_rl.engine.population import Member, MemberPlan, step_members
+from mezo_rl.engine.population import BatchedMembers, Member, step_members
 from mezo_rl.engine.trajectory import STATUS, Trajectory
 
-__all__ = ["MeZO", "Member", "StepResult", "get_scheduler", "replay_trajectory", "ESTIMATORS", "EVALUATIONS",
+__all__ = ["MeZO", "BatchedMembers", "Member", "StepResult", "get_scheduler", "replay_trajectory", "ESTIMATORS", "EVALUATIONS",
            "ON_NONFINITE", "SCHEDULERS"]
 
 #: accepted values of MeZO's ``estimator`` / ``on_nonfinite`` and of :func:`get_scheduler`'s ``name``
@@ -118,6 +118,51 @@ _RUN_DEFAULTS = dict(n_spsa=1, noise="lowrank", rank=1, lowrank_interval=1, norm
                      seed=0, on_nonfinite="raise", noise_backend="auto", evaluation="inplace")
 #: options added after the first trajectory format, with the value that reproduces older runs
 _ADDED_LATER = {k: _RUN_DEFAULTS[k] for k in ("rank", "lowrank_interval", "normalize", "evaluation")}
+
+
+class _Members:
+    """Phase 1 of a step: every member evaluated, in place (each perturbation applied in turn) or by the
+    batched strategy. ``values``: the closure's losses as they come (without fitness); ``offset``: where
+    the parameters are left, ``(seed, mult)`` for theta + mult eps z(seed), or None at theta."""
+
+    def __init__(self, opt: "MeZO", entries, closure, seeds: list[int], fitness: bool):
+        self.opt, self.entries, self.closure, self.seeds, self.fitness = opt, entries, closure, seeds, fitness
+        self.values: list[float] = []
+        self.offset = None
+
+    def evaluate(self) -> list:
+        """What the closure returned, one object per member (with ``fitness``; otherwise also in ``values``)."""
+        opt, cfg = self.opt, self.opt.config
+        if cfg["evaluation"] == "batched":
+            return [self._keep(v, "member") for v in opt._evaluate_members(self.closure, self.seeds, self.entries)]
+        n, estimator = cfg["n_spsa"], cfg["estimator"]
+        buffered = cfg["adam"] or cfg["momentum"] > 0
+        out = []
+        for j, s in enumerate(self.seeds):
+            self._move(s, +1.0)
+            out.append(self._keep(self.closure(), "call"))
+            if estimator == "one_point":
+                break
+            if estimator == "two_point":
+                self._move(s, -2.0)
+                out.append(self._keep(self.closure(), "call"))
+            if j < n - 1 or buffered:  # restore now; otherwise the restore is fused into the update
+                self._move(s, -self.offset[1])
+        return out
+
+    def restore(self) -> None:
+        if self.offset is not None:
+            self._move(self.offset[0], -self.offset[1])
+
+    def _move(self, seed: int, mult: float) -> None:
+        self.opt._sweep(self.entries, seed, mult)
+        total = (self.offset[1] if self.offset is not None else 0.0) + mult
+        self.offset = None if total == 0.0 else (seed, total)
+
+    def _keep(self, value, what: str):
+        if not self.fitness:
+            _append_checked(self.values, _as_float(value), what)
+        return value
 
 
 @dataclass
@@ -161,6 +206,14 @@ def _as_float(value) -> float:
         raise TypeError(f"the closure must return a float or a 0-d tensor, got {type(value).__name__}") from None
 
 
+def _append_checked(values: list[float], value: float, what: str) -> None:
+    """``values.append(value)``; then FloatingPointError if it is not finite (the skip policy reads it)."""
+    values.append(value)
+    if not math.isfinite(value):
+        raise FloatingPointError(f"the closure returned a non-finite loss ({value}) at {what} {len(values) - 1} "
+                                 f"of the step")
+
+
 def _spread(values: list[float]) -> float:
     """Population standard deviation of the values (float64, fixed summation order)."""
     mean = sum(values) / len(values)
@@ -194,9 +247,10 @@ class MeZO(torch.optim.Optimizer):
             torch; low-rank: torch), ``"compiled"`` or ``"torch"``; see :mod:`mezo_rl.engine.noise`.
         record: keep ``opt.trajectory`` (default True).
         evaluation: ``"inplace"`` (default: the closure runs once per member, the weights perturbed in
-            place) or ``"batched"`` (``closure(members)`` runs once, ``module`` evaluating every member
-            in member-major row blocks; see the module docstring and :mod:`mezo_rl.engine.population`).
-        module: the model the parameters belong to (``evaluation="batched"`` only; not needed to replay).
+            place) or a :class:`~mezo_rl.engine.population.BatchedMembers` strategy (``closure(members)``
+            runs once, the strategy's model evaluating every member in member-major row blocks; see the
+            module docstring). ``"batched"`` names that mode without a model: enough to replay a
+            trajectory, whose closure hands back logged values.
 
     Every hyperparameter is in ``opt.defaults`` (and, as in ``torch.optim``, in every param
     group); those of the whole run (all but lr, eps, weight_decay) cannot differ between groups.
@@ -207,7 +261,7 @@ class MeZO(torch.optim.Optimizer):
                  normalize: str | None = None, estimator: str = "two_point",
                  momentum: float = 0.0, adam: bool = False, betas=(0.9, 0.999), adam_eps: float = 1e-8,
                  seed: int = 0, on_nonfinite: str = "raise", noise_backend: str = "auto", record: bool = True,
-                 evaluation: str = "inplace", module: torch.nn.Module | None = None):
+                 evaluation: str | BatchedMembers = "inplace"):
         if noise not in _noise.NOISES:
             raise ValueError(f"noise must be one of {_noise.NOISES}, got {noise!r}")
         if estimator not in ESTIMATORS:
@@ -218,10 +272,11 @@ class MeZO(torch.optim.Optimizer):
             raise ValueError(f"noise_backend must be one of {_noise.BACKENDS}, got {noise_backend!r}")
         if normalize not in _NORMALIZE:
             raise ValueError(f"normalize must be one of {_NORMALIZE}, got {normalize!r}")
+        strategy = evaluation if isinstance(evaluation, BatchedMembers) else None
+        if strategy is not None:
+            evaluation = "batched"
         if evaluation not in EVALUATIONS:
-            raise ValueError(f"evaluation must be one of {EVALUATIONS}, got {evaluation!r}")
-        if module is not None and evaluation != "batched":
-            raise ValueError("module= is for evaluation='batched' (the in-place mode needs only the parameters)")
+            raise ValueError(f"evaluation must be one of {EVALUATIONS} or BatchedMembers(model), got {evaluation!r}")
         for name, value in (("n_spsa", n_spsa), ("rank", rank), ("lowrank_interval", lowrank_interval)):
             if not (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
                 raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
@@ -239,22 +294,27 @@ class MeZO(torch.optim.Optimizer):
             raise ValueError(f"betas must be two numbers in [0, 1), got {betas!r}")
         if not (isinstance(seed, int) and 0 <= seed < 2**31):
             raise ValueError(f"seed must be an integer in [0, 2**31), got {seed!r}")
-        self.config = dict(n_spsa=n_spsa, noise=noise, rank=rank, lowrank_interval=lowrank_interval,
-                           normalize=normalize, estimator=estimator, momentum=float(momentum),
-                           adam=bool(adam), betas=[float(b) for b in betas], adam_eps=float(adam_eps),
-                           seed=seed, on_nonfinite=on_nonfinite, noise_backend=noise_backend, evaluation=evaluation)
-        assert self.config.keys() == _RUN_DEFAULTS.keys()
-        super().__init__(params, dict(lr=lr, eps=eps, weight_decay=weight_decay, **self.config))
+        run = dict(n_spsa=n_spsa, noise=noise, rank=rank, lowrank_interval=lowrank_interval,
+                   normalize=normalize, estimator=estimator, momentum=float(momentum),
+                   adam=bool(adam), betas=[float(b) for b in betas], adam_eps=float(adam_eps),
+                   seed=seed, on_nonfinite=on_nonfinite, noise_backend=noise_backend, evaluation=evaluation)
+        assert run.keys() == _RUN_DEFAULTS.keys()
+        super().__init__(params, dict(lr=lr, eps=eps, weight_decay=weight_decay, **run))
         self._samples = 0          # noise samples drawn so far; the next seed is seed * 2**32 + _samples
         self._updates = 0          # applied updates (Adam bias correction)
         self._prev_loss = None     # one-point estimator: the previous step's loss
         self._noise = None         # NoiseSpec with the resolved backend, fixed at the first step
         self._record = record
         self.trajectory = Trajectory()
-        self._plan = None          # batched evaluation: how the module evaluates a step's members
+        self._members = strategy   # batched evaluation: the strategy that evaluates a step's members
         self._replaying = False
-        if module is not None:
-            self._plan = MemberPlan(module, [e for e in self._flat() if e[1].requires_grad], noise, self.members_per_step)
+        if strategy is not None:   # a tensor it cannot perturb: one line now, not at the first step
+            strategy.prepare([e for e in self._flat() if e[1].requires_grad], noise, self.members_per_step)
+
+    @property
+    def config(self) -> dict:
+        """The options of the whole run (every default but lr, eps and weight_decay), read from ``defaults``."""
+        return {k: self.defaults[k] for k in _RUN_DEFAULTS}
 
     def add_param_group(self, param_group: dict) -> None:
         super().add_param_group(param_group)
@@ -359,77 +419,51 @@ class MeZO(torch.optim.Optimizer):
         return self._step(entries, closure, seeds, fitness)
 
     def _step(self, entries, closure, seeds: list[int], fitness=None) -> StepResult:
-        """The step with its noise seeds given (by :meth:`step`, or by :meth:`replay` from the log)."""
-        cfg = self.config
-        n, one_point, es = cfg["n_spsa"], cfg["estimator"] == "one_point", cfg["estimator"] == "es"
-        buffered = cfg["adam"] or cfg["momentum"] > 0
+        """The step with its noise seeds given (by :meth:`step`, or by :meth:`replay` from the log), in three
+        phases: evaluate the members, turn what they returned into losses, update."""
         lrs = [g["lr"] for g in self.param_groups]
         epss = [g["eps"] for g in self.param_groups]
-        batched = cfg["evaluation"] == "batched"
-        values: list[float] = []
-        outcomes: list = []  # what the closure returned, per member (fitness turns them into values)
-        offset = None  # (seed, mult): the parameters are currently theta + mult * eps * z(seed)
-
-        def check(v):
-            if not math.isfinite(v):
-                raise FloatingPointError(f"the closure returned a non-finite loss ({v}) at "
-                                         f"{'member' if batched else 'call'} {len(values)} of the step")
-
-        def call():
-            if fitness is not None:
-                outcomes.append(closure())
-                return
-            values.append(_as_float(closure()))
-            check(values[-1])
-
+        run = _Members(self, entries, closure, seeds, fitness is not None)
         try:
-            for value in self._evaluate_members(entries, closure, seeds) if batched else ():
-                if fitness is not None:
-                    outcomes.append(value)
-                else:
-                    values.append(_as_float(value))
-                    check(values[-1])
-            for j, s in enumerate(() if batched else seeds):
-                self._sweep(entries, s, +1.0)
-                offset = (s, 1.0)
-                call()
-                if one_point:
-                    break
-                if es:
-                    if j < n - 1 or buffered:  # restore now; otherwise the restore is fused into the update
-                        self._sweep(entries, s, -1.0)
-                        offset = None
-                    continue
-                self._sweep(entries, s, -2.0)
-                offset = (s, -1.0)
-                call()
-                if j < n - 1 or buffered:  # restore now; otherwise the restore is fused into the update
-                    self._sweep(entries, s, +1.0)
-                    offset = None
-            if fitness is not None:
-                losses = list(fitness(outcomes))
-                if len(losses) != len(outcomes):
-                    raise ValueError(f"fitness returned {len(losses)} losses for {len(outcomes)} members; "
-                                     f"it must return one per member ({len(outcomes)})")
-                for v in losses:
-                    values.append(_as_float(v))
-                    check(values[-1])
+            outcomes = run.evaluate()
+            values = self._losses(outcomes, fitness, run.values)
         except BaseException as err:
-            if offset is not None:  # undo the perturbation we are in
-                self._sweep(entries, offset[0], -offset[1])
-            skip = isinstance(err, FloatingPointError) and cfg["on_nonfinite"] == "skip" and len(values) > 0 \
+            run.restore()  # undo the perturbation we are in
+            values = run.values
+            skip = isinstance(err, FloatingPointError) and self.config["on_nonfinite"] == "skip" and len(values) > 0 \
                 and not math.isfinite(values[-1])
             self._log(seeds, values, [], lrs, epss, STATUS["skipped" if skip else "aborted"])
             if not skip:
                 raise
             finite = [v for v in values if math.isfinite(v)]
-            return StepResult(loss_plus=math.nan, loss_minus=None if one_point or es else math.nan,
-                              projected_grads=[], seeds=seeds, loss=sum(finite) / len(finite) if finite else math.nan,
+            plain = self.config["estimator"] in ("one_point", "es")
+            return StepResult(loss_plus=math.nan, loss_minus=None if plain else math.nan, projected_grads=[],
+                              seeds=seeds, loss=sum(finite) / len(finite) if finite else math.nan,
                               skipped=True, lr=lrs[0], values=values)
+        return self._update(entries, seeds, values, run.offset, lrs, epss)
 
-        if buffered and offset is not None:  # one-point (or a fitness error path) + momentum/Adam: restore first
+    def _losses(self, outcomes: list, fitness, values: list[float]) -> list[float]:
+        """Phase 2: the members' losses, ``values`` (filled as the closure returned them), or ``fitness``
+        applied to what the closure returned; a non-finite loss raises FloatingPointError."""
+        if fitness is None:
+            return values
+        losses = list(fitness(outcomes))
+        if len(losses) != len(outcomes):
+            raise ValueError(f"fitness returned {len(losses)} losses for {len(outcomes)} members; "
+                             f"it must return one per member ({len(outcomes)})")
+        for v in losses:
+            _append_checked(values, _as_float(v), "member")
+        return values
+
+    def _update(self, entries, seeds, values, offset, lrs, epss) -> StepResult:
+        """Phase 3: the projected gradients and the update. The parameters are at theta + offset (in place,
+        plain SGD: the restore is fused into the update) or at theta (batched, momentum, Adam)."""
+        cfg = self.config
+        n, one_point, es = cfg["n_spsa"], cfg["estimator"] == "one_point", cfg["estimator"] == "es"
+        buffered = cfg["adam"] or cfg["momentum"] > 0
+        if buffered and offset is not None:  # one-point + momentum/Adam: restore first
             self._sweep(entries, offset[0], -offset[1])
-        # The update. Parameters are at theta + offset (buffered variants: at theta).
+            offset = None
         spread = _spread(values) if cfg["normalize"] == "std" else None
         grads = self._grads(values, epss[0], spread)
         group_grads = {id(g): self._grads(values, g["eps"], spread) for g in self.param_groups}
@@ -442,7 +476,7 @@ class MeZO(torch.optim.Optimizer):
 
         if buffered:
             self._buffered_update(entries, seeds, group_grads)
-        elif batched:  # the weights are at theta: the same updates, without a restore to fuse
+        elif offset is None:  # the weights are at theta: the same updates, without a restore to fuse
             self._sweep(entries, seeds[-1], 0.0, update=sgd(n - 1, decay=True), skip_identity=True)
             for j in range(n - 1):
                 self._sweep(entries, seeds[j], 0.0, update=sgd(j, decay=False), skip_identity=True)
@@ -460,25 +494,15 @@ class MeZO(torch.optim.Optimizer):
                           projected_grads=grads, seeds=seeds, loss=sum(values) / len(values), lr=lrs[0],
                           values=values, spread=spread)
 
-    def _evaluate_members(self, entries, closure, seeds: list[int]) -> list:
-        """Batched evaluation: ``closure(members)`` once, with the module evaluating every member; its M values."""
+    def _evaluate_members(self, closure, seeds: list[int], entries) -> list:
+        """Batched evaluation: ``closure(members)`` once, the strategy evaluating every member; its M values."""
         members = step_members(seeds, self.config["estimator"])
         if self._replaying:  # the replay closure hands back the logged values; nothing is evaluated
             return list(closure(members))
-        if self._plan is None:
+        if self._members is None:
             raise ValueError("evaluation='batched' needs the model the parameters belong to: "
-                             "MeZO(params, evaluation='batched', module=model)")
-        if set(self._plan.entries) != {id(p) for _, p, _ in entries}:  # requires_grad changed before the first step
-            self._plan = MemberPlan(self._plan.module, entries, self.config["noise"], self.members_per_step)
-        with self._plan.applied(self._noise, members, entries):
-            out = closure(members)
-        if isinstance(out, (str, bytes)) or not hasattr(out, "__len__"):
-            raise ValueError(f"the batched closure must return {len(members)} values, one per member; "
-                             f"got {type(out).__name__}")
-        if len(out) != len(members):
-            raise ValueError(f"the batched closure returned {len(out)} values for {len(members)} members; "
-                             f"it must return one per member ({len(members)})")
-        return list(out)
+                             "MeZO(params, evaluation=BatchedMembers(model))")
+        return self._members.evaluate(closure, members, self._noise, entries)
 
     def _buffered_update(self, entries, seeds, group_grads) -> None:
         """Momentum / Adam: materialise z per tensor and update the per-tensor float32 buffers."""

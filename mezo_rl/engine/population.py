@@ -3,7 +3,7 @@
 A MeZO step evaluates M *members*, each a noise seed and a sign (:func:`step_members`): for the
 two-point estimator (+s0, -s0, +s1, -s1, ...), for ``"es"`` (+s0, ..., +s_{n-1}), for one-point (+s0).
 The in-place mode perturbs the weights before each member's evaluation. The batched mode
-(``MeZO(..., evaluation="batched", module=model)``) leaves the weights alone and evaluates all members
+(``MeZO(..., evaluation=BatchedMembers(model))``) leaves the weights alone and evaluates all members
 in one pass instead: every batch the model sees holds M*b rows in member-major layout (rows
 [k*b, (k+1)*b) belong to member k), and every module that holds a trainable tensor adds member k's
 perturbation to its own output rows of that block. What each module does (:class:`MemberPlan`):
@@ -39,7 +39,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-__all__ = ["Member", "MemberPlan", "step_members"]
+__all__ = ["Member", "MemberPlan", "BatchedMembers", "step_members"]
 
 
 @dataclass(frozen=True)
@@ -60,6 +60,40 @@ def step_members(seeds: list[int], estimator: str) -> list[Member]:
     if estimator == "one_point":
         return [Member(0, seeds[0], 1, 0)]
     return [Member(j, s, 1, j) for j, s in enumerate(seeds)]
+
+
+class BatchedMembers:
+    """The batched member evaluation, as a strategy the optimizer is given:
+    ``MeZO(params, evaluation=BatchedMembers(model))``. ``model`` is the module the parameters belong to;
+    the optimizer hands it its trainable tensors (:meth:`prepare`) and, each step, the members and a
+    closure (:meth:`evaluate`). The strategy builds its :class:`MemberPlan` once and again only when
+    the trainable tensors change before the first step."""
+
+    def __init__(self, module: nn.Module):
+        if not isinstance(module, nn.Module):
+            raise TypeError(f"BatchedMembers takes the model the parameters belong to (an nn.Module), "
+                            f"got {type(module).__name__}")
+        self.module = module
+        self.plan = None
+
+    def prepare(self, entries, noise: str, members: int) -> "MemberPlan":
+        """The plan for these trainable tensors (ValueError, one line, for a tensor it cannot perturb)."""
+        if self.plan is None or set(self.plan.entries) != {id(p) for _, p, _ in entries} or self.plan.members != members:
+            self.plan = MemberPlan(self.module, entries, noise, members)
+        return self.plan
+
+    def evaluate(self, closure, members: list[Member], spec, entries) -> list:
+        """``closure(members)`` once, every forward of the module evaluating every member; its M values."""
+        plan = self.prepare(entries, spec.kind, len(members))
+        with plan.applied(spec, members, entries):
+            out = closure(members)
+        if isinstance(out, (str, bytes)) or not hasattr(out, "__len__"):
+            raise ValueError(f"the batched closure must return {len(members)} values, one per member; "
+                             f"got {type(out).__name__}")
+        if len(out) != len(members):
+            raise ValueError(f"the batched closure returned {len(out)} values for {len(members)} members; "
+                             f"it must return one per member ({len(members)})")
+        return list(out)
 
 
 def _is_conv1d(module) -> bool:  # transformers.pytorch_utils.Conv1D: weight [in, out], x @ W + b
@@ -102,7 +136,7 @@ class MemberPlan:
         missing = [idx for idx, p, _ in entries if id(p) not in owners]
         if missing:
             raise ValueError(f"evaluation='batched': trainable tensor {missing[0]} of the optimizer is not a parameter "
-                             "of the module given; pass the model the parameters belong to (MeZO(..., module=model))")
+                             "of the module given; pass the model the parameters belong to (BatchedMembers(model))")
         # roles[module] = {its parameter name: kind}; kinds: lowrank, dense, bias, member, generic
         self.roles: dict[nn.Module, dict[str, str]] = {}
         self.names: dict[nn.Module, str] = {}

@@ -1,6 +1,6 @@
 """``--evaluation``: whether a run evaluates a step's members in place or in one batched pass.
 
-With ``MeZO(..., evaluation="batched", module=lm.model)`` a step's closure is called once with the
+With ``MeZO(..., evaluation=BatchedMembers(lm.model))`` a step's closure is called once with the
 step's members and returns one value (or one object, for ``fitness``) per member
 (:mod:`mezo_rl.engine.population`); :func:`mezo_rl.training.outputs.member_outputs` is the model side of such a
 closure::
@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from typing import Optional
 
+from mezo_rl.engine.population import BatchedMembers
 from mezo_rl.errors import ConfigError
 from mezo_rl.training.outputs import prompt_texts
 
@@ -62,7 +63,7 @@ def resolve_evaluation(evaluation: str, needs, peft: str, noise: str, trainable:
 
 def evaluation_options(args, needs, lm, train=(), recorded: Optional[str] = None) -> dict:
     """The MeZO options of ``args.evaluation`` for a run: ``{}`` (in place) or
-    ``{"evaluation": "batched", "module": lm.model}``. ``train``: the training examples (for ``auto``:
+    ``{"evaluation": BatchedMembers(lm.model)}``. ``train``: the training examples (for ``auto``:
     their prompts' mean length in tokens, as the model reads them). ``recorded``: the mode a resumed
     run's checkpoint was written with; ``auto`` keeps it, and asking for the other one is refused (the
     optimizer state and trajectory belong to that mode)."""
@@ -82,4 +83,4 @@ def evaluation_options(args, needs, lm, train=(), recorded: Optional[str] = None
                                   max_new_tokens=getattr(args, "max_new_tokens", None),
                                   low_precision=any(p.requires_grad and p.dtype.itemsize < 4
                                                     for p in lm.model.parameters()))
-    return {} if mode == "inplace" else {"evaluation": "batched", "module": lm.model}
+    return {} if mode == "inplace" else {"evaluation": BatchedMembers(lm.model)}
