@@ -17,6 +17,7 @@ import pytest
 import torch
 
 SHARED_DATA = pathlib.Path(__file__).resolve().parents[1].parent / "shared" / "data"
+DATA = pathlib.Path(__file__).resolve().parent / "data"  # made-up rows per task (see data_dir)
 
 CORPUS = [
     "It was great . It was terrible . the movie was good and the acting was bad .",
@@ -127,8 +128,19 @@ def tiny_model_dir(tmp_path, tiny_tokenizer):
 
 
 @pytest.fixture(scope="session")
-def shared_data_dir():
-    """The real datasets beside the checkout (../shared/data); tests that need them skip without it."""
+def data_dir():
+    """tests/data: a data directory laid out like the real one (``<TASK>/<file>`` as tasks/builtin.py reads
+    them, and ``LM-BFF-k-shot/``), holding a few dozen made-up rows per task, so the fast suite runs the
+    whole path from files to prompts everywhere."""
+    return DATA
+
+
+@pytest.fixture()
+def shared_data_dir(request):
+    """The real datasets ($MEZO_RL_DATA, else ../shared/data beside the checkout), for tests marked slow
+    only (a fast test uses ``data_dir``); skips where they are absent."""
+    if request.node.get_closest_marker("slow") is None:
+        pytest.fail(f"{request.node.nodeid} reads the real data: mark it slow or use the data_dir fixture (tests/data)")
     env = os.environ.get("MEZO_RL_DATA")
     path = pathlib.Path(env) if env else SHARED_DATA
     if not path.is_dir():

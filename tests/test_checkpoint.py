@@ -121,10 +121,10 @@ def test_a_damaged_checkpoint_file_gets_one_line_and_is_left_as_it_is(tmp_path, 
     assert files(run) == before
 
 
-def test_resume_from_a_damaged_checkpoint_is_one_line_on_the_command_line(tmp_path, tiny_model_dir, shared_data_dir,
+def test_resume_from_a_damaged_checkpoint_is_one_line_on_the_command_line(tmp_path, tiny_model_dir, data_dir,
                                                                           capsys):
     out = tmp_path / "run"
-    argv = ["train", "--model", tiny_model_dir, "--task", "sst2", "--data-dir", shared_data_dir, "--steps", "1",
+    argv = ["train", "--model", tiny_model_dir, "--task", "sst2", "--data-dir", data_dir, "--steps", "1",
             "--batch-size", "2", "--num-train", "8", "--num-eval", "4", "--num-test", "2", "--lr", "1e-3",
             "--autocast", "none", "--no-progress", "--peft", "none", "--output-dir", out]
     assert run_cli(argv, capsys)[0] == 0

@@ -87,9 +87,9 @@ def test_python_dash_m_entry_point():
         assert cmd in res.stdout
 
 
-def test_compare_export_and_eval_end_to_end(tmp_path, tiny_model_dir, shared_data_dir, capsys):
+def test_compare_export_and_eval_end_to_end(tmp_path, tiny_model_dir, data_dir, capsys):
     out = tmp_path / "cmp"
-    common = ["--model", str(tiny_model_dir), "--task", "sst2", "--data-dir", str(shared_data_dir),
+    common = ["--model", str(tiny_model_dir), "--task", "sst2", "--data-dir", str(data_dir),
               "--steps", "2", "--eval-steps", "1", "--batch-size", "4", "--num-train", "16", "--num-eval", "8",
               "--num-test", "8", "--lr", "1e-3", "--eps", "1e-2", "--autocast", "none", "--no-progress"]
     assert main(["compare", *common, "--objective", "cross_entropy", "--objective", "accuracy",
@@ -117,7 +117,7 @@ def test_compare_export_and_eval_end_to_end(tmp_path, tiny_model_dir, shared_dat
     assert main(["export", "--run-dir", str(run), "--step", "final", "--output", str(tmp_path / "exported")]) == 0
     assert (tmp_path / "exported" / "config.json").is_file()
     capsys.readouterr()
-    base = ["--task", "sst2", "--split", "validation", "--n", "8", "--data-dir", str(shared_data_dir)]
+    base = ["--task", "sst2", "--split", "validation", "--n", "8", "--data-dir", str(data_dir)]
     assert main(["eval", "--model", str(tmp_path / "exported"), *base]) == 0
     exported = json.loads(capsys.readouterr().out)
     assert main(["eval", "--run-dir", str(run), "--step", "final", *base]) == 0
@@ -125,12 +125,12 @@ def test_compare_export_and_eval_end_to_end(tmp_path, tiny_model_dir, shared_dat
     assert exported["metrics"] == replayed["metrics"] and replayed["step"] == 2
 
 
-def test_train_command_writes_a_run(tmp_path, tiny_model_dir, shared_data_dir, capsys):
+def test_train_command_writes_a_run(tmp_path, tiny_model_dir, data_dir, capsys):
     out = tmp_path / "run"
     cfg = tmp_path / "train.yaml"
     cfg.write_text(f"model: {tiny_model_dir}\ntask: sst2\nreward: [cross_entropy]\nsteps: 2\nbatch_size: 4\n"
                    f"num_train: 16\nnum_eval: 8\nnum_test: 8\nautocast: none\nprogress: false\nlr: 1.0e-3\n")
-    assert main(["train", "--config", str(cfg), "--data-dir", str(shared_data_dir), "--output-dir", str(out)]) == 0
+    assert main(["train", "--config", str(cfg), "--data-dir", str(data_dir), "--output-dir", str(out)]) == 0
     lines = capsys.readouterr().out.splitlines()
     summary = json.loads((out / "summary.json").read_text())
     assert lines[-2].startswith(f"results in {out}: summary.json, metrics.jsonl, curves.png, checkpoint/")
@@ -144,9 +144,9 @@ def test_train_command_writes_a_run(tmp_path, tiny_model_dir, shared_data_dir, c
     assert json.loads((out / "config.json").read_text())["model"] == str(tiny_model_dir)
 
 
-def test_baseline_command(tmp_path, tiny_model_dir, shared_data_dir, capsys):
+def test_baseline_command(tmp_path, tiny_model_dir, data_dir, capsys):
     assert main(["baseline", "--method", "lp", "--model", str(tiny_model_dir), "--task", "sst2",
-                 "--data-dir", str(shared_data_dir), "--num-train", "16", "--num-test", "8",
+                 "--data-dir", str(data_dir), "--num-train", "16", "--num-test", "8",
                  "--output-dir", str(tmp_path)]) == 0
     result = json.loads(capsys.readouterr().out)
     assert result["method"] == "lp" and 0.0 <= result["test"]["accuracy"] <= 1.0

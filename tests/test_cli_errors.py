@@ -116,9 +116,9 @@ def test_rewards_that_do_not_fit_the_task_or_the_model_are_refused_before_any_da
 
 
 def test_a_reward_needing_a_column_the_task_lacks_is_refused_before_the_model_loads(unloadable_models, out,
-                                                                                   shared_data_dir, capsys):
+                                                                                   data_dir, capsys):
     # the columns are known once the examples are read (before the model: this one has no weights)
-    rc, _, err = run_cli(["train", "--model", unloadable_models["causal"], "--data-dir", shared_data_dir,
+    rc, _, err = run_cli(["train", "--model", unloadable_models["causal"], "--data-dir", data_dir,
                           "--task", "sst2", "--reward", "squad_f1", "--output-dir", out], capsys)
     assert_one_line_error(rc, err, "reward 'squad_f1' needs column(s) ['answers']", "['label', 'sentence']")
 
@@ -171,13 +171,13 @@ def test_eval_checks_its_options_too(capsys):
     assert_one_line_error(rc, err, "--n", "-2")
 
 
-def test_a_second_run_on_the_same_output_directory_is_refused(tmp_path, tiny_model_dir, shared_data_dir, capsys):
+def test_a_second_run_on_the_same_output_directory_is_refused(tmp_path, tiny_model_dir, data_dir, capsys):
     from mezo_rl.training.runguard import RunLock
 
     busy = tmp_path / "busy"
     with RunLock(busy):
         before = sorted(p.name for p in busy.iterdir())
-        rc, _, err = run_cli(["train", "--output-dir", busy, "--model", tiny_model_dir, "--data-dir", shared_data_dir,
+        rc, _, err = run_cli(["train", "--output-dir", busy, "--model", tiny_model_dir, "--data-dir", data_dir,
                               "--steps", "1", "--no-progress"], capsys)
         assert_one_line_error(rc, err, str(busy), "in use by another mezo-rl run", f"pid {os.getpid()}")
         assert sorted(p.name for p in busy.iterdir()) == before  # nothing written beside the holder's lock

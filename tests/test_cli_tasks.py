@@ -110,10 +110,10 @@ def test_compare_takes_the_task_options(tmp_path, tiny_model_dir, reviews, capsy
     ("one_short", "returned 3 values for a batch of 4"),
 ])
 def test_a_reward_failing_mid_run_names_itself_and_leaves_the_checkpoint(reward, culprit, tmp_path, tiny_model_dir,
-                                                                          shared_data_dir, capsys):
+                                                                          data_dir, capsys):
     out = tmp_path / "run"
     ref = f"{TESTS / 'user_rewards' / 'bad_rewards.py'}:{reward}"
-    rc, _, err = run_cli(["train", "--model", tiny_model_dir, "--task", "sst2", "--data-dir", shared_data_dir,
+    rc, _, err = run_cli(["train", "--model", tiny_model_dir, "--task", "sst2", "--data-dir", data_dir,
                           "--reward", "cross_entropy", "--reward", ref, "--reward-weights", "1,0", *FAST,
                           "--output-dir", out], capsys)
     assert_one_line_error(rc, err, f"reward '{ref}'", culprit)

@@ -378,14 +378,14 @@ def _step_records(run_dir) -> list[dict]:
 
 
 @pytest.mark.slow  # two CLI runs: ~40 s with a warm torch.compile cache, ~2 min cold
-def test_torchrun_mezo_rl_train_matches_a_single_process_run(tmp_path, tiny_causal_lm, shared_data_dir):
+def test_torchrun_mezo_rl_train_matches_a_single_process_run(tmp_path, tiny_causal_lm, data_dir):
     from mezo_rl.training.rundir import CHECKPOINT_DIR, TRAJECTORY_FILE
     from mezo_rl.engine.trajectory import Trajectory
 
     model, tokenizer = tiny_causal_lm
     model.save_pretrained(tmp_path / "model")
     tokenizer.save_pretrained(tmp_path / "model")
-    common = ["--model", str(tmp_path / "model"), "--task", "sst2", "--data-dir", str(shared_data_dir),
+    common = ["--model", str(tmp_path / "model"), "--task", "sst2", "--data-dir", str(data_dir),
               "--reward", "cross_entropy", "--steps", "3", "--batch-size", "5", "--num-train", "20",
               "--num-eval", "8", "--num-test", "8", "--lr", "1e-3", "--autocast", "none", "--no-progress"]
     _run_cli(["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"],
@@ -405,7 +405,7 @@ def test_torchrun_mezo_rl_train_matches_a_single_process_run(tmp_path, tiny_caus
     from mezo_rl.model.lm import LanguageModel
     from tasks import get_task
 
-    train = get_task("sst2").load_split("train", data_dir=shared_data_dir, n=20, seed=0)
+    train = get_task("sst2").load_split("train", data_dir=data_dir, n=20, seed=0)
     with torch.no_grad():
         scores = LanguageModel(model, tokenizer).score([e.prompt for e in train], [e.candidates for e in train])
     longest = max(len(tokenizer(e.prompt + c)["input_ids"]) for e in train for c in e.candidates)

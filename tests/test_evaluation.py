@@ -18,10 +18,10 @@ class ListTask(Task):
         return self._examples
 
 
-def test_classification_accuracy_is_argmax_of_mean_loglik(tiny_causal_lm, shared_data_dir):
+def test_classification_accuracy_is_argmax_of_mean_loglik(tiny_causal_lm, data_dir):
     lm = LanguageModel(*tiny_causal_lm, batch_size=5)
     task = get_task("sst2")
-    exs = task.load_split("validation", shared_data_dir, n=12, seed=0)
+    exs = task.load_split("validation", data_dir, n=12, seed=0)
     with torch.no_grad():
         scores = lm.score([e.prompt for e in exs], [e.candidates for e in exs])
     expected = sum(int(s.mean.argmax()) == e.label for s, e in zip(scores, exs)) / len(exs)
@@ -100,20 +100,20 @@ def test_the_same_examples_in_another_order_make_the_same_forward_passes(tiny_ca
         assert other_prefills == prefills and result == first
 
 
-def test_masked_lm_uses_the_table13_prompt(tiny_masked_lm, shared_data_dir):
+def test_masked_lm_uses_the_table13_prompt(tiny_masked_lm, data_dir):
     lm = LanguageModel(*tiny_masked_lm)
-    exs = get_task("sst5").load_split("test", shared_data_dir, n=6, seed=0)
+    exs = get_task("sst5").load_split("test", data_dir, n=6, seed=0)
     res = evaluate(lm, get_task("sst5"), exs)
     assert res["n"] == 6 and 0.0 <= res["accuracy"] <= 1.0
     with pytest.raises(ValueError, match="no masked-LM prompt"):
-        evaluate(lm, get_task("copa"), get_task("copa").load_split("test", shared_data_dir, n=2))
+        evaluate(lm, get_task("copa"), get_task("copa").load_split("test", data_dir, n=2))
 
 
-def test_in_context_demonstrations_change_the_prompt(tiny_causal_lm, shared_data_dir):
+def test_in_context_demonstrations_change_the_prompt(tiny_causal_lm, data_dir):
     lm = LanguageModel(*tiny_causal_lm)
     task = get_task("rte")
-    exs = task.load_split("test", shared_data_dir, n=4, seed=0)
-    demos = task.load_split("train", shared_data_dir, n=2, seed=0)
+    exs = task.load_split("test", data_dir, n=4, seed=0)
+    demos = task.load_split("train", data_dir, n=2, seed=0)
     icl = evaluate(lm, task, exs, demonstrations=demos)
     prompts = [with_demonstrations(task, e, demos).prompt for e in exs]
     assert all(p.startswith(task.demonstration(demos[0]) + "\n\n") for p in prompts)

@@ -139,7 +139,7 @@ def test_a_crashing_cell_is_recorded_as_failed_with_the_cli_error(tmp_path):
     assert rec["wall_time_s"] > 0 and rec["peak_rss_mb"] > 0
 
 
-def test_a_cell_stopped_part_way_continues_from_its_checkpoint(tmp_path, tiny_model_dir, shared_data_dir):
+def test_a_cell_stopped_part_way_continues_from_its_checkpoint(tmp_path, tiny_model_dir, data_dir):
     """A MeZO cell killed at step 3 of 6 is resumed by the next suite run (the real CLI with --resume),
     not started over: its first 3 steps and their records are kept, and the record says so."""
     from mezo_rl.training.callbacks import TrainerCallback
@@ -147,7 +147,7 @@ def test_a_cell_stopped_part_way_continues_from_its_checkpoint(tmp_path, tiny_mo
     from mezo_rl.training.arguments import TrainingArguments
     from mezo_rl.training.trainer import Trainer, TrainingInterrupted
 
-    argv = ["train", "--model", str(tiny_model_dir), "--task", "sst2", "--data-dir", str(shared_data_dir),
+    argv = ["train", "--model", str(tiny_model_dir), "--task", "sst2", "--data-dir", str(data_dir),
             "--reward", "cross_entropy", "--steps", "6", "--eval-steps", "3", "--batch-size", "4", "--num-train", "16",
             "--num-eval", "4", "--num-test", "4", "--lr", "1e-3", "--eps", "1e-2", "--autocast", "none",
             "--no-progress", "--seed", "3"]

@@ -9,10 +9,10 @@ from mezo_rl.training.defaults import MODE_DEFAULTS
 from mezo_rl.training.rundir import CHECKPOINT_DIR, CONFIG_FILE, TRAJECTORY_FILE
 
 
-def test_config_json_has_no_nulls_and_repeats_the_run(tmp_path, tiny_model_dir, shared_data_dir, monkeypatch):
+def test_config_json_has_no_nulls_and_repeats_the_run(tmp_path, tiny_model_dir, data_dir, monkeypatch):
     first, again = tmp_path / "first", tmp_path / "again"
     # every per-mode option left to its default (--peft norm: lr, eps, noise, normalize, n_spsa, weight decay)
-    assert main(["train", "--model", str(tiny_model_dir), "--task", "sst2", "--data-dir", str(shared_data_dir),
+    assert main(["train", "--model", str(tiny_model_dir), "--task", "sst2", "--data-dir", str(data_dir),
                  "--steps", "3", "--batch-size", "4", "--num-train", "16", "--num-eval", "4", "--num-test", "4",
                  "--autocast", "none", "--no-progress", "--output-dir", str(first)]) == 0
     config = json.loads((first / CONFIG_FILE).read_text())

@@ -1,11 +1,20 @@
-"""Tasks: the paper's prompts verbatim, real-data loading for every built-in task, splits and sampling,
-the registry, in-context demonstrations (user file tasks: test_user_tasks.py), clear errors."""
+"""Tasks: the paper's prompts verbatim, file loading for every built-in task, splits and sampling,
+the registry, in-context demonstrations (user file tasks: test_user_tasks.py), clear errors.
+
+The file tests run on tests/data (made-up rows in each task's format); their ``real`` variants, marked
+slow, run the same checks on the real data directory."""
 
 import pytest
 
 import tasks
 from tasks import (KINDS, PAPER_TASKS, Example, UnknownTaskError, get_task, list_tasks, register_task,
                    sample_per_class, with_demonstrations)
+
+
+@pytest.fixture(params=["fixtures", pytest.param("real", marks=pytest.mark.slow)])
+def files(request):
+    """(which, directory): tests/data, and (slow) the real data directory."""
+    return request.param, request.getfixturevalue("data_dir" if request.param == "fixtures" else "shared_data_dir")
 
 
 def test_all_paper_tasks_are_registered():
@@ -17,10 +26,13 @@ def test_all_paper_tasks_are_registered():
 
 
 @pytest.mark.parametrize("name", PAPER_TASKS)
-def test_every_builtin_task_renders_real_data(name, shared_data_dir):
+def test_every_builtin_task_renders_its_files(name, files):
+    which, data = files
     task = get_task(name)
-    for split in ("train", "validation", "test"):
-        exs = task.load_split(split, data_dir=shared_data_dir, n=20, seed=1)
+    # DROP fills test to ~1000 questions before validation and train: the three fixture passages are all test
+    splits = ("test",) if (name, which) == ("drop", "fixtures") else ("train", "validation", "test")
+    for split in splits:
+        exs = task.load_split(split, data_dir=data, n=20, seed=1)
         assert 0 < len(exs) <= 20
         for ex in exs:
             assert isinstance(ex.prompt, str) and isinstance(ex.columns, dict)
@@ -36,6 +48,76 @@ def test_every_builtin_task_renders_real_data(name, shared_data_dir):
             assert task.demonstration(ex).startswith(ex.prompt)
 
 
+def test_paper_prompts_on_the_fixture_rows(data_dir):
+    """Each template on the first test row of tests/data, the rows chosen to exercise its edge cases."""
+    def first(name, split="test"):
+        return get_task(name).examples(split, data_dir)[0]
+
+    ex = first("rte")  # Table 13's mask prompt drops the premise's final period and lower-cases the hypothesis
+    assert ex.prompt == ('The old bridge over the river, built in 1890, was closed for repairs last spring.\n'
+                         'Does this mean that "The bridge was closed." is true? Yes or No?\n')
+    assert ex.candidates == ["Yes", "No"] and ex.label == 0
+    assert ex.mask_prompt == "The old bridge over the river, built in 1890, was closed for repairs last spring? [MASK], the bridge was closed."
+
+    ex = first("cb")
+    assert ex.prompt == ('Suppose Mia looked at the map for a long time. Was she lost? '
+                         'Can we infer that "Mia was lost"? Yes, No, or Maybe?\n')
+    assert ex.candidates == ["Yes", "No", "Maybe"] and ex.label == 2  # neutral
+
+    ex = first("copa")  # the premise loses its period, the choices their capital, except "I"
+    assert ex.prompt == "The girl dropped the glass so"
+    assert ex.candidates == [" it broke into pieces.", " I laughed at the cat."] and ex.label == 0
+
+    ex = first("wic")
+    assert ex.prompt == ('Does the word "class" have the same meaning in these two sentences? Yes, No?\n'
+                         "She teaches a class of twenty pupils.\nThe hotel offers travel in first class.\n")
+    assert ex.candidates == ["No", "Yes"] and ex.label == 0
+
+    ex = first("wsc")  # the pronoun lower-cased
+    assert ex.prompt == ('Jack told Leo about the storm. He laughed at the news.\n'
+                         'In the previous sentence, does the pronoun "he" refer to Leo? Yes or No?\n')
+    assert ex.label == 1
+
+    ex = first("boolq")  # the question capitalised, with a question mark
+    assert ex.prompt.endswith(" the width of the earth. Is the moon bigger than the earth?\n") and ex.label == 0
+
+    ex = first("squad")  # repeated gold answers kept once, each a continuation of "Answer:"
+    assert ex.prompt == ("Title: Lake_Verna\nContext: Lake Verna lies above Alde. Its deepest point, 40 metres, is near "
+                         "the northern shore.\nQuestion: What is the lake near?\nAnswer:")
+    assert ex.answers == [" Alde", " above Alde"]
+
+    ex = first("drop")  # a number, a span and a date answer; a question without an answer is left out
+    assert ex.prompt.startswith("Passage: The Hawks scored two field goals") and ex.prompt.endswith(
+        "\nQuestion: How many field goals did the Hawks score?\nAnswer:")
+    assert [e.answers for e in get_task("drop").examples("test", data_dir)][-3:] == [[" the town"], [" 300"], [" May 4 2018"]]
+
+    ex = first("sst2")
+    assert ex.prompt == "a small , kind film that earns every one of its tears . It was"
+    assert ex.candidates == [" terrible", " great"] and ex.label == 1
+    assert ex.mask_prompt == "a small , kind film that earns every one of its tears . It was [MASK]."
+
+    ex = first("sst5")  # PTB brackets restored
+    assert ex.prompt == "the ( long ) middle part is fine . It was" and ex.candidates[ex.label] == " okay."
+
+    ex = first("trec")
+    assert ex.prompt == "" and ex.candidates[5] == "Number: How many moons does the planet have ?" and ex.label == 5
+    assert ex.mask_prompt == "[MASK]: How many moons does the planet have ?"
+
+    ex = first("mnli")
+    assert ex.prompt == "The new park is quiet enough?"
+    assert ex.candidates[1] == " Maybe, everyone likes the new park" and ex.label == 1
+
+    ex = first("multirc")
+    assert ex.prompt.endswith('\nQuestion: What blocked Hill Road?\nI found this answer "Fallen trees". Is that correct? Yes or No?\n')
+    assert ex.label == 1
+
+    ex = first("record")  # one candidate per distinct entity, the first gold entity the label
+    assert ex.prompt.startswith("Lima (News) -- ") and "\n- Ana Ruiz opens a new restaurant\n" in ex.prompt
+    assert ex.candidates == [f"{e} said the menu will change every week." for e in ("Lima", "Ana Ruiz", "Luis Vega")]
+    assert ex.label == 1
+
+
+@pytest.mark.slow
 def test_paper_prompts_verbatim(shared_data_dir):
     def first(name, split="test"):
         return get_task(name).examples(split, shared_data_dir)[0]
@@ -87,43 +169,50 @@ def test_paper_prompts_verbatim(shared_data_dir):
     assert ex.prompt.endswith(" Does ethanol take more energy make that produces?\n")
 
 
-def test_splits_are_disjoint_and_sampling_is_seeded(shared_data_dir):
+def test_splits_are_disjoint_and_sampling_is_seeded(files):
+    which, data = files
+    (n_train_file, n_val), n_passages = {"fixtures": ((40, 20), 3), "real": ((2490, 500), 217)}[which]
     task = get_task("rte")
-    train = {ex.columns["idx"] for ex in task.examples("train", shared_data_dir)}
-    val = {ex.columns["idx"] for ex in task.examples("validation", shared_data_dir)}
-    assert len(val) == 500 and len(train) == 2490 - 500 and not train & val
-    a = task.load_split("train", shared_data_dir, n=50, seed=3)
-    assert [e.prompt for e in a] == [e.prompt for e in task.load_split("train", shared_data_dir, n=50, seed=3)]
-    assert [e.prompt for e in a] != [e.prompt for e in task.load_split("train", shared_data_dir, n=50, seed=4)]
+    train = {ex.columns["idx"] for ex in task.examples("train", data)}
+    val = {ex.columns["idx"] for ex in task.examples("validation", data)}
+    assert len(val) == n_val and len(train) == n_train_file - n_val and not train & val
+    a = task.load_split("train", data, n=10, seed=3)
+    assert [e.prompt for e in a] == [e.prompt for e in task.load_split("train", data, n=10, seed=3)]
+    assert [e.prompt for e in a] != [e.prompt for e in task.load_split("train", data, n=10, seed=4)]
     drop = get_task("drop")
-    ids = {s: {e.columns["passage_id"] for e in drop.examples(s, shared_data_dir)} for s in ("train", "validation", "test")}
+    ids = {s: {e.columns["passage_id"] for e in drop.examples(s, data)} for s in ("train", "validation", "test")}
     assert not ids["train"] & ids["test"] and not ids["train"] & ids["validation"] and not ids["validation"] & ids["test"]
+    assert len(ids["train"] | ids["validation"] | ids["test"]) == n_passages  # every passage in exactly one split
 
 
-def test_k_per_class_and_lmbff_files(shared_data_dir):
+def test_k_per_class_and_lmbff_files(files):
+    which, data = files
+    k, k_file = {"fixtures": (4, 2), "real": (16, 16)}[which]  # per class: sampled from train; in the k-shot files
     task = get_task("sst5")
-    exs = task.load_split("train", shared_data_dir, k=16, seed=13)
-    assert len(exs) == 80 and all(sum(e.label == c for e in exs) == 16 for c in range(5))
-    kshot = get_task("trec").load_kshot_files("train", seed=42, data_dir=shared_data_dir)
-    assert len(kshot) == 96 and all(sum(e.label == c for e in kshot) == 16 for c in range(6))
-    mnli = get_task("mnli").load_kshot_files("validation", seed=13, data_dir=shared_data_dir)
-    assert len(mnli) == 48
-    assert len(get_task("sst2").load_kshot_files("test", seed=13, data_dir=shared_data_dir)) == 872
+    exs = task.load_split("train", data, k=k, seed=13)
+    assert len(exs) == 5 * k and all(sum(e.label == c for e in exs) == k for c in range(5))
+    kshot = get_task("trec").load_kshot_files("train", seed=42, data_dir=data)
+    assert len(kshot) == 6 * k_file and all(sum(e.label == c for e in kshot) == k_file for c in range(6))
+    mnli = get_task("mnli").load_kshot_files("validation", seed=13, data_dir=data)
+    assert len(mnli) == 3 * {"fixtures": 3, "real": 16}[which]
+    # the real SST-2 k-shot test file is the dev set; tests/data has none, so the task's own test split stands in
+    sst2 = get_task("sst2")
+    assert len(sst2.load_kshot_files("test", seed=13, data_dir=data)) == len(sst2.examples("test", data))
     with pytest.raises(ValueError, match="no LM-BFF"):
-        get_task("copa").load_kshot_files("train", data_dir=shared_data_dir)
+        get_task("copa").load_kshot_files("train", data_dir=data)
     with pytest.raises(ValueError, match="k-shot sampling needs labelled"):
         sample_per_class([Example("q", answers=[" a"])], 2, 0)
 
 
-def test_missing_files_are_reported_with_a_warning_or_an_error(shared_data_dir, tmp_path, caplog, monkeypatch):
+def test_missing_files_are_reported_with_a_warning_or_an_error(data_dir, tmp_path, caplog, monkeypatch):
     with caplog.at_level("WARNING", logger="tasks"):
         tasks.data._warned.clear()
-        get_task("boolq").load_split("train", shared_data_dir)
+        get_task("boolq").load_split("train", data_dir)
     assert "BoolQ train file is missing" in caplog.text
     with pytest.raises(FileNotFoundError, match="SST-2/train.tsv"):
         get_task("sst2").load_split("train", data_dir=tmp_path)
     with pytest.raises(ValueError, match="split must be one of"):
-        get_task("sst2").load_split("dev", data_dir=shared_data_dir)
+        get_task("sst2").load_split("dev", data_dir=data_dir)
 
 
 def test_registry_suggests_close_names_and_accepts_classes_functions_instances():
@@ -148,27 +237,27 @@ def test_registry_suggests_close_names_and_accepts_classes_functions_instances()
     assert t.name == "test-fn-task" and t.load_split("test")[0].prompt == "x ?"
 
 
-def test_in_context_demonstrations(shared_data_dir):
+def test_in_context_demonstrations(data_dir):
     task = get_task("sst2")
-    demos = task.load_split("train", shared_data_dir, n=2, seed=0)
-    ex = task.load_split("test", shared_data_dir, n=1, seed=0)[0]
+    demos = task.load_split("train", data_dir, n=2, seed=0)
+    ex = task.load_split("test", data_dir, n=1, seed=0)[0]
     icl = with_demonstrations(task, ex, demos)
     d0, d1 = (task.demonstration(d) for d in demos)
     assert icl.prompt == f"{d0}\n\n{d1}\n\n{ex.prompt}" and d0.endswith(demos[0].candidates[demos[0].label])
     assert icl.candidates == ex.candidates and icl.label == ex.label
     gen = get_task("squad")
-    q = gen.load_split("train", shared_data_dir, n=1)[0]
+    q = gen.load_split("train", data_dir, n=1)[0]
     assert gen.demonstration(q) == q.prompt + q.answers[0]
 
 
-def test_hugging_face_rows_render_like_the_local_files(shared_data_dir):
+def test_hugging_face_rows_render_like_the_local_files(data_dir):
     """The hub layouts (used when no data directory is given) map onto the same prompts and labels."""
     def one(name, row):
         task = get_task(name)
         return [ex for r in task.hf_rows([row]) for ex in task.make(r)]
 
-    (ex,) = one("trec", {"text": "How far is it from Denver to Aspen ?", "coarse_label": 5, "fine_label": 0})
-    local = get_task("trec").examples("test", shared_data_dir)[0]
+    (ex,) = one("trec", {"text": "How many moons does the planet have ?", "coarse_label": 5, "fine_label": 0})
+    local = get_task("trec").examples("test", data_dir)[0]
     assert (ex.candidates, ex.label) == (local.candidates, local.label)
     (ex,) = one("trec", {"text": "What does NASA stand for ?", "coarse_label": 0, "fine_label": 0})
     assert ex.candidates[ex.label].startswith("Expression:")  # hub ABBR -> LM-BFF "Expression"
