@@ -3,9 +3,12 @@ and its reward example is a working reward. Nothing here loads a model or reads 
 from __future__ import annotations
 
 import argparse
+import os
 import pathlib
 import re
 import shlex
+import shutil
+import subprocess
 
 import pytest
 
@@ -121,7 +124,32 @@ def test_the_readme_has_the_commands_a_user_needs():
     firsts = {argv[0] for argv in COMMANDS}
     assert {"train", "eval", "export", "report"} <= firsts
     blocks = [body for lang, body in code_blocks(README) if lang == "bash"]
-    assert "mezo-rl train" in blocks[1] and "python -m pytest" in blocks[1]    # the two commands, first screen
+    assert shell_commands(blocks[0]) == [["make", "train"], ["make", "test"]]   # the two commands, first
+    assert "mezo-rl train" in blocks[1] and "python -m pytest" in blocks[1]      # then the same by hand
+
+
+def test_make_train_and_make_test_run_the_commands_the_readme_shows_by_hand(tmp_path):
+    """In a fresh environment both targets create it, run the manual block's installs in its order (pip of
+    that environment), then its train or test command; ``make -n`` prints the commands without running them."""
+    if shutil.which("make") is None:
+        pytest.skip("make is not installed")
+    venv = tmp_path / "venv"
+
+    def dry_run(target):
+        env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MAKELEVEL", "MFLAGS")}  # under make test too
+        out = subprocess.run(["make", "-n", "--no-print-directory", target, f"VENV={venv}"], cwd=ROOT, env=env,
+                             capture_output=True, text=True, check=True)
+        return out.stdout.replace(f"{venv}/bin/", "").replace(str(venv), ".venv")
+
+    by_hand = shell_commands([body for lang, body in code_blocks(README) if lang == "bash"][1])
+    setup = [["python3", "-m", "venv", ".venv"]] + [["python", "-m", *w] for w in by_hand if w[:2] == ["pip", "install"]]
+    assert len(setup) == 4
+    for target, command in (("train", ["mezo-rl", "train"]), ("test", ["python", "-m", "pytest"])):
+        text = dry_run(target)
+        run = [w for w in shell_commands(text) if w[:2] != ["test", "-x"] and w[0] != "touch"]
+        (manual,) = [w for w in by_hand if w[:len(command)] == command]
+        assert run[:-1] == setup and run[-1][:len(manual)] == manual
+    assert "HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1" in text.splitlines()[-1]  # make test runs offline
 
 
 @pytest.mark.parametrize("argv", COMMANDS, ids=[" ".join(a)[:60] for a in COMMANDS])
