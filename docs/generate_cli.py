@@ -23,7 +23,8 @@ Generated from the parser by `python docs/generate_cli.py` (`mezo-rl COMMAND --h
 `EvalRunArguments`, `BaselineArguments`); each is also accepted with underscores (`--num_train`), and in a
 `--config` YAML/JSON file (the command line wins). Booleans take `--flag` / `--no-flag`; `--reward` and
 `--candidates` are repeatable or comma-separated. `python -m mezo_rl` is the same command as `mezo-rl`.
-What a run writes, resuming, interrupting and errors: [runs.md](runs.md).
+What a run writes, resuming, interrupting and errors: [runs.md](runs.md). What runs gave, with their
+commands: [results.md](results.md).
 """
 TABLE_HEAD = "| option | default | meaning |"
 

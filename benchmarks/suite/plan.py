@@ -76,7 +76,7 @@ class Method:
 # (benchmarks/README.md, engine_sst2); prefix: mezo_rl.training.defaults.MODE_DEFAULTS (paper Table 16); LoRA: the
 # paper's eps with an lr picked on SST-2 validation accuracy at this 200-step budget (seed 0: the paper's
 # 1e-4, tuned for 20,000 steps, leaves validation at 0.565 throughout; best step: 1e-3 0.595, 3e-3 0.675;
-# 1e-2 diverges; benchmarks/README.md, "LoRA's learning rate at 200 steps");
+# 1e-2 diverges; benchmarks/README.md, "Full, LoRA and prefix");
 # metric objective: `mezo-rl train`'s default run (final norm, accuracy reward) on classification,
 # prefix-tuning for SQuAD F1. The final norm runs its own length: its steps skip the frozen trunk (cached).
 # "mezo-metric" on classification is that default run: its 3000 steps are `mezo-rl train`'s default for

@@ -55,9 +55,8 @@ def render_markdown(records: list[dict], plots: dict, notes: list[str] = (), tit
              + (f" ({len(failed)} failed)" if failed else "") + ". Every number below was measured by a run "
              "of the suite; the exact command of each is in [Commands](#commands). Re-render without running: "
              "`python benchmarks/results.py --render-only`. Cells marked \"not measured\" have not been run yet: "
-             "`python benchmarks/results.py --dry-run` lists their commands, and benchmarks/README.md estimates "
-             "their cost. Wall times depend on what else ran on the machine: each record in the JSONL keeps "
-             "the 1-minute load average at the start and end of its cell.", ""]
+             "`python benchmarks/results.py --dry-run` lists their commands. Wall times depend on what else ran "
+             "on the machine: each record in the JSONL keeps the 1-minute load average at the start and end of its cell.", ""]
     lines += _protocol_section(records, tasks)
     machines = sorted({_machine_label(r.get("machine") or {}) for r in ok})
     dates = sorted(r.get("date", "") for r in ok if r.get("date"))
