@@ -56,6 +56,7 @@ from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from mezo_rl.errors import ConfigError, UserError
+from mezo_rl.stats import Moments
 
 from .registry import RESERVED_KEYWORDS, RewardSpec, get_reward
 
@@ -295,8 +296,8 @@ class Objective:
             )
         scales = {}
         for r in self.rewards:
-            n, s, ss = counts[r.name], sums[r.name], float(sq_sums[r.name])
-            var = (ss - s * s / n) / (n - 1) if n > 1 else 0.0
+            n = counts[r.name]
+            var = Moments(sums[r.name], float(sq_sums[r.name]), n).variance(ddof=1) if n > 1 else 0.0
             if var > 0 and math.isfinite(var):
                 scales[r.name] = math.sqrt(var)
             else:
@@ -336,10 +337,7 @@ def group_shape(members: Sequence[Sequence[float | None]], groups: Sequence[int]
         for g, v in zip(groups, vals):
             if v is not None:
                 buckets.setdefault(g, []).append(float(v))
-    stats = {}
-    for g, vs in buckets.items():
-        mean = math.fsum(vs) / len(vs)
-        stats[g] = (mean, math.sqrt(math.fsum((v - mean) ** 2 for v in vs) / len(vs)))
+    stats = {g: (m.mean, m.std(ddof=0)) for g, m in ((g, Moments.of(vs)) for g, vs in buckets.items())}
     return [[None if v is None else (0.0 if stats[g][1] == 0 else (float(v) - stats[g][0]) / stats[g][1])
              for g, v in zip(groups, vals)] for vals in members]
 

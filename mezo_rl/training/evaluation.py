@@ -24,13 +24,13 @@ training objectives agree.
 from __future__ import annotations
 
 import json
-import math
 
 import torch
 from tqdm.auto import tqdm
 
 import rewards
 import tasks
+from mezo_rl.stats import Moments
 from mezo_rl.training.outputs import example_columns, model_outputs
 
 PROGRESS_DELAY_S = 3.0  # an evaluation shorter than this shows no progress bar
@@ -153,11 +153,8 @@ def _input_key(ex) -> tuple:
 
 
 def standard_error(total: float, squares: float, n: int) -> float:
-    """The standard error of a mean from the sum and sum of squares of its n values (sample std / sqrt(n))."""
-    if n < 2:
-        return float("nan")
-    var = max(0.0, (squares - total * total / n) / (n - 1))
-    return math.sqrt(var / n)
+    """The standard error of a mean from the sum and sum of squares of its n values (:class:`mezo_rl.stats.Moments`)."""
+    return Moments(total, squares, n).se
 
 
 def distinct_n(texts: list[str], n: int = 2) -> float:

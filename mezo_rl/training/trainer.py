@@ -23,6 +23,7 @@ import gc
 import math
 import pathlib
 import resource
+import statistics
 import time
 from typing import Any, Callable, Optional
 
@@ -32,6 +33,7 @@ import torch
 import rewards
 from mezo_rl.engine.trajectory import STATUS
 from mezo_rl.errors import ConfigError, UserError
+from mezo_rl.stats import Moments
 from mezo_rl.training import rundir
 from mezo_rl.training.arguments import TrainingArguments
 from mezo_rl.training.callbacks import ProgressCallback, TensorBoardCallback, TrainerCallback
@@ -168,11 +170,9 @@ class Trainer:
                       for m in range(len(outcomes))]
         record = {}
         for k in names:
-            means = [st["sums"][k] / st["counts"][k] for st in stats if st["counts"][k]]
-            n = sum(st["counts"][k] for st in stats)
-            mean = sum(st["sums"][k] for st in stats) / n
-            record[f"reward/{k}"] = sum(means) / len(means)
-            record[f"reward/{k}/std"] = math.sqrt(max(0.0, sum(st["sq_sums"][k] for st in stats) / n - mean * mean))
+            members = [Moments(st["sums"][k], st["sq_sums"][k], st["counts"][k]) for st in stats]
+            record[f"reward/{k}"] = statistics.fmean(m.mean for m in members if m.count)
+            record[f"reward/{k}/std"] = sum(members, Moments()).std(ddof=0)
         return losses, record
 
     def compute_loss(self, examples, sample_seed: Optional[int] = None) -> float:
