@@ -533,15 +533,6 @@ def from_prompts(source, prompt_column: str | None = None, template: str | None 
 
 
 # ---------------------------------------------------------------------------------------- from options
-def data_task_options(template=None, label_column=None, candidates=None, target_column=None, validation_file=None,
-                      test_file=None, dataset_config=None, prompt_column=None) -> dict:
-    """The options that describe a data task, without the unset ones."""
-    given = dict(template=template, label_column=label_column, candidates=candidates, target_column=target_column,
-                 validation_file=validation_file, test_file=test_file, dataset_config=dataset_config,
-                 prompt_column=prompt_column)
-    return {k: v for k, v in given.items() if v not in (None, [], ())}
-
-
 def is_data_task(spec, options: dict, registered) -> bool:
     """Whether ``spec`` (with the data options ``options``) names a data file or a dataset rather than a
     registered task or code: a ``datasets`` object, a path ending in .jsonl/.json/.csv/.tsv/.parquet/.arrow,

@@ -172,10 +172,9 @@ def test_dataset_directory_of_data_files_and_its_errors(offline_cache):
 
 
 def test_command_line_options_pick_and_check_a_data_task(review_file, tmp_path):
-    from tasks.user import check_data_task, data_task, data_task_options, is_data_task
+    from tasks.user import check_data_task, data_task, is_data_task
 
-    opts = data_task_options(template="{text} It was", label_column="label", candidates=["bad", "good"])
-    assert opts == {"template": "{text} It was", "label_column": "label", "candidates": ["bad", "good"]}
+    opts = {"template": "{text} It was", "label_column": "label", "candidates": ["bad", "good"]}
     registered = ["sst2"]
     assert is_data_task(str(review_file), {}, registered)  # a data file by its suffix, even without options
     assert is_data_task("someone/reviews", opts, registered)  # a hub id: not registered, options given

@@ -6,7 +6,7 @@ masked-LM prompt for a masked LM and the gold answer as the only candidate for g
 teacher forcing) and/or completions (``lm.generate``), plus the labels and every dataset column.
 An ``rewards.Objective`` turns those into values (``process_results``): :func:`objective_outputs`.
 
-Training (``Trainer.compute_loss``), evaluation (``mezo_rl.training.evaluation.evaluate``: a report-only
+Training (``Trainer.member_outcome``), evaluation (``mezo_rl.training.evaluation.evaluate``: a report-only
 objective summed over batches) and the backprop baseline (``mezo_rl.cli.baselines``) all go through
 :func:`model_outputs`, so a metric that works as a training reward works as an evaluation metric.
 """

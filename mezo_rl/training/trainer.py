@@ -175,11 +175,6 @@ class Trainer:
             record[f"reward/{k}/std"] = sum(members, Moments()).std(ddof=0)
         return losses, record
 
-    def compute_loss(self, examples, sample_seed: Optional[int] = None) -> float:
-        """The objective's loss on ``examples`` at the weights in place: one member, no shaping (every rank
-        gets the same loss)."""
-        return self.member_losses([self.member_outcome(examples, sample_seed)])[0][0]
-
     def member_outcomes(self, examples, members, sample_seed: Optional[int] = None) -> list:
         """:meth:`member_outcome` of every member of a batched step (``--evaluation batched``), from one
         member-batched pass (``mezo_rl.training.outputs.member_objective_outputs``; the weights stay in place).
