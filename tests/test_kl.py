@@ -89,3 +89,25 @@ def test_kl_with_only_some_tensors_trainable(tiny_causal_lm):
 def test_kl_sums():
     assert (KLSums(1.0, 2) + KLSums(2.0, 4)).mean == 0.5
     assert KLSums().mean != KLSums().mean  # NaN without tokens
+
+
+def test_evaluate_reports_kl_on_a_prompt_task(tiny_causal_lm, tmp_path):
+    import json
+
+    import rewards
+    from mezo_rl.training.evaluation import evaluate
+    from tasks import from_prompts
+
+    model, tok = tiny_causal_lm
+    path = tmp_path / "p.jsonl"
+    path.write_text("".join(json.dumps({"prompt": f"{p} {i}"}) + "\n" for i, p in enumerate(PROMPTS * 5)))
+    task = from_prompts(path)
+    examples = task.load_split("validation") + task.load_split("test")
+    objective = rewards.build_objective([lambda completions, **kw: [float(len(c)) for c in completions]])
+    lm = LanguageModel(model, tok)
+    start = StartingPoint(model)
+    at_start = evaluate(lm, task, examples, max_new_tokens=6, objective=objective, reference=start)
+    assert at_start["kl"] == 0.0 and at_start["kl_tokens"] > 0
+    _perturb(model)
+    assert evaluate(lm, task, examples, max_new_tokens=6, objective=objective, reference=start)["kl"] > 0
+    assert "kl" not in evaluate(lm, task, examples, max_new_tokens=6, objective=objective)

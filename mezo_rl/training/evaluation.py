@@ -8,7 +8,8 @@
   standard error (``<reward>/se``), the weighted ``objective`` (``sum_k w_k * mean_k``, loss-like rewards
   negated; :data:`OBJECTIVE`) with its standard error, and two measures that expose reward hacking:
   ``distinct_2`` (distinct word bigrams over all bigrams of the completions) and ``completion_chars``
-  (their mean length).
+  (their mean length); given the starting model (``reference``), ``kl``: the mean per-token KL of the
+  policy to it over the completions (exact over the vocabulary, :mod:`mezo_rl.training.kl`).
 
 The metric functions are the rewards of the same names (``rewards.get_reward``), so evaluation and
 training objectives agree.
@@ -31,7 +32,8 @@ from tqdm.auto import tqdm
 import rewards
 import tasks
 from mezo_rl.stats import Moments
-from mezo_rl.training.outputs import example_columns, model_outputs
+from mezo_rl.training.kl import KL, KLSums, completion_kl
+from mezo_rl.training.outputs import example_columns, model_outputs, prompt_texts
 
 PROGRESS_DELAY_S = 3.0  # an evaluation shorter than this shows no progress bar
 # Examples per call to the model (at least batch_size): the model orders a call's prompts by length into
@@ -53,6 +55,7 @@ def evaluate(
     desc: str = "evaluating",
     objective=None,
     on_batch=None,
+    reference=None,
 ) -> dict:
     """Metric name -> mean value over ``examples``, plus ``"n"`` (the number of examples).
 
@@ -77,6 +80,8 @@ def evaluate(
         on_batch: called as ``on_batch(examples, outputs, values)`` after each batch (``outputs``: the
             :class:`~mezo_rl.training.outputs.ModelOutputs`; ``values``: reward name -> per-example values), e.g.
             to keep sample completions.
+        reference: a prompt task's starting model (a :class:`mezo_rl.training.kl.StartingPoint` of ``lm``'s
+            trainable tensors): the metrics then include ``kl`` (and ``kl_tokens``, the tokens it covers).
         progress: show a tqdm progress bar (on stderr) once the evaluation has taken more than
             ``PROGRESS_DELAY_S`` seconds (generation on a few hundred examples does; scoring a
             hundred examples usually does not); ``desc`` labels it.
@@ -111,6 +116,7 @@ def evaluate(
     counts = dict.fromkeys(report.names, 0)
     squares = dict.fromkeys(report.names, 0.0)
     weighted: list[float] = []  # prompts: each example's weighted reward
+    kl = KLSums()
     texts: list[str] = []
     bar = tqdm(total=len(examples), desc=desc, unit="ex", delay=PROGRESS_DELAY_S, leave=False, disable=not progress,
                dynamic_ncols=True)
@@ -126,6 +132,9 @@ def evaluate(
                 squares[name] += out.sq_sums[name]
             if prompts_task:
                 texts += outputs.texts
+                if reference is not None:
+                    kl = kl + completion_kl(lm, reference, prompt_texts(lm, [batch[g] for g in outputs.groups]),
+                                            outputs.texts, batch_size=batch_size)
                 for i in range(len(batch)):
                     parts = [(weights[s.name] * (1.0 if s.higher_is_better else -1.0), out.values[s.name][i])
                              for s in report.rewards if weights[s.name]]
@@ -142,6 +151,8 @@ def evaluate(
         result[f"{OBJECTIVE}/se"] = standard_error(sum(weighted), sum(v * v for v in weighted), len(weighted))
         result["distinct_2"] = distinct_n(texts, 2)
         result["completion_chars"] = sum(map(len, texts)) / len(texts)
+        if reference is not None:
+            result[KL], result[f"{KL}_tokens"] = kl.mean, kl.tokens
     result["n"] = len(examples)
     return result
 
