@@ -69,7 +69,7 @@ class HeldOutReward(TrainerCallback):
         self.before = self._measure(trainer)
 
     def on_step_end(self, trainer, record):
-        if trainer.step == trainer.args.steps:  # the final weights, before the trainer restores its best step
+        if trainer.step == trainer.args.max_steps:  # the final weights, before the trainer restores its best step
             self.after = self._measure(trainer)
 
 

@@ -5,8 +5,8 @@ import dataclasses
 
 import pytest
 
-from mezo_rl.training.arguments import BaselineArguments, EvalRunArguments, TrainingArguments, parse_step
-from mezo_rl.training.defaults import MODE_ALIASES, MODE_DEFAULTS, MODES, PROMPT_TASK_DEFAULTS, mezo_options
+from mezo_rl.training.arguments import BaselineArguments, EvalRunArguments, TrainingArguments, flags, parse_step
+from mezo_rl.training.defaults import FIELD_OF, MODE_ALIASES, MODE_DEFAULTS, MODES, PROMPT_TASK_DEFAULTS, mezo_options
 from mezo_rl.errors import ConfigError
 
 
@@ -17,7 +17,7 @@ def _fields(cls) -> dict:
 @pytest.mark.parametrize("cls", [TrainingArguments, BaselineArguments, EvalRunArguments])
 def test_every_declared_choice_minimum_and_bound_is_checked(cls):
     for f in dataclasses.fields(cls):
-        opt = "--" + f.name.replace("_", "-")  # the message names the option as the user typed it
+        opt = flags(f)  # the message names the option as the user may have typed it: --max-steps / --steps
         if "choices" in f.metadata:
             with pytest.raises(ValueError, match=f"{opt}: got 'bogus', accepted: " + ", ".join(f.metadata["choices"])):
                 cls(**{f.name: "bogus"})
@@ -40,17 +40,17 @@ def test_every_declared_choice_minimum_and_bound_is_checked(cls):
 
 def test_the_issue_bad_values_and_combinations_are_refused():
     for kwargs, message in ((dict(eps=0), "--eps: got 0.0, accepted: a number > 0"),
-                            (dict(lr=-1), "--lr: got -1.0, accepted: a number >= 0"),
+                            (dict(learning_rate=-1), "--learning-rate / --lr: got -1.0, accepted: a number >= 0"),
                             (dict(reward_normalize="minmax"), "--reward-normalize: got 'minmax', accepted: std"),
-                            (dict(max_new_tokens=0), "--max-new-tokens: got 0, accepted: an integer >= 1"),
+                            (dict(max_completion_length=0), "--max-completion-length / --max-new-tokens: got 0, accepted: an integer >= 1"),
                             (dict(do_sample=True, temperature=0.0), "--do-sample needs --temperature > 0"),
                             (dict(eps="1e-3"), r"--eps: got '1e-3' \(str\), expected a number"),  # a quoted YAML value
-                            (dict(steps=True), r"--steps: got True \(bool\), expected an integer"),
+                            (dict(max_steps=True), r"--max-steps / --steps: got True \(bool\), expected an integer"),
                             (dict(reward=["accuracy"], reward_weights=[1, 2]), "--reward-weights: got 2 weights for 1 rewards")):
         with pytest.raises(ConfigError, match=message):
             TrainingArguments(**kwargs)
     assert TrainingArguments(temperature=0.0).temperature == 0.0  # unused without --do-sample
-    assert TrainingArguments(lr=1, reward_weights=[2]).lr == 1.0 and TrainingArguments(reward_weights=[2]).reward_weights == [2.0]
+    assert TrainingArguments(learning_rate=1, reward_weights=[2]).learning_rate == 1.0 and TrainingArguments(reward_weights=[2]).reward_weights == [2.0]
 
 
 def test_argument_errors_are_config_errors():
@@ -61,10 +61,10 @@ def test_argument_errors_are_config_errors():
 
 
 @pytest.mark.parametrize("cls, names", [
-    (BaselineArguments, {n: n for n in ("model", "task", "data_dir", "num_train", "num_test", "seed", "dtype",
-                                        "eval_batch_size", "max_new_tokens")}),
+    (BaselineArguments, {**{n: n for n in ("model", "task", "data_dir", "num_train", "num_test", "seed", "dtype",
+                                           "eval_batch_size")}, "max_new_tokens": "max_completion_length"}),
     (EvalRunArguments, {"model": "model", "seed": "seed", "data_dir": "data_dir", "dtype": "dtype",
-                        "batch_size": "eval_batch_size", "max_new_tokens": "max_new_tokens"}),
+                        "batch_size": "eval_batch_size", "max_new_tokens": "max_completion_length"}),
 ])
 def test_other_commands_share_the_training_options_defaults(cls, names):
     train, mine = _fields(TrainingArguments), _fields(cls)
@@ -76,19 +76,19 @@ def test_other_commands_share_the_training_options_defaults(cls, names):
 def test_per_mode_defaults_are_resolved_once_and_explicit_values_win():
     for mode in MODES:
         args = TrainingArguments(peft=mode)
-        assert {k: getattr(args, k) for k in MODE_DEFAULTS[mode]} == MODE_DEFAULTS[mode]
+        assert {k: getattr(args, FIELD_OF.get(k, k)) for k in MODE_DEFAULTS[mode]} == MODE_DEFAULTS[mode]
         assert mezo_options(vars(args)) == mezo_options(MODE_DEFAULTS[mode])
-        assert args.eval_steps == max(1, args.steps // 5)
+        assert args.eval_steps == max(1, args.max_steps // 5)
     assert TrainingArguments(peft="none").to_dict() == TrainingArguments(peft="full").to_dict()  # an alias
-    mine = TrainingArguments(steps=7, batch_size=3, n_spsa=5, lr=1e-3, normalize="none")
-    assert (mine.steps, mine.batch_size, mine.n_spsa, mine.lr, mine.eval_steps) == (7, 3, 5, 1e-3, 1)
+    mine = TrainingArguments(max_steps=7, per_device_train_batch_size=3, n_spsa=5, learning_rate=1e-3, normalize="none")
+    assert (mine.max_steps, mine.per_device_train_batch_size, mine.n_spsa, mine.learning_rate, mine.eval_steps) == (7, 3, 5, 1e-3, 1)
     assert mezo_options(vars(mine))["normalize"] is None  # as MeZO takes it
     # what config.json records: no option left to a default that a later version could change
-    assert None not in [mine.to_dict()[k] for k in (*MODE_DEFAULTS["norm"], "eval_steps")]
+    assert None not in [mine.to_dict()[FIELD_OF.get(k, k)] for k in (*MODE_DEFAULTS["norm"], "eval_steps")]
     assert TrainingArguments.from_dict(mine.to_dict()).to_dict() == mine.to_dict()
     # the values norm resolved stay with dataclasses.replace; a variant built from the given options gets its mode's
-    assert dataclasses.replace(mine, peft="prefix").lr == 1e-3
-    assert TrainingArguments(peft="prefix", steps=7).lr == MODE_DEFAULTS["prefix"]["lr"]
+    assert dataclasses.replace(mine, peft="prefix").learning_rate == 1e-3
+    assert TrainingArguments(peft="prefix", max_steps=7).learning_rate == MODE_DEFAULTS["prefix"]["lr"]
 
 
 @pytest.mark.parametrize("task", [dict(task="prompts.jsonl"), dict(task="prompts.csv", prompt_column="question"),
@@ -99,12 +99,12 @@ def test_a_prompt_file_or_dataset_takes_the_prompt_task_run_length(task):
     the other modes, the other task kinds and explicit values are untouched (nothing is read to decide)."""
     args = TrainingArguments(**task)
     expected = {**MODE_DEFAULTS["norm"], **PROMPT_TASK_DEFAULTS["norm"]}
-    assert {k: getattr(args, k) for k in expected} == expected
-    assert args.steps < MODE_DEFAULTS["norm"]["steps"] and args.eval_steps == max(1, args.steps // 5)
-    assert TrainingArguments(**task, steps=7, lr=1e-3).to_dict() | {"steps": args.steps, "lr": args.lr,
-                                                                    "eval_steps": args.eval_steps} == args.to_dict()
+    assert {k: getattr(args, FIELD_OF.get(k, k)) for k in expected} == expected
+    assert args.max_steps < MODE_DEFAULTS["norm"]["steps"] and args.eval_steps == max(1, args.max_steps // 5)
+    assert TrainingArguments(**task, max_steps=7, learning_rate=1e-3).to_dict() | {
+        "max_steps": args.max_steps, "learning_rate": args.learning_rate, "eval_steps": args.eval_steps} == args.to_dict()
     lora = TrainingArguments(**task, peft="lora")
-    assert {k: getattr(lora, k) for k in MODE_DEFAULTS["lora"]} == MODE_DEFAULTS["lora"]
+    assert {k: getattr(lora, FIELD_OF.get(k, k)) for k in MODE_DEFAULTS["lora"]} == MODE_DEFAULTS["lora"]
     # config.json holds the resolved values: a resume or --config repeats them whatever the table later says
     assert TrainingArguments.from_dict(args.to_dict()).to_dict() == args.to_dict()
 
@@ -114,12 +114,13 @@ def test_a_prompt_file_or_dataset_takes_the_prompt_task_run_length(task):
                                   dict(task="my_tasks.py:build")])
 def test_scoring_generation_and_code_tasks_keep_the_mode_row(task):
     args = TrainingArguments(**task)
-    assert {k: getattr(args, k) for k in MODE_DEFAULTS["norm"]} == MODE_DEFAULTS["norm"]
+    assert {k: getattr(args, FIELD_OF.get(k, k)) for k in MODE_DEFAULTS["norm"]} == MODE_DEFAULTS["norm"]
 
 
 def test_an_old_config_with_nulls_resolves_to_the_defaults():
-    old = {**TrainingArguments().to_dict(), "peft": "none", "lr": None, "eps": None, "noise": None, "normalize": None,
-           "n_spsa": None, "weight_decay": None, "steps": None, "batch_size": None, "eval_steps": None}
+    old = {**TrainingArguments().to_dict(), "peft": "none", "learning_rate": None, "eps": None, "noise": None,
+           "normalize": None, "n_spsa": None, "weight_decay": None, "max_steps": None, "per_device_train_batch_size": None,
+           "eval_steps": None}
     assert TrainingArguments.from_dict(old).to_dict() == TrainingArguments(peft="full").to_dict()
 
 

@@ -26,16 +26,17 @@ def test_train_spellings_from_the_issue():
         "--reward-weights", "1,0.5", "--steps", "7", "--batch-size", "3", "--lr", "2e-6", "--eps", "0.01",
         "--eval-steps", "2", "--seed", "5", "--output-dir", "o", "--data-dir", "d", "--resume",
     ])
-    assert (args.model, args.task, args.steps, args.batch_size, args.eval_steps, args.seed) == ("m", "rte", 7, 3, 2, 5)
+    assert (args.model, args.task, args.max_steps, args.per_device_train_batch_size, args.eval_steps, args.seed) == \
+        ("m", "rte", 7, 3, 2, 5)
     assert args.reward == ["accuracy", "cross_entropy"] and args.reward_weights == [1.0, 0.5]
-    assert (args.lr, args.eps, args.output_dir, args.data_dir, args.resume) == (2e-6, 0.01, "o", "d", True)
+    assert (args.learning_rate, args.eps, args.output_dir, args.data_dir, args.resume) == (2e-6, 0.01, "o", "d", True)
 
 
 def test_defaults_underscores_and_negated_flags():
     args = parse_train(["--batch_size", "5", "--no-progress"])
     default = TrainingArguments()
-    assert args.batch_size == 5 and args.progress is False
-    assert args.reward == default.reward and args.steps == default.steps
+    assert args.per_device_train_batch_size == 5 and args.progress is False
+    assert args.reward == default.reward and args.max_steps == default.max_steps
 
 
 def test_config_file_then_command_line_wins(tmp_path):
@@ -45,7 +46,7 @@ def test_config_file_then_command_line_wins(tmp_path):
     from mezo_rl.cli.main import load_config_file
 
     args = parse_into(TrainingArguments, ns, load_config_file(str(cfg)))
-    assert (args.steps, args.batch_size, args.reward, args.lr) == (3, 4, ["cross_entropy"], 1e-7)
+    assert (args.max_steps, args.per_device_train_batch_size, args.reward, args.learning_rate) == (3, 4, ["cross_entropy"], 1e-7)
 
 
 def test_bad_options_name_the_problem(tmp_path):

@@ -215,7 +215,7 @@ def test_a_fresh_run_into_an_unfinished_run_is_refused_and_the_checkpoint_kept(t
           lambda: LanguageModel(make_tiny_causal_lm(tiny_tokenizer), tiny_tokenizer))
     config = json.loads((run / "config.json").read_text())
     checks.check_output_dir(TrainingArguments(output_dir=str(run)))   # finished: starting over loses nothing
-    config["steps"] = 6                                       # now a 6-step run stopped at its step-3 checkpoint
+    config["max_steps"] = 6                                   # now a 6-step run stopped at its step-3 checkpoint
     (run / "config.json").write_text(json.dumps(config))
     before = {p: p.read_bytes() for p in run.rglob("*") if p.is_file()}
     rc, _, err = run_cli(["train", "--output-dir", run], capsys)

@@ -120,8 +120,8 @@ def test_bad_prompt_data_is_one_line(tmp_path, factory):
 
 @pytest.mark.parametrize("kw, match", [
     (dict(num_generations=2), "needs --do-sample"),
-    (dict(num_generations=8, do_sample=True), "must divide --batch-size 4"),
-    (dict(num_generations=3, do_sample=True), "must divide --batch-size 4"),
+    (dict(num_generations=8, do_sample=True), "must divide --per-device-train-batch-size 4"),
+    (dict(num_generations=3, do_sample=True), "must divide --per-device-train-batch-size 4"),
     (dict(num_generations=0), "num-generations"),
 ])
 def test_generation_counts_are_checked(tmp_path, kw, match):

@@ -129,7 +129,7 @@ def test_resume_ends_at_the_same_weights_as_an_uninterrupted_run(tmp_path, facto
 
 def test_resume_refuses_changed_arguments(tmp_path, factory):
     train(make_args(tmp_path, steps=3), factory)
-    with pytest.raises(ValueError, match="lr: saved 0.001 vs now 0.002"):
+    with pytest.raises(ValueError, match="learning_rate: saved 0.001 vs now 0.002"):
         train(make_args(tmp_path, steps=6, lr=2e-3, resume=True), factory)
     # how many examples share a forward pass changes the speed, not the run: a resume may change it
     train(make_args(tmp_path, steps=6, eval_batch_size=3, resume=True), factory)

@@ -45,7 +45,8 @@ from mezo_rl.training.setup import load_splits, resolve_task
 
 from mezo_rl.training import rundir
 from mezo_rl.training.arguments import (BaselineArguments, EvalRunArguments, TrainingArguments, data_task_options,
-                               parse_step, unwrap_optional)
+                               field_aliases, parse_step, unwrap_optional)
+from mezo_rl.training.config import trl_options
 from mezo_rl.cli.baselines import run_baseline
 from mezo_rl.cli.compare import compare, objective_variants, write_report
 from mezo_rl.training.distributed import DistContext
@@ -87,9 +88,11 @@ def add_dataclass_arguments(parser: argparse.ArgumentParser, cls, skip=()) -> No
         if f.name in skip:
             continue
         tp = unwrap_optional(hints[f.name])
-        names = [f"--{f.name.replace('_', '-')}"] + ([f"--{f.name}"] if "_" in f.name else [])
+        names = [spelling for name in (f.name, *f.metadata.get("aliases", ()))
+                 for spelling in [f"--{name.replace('_', '-')}"] + ([f"--{name}"] if "_" in name else [])]
         default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
-        help_text = f.metadata.get("help", "") + f" (default: {default})"
+        aliases = ", ".join(f"--{a.replace('_', '-')}" for a in f.metadata.get("aliases", ()))
+        help_text = f.metadata.get("help", "") + (f"; also {aliases}" if aliases else "") + f" (default: {default})"
         kw: dict[str, Any] = dict(dest=f.name, default=argparse.SUPPRESS, help=help_text)
         if "choices" in f.metadata:
             kw["choices"] = f.metadata["choices"]
@@ -132,6 +135,9 @@ def option_values(cls, ns: argparse.Namespace, config: Optional[dict] = None, sk
     """The options of ``cls`` given in the config file, then on the command line (``ns``, which wins)."""
     fields = {f.name for f in dataclasses.fields(cls)} - set(skip)
     values = {}
+    config = {k: v for k, v in (config or {}).items() if k not in field_aliases(cls)} | {
+        field_aliases(cls)[k]: v for k, v in (config or {}).items() if k in field_aliases(cls)}
+    config = trl_options(config, fields)
     unknown = sorted(set(config or {}) - fields)
     if unknown:
         raise ConfigError(f"config file: unknown option(s) {unknown}; accepted: {sorted(fields)}")
@@ -142,7 +148,7 @@ def option_values(cls, ns: argparse.Namespace, config: Optional[dict] = None, sk
             if isinstance(v, list) and v and isinstance(v[0], list):  # appended comma-lists
                 v = [x for part in v for x in part]
             values[name] = v
-    for name in ("reward", "candidates"):
+    for name in ("reward", "candidates", "report_to"):
         if isinstance(values.get(name), str):
             values[name] = [s.strip() for s in values[name].split(",") if s.strip()]
     return values

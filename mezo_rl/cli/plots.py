@@ -253,7 +253,7 @@ def sample_pairs(run_dir, config: dict, summary: Optional[dict], pairs: int = 3)
     if not pairs or summary is None:
         return []
     before = {json.dumps(r["prompt"]): r for r in read_samples(run_dir, "test", 0)}
-    after = read_samples(run_dir, "test", summary.get("steps", config.get("steps", 0)))
+    after = read_samples(run_dir, "test", summary.get("steps", config.get("max_steps", 0)))
     matched = [(before[json.dumps(r["prompt"])], r) for r in after if json.dumps(r["prompt"]) in before]
     shown = sorted(matched, key=lambda ba: ba[0]["completion"] == ba[1]["completion"])[:pairs]  # changed ones first
     if not shown:

@@ -11,15 +11,16 @@ field metadata; :class:`Arguments` checks every field against those in one loop,
 ``ObjectiveArguments``      reward, reward_weights, reward_normalize
 ``PeftArguments``           peft, lora_r, lora_alpha, num_prefix_tokens
 ``DataArguments``           data_dir, num_train, num_eval, num_test
-``MeZOArguments``           steps, batch_size, lr, eps, weight_decay, lr_scheduler, ...
+``MeZOArguments``           max_steps, per_device_train_batch_size, learning_rate, eps, weight_decay, lr_scheduler, ...
 ``SeedArguments``           seed
 ``ComputeArguments``        dtype, autocast, device_map, max_memory
-``GenerationArguments``     max_new_tokens, do_sample, temperature
+``GenerationArguments``     max_completion_length, num_generations, do_sample, temperature
 ``EvalArguments``           eval_steps, metric_for_best, initial_test, eval_batch_size, logging_steps
-``OutputArguments``         output_dir, resume, overwrite_output_dir, save_model, tensorboard, progress
+``OutputArguments``         output_dir, resume, overwrite_output_dir, save_model, report_to, progress
 ==========================  =========================================================
 
-:class:`TrainingArguments` (``mezo-rl train``) inherits all of them and stays one flat dataclass.
+:class:`MeZOConfig` (``mezo-rl train``; also named ``TrainingArguments``) inherits all of them and stays one
+flat dataclass.
 ``mezo-rl baseline`` (:class:`BaselineArguments`) and ``mezo-rl eval`` (:class:`EvalRunArguments`)
 reuse single fields with :func:`shared`, so a default or a help text lives in one place, and inherit
 ``DataTaskArguments`` (a data file or dataset as the task, in every command).
@@ -27,13 +28,15 @@ reuse single fields with :func:`shared`, so a default or a help text lives in on
 from __future__ import annotations
 
 import dataclasses
+import difflib
+import functools
 import math
 import re
 import typing
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from mezo_rl.training.defaults import MODE_ALIASES, MODE_DEFAULTS, MODES, PROMPT_TASK_DEFAULTS, mode_defaults
+from mezo_rl.training.defaults import FIELD_OF, MODE_ALIASES, MODE_DEFAULTS, MODES, PROMPT_TASK_DEFAULTS, mode_defaults
 from mezo_rl.errors import ConfigError
 from mezo_rl.training.member_evaluation import check_evaluation
 from mezo_rl.engine.noise import NOISES as NOISE_KINDS
@@ -41,10 +44,13 @@ from mezo_rl.engine.optim import ESTIMATORS, EVALUATIONS, ON_NONFINITE, SCHEDULE
 
 def option(default: Any = dataclasses.MISSING, help: str = "", *, choices=None, min: Optional[int] = None,
            gt: Optional[float] = None, ge: Optional[float] = None, lt: Optional[float] = None,
-           default_factory: Any = dataclasses.MISSING):
+           default_factory: Any = dataclasses.MISSING, aliases: tuple[str, ...] = ()):
     """A dataclass field with its ``--help`` text and what it accepts in the metadata: ``choices``,
-    an integer ``min``, or number bounds ``gt`` (>), ``ge`` (>=), ``lt`` (<)."""
+    an integer ``min``, or number bounds ``gt`` (>), ``ge`` (>=), ``lt`` (<). ``aliases``: the field's
+    earlier names, still accepted as keywords, config-file keys and ``--options`` (:func:`canonical_options`)."""
     metadata: dict[str, Any] = {"help": help}
+    if aliases:
+        metadata["aliases"] = tuple(aliases)
     if choices is not None:
         metadata["choices"] = list(choices)
     for key, bound in (("min", min), ("gt", gt), ("ge", ge), ("lt", lt)):
@@ -61,6 +67,50 @@ def flag(name: str) -> str:
 _BOUNDS = {"gt": (lambda v, b: v > b, ">"), "ge": (lambda v, b: v >= b, ">="), "lt": (lambda v, b: v < b, "<")}
 
 
+def flags(f: dataclasses.Field) -> str:
+    """How an error names the option of field ``f``: ``--learning-rate / --lr`` (with its earlier names)."""
+    return " / ".join(flag(n) for n in (f.name, *f.metadata.get("aliases", ())))
+
+
+def field_aliases(cls) -> dict[str, str]:
+    """``{earlier name: field name}`` of the dataclass ``cls`` (its fields' ``aliases``)."""
+    return {alias: f.name for f in dataclasses.fields(cls) for alias in f.metadata.get("aliases", ())}
+
+
+def canonical_options(cls, values: dict) -> dict:
+    """``values`` (keywords, or a config file's keys) under ``cls``'s field names: an earlier name becomes its
+    field's (both given: ConfigError); a TRL option that maps onto a field becomes it and a TRL option
+    with no meaning for MeZO is one line saying why (:mod:`mezo_rl.training.config`)."""
+    from mezo_rl.training.config import trl_options
+
+    fields = {f.name for f in dataclasses.fields(cls)}
+    out: dict = {}
+    for key, value in trl_options(values, fields).items():
+        name = field_aliases(cls).get(key, key)
+        if name != key and name in values:
+            raise ConfigError(f"{flag(name)} and {flag(key)} (its earlier name) are both given; give {flag(name)} only")
+        out[name] = value
+    unknown = [k for k in out if k not in fields]
+    if unknown:
+        close = difflib.get_close_matches(unknown[0], sorted(fields), n=1)
+        raise ConfigError(f"unknown {cls.__name__} field {unknown[0]!r}"
+                          + (f"; did you mean {close[0]!r}?" if close else f"; accepted: {sorted(fields)}"))
+    return out
+
+
+def accepts_aliases(cls):
+    """Class decorator (over ``@dataclass``): the constructor also takes the fields' earlier names and the TRL
+    options of :func:`canonical_options`."""
+    init = cls.__init__
+
+    @functools.wraps(init)
+    def __init__(self, *args, **kwargs):
+        init(self, *args, **canonical_options(type(self), kwargs))
+
+    cls.__init__ = __init__
+    return cls
+
+
 def unwrap_optional(tp):
     """``Optional[X]`` -> ``X`` (other types unchanged)."""
     if typing.get_origin(tp) is typing.Union or type(tp).__name__ == "UnionType":
@@ -70,21 +120,22 @@ def unwrap_optional(tp):
     return tp
 
 
-def _check_type(name: str, value, tp):
-    """``value`` as the field's type (an int where a float is expected becomes a float); ConfigError otherwise."""
+def _check_type(name: str, value, tp, shown: Optional[str] = None):
+    """``value`` as the field's type (an int where a float is expected becomes a float); ConfigError otherwise
+    (naming the option as ``shown``, default ``--name``)."""
     tp = unwrap_optional(tp)
     if tp is float and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
     if typing.get_origin(tp) is list:
         (item,) = typing.get_args(tp)
         if isinstance(value, (list, tuple)):
-            return [_check_type(name, v, item) for v in value]
+            return [_check_type(name, v, item, shown) for v in value]
     elif tp in (int, float, str, bool) and isinstance(value, tp) and not (tp is int and isinstance(value, bool)):
         return value
     elif tp not in (int, float, str, bool):
         return value
     expected = {int: "an integer", float: "a number", str: "a string", bool: "true or false"}.get(tp, f"a list of {tp}")
-    raise ConfigError(f"{flag(name)}: got {value!r} ({type(value).__name__}), expected {expected}")
+    raise ConfigError(f"{shown or flag(name)}: got {value!r} ({type(value).__name__}), expected {expected}")
 
 
 def shared(cls, name: str, **metadata):
@@ -132,22 +183,24 @@ class Arguments:
             value = getattr(self, f.name)
             if value is None:
                 continue
-            value = _check_type(f.name, value, hints[f.name])
+            value = _check_type(f.name, value, hints[f.name], flags(f))
             setattr(self, f.name, value)
             if "choices" in f.metadata and value not in f.metadata["choices"]:
-                raise ConfigError(f"{flag(f.name)}: got {value!r}, accepted: {', '.join(map(str, f.metadata['choices']))}")
+                raise ConfigError(f"{flags(f)}: got {value!r}, accepted: {', '.join(map(str, f.metadata['choices']))}")
             if "min" in f.metadata and value < f.metadata["min"]:
-                raise ConfigError(f"{flag(f.name)}: got {value!r}, accepted: an integer >= {f.metadata['min']}")
+                raise ConfigError(f"{flags(f)}: got {value!r}, accepted: an integer >= {f.metadata['min']}")
             for key, (ok, sign) in _BOUNDS.items():
                 if key in f.metadata and not (math.isfinite(value) and ok(value, f.metadata[key])):
-                    raise ConfigError(f"{flag(f.name)}: got {value!r}, accepted: a number {sign} {f.metadata[key]:g}")
+                    raise ConfigError(f"{flags(f)}: got {value!r}, accepted: a number {sign} {f.metadata[key]:g}")
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
 
     @classmethod
     def from_dict(cls, d: dict):
+        """``cls`` from a dict of field values (a run's ``config.json``; earlier field names are read as theirs)."""
         known = {f.name for f in dataclasses.fields(cls)}
+        d = canonical_options(cls, d)
         unknown = sorted(set(d) - known)
         if unknown:
             raise ConfigError(f"unknown {cls.__name__} field(s) {unknown}; accepted: {sorted(known)}")
@@ -239,9 +292,14 @@ class DataArguments(Arguments):
 
 @dataclass
 class MeZOArguments(Arguments):
-    steps: Optional[int] = option(None, f"training steps (paper: 20000) {_per_mode('steps')}", min=0)
-    batch_size: Optional[int] = option(None, f"examples per step (paper: 16) {_per_mode('batch_size')}", min=1)
-    lr: Optional[float] = option(None, f"learning rate; with --normalize std the length of each sign step {_per_mode('lr')}", ge=0)
+    max_steps: Optional[int] = option(None, f"training steps (TRL's max_steps; paper: 20000) {_per_mode('steps')}", min=0,
+                                      aliases=("steps",))
+    per_device_train_batch_size: Optional[int] = option(None, f"completions per step on each process: examples, or "
+                                                        f"prompts x --num-generations (TRL's per_device_train_batch_size; "
+                                                        f"paper: 16) {_per_mode('batch_size')}", min=1,
+                                                        aliases=("batch_size",))
+    learning_rate: Optional[float] = option(None, f"learning rate; with --normalize std the length of each sign step "
+                                                  f"{_per_mode('lr')}", ge=0, aliases=("lr",))
     eps: Optional[float] = option(None, f"perturbation scale {_per_mode('eps')}; with the paper's 1e-3 the accuracy of a batch is the same at +eps and -eps", gt=0)
     weight_decay: Optional[float] = option(None, f"decoupled weight decay, biases and norm weights exempt {_per_mode('weight_decay')}", ge=0)
     lr_scheduler: str = option("constant", "constant (paper) or linear", choices=SCHEDULERS)
@@ -276,8 +334,9 @@ class ComputeArguments(Arguments):
 
 @dataclass
 class GenerationArguments(Arguments):
-    max_new_tokens: int = option(32, "generation length for generation-based rewards and evaluation", min=1)
-    num_generations: int = option(1, "completions per prompt in a training step (TRL's num_generations; > 1 needs --do-sample); --batch-size counts completions, so a step sees batch_size / num_generations prompts", min=1)
+    max_completion_length: int = option(32, "the most tokens a completion has, in training and evaluation (TRL's "
+                                            "max_completion_length)", min=1, aliases=("max_new_tokens",))
+    num_generations: int = option(1, "completions per prompt in a training step (TRL's num_generations; > 1 needs --do-sample); --per-device-train-batch-size counts completions, so a step sees per_device_train_batch_size / num_generations prompts", min=1)
     do_sample: bool = option(False, "sample completions during training (same seed at +eps and -eps) instead of greedy decoding")
     temperature: float = option(1.0, "sampling temperature when --do-sample (> 0)")
 
@@ -298,7 +357,7 @@ class EvalArguments(Arguments):
     initial_test: bool = option(True, "also evaluate the untrained model on the test examples (summary.json: initial_test)")
     eval_batch_size: int = option(16, "examples per forward pass: in evaluation, and in a training step's scoring or generation (per member); generation decodes that many prompts of similar length together", min=1)
     logging_steps: int = option(1, "write a metrics.jsonl record every N steps", min=1)
-    log_completions: int = option(16, "prompt tasks: completions of each evaluation written to samples/<split>-step<N>.jsonl (0: none)", min=0)
+    log_completions: int = option(16, "prompt tasks: completions of each evaluation written to samples/<split>-step<N>.jsonl (0: none; TRL's true: 16)", min=0)
 
 
 @dataclass
@@ -308,17 +367,33 @@ class OutputArguments(Arguments):
     overwrite_output_dir: bool = option(False, "start over in an --output-dir that holds an unfinished run "
                                         "(without it, such a directory is refused: --resume continues it)")
     save_model: bool = option(False, "also write the best weights with save_pretrained into OUTPUT_DIR/model")
-    tensorboard: bool = option(False, "also log to OUTPUT_DIR/tensorboard")
+    report_to: list[str] = option(help="where metrics go besides metrics.jsonl, as in TRL: none, tensorboard "
+                                       "(OUTPUT_DIR/tensorboard), trackio (local), wandb (honours WANDB_MODE, e.g. offline), "
+                                       "or all (every one installed); repeat or comma-separate",
+                                  default_factory=lambda: ["none"])
+
+    def __post_init__(self):
+        if isinstance(self.report_to, str):  # TRL takes one name as a string
+            self.report_to = [n.strip() for n in self.report_to.split(",") if n.strip()]
+        super().__post_init__()
     progress: bool = option(True, "show a tqdm progress bar")
 
 
 # ---------------------------------------------------------------------- per command
 # Base classes are listed last-first: a dataclass puts the fields of its last base first.
+@accepts_aliases
 @dataclass
-class TrainingArguments(OutputArguments, EvalArguments, GenerationArguments, ComputeArguments, SeedArguments,
+class MeZOConfig(OutputArguments, EvalArguments, GenerationArguments, ComputeArguments, SeedArguments,
                         MeZOArguments, DataArguments, PeftArguments, ObjectiveArguments, DataTaskArguments, TaskArguments,
                         ModelArguments):
-    """Everything a training run needs. Each field is also a ``mezo-rl train`` option (``--field-name``).
+    """Everything a training run needs, shaped like TRL's ``GRPOConfig``: where a field means what a
+    ``GRPOConfig`` field means it has TRL's name (``learning_rate``, ``max_steps``,
+    ``per_device_train_batch_size``, ``num_generations``, ``max_completion_length``, ``temperature``,
+    ``reward_weights``, ``logging_steps``, ``eval_steps``, ``output_dir``, ``seed``, ``report_to``,
+    ``log_completions``; ``bf16=True`` sets ``autocast="bfloat16"``); a ``GRPOConfig`` field with no meaning
+    for MeZO is refused in one line saying why (docs/rl.md has the table). ``TrainingArguments`` is this
+    class under its earlier name, and the earlier field names (``lr``, ``steps``, ``batch_size``,
+    ``max_new_tokens``) are still accepted. Each field is also a ``mezo-rl train`` option (``--field-name``).
 
     Defaults are chosen so that ``mezo-rl train`` (SmolLM2-135M, SST-2, accuracy reward) finishes in
     minutes on a 2-core CPU and visibly moves validation accuracy. The paper's OPT settings
@@ -329,7 +404,7 @@ class TrainingArguments(OutputArguments, EvalArguments, GenerationArguments, Com
     run length, lr, eps, weight decay, noise, normalize, SPSA samples; for a prompt file or dataset,
     ``PROMPT_TASK_DEFAULTS`` over the mode's row) and ``eval_steps`` are filled in here, once: the fields
     hold every value the run uses, and ``config.json`` records them, so
-    ``TrainingArguments.from_dict(config)`` (``mezo-rl train --config RUN/config.json``) repeats the run.
+    ``MeZOConfig.from_dict(config)`` (``mezo-rl train --config RUN/config.json``) repeats the run.
     ``peft="none"`` becomes ``"full"``. To build a variant in another mode, build it from the options
     you gave (``dataclasses.replace`` keeps the values this mode resolved).
     """
@@ -338,13 +413,17 @@ class TrainingArguments(OutputArguments, EvalArguments, GenerationArguments, Com
         super().__post_init__()
         self.peft = MODE_ALIASES.get(self.peft, self.peft)
         for key, default in mode_defaults(self.peft, self.data_task_kind()).items():
-            if getattr(self, key) is None:
-                setattr(self, key, default)
+            if getattr(self, FIELD_OF.get(key, key)) is None:
+                setattr(self, FIELD_OF.get(key, key), default)
         if self.eval_steps is None:
-            self.eval_steps = max(1, self.steps // 5)
-        if self.num_generations > self.batch_size or self.batch_size % self.num_generations:
-            raise ConfigError(f"--num-generations {self.num_generations} must divide --batch-size {self.batch_size} (the "
-                              f"completions of a step: batch_size / num_generations prompts, num_generations each)")
+            self.eval_steps = max(1, self.max_steps // 5)
+        if self.num_generations > self.per_device_train_batch_size or self.per_device_train_batch_size % self.num_generations:
+            raise ConfigError(f"--num-generations {self.num_generations} must divide --per-device-train-batch-size "
+                              f"{self.per_device_train_batch_size} (the completions of a step: "
+                              f"per_device_train_batch_size / num_generations prompts, num_generations each)")
+        from mezo_rl.training.reporting import check_report_to
+
+        check_report_to(self.report_to)  # an unknown name or a missing package: one line, before anything loads
         check_evaluation(self.evaluation, self.peft, self.noise, self.trainable)
 
     def data_task_kind(self) -> Optional[str]:
@@ -355,6 +434,8 @@ class TrainingArguments(OutputArguments, EvalArguments, GenerationArguments, Com
 
         return data_task_kind(self.task, data_task_options(self), list_tasks())
 
+
+TrainingArguments = MeZOConfig  # the earlier name: the same class
 
 METHODS = ("zero-shot", "icl", "lp", "ft")
 
@@ -372,7 +453,7 @@ class BaselineArguments(DataTaskArguments):
     seed: int = shared(SeedArguments, "seed", help="seed for data sampling, demonstrations and ft batches")
     dtype: str = shared(ComputeArguments, "dtype")
     eval_batch_size: int = shared(EvalArguments, "eval_batch_size")
-    max_new_tokens: int = shared(GenerationArguments, "max_new_tokens")
+    max_new_tokens: int = shared(GenerationArguments, "max_completion_length", aliases=())
     num_demonstrations: int = option(32, "icl: demonstrations in the context (paper: 32)", min=1)
     lp_l2: float = option(1.0, "lp: L2 penalty of the logistic regression (on standardised features)")
     ft_lr: float = option(1e-5, "ft: Adam learning rate (paper: 1e-5, 5e-5, 8e-5)")
@@ -397,7 +478,7 @@ class EvalRunArguments(DataTaskArguments):
     data_dir: Optional[str] = shared(DataArguments, "data_dir")
     dtype: str = shared(ComputeArguments, "dtype")
     batch_size: int = shared(EvalArguments, "eval_batch_size")
-    max_new_tokens: int = shared(GenerationArguments, "max_new_tokens")
+    max_new_tokens: int = shared(GenerationArguments, "max_completion_length", aliases=())
 
     def __post_init__(self):
         super().__post_init__()

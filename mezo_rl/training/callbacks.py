@@ -46,7 +46,7 @@ class ProgressCallback(TrainerCallback):
     """A tqdm bar over the steps, showing the loss and a running mean of the first reward component."""
 
     def on_train_begin(self, trainer):
-        self.bar = tqdm(total=trainer.args.steps, initial=trainer.step, desc="mezo", dynamic_ncols=True)
+        self.bar = tqdm(total=trainer.args.max_steps, initial=trainer.step, desc="mezo", dynamic_ncols=True)
         self.running = None
 
     def on_step_end(self, trainer, record):

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Mapping
 
-__all__ = ["MODES", "MODE_ALIASES", "MODE_DEFAULTS", "PROMPT_TASK_DEFAULTS", "MEZO_OPTIONS", "mode_defaults",
+__all__ = ["MODES", "MODE_ALIASES", "MODE_DEFAULTS", "PROMPT_TASK_DEFAULTS", "MEZO_OPTIONS", "FIELD_OF", "mode_defaults",
            "mezo_options"]
 
 #: what ``--peft`` accepts: the final normalisation layer's gains, every weight, or an adapter
@@ -24,7 +24,7 @@ MODE_ALIASES = {"none": "full"}
 # "norm" (the default) trains only the final normalisation layer's gains, where a sign step over a few
 # hundred directions moves even a non-differentiable objective, and with the trunk frozen a step costs
 # the final norm and the output head only, so it affords many more steps. The measurements behind each
-# value, with their commands: benchmarks/README.md, "The defaults".
+# value, with their commands: benchmarks/README.md ("The default run", "Full, LoRA and prefix").
 MODE_DEFAULTS = {
     "norm": dict(steps=3000, batch_size=64, lr=2e-2, eps=1e-1, weight_decay=0.0, noise="rademacher", normalize="std", n_spsa=2),
     "full": dict(steps=150, batch_size=32, lr=2e-4, eps=1e-2, weight_decay=0.0, noise="lowrank", normalize="none", n_spsa=1),
@@ -38,7 +38,7 @@ assert tuple(MODE_DEFAULTS) == MODES
 # scoring, is far too long for it. These entries replace the mode's for such a task (a data file or
 # dataset with a prompt column or a prompt template): the settings of the worked RL example
 # (examples/rl_sentiment.py), whose 4 SPSA samples' 8 members decode together as one batch
-# (benchmarks/README.md, "RL on prompts"). The other modes keep their rows.
+# (benchmarks/README.md, "Prompt tasks"). The other modes keep their rows.
 PROMPT_TASK_DEFAULTS = {
     "norm": dict(steps=90, batch_size=16, lr=1e-1, n_spsa=4),
 }
@@ -56,11 +56,14 @@ def mode_defaults(mode: str, task_kind: str | None = None) -> dict:
 
 #: the options of the table that are :class:`~mezo_rl.engine.optim.MeZO` keyword arguments
 MEZO_OPTIONS = ("lr", "eps", "weight_decay", "noise", "normalize", "n_spsa")
+#: a key of the table -> the :class:`~mezo_rl.training.arguments.MeZOConfig` field it fills, where the field has
+#: TRL's name (the table keeps MeZO's: ``lr`` is the optimizer's keyword)
+FIELD_OF = {"lr": "learning_rate", "steps": "max_steps", "batch_size": "per_device_train_batch_size"}
 
 
 def mezo_options(values: Mapping) -> dict:
     """The MeZO keyword arguments among ``values`` (a row of :data:`MODE_DEFAULTS`, or the resolved
     training arguments as a dict), ``normalize`` as MeZO takes it (``"none"`` -> None)."""
-    out = {k: values[k] for k in MEZO_OPTIONS}
+    out = {k: values[k] if k in values else values[FIELD_OF[k]] for k in MEZO_OPTIONS}
     out["normalize"] = None if out["normalize"] == "none" else out["normalize"]
     return out

@@ -80,7 +80,7 @@ def evaluation_options(args, needs, lm, train=(), recorded: Optional[str] = None
             tokens = sum(len(lm.tokenizer(p, add_special_tokens=True)["input_ids"]) for p in prompts) / len(prompts)
         mode = resolve_evaluation(evaluation, needs, args.peft, args.noise, getattr(args, "trainable", None),
                                   device_type=lm.device.type, prompt_tokens=tokens,
-                                  max_new_tokens=getattr(args, "max_new_tokens", None),
+                                  max_new_tokens=getattr(args, "max_completion_length", None),
                                   low_precision=any(p.requires_grad and p.dtype.itemsize < 4
                                                     for p in lm.model.parameters()))
     return {} if mode == "inplace" else {"evaluation": BatchedMembers(lm.model)}

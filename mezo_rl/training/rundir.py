@@ -10,7 +10,7 @@
                          Adam buffers, only when the run has them), trainer_state.json (TrainerState)
     samples/             prompt tasks: <split>-step<N>.jsonl, the first completions of each evaluation
     model/               full weights (save_pretrained), only with ``save_model=True``
-    tensorboard/         only with ``tensorboard=True``
+    tensorboard/         only with ``report_to`` tensorboard
 
 The checkpoint is tiny (a few bytes per step): the base model plus the step log is enough to
 rebuild the weights bit for bit (:func:`mezo_rl.engine.optim.replay_trajectory`). Here: the files'
@@ -295,20 +295,21 @@ def recorded_evaluation(run_dir: str | os.PathLike) -> Optional[str]:
 
 
 # what may change when a run is resumed (everything else must match config.json)
-RESUME_MAY_CHANGE = ("resume", "overwrite_output_dir", "steps", "progress", "tensorboard", "save_model", "eval_steps", "logging_steps",
-                     "eval_batch_size")
+RESUME_MAY_CHANGE = ("resume", "overwrite_output_dir", "max_steps", "progress", "report_to", "save_model", "eval_steps",
+                     "logging_steps", "eval_batch_size")
 
 
 def unfinished_step(run_dir: str | os.PathLike) -> Optional[tuple[int, int]]:
     """``(checkpoint step, steps)`` when ``run_dir`` holds a run stopped before its last step, else None
-    (no run there, or one that reached its ``--steps``: starting over in it loses nothing unfinished)."""
+    (no run there, or one that reached its ``--max-steps``: starting over in it loses nothing unfinished)."""
     run = pathlib.Path(run_dir)
     state, config = checkpoint_dir(run) / STATE_FILE, run / CONFIG_FILE
     if not (state.is_file() and config.is_file()):
         return None
     try:
         step = int(json.loads(state.read_text())["step"])
-        steps = int(json.loads(config.read_text())["steps"])
+        saved = json.loads(config.read_text())
+        steps = int(saved["max_steps"] if "max_steps" in saved else saved["steps"])  # "steps": before the TRL names
     except (ValueError, KeyError, TypeError, OSError):   # unreadable: not ours to judge; the run itself will say
         return None
     return (step, steps) if step < steps else None

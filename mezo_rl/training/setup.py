@@ -198,4 +198,4 @@ def build_optimizer(args: TrainingArguments, lm, needs, train=(), recorded: Opti
                      lowrank_interval=args.lowrank_interval, estimator=args.estimator, momentum=args.momentum,
                      adam=args.adam, seed=args.seed, on_nonfinite=args.on_nonfinite,
                      **evaluation_options(args, needs, lm, train, recorded))
-    return optimizer, get_scheduler(args.lr_scheduler, optimizer, max(args.steps, 1))
+    return optimizer, get_scheduler(args.lr_scheduler, optimizer, max(args.max_steps, 1))

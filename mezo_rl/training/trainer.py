@@ -124,7 +124,7 @@ class Trainer:
         self.optimizer, self.scheduler = build_optimizer(args, self.lm, self.objective.needs, self.splits["train"],
                                                          recorded)
         self.callbacks = list(callbacks or [])
-        if args.tensorboard and self.dist.is_main:
+        if "tensorboard" in args.report_to and self.dist.is_main:
             self.callbacks.append(TensorBoardCallback(self.output_dir / "tensorboard"))
         if args.progress and self.dist.is_main:
             self.callbacks.append(ProgressCallback())
@@ -182,14 +182,14 @@ class Trainer:
         a = self.args
         with self._guard.interruptible(), autocast(a.autocast, self.lm.device.type):
             return member_objective_outputs(self.lm, self.objective, self.dist.shard(examples), members,
-                                            sample_seed=sample_seed, max_new_tokens=a.max_new_tokens,
+                                            sample_seed=sample_seed, max_new_tokens=a.max_completion_length,
                                             do_sample=a.do_sample, temperature=a.temperature,
                                             num_generations=a.num_generations)
 
     def training_step(self) -> dict:
         """One MeZO step on the batch of ``self.step``; returns the metrics.jsonl record."""
         a, train = self.args, self.splits["train"]
-        prompts = a.batch_size // a.num_generations
+        prompts = a.per_device_train_batch_size // a.num_generations
         batch = [train[i] for i in sample_batch_indices(len(train), prompts, a.seed, self.step)]
         sample_seed = int(np.random.default_rng([a.seed, self.step, 1]).integers(2**31 - 1))
         rewards_logged: dict = {}
@@ -231,7 +231,7 @@ class Trainer:
         prompts_task = self.task.kind == "prompts"
         with self._guard.interruptible(), autocast(a.autocast, self.lm.device.type):
             metrics = evaluate(self.lm, self.task, self.splits[split], batch_size=a.eval_batch_size,
-                               max_new_tokens=a.max_new_tokens, progress=a.progress and self.dist.is_main,
+                               max_new_tokens=a.max_completion_length, progress=a.progress and self.dist.is_main,
                                desc=f"{split} (step {self.step})", objective=self.objective if prompts_task else None,
                                on_batch=keep if prompts_task and a.log_completions else None)
         if samples and self.dist.is_main:
@@ -360,7 +360,7 @@ class Trainer:
                 return self._finish()
         except KeyboardInterrupt:
             self._save_interrupted()
-            raise TrainingInterrupted(self.step, a.steps, self.output_dir, self._guard.signal_name) from None
+            raise TrainingInterrupted(self.step, a.max_steps, self.output_dir, self._guard.signal_name) from None
 
     def _finish(self) -> dict:
         """The best step's weights on the test examples, and the summary."""
@@ -388,7 +388,7 @@ class Trainer:
         return summary
 
     def _train_loop(self) -> None:
-        """Initial evaluation, then steps with evaluations and checkpoints, up to ``args.steps``."""
+        """Initial evaluation, then steps with evaluations and checkpoints, up to ``args.max_steps``."""
         a, s = self.args, self.state
         self._warm_trunk_cache()
         if s.initial_validation is None:
@@ -397,17 +397,17 @@ class Trainer:
                 s.initial_test = self._evaluate_and_log("test")
             self.save_checkpoint()
         eval_steps = a.eval_steps
-        if self.step and s.last_eval_step not in (None, self.step) and (self.step % eval_steps == 0 or self.step == a.steps):
+        if self.step and s.last_eval_step not in (None, self.step) and (self.step % eval_steps == 0 or self.step == a.max_steps):
             self._validate()  # stopped during this step's evaluation: do it now, as an uninterrupted run did
             self.save_checkpoint()
-        while self.step < a.steps:
+        while self.step < a.max_steps:
             self._guard.check()  # a signal held since the last step stops the run here
             record = self.training_step()
-            if self.step % a.logging_steps == 0 or self.step == a.steps:
+            if self.step % a.logging_steps == 0 or self.step == a.max_steps:
                 self._log(record)
             for cb in self.callbacks:
                 cb.on_step_end(self, record)
-            if self.step % eval_steps == 0 or self.step == a.steps:
+            if self.step % eval_steps == 0 or self.step == a.max_steps:
                 self._validate()
                 self.save_checkpoint()
 

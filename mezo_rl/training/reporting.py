@@ -1,0 +1,237 @@
+"""Where a run's metrics go besides ``metrics.jsonl``: ``report_to``, with TRL's keys.
+
+``report_to`` takes ``"none"``, or one or more of ``"tensorboard"``, ``"trackio"`` and ``"wandb"`` (``"all"``:
+every one of them that is installed), as in transformers. Each is a callback on ``on_log``
+(:mod:`mezo_rl.training.callbacks`), so a dashboard of a MeZO run reads like one of a TRL GRPO run:
+
+==============================  ============================================================
+``loss``                        the step's loss (the mean over its members)
+``reward`` / ``reward_std``     the weighted reward of the step's completions: mean, and the mean over
+                                prompts of its spread across each prompt's completions
+``rewards/<name>/mean|std``     each reward's mean over the step's completions, and its spread
+``frac_reward_zero_std``        the share of prompts whose completions all got the same weighted reward
+``completions/mean_length``     the completions' mean length in tokens
+``kl``                          KL to the starting model, when the run computes it
+``learning_rate``               the step's learning rate
+``eval_<metric>``               each validation metric (``eval_reward``: the weighted reward,
+                                ``eval_rewards/<name>/mean``: each reward's mean)
+==============================  ============================================================
+
+The dashboards get these under transformers' prefixes (``train/reward``, ``eval/reward``, ...), as a
+``transformers.Trainer`` writes them. trackio is local-first (its database under ``$TRACKIO_DIR``, by
+default in the Hugging Face cache); wandb runs in whatever ``WANDB_MODE`` says (``offline`` writes
+``OUTPUT_DIR/wandb`` and needs no account). Each integration is an optional extra:
+``pip install 'mezo-rl[trackio]'`` / ``'mezo-rl[wandb]'`` / ``'mezo-rl[tensorboard]'``; asking for one that is not
+installed is one line naming the extra, before anything is loaded (:func:`check_report_to`).
+"""
+from __future__ import annotations
+
+import importlib.util
+import math
+import pathlib
+from typing import Optional
+
+from mezo_rl.errors import ConfigError, UserError
+from mezo_rl.training.callbacks import TrainerCallback
+
+__all__ = ["REPORT_TO", "INTEGRATIONS", "check_report_to", "train_logs", "eval_logs", "rewrite_logs", "reporters",
+           "TensorBoardReporter", "TrackioReporter", "WandbReporter", "PROJECT"]
+
+#: integration -> (the module it needs, the pip extra that installs it)
+INTEGRATIONS = {"tensorboard": ("tensorboard", "tensorboard"), "trackio": ("trackio", "trackio"),
+                "wandb": ("wandb", "wandb")}
+REPORT_TO = ("none", "all", *INTEGRATIONS)
+PROJECT = "mezo-rl"  # the trackio / wandb project of a run
+
+
+def _installed(module: str) -> bool:
+    return importlib.util.find_spec(module) is not None
+
+
+def check_report_to(report_to) -> list[str]:
+    """The integrations ``report_to`` names (``"none"`` / ``[]``: none; ``"all"``: every installed one), each
+    checked: an unknown name, or one whose package is missing, is a :class:`~mezo_rl.errors.UserError` naming
+    it and what to do."""
+    names = [report_to] if isinstance(report_to, str) else list(report_to or [])
+    names = [n.strip() for name in names for n in str(name).split(",") if n.strip()]
+    unknown = [n for n in names if n not in REPORT_TO]
+    if unknown:
+        raise ConfigError(f"--report-to: got {unknown[0]!r}, accepted: {', '.join(REPORT_TO)}")
+    if "none" in names:
+        if len(names) > 1:
+            raise ConfigError(f"--report-to: 'none' cannot be combined with {[n for n in names if n != 'none']}")
+        return []
+    if "all" in names:
+        return [n for n, (module, _) in INTEGRATIONS.items() if _installed(module)]
+    for name in names:
+        module, extra = INTEGRATIONS[name]
+        if not _installed(module):
+            raise UserError(f"--report-to {name}: the {module} package is not installed; install it with "
+                            f"pip install 'mezo-rl[{extra}]' (or leave {name} out of --report-to)")
+    return list(dict.fromkeys(names))
+
+
+# ---------------------------------------------------------------------- TRL's keys
+_TRAIN_KEYS = {"lr": "learning_rate", "seconds": "step_time"}
+_PASSED = ("loss", "reward", "reward_std", "frac_reward_zero_std", "completions/mean_length", "kl", "projected_grad")
+
+
+def _number(v) -> Optional[float]:
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) else None
+
+
+def train_logs(record: dict) -> dict:
+    """A training step's ``metrics.jsonl`` record under TRL's keys (numbers only; ``step`` left out)."""
+    out = {}
+    for key, value in record.items():
+        if _number(value) is None:
+            continue
+        if key.startswith("reward/"):  # reward/<name> and reward/<name>/std
+            name, std = (key[len("reward/"):-len("/std")], True) if key.endswith("/std") else (key[len("reward/"):], False)
+            out[f"rewards/{name}/{'std' if std else 'mean'}"] = float(value)
+        elif key in _TRAIN_KEYS:
+            out[_TRAIN_KEYS[key]] = float(value)
+        elif key in _PASSED:
+            out[key] = float(value)
+    return out
+
+
+def eval_logs(record: dict, reward_names=()) -> dict:
+    """An evaluation's ``metrics.jsonl`` record as transformers logs it: every metric as ``<split>_<metric>``
+    (``eval_`` for validation, ``test_`` for test), with a prompt task's rewards under TRL's names
+    (``eval_reward``: the weighted reward; ``eval_rewards/<name>/mean``)."""
+    prefix = "eval" if record.get("split") == "validation" else record.get("split", "eval")
+    out = {}
+    for key, value in (record.get("metrics") or {}).items():
+        if _number(value) is None:
+            continue
+        if key == "objective":
+            key = "reward"
+        elif key in reward_names:
+            key = f"rewards/{key}/mean"
+        elif key.endswith("/se") and key[:-3] in reward_names:
+            key = f"rewards/{key[:-3]}/se"
+        elif key == "objective/se":
+            key = "reward_se"
+        out[f"{prefix}_{key}"] = float(value)
+    if _number(record.get("seconds")) is not None:
+        out[f"{prefix}_runtime"] = float(record["seconds"])
+    return out
+
+
+def rewrite_logs(logs: dict) -> dict:
+    """transformers' dashboard prefixes: ``eval_x`` -> ``eval/x``, ``test_x`` -> ``test/x``, else ``train/x``."""
+    out = {}
+    for key, value in logs.items():
+        for prefix in ("eval", "test"):
+            if key.startswith(prefix + "_"):
+                out[f"{prefix}/{key[len(prefix) + 1:]}"] = value
+                break
+        else:
+            out[f"train/{key}"] = value
+    return out
+
+
+# ---------------------------------------------------------------------- the loggers
+class _Reporter(TrainerCallback):
+    """Logs every ``on_log`` to one integration; opened at ``on_train_begin``, closed at ``on_train_end``
+    (main process only: the trainer gives these callbacks to rank 0)."""
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.open(args)
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        numbers = {k: float(v) for k, v in (logs or {}).items() if _number(v) is not None}
+        if numbers:
+            self.write(rewrite_logs(numbers), state.global_step)
+
+    def on_train_end(self, args, state, control, **kwargs):
+        self.close()
+
+    def open(self, args) -> None: ...
+
+    def write(self, logs: dict, step: int) -> None: ...
+
+    def close(self) -> None: ...
+
+
+def _run_name(args) -> str:
+    return getattr(args, "run_name", None) or pathlib.Path(args.output_dir).resolve().name
+
+
+def _config(args) -> dict:
+    return args.to_dict() if hasattr(args, "to_dict") else dict(vars(args))
+
+
+class TensorBoardReporter(_Reporter):
+    """Scalars to ``OUTPUT_DIR/tensorboard`` (``torch.utils.tensorboard``; the ``tensorboard`` extra)."""
+
+    def __init__(self, log_dir=None):
+        self.log_dir, self.writer = log_dir, None
+
+    def open(self, args):
+        from torch.utils.tensorboard import SummaryWriter
+
+        self.writer = SummaryWriter(str(self.log_dir or pathlib.Path(args.output_dir) / "tensorboard"))
+
+    def write(self, logs, step):
+        for key, value in logs.items():
+            self.writer.add_scalar(key, value, step)
+
+    def close(self):
+        if self.writer is not None:
+            self.writer.close()
+
+
+class TrackioReporter(_Reporter):
+    """Metrics to trackio (local-first: a SQLite database under ``$TRACKIO_DIR``), project :data:`PROJECT`,
+    the run named after the output directory (or ``run_name``), the resolved config attached."""
+
+    def __init__(self, project: str = PROJECT):
+        self.project, self.run = project, None
+
+    def open(self, args):
+        import trackio
+
+        self.trackio = trackio
+        self.run = trackio.init(project=self.project, name=_run_name(args), config=_config(args), embed=False,
+                                auto_log_cpu=False, auto_log_gpu=False)
+
+    def write(self, logs, step):
+        self.trackio.log(logs, step=step)
+
+    def close(self):
+        if self.run is not None:
+            self.trackio.finish()
+            self.run = None
+
+
+class WandbReporter(_Reporter):
+    """Metrics to Weights & Biases in the mode ``WANDB_MODE`` sets (``offline``: ``OUTPUT_DIR/wandb``, no
+    account needed; ``wandb sync`` uploads it later), project :data:`PROJECT`."""
+
+    def __init__(self, project: str = PROJECT):
+        self.project, self.run = project, None
+
+    def open(self, args):
+        import wandb
+
+        pathlib.Path(args.output_dir).mkdir(parents=True, exist_ok=True)
+        self.run = wandb.init(project=self.project, name=_run_name(args), dir=str(args.output_dir),
+                              config=_config(args), reinit="finish_previous", settings=wandb.Settings(silent=True))
+
+    def write(self, logs, step):
+        self.run.log(logs, step=step)
+
+    def close(self):
+        if self.run is not None:
+            self.run.finish()
+            self.run = None
+
+
+_REPORTERS = {"tensorboard": TensorBoardReporter, "trackio": TrackioReporter, "wandb": WandbReporter}
+
+
+def reporters(report_to) -> list[TrainerCallback]:
+    """One logging callback per integration ``report_to`` names (checked by :func:`check_report_to`)."""
+    return [_REPORTERS[name]() for name in check_report_to(report_to)]
