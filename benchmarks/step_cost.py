@@ -29,6 +29,17 @@ Rows (``--rows`` picks a subset):
                        (``evaluation="batched"``): one forward over both members' 2 x 16 rows, the
                        weights untouched, then the update; its closure returns each member's loss
 Peak memory: benchmarks/memory_run.py (one process per mode, the same rows).
+
+    flock /tmp/mezo-heavy.lock python benchmarks/step_cost.py --norm [--reps 50] [--threads 2]
+
+``--norm``: the default run's step (``--peft norm`` on SST-2: 64 training examples, accuracy, MeZO with
+the norm row of ``mezo_rl.training.defaults``, in place, the trunk cache filled first), its closure
+the training path (``member_objective_outputs``) two ways, steps interleaved: ``candidate logits``
+(the objective is invariant to the normaliser, so each example's two label words' logits are computed
+at its one position) and ``full vocabulary`` (``normalised=True``: vocabulary-wide logits and their
+log-sum-exp at every scored position, what every step computed before). Prints the medians and
+``norm-mode scoring step, full vocabulary / candidate logits: X.X``; the two paths' accuracies over
+the steps must be identical (checked).
 """
 from __future__ import annotations
 
@@ -127,8 +138,70 @@ def timed(fn) -> tuple[float, float]:
     return time.perf_counter() - w0, time.process_time() - c0
 
 
+def norm_scoring(args) -> dict:
+    """``--norm``: the norm-mode scoring step, candidate logits against the full vocabulary (see above)."""
+    import re
+
+    import tasks
+    from mezo_rl.model.peft import FINAL_NORM
+    from mezo_rl.training.defaults import MODE_DEFAULTS, mezo_options
+    from mezo_rl.training.outputs import member_objective_outputs, model_outputs
+    from rewards import build_objective
+
+    lm = load_model("smollm2-135m")
+    for name, p in lm.model.named_parameters():
+        p.requires_grad_(re.search(FINAL_NORM, name) is not None)
+    assert lm.enable_trunk_cache()
+    row = MODE_DEFAULTS["norm"]
+    train = tasks.get_task("sst2").load_split("train", n=1000, seed=0)
+    objective = build_objective("accuracy")
+    assert objective.normaliser_invariant
+    params = [p for p in lm.model.parameters() if p.requires_grad]
+    opts = {path: MeZO(params, record=False, seed=0, **mezo_options(row)) for path in ("candidate", "full")}
+    with torch.no_grad():
+        model_outputs(lm, train, {"scores"})  # the trunk over every training example, as the trainer does first
+    rng = np.random.default_rng(0)
+    accuracy = {path: [] for path in opts}
+
+    def closure(path, batch):
+        def loss():
+            if path == "candidate":  # the training path: the objective says what the model may skip
+                out = member_objective_outputs(lm, objective, batch, None)[0]
+            else:
+                out = objective.evaluate(**model_outputs(lm, batch, {"scores"}).as_kwargs())
+            accuracy[path].append(out.components["accuracy"])
+            return out.loss
+        return loss
+
+    times = {path: [] for path in opts}
+    for rep in range(args.reps + 1):
+        batch = [train[i] for i in rng.choice(len(train), row["batch_size"], replace=False)]
+        state = [p.detach().clone() for p in params]
+        for path, opt in opts.items():  # the same batch and weights for both; lr 0 keeps them equal
+            for p, s in zip(params, state):
+                p.data.copy_(s)
+            for g in opt.param_groups:
+                g["lr"] = 0.0
+            t = timed(lambda: opt.step(closure(path, batch)))
+            if rep:  # rep 0: warm-up
+                times[path].append(t)
+    assert accuracy["candidate"] == accuracy["full"], "the two paths disagree on an accuracy"
+    med = {path: tuple(statistics.median(x[i] for x in t) for i in (0, 1)) for path, t in times.items()}
+    ratio, ratio_cpu = med["full"][0] / med["candidate"][0], med["full"][1] / med["candidate"][1]
+    members = opts["full"].members_per_step
+    print(f"SmolLM2-135M fp32, --peft norm, SST-2, batch {row['batch_size']}, {members} members a step (in place), "
+          f"{args.threads} threads; medians of {args.reps} steps")
+    print(f"| path | step wall ms | step CPU ms |\n|---|---:|---:|")
+    for path in opts:
+        print(f"| {'candidate logits' if path == 'candidate' else 'full vocabulary'} | {med[path][0] * 1e3:.1f} | "
+              f"{med[path][1] * 1e3:.1f} |")
+    print(f"norm-mode scoring step, full vocabulary / candidate logits: {ratio:.1f} (CPU time: {ratio_cpu:.1f})")
+    return {"medians": med, "all": times, "ratio": ratio, "ratio_cpu": ratio_cpu, "threads": args.threads}
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--norm", action="store_true", help="the norm-mode scoring step, candidate logits vs full vocabulary")
     ap.add_argument("--rows", nargs="+", default=[*ROWS, *BATCHED_ROWS], choices=[*ROWS, *BATCHED_ROWS])
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--dtype", default="float32")
@@ -136,6 +209,12 @@ def main():
     ap.add_argument("--json", help="also write the results here")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
+    if args.norm:
+        result = norm_scoring(args)
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump(result, f, indent=1)
+        return
     model = load_model("smollm2-135m", dtype=args.dtype).model
     ids = batch(model.config.vocab_size)
     loss = make_loss(model, ids)

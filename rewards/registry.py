@@ -57,7 +57,11 @@ class RewardSpec:
     ``name`` is how it is reported; ``higher_is_better=False`` marks a loss-like reward (the
     objective flips its sign); ``needs`` is ``"scores"`` or ``"generation"``; ``task_kinds``, when
     set, lists the task kinds it makes sense for (e.g. ``accuracy`` needs several candidates);
-    ``source`` says where it came from (shown by ``mezo-rl rewards``).
+    ``source`` says where it came from (shown by ``mezo-rl rewards``). ``normaliser_invariant`` (score
+    rewards): the value depends only on differences between an example's candidates' scores when it has
+    two or more (adding one constant to all of them changes nothing), so the model may give such an
+    example its candidates' logits in place of log-likelihoods and skip the vocabulary-wide normaliser
+    (``CandidateScores.normalised`` is then False).
     """
 
     name: str
@@ -66,6 +70,7 @@ class RewardSpec:
     needs: str = "generation"
     task_kinds: tuple[str, ...] | None = None
     source: str = "registered"
+    normaliser_invariant: bool = False
 
     def __post_init__(self):
         if not isinstance(self.name, str) or not self.name.strip():
@@ -149,13 +154,14 @@ def register_reward(
     needs: str = "generation",
     task_kinds: tuple[str, ...] | list[str] | None = None,
     replace: bool = False,
+    normaliser_invariant: bool = False,
 ):
     """Decorator: register ``fn`` under ``name``; the function itself is returned unchanged.
 
     Registering a name that is taken raises ``ValueError`` unless ``replace=True`` (registering the
     very same function again is allowed, so re-running a module is harmless). The decorated
     function carries its spec as ``fn.__mezo_reward__``, so it keeps its settings when it is later
-    found by import path or entry point.
+    found by import path or entry point. ``normaliser_invariant``: see :class:`RewardSpec`.
     """
     _check_name(name)
 
@@ -167,6 +173,7 @@ def register_reward(
             needs=needs,
             task_kinds=tuple(task_kinds) if task_kinds is not None else None,
             source=getattr(fn, "__module__", None) or "registered",
+            normaliser_invariant=bool(normaliser_invariant),
         )
         old = _REGISTRY.get(name)
         REGISTRY.register(name, spec, replace=replace, source=old.source if old else "",

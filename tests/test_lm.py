@@ -63,7 +63,7 @@ def test_score_only_computes_logits_at_scored_positions(tiny_causal_lm):
         assert all(len(tok(c, add_special_tokens=False)["input_ids"]) == 1 for c in single)
         rows.clear(), seqs.clear()
         s = lm.score(["Yes or No ?"], [single])[0]
-        assert seqs == [1] and rows == [3]  # single-token candidates of one prompt share one sequence
+        assert seqs == [1] and rows == [1]  # single-token candidates of one prompt share one sequence and position
     hook.remove(), emb.remove()
     ref = [reference_causal_score(model, tok, "Yes or No ?", c)[0] for c in single]
     assert_float32_close(s.sum, torch.tensor(ref), model, len(tok("Yes or No ? a")["input_ids"]), extra_terms=1)

@@ -10,8 +10,10 @@ MeZO, the rewards and the baselines see a model only through three questions:
 
 Scoring computes vocabulary logits only at the positions that are scored: the base transformer runs
 over the whole sequence, the hidden states of the scored positions are gathered, and only those go
-through the output head. On SmolLM2 (vocabulary 49,152) the head over every position is a large
-share of a forward pass and of its peak memory, which is exactly what MeZO tries not to spend.
+through the output head. A small model's head over every position is a large share of a forward pass
+and of its peak memory, which is exactly what MeZO tries not to spend. Where the caller only compares
+an example's candidates (``score(..., normalised=False)``) and they are single tokens read at one
+position, only those tokens' logits are computed there: the vocabulary-wide normaliser cancels.
 
 Masked LMs (BERT, RoBERTa) are scored the way the paper scores them (Table 13, after LM-BFF): the
 prompt holds the placeholder ``[MASK]`` (``MASK`` below); each candidate is a label word whose
@@ -35,6 +37,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from mezo_rl.model.trunk_cache import TrunkCache
+
 MASK = "[MASK]"  # the mask placeholder in masked-LM prompts (replaced by tokenizer.mask_token_id)
 # the final normalisation layer of common decoder LMs (Llama/Gemma/Mistral/Qwen, GPT-2, OPT, Falcon):
 # the boundary of the trunk cache below, and what ``--peft norm`` trains (mezo_rl.model.peft.FINAL_NORM)
@@ -45,12 +49,16 @@ FINAL_NORM_MODULES = ("model.norm", "transformer.ln_f", "model.decoder.final_lay
 class CandidateScores:
     """Log-likelihoods of one prompt's candidates: ``sum`` and per-token ``mean``, float32 [n_candidates].
 
-    ``n_tokens`` (int64 [n_candidates]) is how many tokens each candidate has.
+    ``n_tokens`` (int64 [n_candidates]) is how many tokens each candidate has. ``normalised`` False: the
+    scores are the candidates' logits, each log-likelihood plus one constant common to the example's
+    candidates (``LanguageModel.score(..., normalised=False)``): differences between candidates and their
+    ranking are those of the log-likelihoods; the values themselves are not log-likelihoods.
     """
 
     sum: torch.Tensor
     mean: torch.Tensor
     n_tokens: torch.Tensor
+    normalised: bool = True
 
 
 class LanguageModel:
@@ -136,10 +144,11 @@ class LanguageModel:
         The trunk is everything before the final normalisation layer (``FINAL_NORM_MODULES``). While
         every trunk parameter is frozen (``requires_grad=False``), its output at a scored position is a
         function of the input tokens alone, so ``score`` keeps the final norm's *input* at the scored
-        positions of each (sequence, positions) it has seen and, on a hit, runs only the final norm and
-        the output head. The scores are those of a full forward pass (the same computation on the same
-        inputs); what changes is the cost: the norm and the head are a small part of a forward pass
-        (docs/peft.md). This is what makes MeZO on the final norm (``--peft norm``) cheap.
+        positions of each (sequence, positions) it has seen (a :class:`~mezo_rl.model.trunk_cache.TrunkCache`)
+        and, on a hit, runs only the final norm and the output head. The scores are those of a full
+        forward pass (the same computation on the same inputs); what changes is the cost: the norm and
+        the head are a small part of a forward pass (docs/peft.md). This is what makes MeZO on the final
+        norm (``--peft norm``) cheap.
 
         A forward pass's last bits depend on the batch it ran in (padding, matrix blocking), so an entry
         keeps the values of the call that filled it: fill it the same way in every run (the trainer
@@ -166,13 +175,33 @@ class LanguageModel:
             hidden, pre = self._base_with_norm_input(norm, ids, torch.ones_like(ids))
             if not torch.equal(norm(pre), hidden):  # e.g. OPT-350m projects after its final norm
                 return False
-        self._trunk = {"norm": norm, "params": trunk_params, "cache": {}, "encode": {}}
+        self._trunk = TrunkCache(norm, trunk_params)
+        return True
+
+    def adopt_trunk_cache(self, other: "LanguageModel") -> bool:
+        """Take over ``other``'s cached trunk outputs (a model rebuilt from the same frozen trunk, e.g. the
+        best step's weights replayed onto a fresh copy), so the trunk does not run again for them.
+
+        Both models must have the trunk cache on (``enable_trunk_cache``) and the same frozen trunk
+        weights; the caller vouches for the latter (checked here on one probe input). Returns whether the
+        entries were taken."""
+        mine, theirs = self._trunk, getattr(other, "_trunk", None)
+        if mine is None or theirs is None or not (mine.usable() and theirs.usable()):
+            return False
+        ids = torch.tensor([self.tokenizer("a b", add_special_tokens=True)["input_ids"]], device=self.device)
+        with torch.no_grad():
+            a = self._base_with_norm_input(mine.norm, ids, torch.ones_like(ids), stop=True)[1]
+            b = other._base_with_norm_input(theirs.norm, ids.to(other.device), torch.ones_like(ids).to(other.device), stop=True)[1]
+        if not torch.equal(a, b.to(a.device)):
+            return False
+        mine.entries.update(theirs.entries)
+        mine.encoded.update(theirs.encoded)
         return True
 
     def clear_trunk_cache(self) -> None:
         """Forget the cached trunk outputs (after changing frozen weights in place)."""
         if self._trunk is not None:
-            self._trunk["cache"].clear()
+            self._trunk.clear()
 
     @property
     def trunk_cache_active(self) -> bool:
@@ -182,17 +211,11 @@ class LanguageModel:
     @property
     def trunk_cache_size(self) -> int:
         """Cached (sequence, positions) entries; 0 when the cache is off."""
-        return 0 if self._trunk is None else len(self._trunk["cache"])
+        return 0 if self._trunk is None else len(self._trunk)
 
     def _trunk_cache(self):
-        """The cache state if it may be used now (every trunk parameter frozen), else None."""
-        t = self._trunk
-        if t is None:
-            return None
-        if any(p.requires_grad for p in t["params"]):
-            t["cache"].clear()  # the trunk may change: nothing cached can be trusted
-            return None
-        return t
+        """The cache if it may be used now (every trunk parameter frozen), else None."""
+        return self._trunk if self._trunk is not None and self._trunk.usable() else None
 
     def _right_padded(self, seqs):
         """(input_ids, attention_mask) [B, T] on the model's device, right padding: every real token keeps
@@ -225,7 +248,8 @@ class LanguageModel:
         return hidden, seen[-1]
 
     # ------------------------------------------------------------------ scoring
-    def score(self, prompts: list[str], candidates: list[list[str]], members: int | None = None):
+    def score(self, prompts: list[str], candidates: list[list[str]], members: int | None = None,
+              normalised: bool = True):
         """Log-likelihood of each candidate continuation, over the candidate's tokens only.
 
         Args:
@@ -234,6 +258,15 @@ class LanguageModel:
                 separating space at the start of the candidate: ``" great"``). For a masked LM each
                 prompt must contain ``MASK`` (``"[MASK]"``) exactly once.
             candidates: for each prompt, a non-empty list of candidate strings.
+            normalised: True (default): true log-likelihoods. False: the caller only compares an
+                example's candidates with each other (a reward invariant to a shift common to them,
+                such as accuracy or the cross-entropy over candidates), so where an example has two or
+                more candidates that are each one token read at the same position, its scores are those
+                tokens' logits there: log-probabilities plus one constant per example (minus the
+                log-sum-exp over the vocabulary), and the vocabulary-wide logits are never computed
+                (``hidden @ W[candidate ids]``). Such an example's ``CandidateScores.normalised`` is
+                False; every other example (one candidate, multi-token candidates, candidates read at
+                different positions) is scored as with True.
 
         Returns:
             one ``CandidateScores`` per prompt, with ``sum`` and ``mean`` of shape [n_candidates]
@@ -242,7 +275,8 @@ class LanguageModel:
         All (prompt, candidate) pairs are flattened into one list; pairs whose model input is the same
         (for a causal LM: prompt + all but the last candidate token, so every single-token label word
         of one prompt) share one sequence, and the distinct sequences run in length-sorted batches of
-        ``self.batch_size``. Padding never changes a score (batched == one at a time).
+        ``self.batch_size``. A scored position shared by several pairs runs through the head once.
+        Padding never changes a score (batched == one at a time).
 
         With ``members=M`` every forward runs on M copies of its batch in member-major layout and the
         result is a list of M such lists, one per member (see the module docstring).
@@ -252,89 +286,160 @@ class LanguageModel:
             raise ValueError(f"score: got {len(prompts)} prompts but {len(candidates)} candidate lists")
         trunk = self._trunk_cache()
         encode = self._encode_causal if self.is_causal else self._encode_masked
+        memo = trunk.encoded if trunk is not None else None  # the same texts come back every step
         pairs = []
         for i, (p, cands) in enumerate(zip(prompts, candidates)):
             if isinstance(cands, str) or not cands:
                 raise ValueError(f"score: candidates[{i}] must be a non-empty list of strings, got {cands!r}")
             for c in cands:
-                if trunk is None:
+                if memo is None:
                     pairs.append(encode(p, c))
-                else:  # the same texts come back every step: tokenise each pair once
-                    key = (p, c)
-                    if key not in trunk["encode"]:
-                        trunk["encode"][key] = encode(p, c)
-                    pairs.append(trunk["encode"][key])
-        if trunk is not None:
-            per_member = [self._collect(t, pairs, candidates) for t in self._score_cached(pairs, trunk, M)]
-            return per_member if members is not None else per_member[0]
-
-        # Pairs with the same input share one row. A causal input is prompt + candidate[:-1] (the last
-        # candidate token is a target only), so e.g. all single-token label words of a prompt share one.
-        rows: dict[tuple, list[int]] = {}
-        for j, (ids, _, _) in enumerate(pairs):
-            rows.setdefault(tuple(ids), []).append(j)
-        keys = sorted(rows, key=len)
-        totals = [[None] * len(pairs) for _ in range(M)]
-        for start in range(0, len(keys), self.batch_size):
-            batch = keys[start : start + self.batch_size]
-            sums = self._score_batch(batch * M, [[pairs[j] for j in rows[key]] for key in batch] * M)
-            for k in range(M):  # member k's rows: the k-th copy of the batch
-                for key, row_sums in zip(batch, sums[k * len(batch):(k + 1) * len(batch)]):
-                    for j, s in zip(rows[key], row_sums):
-                        totals[k][j] = s
-
-        per_member = [self._collect(t, pairs, candidates) for t in totals]
+                else:
+                    got = memo.get((p, c))
+                    if got is None:
+                        ids, pos, tgt = encode(p, c)
+                        got = memo[(p, c)] = (ids, pos, tgt, (tuple(ids), tuple(pos)))
+                    pairs.append(got)
+        relative = [False] * len(pairs) if normalised else _relative_pairs(pairs, candidates)
+        if not pairs:
+            totals = [torch.zeros(0, device=self.device) for _ in range(M)]
+        elif trunk is not None:
+            totals = self._score_cached(pairs, relative, trunk, M)
+        else:
+            totals = self._score_full(pairs, relative, M)
+        per_member = [self._collect(t, pairs, candidates, relative) for t in totals]
         return per_member if members is not None else per_member[0]
 
     @staticmethod
-    def _collect(totals, pairs, candidates) -> list[CandidateScores]:
-        """Per-pair summed log-likelihoods -> one CandidateScores per prompt."""
+    def _collect(totals, pairs, candidates, relative) -> list[CandidateScores]:
+        """Per-pair summed scores [n_pairs] -> one CandidateScores per prompt (views of one tensor)."""
+        sizes = [len(c) for c in candidates]
+        counts = torch.tensor([len(p[2]) for p in pairs], device=totals.device)
+        means = totals / counts
         out, k = [], 0
-        for cands in candidates:
-            n = len(cands)
-            s = torch.stack(totals[k : k + n])
-            counts = torch.tensor([len(pairs[j][1]) for j in range(k, k + n)], device=s.device)
-            out.append(CandidateScores(sum=s, mean=s / counts, n_tokens=counts))
-            k += n
+        for s, m, n, size in zip(totals.split(sizes), means.split(sizes), counts.split(sizes), sizes):
+            out.append(CandidateScores(sum=s, mean=m, n_tokens=n, normalised=not relative[k]))
+            k += size
         return out
 
-    def _score_cached(self, pairs, trunk, members: int = 1, chunk: int = 512) -> list[list[torch.Tensor]]:
-        """Per member, the summed log-likelihood of each pair from the cached trunk outputs (filling the
+    def _score_full(self, pairs, relative, members: int = 1) -> list[torch.Tensor]:
+        """Per member, the summed score of each pair [n_pairs] from full forward passes.
+
+        Pairs with the same input share one row. A causal input is prompt + candidate[:-1] (the last
+        candidate token is a target only), so e.g. all single-token label words of a prompt share one."""
+        by_input: dict[tuple, list[int]] = {}
+        for j, pair in enumerate(pairs):
+            by_input.setdefault(tuple(pair[0]), []).append(j)
+        keys = sorted(by_input, key=len)
+        done, parts = [], [[] for _ in range(members)]
+        for start in range(0, len(keys), self.batch_size):
+            batch = keys[start : start + self.batch_size]
+            js = [j for key in batch for j in by_input[key]]
+            # distinct (row, position) of the batch: each runs through the head once
+            where: dict[tuple[int, int], int] = {}
+            tokens = []  # (distinct position, target, pair's index in js, needs the normaliser)
+            i = 0
+            for b, key in enumerate(batch):
+                for j in by_input[key]:
+                    for pos, tgt in zip(pairs[j][1], pairs[j][2]):
+                        tokens.append((where.setdefault((b, pos), len(where)), tgt, i, not relative[j]))
+                    i += 1
+            hidden, _ = self._hidden(*self._right_padded(list(batch) * members))
+            hd = hidden.device  # with device_map="auto" the last layer may live elsewhere than the first
+            rows = torch.tensor([b for b, _ in where], device=hd)
+            cols = torch.tensor([p for _, p in where], device=hd)
+            # member k's rows are the k-th copy of the batch; its scored positions form block k of h
+            rows = (rows[None, :] + torch.arange(members, device=hd)[:, None] * len(batch)).reshape(-1)
+            h = hidden[rows, cols.repeat(members)]
+            for k, got in enumerate(self._pair_scores(h, tokens, len(js), members)):
+                parts[k].append(got)
+            done += js
+        index = torch.tensor(done)
+        out = []
+        for k in range(members):
+            got = torch.cat(parts[k]) if parts[k] else torch.zeros(0)
+            out.append(torch.zeros(len(pairs), dtype=got.dtype, device=got.device).index_copy(0, index.to(got.device), got))
+        return out
+
+    def _score_cached(self, pairs, relative, trunk, members: int = 1, chunk: int = 512) -> list[torch.Tensor]:
+        """Per member, the summed score of each pair [n_pairs] from the cached trunk outputs (filling the
         misses first).
 
         Pairs with the same cached entry (every single-token label word of one prompt) share its rows:
         the final norm and the head run once per distinct entry (and member), not once per pair."""
-        cache, norm = trunk["cache"], trunk["norm"]
-        keys = [(tuple(ids), tuple(pos)) for ids, pos, _ in pairs]
-        missing = sorted({k for k in keys if k not in cache}, key=lambda k: len(k[0]))
+        keys = [pair[3] for pair in pairs]
+        missing = trunk.missing(keys)
         for start in range(0, len(missing), self.batch_size):  # the trunk, once per new sequence
             batch = missing[start : start + self.batch_size]
             with torch.no_grad():  # the trunk is frozen: one copy of the batch, stopped before the norm
-                _, pre = self._base_with_norm_input(norm, *self._right_padded([ids for ids, _ in batch]), stop=True)
-            for b, key in enumerate(batch):
-                cache[key] = pre[b, list(key[1])].clone()
-        totals = [[] for _ in range(members)]
+                _, pre = self._base_with_norm_input(trunk.norm, *self._right_padded([ids for ids, _ in batch]), stop=True)
+            trunk.store(batch, pre)
+        parts = [[] for _ in range(members)]
         for start in range(0, len(pairs), chunk):  # final norm + head over every distinct scored token at once
             part = range(start, min(start + chunk, len(pairs)))
-            first_row: dict[tuple, int] = {}  # cached entry -> its first row in this chunk's block
-            n_rows = 0
-            for j in part:
-                if keys[j] not in first_row:
-                    first_row[keys[j]], n_rows = n_rows, n_rows + len(keys[j][1])
-            rows = [first_row[keys[j]] + t for j in part for t in range(len(pairs[j][2]))]
-            targets = [t for j in part for t in pairs[j][2]]
-            owner = [i for i, j in enumerate(part) for _ in pairs[j][2]]
-            pre = torch.cat([cache[k] for k in first_row])
-            all_logits = self._logits(norm(pre.repeat(members, 1) if members > 1 else pre))
-            for k, logits in enumerate(all_logits.chunk(members)):
-                dev = logits.device
-                rows_t = torch.tensor(rows, device=dev)
-                # log p(target) = logit(target) - logsumexp(logits): the same as log_softmax, without its
-                # second [rows, vocab] tensor
-                tok_lp = logits[rows_t, torch.tensor(targets, device=dev)] - torch.logsumexp(logits, dim=-1)[rows_t]
-                sums = torch.zeros(len(part), device=dev, dtype=torch.float32).index_add(0, torch.tensor(owner, device=dev), tok_lp)
-                totals[k] += list(sums.unbind(0))
-        return totals
+            pre, first = trunk.rows(keys[j] for j in part)
+            tokens = [(first[keys[j]] + t, tgt, i, not relative[j])
+                      for i, j in enumerate(part) for t, tgt in enumerate(pairs[j][2])]
+            hidden = trunk.norm(pre.repeat(members, 1) if members > 1 else pre)
+            for k, got in enumerate(self._pair_scores(hidden, tokens, len(part), members)):
+                parts[k].append(got)
+        return [torch.cat(p) if len(p) > 1 else p[0] for p in parts]
+
+    def _pair_scores(self, h, tokens, n_pairs: int, members: int = 1) -> list[torch.Tensor]:
+        """Per member, the summed score of each pair [n_pairs] (float32) from the final hidden states ``h``
+        [M * R, H] of the distinct scored positions (member-major: member k's R rows are block k, and the
+        head sees every block in one call). ``tokens``: per scored token (row of a block, target id, its
+        pair, whether it needs the normaliser): a log-probability where it does, else the target's logit."""
+        dev, R = h.device, h.shape[0] // members
+        offsets = torch.arange(members, device=dev)[:, None] * R
+        rows = (torch.tensor([t[0] for t in tokens], device=dev)[None, :] + offsets).reshape(-1)
+        targets = torch.tensor([t[1] for t in tokens], device=dev).repeat(members)
+        full = [i for i, t in enumerate(tokens) if t[3]]
+        if len(full) == len(tokens):  # every token normalised: logits of the scored rows, then log-softmax
+            logits = self._logits(h)
+            ld = logits.device
+            rows, targets = rows.to(ld), targets.to(ld)
+            # log p(target) = logit(target) - logsumexp(logits): the same as log_softmax, without its
+            # second [rows, vocab] tensor
+            vals = logits[rows, targets] - torch.logsumexp(logits, dim=-1)[rows]
+        else:
+            vals = self._target_logits(h, rows, targets)
+            if full:  # the tokens that need it lose the log-sum-exp of their rows (the same rows in every block)
+                need = sorted({tokens[i][0] for i in full})
+                at = {r: n for n, r in enumerate(need)}
+                picked = (torch.tensor(need, device=dev)[None, :] + offsets).reshape(-1)
+                lse = torch.logsumexp(self._logits(h[picked]), dim=-1).to(vals.device).view(members, -1)
+                which = torch.tensor([at[tokens[i][0]] for i in full], device=vals.device)
+                vals = vals.view(members, -1).index_add(1, torch.tensor(full, device=vals.device), -lse[:, which])
+        vals = vals.reshape(members, len(tokens))
+        owner = [t[2] for t in tokens]
+        if len(owner) != n_pairs or owner != list(range(n_pairs)):  # several tokens per pair: sum them
+            vals = torch.zeros(members, n_pairs, device=vals.device, dtype=vals.dtype).index_add(
+                1, torch.tensor(owner, device=vals.device), vals)
+        return list(vals.unbind(0))
+
+    def _target_logits(self, h, rows, targets) -> torch.Tensor:
+        """The logit of each ``targets[i]`` at row ``rows[i]`` of ``h`` (index tensors; float32): a dot product
+        with that token's row of the output head where the head is a plain linear map, else read off the
+        full logits (a head with a transform, member corrections or hooks)."""
+        head = self._head
+        plain = (self._base is not None and isinstance(head, torch.nn.Linear)
+                 and getattr(head.forward, "__func__", None) is torch.nn.Linear.forward
+                 and not head._forward_hooks and not head._forward_pre_hooks)
+        if not plain:
+            logits = self._logits(h)
+            return logits[rows.to(logits.device), targets.to(logits.device)]
+        wd = head.weight.device
+        tg = targets.to(wd)
+        w = head.weight[tg].float()
+        x = h[rows.to(h.device)].to(wd).float()
+        logits = (x * w).sum(-1)
+        if head.bias is not None:
+            logits = logits + head.bias[tg].float()
+        cap = getattr(self.model.config, "final_logit_softcapping", None)
+        if cap:
+            logits = torch.tanh(logits / cap) * cap
+        return logits
 
     def encode(self, prompt: str, candidate: str):
         """(input ids, scored positions, target ids) of one (prompt, candidate) pair: the sequence ``score``
@@ -390,31 +495,6 @@ class LanguageModel:
             if full[i : i + len(plain)] == plain:
                 return full[:i], full[i + len(plain) :]
         return [], []
-
-    def _score_batch(self, inputs, pairs_per_input):
-        """Run the distinct input sequences ``inputs`` once; return, per input, the summed candidate
-        log-likelihood of each of its (ids, positions, targets) pairs."""
-        rows, cols, targets, owner = [], [], [], []
-        n_pairs = 0
-        for b, pairs in enumerate(pairs_per_input):
-            for _, pos, tgt in pairs:
-                rows += [b] * len(pos)
-                cols += pos
-                targets += tgt
-                owner += [n_pairs] * len(pos)
-                n_pairs += 1
-        hidden, _ = self._hidden(*self._right_padded(inputs))
-        hd = hidden.device  # with device_map="auto" the last layer may live elsewhere than the first
-        h = hidden[torch.tensor(rows, device=hd), torch.tensor(cols, device=hd)]  # [N, H]: scored positions
-        logp = F.log_softmax(self._logits(h), dim=-1)
-        ld = logp.device
-        tok_lp = logp.gather(1, torch.tensor(targets, device=ld)[:, None]).squeeze(1)
-        sums = torch.zeros(n_pairs, device=ld, dtype=torch.float32).index_add(0, torch.tensor(owner, device=ld), tok_lp)
-        out, k = [], 0
-        for pairs in pairs_per_input:
-            out.append(list(sums[k : k + len(pairs)].unbind(0)))
-            k += len(pairs)
-        return out
 
     # ------------------------------------------------------------------ generation
     def _newline_token_ids(self) -> torch.Tensor:
@@ -484,16 +564,27 @@ class LanguageModel:
     def _generate_batch(self, enc, max_new_tokens, do_sample, gen, temperature, top_k, stop_at_newline,
                         members: int = 1):
         """Texts of ``members`` copies of the prompts whose token ids are ``enc`` (member-major), decoded
-        as one batch."""
-        tok, dev = self.tokenizer, self.device
-        enc = list(enc) * members
-        B, T = len(enc), max(len(e) for e in enc)
-        input_ids = torch.full((B, T), tok.pad_token_id, dtype=torch.long)
+        as one batch: pad, decode, detokenise."""
+        input_ids, mask = self._left_padded(list(enc) * members)
+        stop = self._stop_tokens(stop_at_newline)
+        new = self._decode(input_ids, mask, stop, max_new_tokens, do_sample, gen, temperature, top_k, members)
+        return self._detokenise(new, stop)
+
+    def _left_padded(self, seqs):
+        """(input_ids, attention_mask) [B, T] on the model's device, left padding: every row's last prompt
+        token is at column T - 1, where decoding continues."""
+        B, T = len(seqs), max(len(e) for e in seqs)
+        input_ids = torch.full((B, T), self.tokenizer.pad_token_id, dtype=torch.long)
         mask = torch.zeros((B, T), dtype=torch.long)
-        for b, e in enumerate(enc):  # left padding: every row's last prompt token is at column T - 1
+        for b, e in enumerate(seqs):
             input_ids[b, T - len(e) :] = torch.tensor(e)
             mask[b, T - len(e) :] = 1
-        input_ids, mask = input_ids.to(dev), mask.to(dev)
+        return input_ids.to(self.device), mask.to(self.device)
+
+    def _stop_tokens(self, stop_at_newline: bool) -> torch.Tensor:
+        """A bool mask over the vocabulary: the tokens that end a sequence (EOS; with ``stop_at_newline``
+        every token whose text contains a newline)."""
+        tok, dev = self.tokenizer, self.device
         stop = torch.zeros(self.model.config.vocab_size, dtype=torch.bool, device=dev)
         eos = self.model.config.eos_token_id if self.model.config.eos_token_id is not None else tok.eos_token_id
         for e in ([eos] if isinstance(eos, int) else list(eos or [])):
@@ -501,44 +592,58 @@ class LanguageModel:
         if stop_at_newline:
             nl = self._newline_token_ids()
             stop[nl[nl < stop.numel()].to(dev)] = True
+        return stop
 
-        new = torch.zeros((B, 0), dtype=torch.long, device=dev)
+    def _decode(self, input_ids, mask, stop, max_new_tokens, do_sample, gen, temperature, top_k, members):
+        """The new token ids [B, n <= max_new_tokens] of left-padded prompts, with the key/value cache; a
+        finished row (it produced a stop token) is continued with padding until every row has finished."""
+        dev, pad = self.device, self.tokenizer.pad_token_id
+        B = input_ids.shape[0]
+        new = torch.empty((B, max_new_tokens), dtype=torch.long, device=dev)
         done = torch.zeros(B, dtype=torch.bool, device=dev)
         past, step_ids, cache_kw = None, input_ids, cache_keyword(self._base or self.model)
-        for _ in range(max_new_tokens):
-            positions = (mask.cumsum(1) - 1).clamp(min=0)[:, -step_ids.shape[1] :]
-            hidden, o = self._hidden(step_ids, mask, position_ids=positions, use_cache=True,
-                                     **{cache_kw: past})
+        positions = (mask.cumsum(1) - 1).clamp(min=0)  # the prompt's positions; each new token's is one more
+        n = 0
+        for n in range(1, max_new_tokens + 1):
+            hidden, o = self._hidden(step_ids, mask, position_ids=positions, use_cache=True, **{cache_kw: past})
             past = returned_cache(o)
             logits = self._logits(hidden[:, -1]).to(dev)
-            if do_sample:
-                logits = logits / temperature
-                if top_k:
-                    kth = logits.topk(min(top_k, logits.shape[-1]), dim=-1).values[:, -1:]
-                    logits = logits.masked_fill(logits < kth, -math.inf)
-                probs = F.softmax(logits, dim=-1)
-                if members == 1:
-                    nxt = torch.multinomial(probs, 1, generator=gen).squeeze(1)
-                else:  # common random numbers: every member's block draws what block 0 draws
-                    state, parts = gen.get_state(), []
-                    for block in probs.chunk(members):
-                        gen.set_state(state)
-                        parts.append(torch.multinomial(block, 1, generator=gen).squeeze(1))
-                    nxt = torch.cat(parts)
-            else:
-                nxt = logits.argmax(-1)
-            nxt = torch.where(done, torch.full_like(nxt, tok.pad_token_id), nxt)
-            new = torch.cat([new, nxt[:, None]], 1)
+            nxt = self._next_tokens(logits, do_sample, gen, temperature, top_k, members)
+            nxt = torch.where(done, torch.full_like(nxt, pad), nxt)
+            new[:, n - 1] = nxt
             done = done | stop[nxt]
-            if bool(done.all()):
+            if n == max_new_tokens or bool(done.all()):
                 break
             step_ids = nxt[:, None]
+            positions = positions[:, -1:] + 1
             mask = torch.cat([mask, torch.ones((B, 1), dtype=mask.dtype, device=dev)], 1)
+        return new[:, :n]
 
-        texts = []
-        for b in range(B):
-            ids = new[b].tolist()
-            cut = next((i for i, t in enumerate(ids) if stop[t]), None)
+    @staticmethod
+    def _next_tokens(logits, do_sample, gen, temperature, top_k, members):
+        """Greedy, or drawn from softmax(logits / temperature) (top_k most likely); with members, every
+        member's block draws the numbers block 0 draws (common random numbers)."""
+        if not do_sample:
+            return logits.argmax(-1)
+        logits = logits / temperature
+        if top_k:
+            kth = logits.topk(min(top_k, logits.shape[-1]), dim=-1).values[:, -1:]
+            logits = logits.masked_fill(logits < kth, -math.inf)
+        probs = F.softmax(logits, dim=-1)
+        if members == 1:
+            return torch.multinomial(probs, 1, generator=gen).squeeze(1)
+        state, parts = gen.get_state(), []
+        for block in probs.chunk(members):
+            gen.set_state(state)
+            parts.append(torch.multinomial(block, 1, generator=gen).squeeze(1))
+        return torch.cat(parts)
+
+    def _detokenise(self, new, stop) -> list[str]:
+        """Each row's text up to its first stop token; text before a newline inside that token is kept."""
+        tok, texts = self.tokenizer, []
+        stops = set(stop.nonzero().flatten().tolist())
+        for ids in new.tolist():
+            cut = next((i for i, t in enumerate(ids) if t in stops), None)
             if cut is None:
                 texts.append(tok.decode(ids, skip_special_tokens=True))
                 continue
@@ -565,6 +670,19 @@ class LanguageModel:
 
 class _StopAtNorm(Exception):
     """Ends a trunk-cache fill at the final norm's input (the norm and the head are not needed)."""
+
+
+def _relative_pairs(pairs, candidates) -> list[bool]:
+    """Per pair, whether ``score(..., normalised=False)`` may give it a logit: its example has two or more
+    candidates, each one token read at the same position of the same input."""
+    out, k = [], 0
+    for cands in candidates:
+        group = pairs[k : k + len(cands)]
+        ids, pos = group[0][0], group[0][1]
+        ok = len(group) > 1 and all(len(p[2]) == 1 and p[1] == pos and p[0] == ids for p in group)
+        out += [ok] * len(group)
+        k += len(cands)
+    return out
 
 
 def _check_members(members) -> int:

@@ -106,23 +106,24 @@ def prompt_texts(lm, examples) -> list[str]:
 
 def model_outputs(lm, examples, needs, *, sample_seed: Optional[int] = None, max_new_tokens: int = 32,
                   do_sample: bool = False, temperature: float = 1.0, gold_only: bool = False,
-                  num_generations: int = 1) -> ModelOutputs:
+                  num_generations: int = 1, normalised: bool = True) -> ModelOutputs:
     """Run ``lm`` on ``examples`` for what ``needs`` asks: ``"scores"`` and/or ``"generation"``.
 
     Gradients follow the caller's mode (the engine calls closures under ``torch.no_grad()``; the
     backprop baseline needs them). Generation uses ``sample_seed``, so +eps and -eps see the same
     sampling randomness; with ``num_generations`` G > 1 each example's row is repeated G times
     (sampled generation draws G different completions). An empty batch (a distributed rank's empty
-    shard) gives empty lists.
+    shard) gives empty lists. ``normalised=False``: the rewards only compare an example's candidates
+    (``rewards.Objective.normaliser_invariant``), so ``lm.score`` may return logits where that saves work.
     """
     return member_outputs(lm, examples, needs, None, sample_seed=sample_seed, max_new_tokens=max_new_tokens,
                           do_sample=do_sample, temperature=temperature, gold_only=gold_only,
-                          num_generations=num_generations)[0]
+                          num_generations=num_generations, normalised=normalised)[0]
 
 
 def member_outputs(lm, examples, needs, members, *, sample_seed: Optional[int] = None, max_new_tokens: int = 32,
                    do_sample: bool = False, temperature: float = 1.0, gold_only: bool = False,
-                   num_generations: int = 1) -> list[ModelOutputs]:
+                   num_generations: int = 1, normalised: bool = True) -> list[ModelOutputs]:
     """:func:`model_outputs` of every member of a batched MeZO step, from one pass: ``lm.score`` /
     ``lm.generate`` with ``members=M`` (every forward holds the M members' blocks of rows; see
     :mod:`mezo_rl.engine.population`), split into one ``ModelOutputs`` per member, in member order.
@@ -140,7 +141,8 @@ def member_outputs(lm, examples, needs, members, *, sample_seed: Optional[int] =
             for _ in range(M)]
     if "scores" in needs:
         score_prompts, candidates, labels = score_requests(examples, lm.is_causal, gold_only)
-        scores = per_member(lm.score(score_prompts, candidates, **kw)) if examples else [[] for _ in range(M)]
+        scores = (per_member(lm.score(score_prompts, candidates, normalised=normalised, **kw)) if examples
+                  else [[] for _ in range(M)])
         for out, member_scores in zip(outs, scores):
             out.labels, out.candidate_scores = list(labels), member_scores
     if "generation" in needs:
@@ -170,15 +172,19 @@ def objective_outputs(lm, objective, examples, *, sample_seed=None, max_new_toke
 def member_objective_outputs(lm, objective, examples, members, *, sample_seed=None, max_new_tokens=32,
                              do_sample=False, temperature=1.0, num_generations=1) -> list:
     """:func:`objective_outputs` of every member of a batched MeZO step: :func:`member_outputs`, then the
-    objective on each member's outputs separately (one objective output per member, in member order)."""
+    objective on each member's outputs separately (one objective output per member, in member order).
+    Candidates are scored without the normaliser where the objective is invariant to it
+    (``objective.normaliser_invariant``)."""
     with torch.no_grad():
         outs = member_outputs(lm, examples, objective.needs, members, sample_seed=sample_seed,
                               max_new_tokens=max_new_tokens, do_sample=do_sample, temperature=temperature,
-                              num_generations=num_generations)
+                              num_generations=num_generations,
+                              normalised=not getattr(objective, "normaliser_invariant", False))
     results = []
     for outputs in outs:
         result = objective.evaluate(**outputs.as_kwargs())
         result.groups = outputs.groups
+        result.texts = outputs.texts  # the completions as text (None where nothing was generated): their length is logged
         results.append(result)
     return results
 

@@ -1,0 +1,62 @@
+"""The frozen-trunk cache: the final norm's input at the scored positions of each sequence seen.
+
+The *trunk* of a decoder LM is everything before its final normalisation layer. While every trunk
+parameter is frozen (``requires_grad=False``), the trunk's output at a position is a function of the
+input tokens alone, so :class:`~mezo_rl.model.lm.LanguageModel` keeps it per (sequence, scored
+positions) and, on a hit, runs only the final norm and the output head. This is what makes MeZO on the
+final norm (``--peft norm``) cheap. The cache holds values; the language model runs the trunk.
+"""
+from __future__ import annotations
+
+import torch
+
+__all__ = ["TrunkCache"]
+
+
+class TrunkCache:
+    """Final-norm inputs keyed by ``(input ids, scored positions)`` (tuples), valid while ``params`` are frozen.
+
+    ``norm``: the final normalisation module (the boundary); ``params``: every trunk parameter (the
+    base's parameters but the norm's own). ``encoded`` memoises the tokenisation of each scored
+    (prompt, candidate) text pair, since the same texts come back every step.
+    """
+
+    def __init__(self, norm: torch.nn.Module, params: list[torch.nn.Parameter]):
+        self.norm = norm
+        self.params = list(params)
+        self.entries: dict[tuple, torch.Tensor] = {}
+        self.encoded: dict[tuple[str, str], tuple] = {}
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    def usable(self) -> bool:
+        """Whether the cache may be read now: every trunk parameter frozen. Otherwise the trunk may change,
+        so nothing cached can be trusted: the entries are dropped."""
+        if any(p.requires_grad for p in self.params):
+            self.entries.clear()
+            return False
+        return True
+
+    def clear(self) -> None:
+        """Forget every cached value (after frozen weights were changed in place)."""
+        self.entries.clear()
+
+    def missing(self, keys) -> list[tuple]:
+        """The distinct keys not cached yet, shortest sequence first (so a batch of them pads little)."""
+        return sorted({k for k in keys if k not in self.entries}, key=lambda k: len(k[0]))
+
+    def store(self, keys, pre: torch.Tensor) -> None:
+        """Keep, for each key of a batch, its row of ``pre`` [B, T, H] (the final norm's input) at its positions."""
+        for b, key in enumerate(keys):
+            self.entries[key] = pre[b, list(key[1])].clone()
+
+    def rows(self, keys) -> tuple[torch.Tensor, dict[tuple, int]]:
+        """The cached rows of the distinct ``keys``, concatenated [N, H] in first-seen order, and each key's
+        first row in that block."""
+        first: dict[tuple, int] = {}
+        n = 0
+        for k in keys:
+            if k not in first:
+                first[k], n = n, n + len(k[1])
+        return torch.cat([self.entries[k] for k in first]), first
