@@ -65,11 +65,11 @@ class HeldOutReward(TrainerCallback):
             out[name] = (mean, sd / math.sqrt(len(vals)), len(vals))
         return out
 
-    def on_train_begin(self, trainer):
+    def on_train_begin(self, args, state, control, trainer, **kwargs):
         self.before = self._measure(trainer)
 
-    def on_step_end(self, trainer, record):
-        if trainer.step == trainer.args.max_steps:  # the final weights, before the trainer restores its best step
+    def on_step_end(self, args, state, control, trainer, **kwargs):
+        if state.global_step == args.max_steps:  # the final weights, before the trainer restores its best step
             self.after = self._measure(trainer)
 
 

@@ -276,8 +276,8 @@ def test_prefix_export_roundtrip_and_no_merge(tiny_tokenizer, tmp_path):
 @pytest.mark.parametrize("method", METHODS)
 def test_trainer_checkpoint_replays_and_exports_the_adapter(tiny_tokenizer, method, tmp_path):
     class KeepFinal(TrainerCallback):  # the weights after the last step (train() then restores the best)
-        def on_step_end(self, trainer, record):
-            self.state = {k: v.clone() for k, v in trainer.lm.model.state_dict().items()}
+        def on_step_end(self, args, state, control, model, **kwargs):
+            self.state = {k: v.clone() for k, v in model.state_dict().items()}
 
     def examples(n, seed):
         g = torch.Generator().manual_seed(seed)

@@ -155,8 +155,8 @@ def test_a_cell_stopped_part_way_continues_from_its_checkpoint(tmp_path, tiny_mo
     run_dir = cell_run_dir(tmp_path, cell)
 
     class StopAfter3(TrainerCallback):          # what a kill between steps 3 and 4 leaves behind
-        def on_step_end(self, trainer, record):
-            if trainer.step == 3:
+        def on_step_end(self, args, state, control, **kwargs):
+            if state.global_step == 3:
                 raise KeyboardInterrupt
 
     ns = build_parser().parse_args(argv + ["--output-dir", str(run_dir)])

@@ -122,7 +122,7 @@ def test_resume_ends_at_the_same_weights_as_an_uninterrupted_run(tmp_path, facto
     assert losses("full") == losses("split")
     # the run directory describes the run as it ended: 6 steps, repeatable with --config
     config = lambda run: json.loads((tmp_path / run / "config.json").read_text())  # noqa: E731
-    assert config("split")["steps"] == 6
+    assert config("split")["max_steps"] == 6
     assert {k: v for k, v in config("split").items() if k != "output_dir"} == \
         {k: v for k, v in config("full").items() if k != "output_dir"}
 
@@ -211,11 +211,11 @@ def test_tensorboard_option_writes_event_files(tmp_path, factory):
     pytest.importorskip("tensorboard")
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    train(make_args(tmp_path, steps=2, eval_steps=2, tensorboard=True), factory)
+    train(make_args(tmp_path, steps=2, eval_steps=2, report_to=["tensorboard"]), factory)
     acc = EventAccumulator(str(tmp_path / "run" / "tensorboard"))
     acc.Reload()
-    tags = acc.Tags()["scalars"]
-    assert {"train/loss", "train/projected_grad", "validation/accuracy", "test/accuracy"} <= set(tags)
+    tags = acc.Tags()["scalars"]  # transformers' dashboard names: train/..., eval/... (validation), test/...
+    assert {"train/loss", "train/projected_grad", "eval/accuracy", "test/accuracy"} <= set(tags)
     assert [e.step for e in acc.Scalars("train/loss")] == [1, 2]
 
 

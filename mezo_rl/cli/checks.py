@@ -23,6 +23,7 @@ from mezo_rl.training import rundir
 from mezo_rl.training.evaluation import prompt_metrics
 from mezo_rl.training.outputs import ChatTemplateError
 from mezo_rl.training.setup import TaskCodeError, load_splits, resolve_task, user_code
+from mezo_rl.training.trl_inputs import check_replayable_reward
 from rewards import build_objective, get_reward
 from tasks import SPLITS
 from tasks.data import data_root
@@ -32,7 +33,11 @@ __all__ = ["TaskCodeError", "user_code", "resolve_task", "check_rewards", "check
 
 
 def check_rewards(refs) -> list:
-    """Every reward reference resolves (registered name, entry point, ``module:function``, ``file.py:function``)."""
+    """Every reward reference resolves (registered name, entry point, ``module:function``, ``file.py:function``);
+    a recorded lambda or local function is one line saying the reward must be importable."""
+    for ref in refs:
+        if isinstance(ref, str):
+            check_replayable_reward(ref)
     return [user_code("--reward", ref, lambda ref=ref: get_reward(ref)) for ref in refs]
 
 

@@ -198,9 +198,9 @@ class CurvesCallback(TrainerCallback):
     """Draws the run's ``curves.png`` when training ends (``mezo-rl train`` adds it; add it to a
     ``Trainer`` of your own to get the same file)."""
 
-    def on_train_end(self, trainer, summary):
-        if trainer.dist.is_main:
-            write_curves_or_warn(trainer.output_dir)
+    def on_train_end(self, args, state, control, **kwargs):
+        if state.is_world_process_zero:
+            write_curves_or_warn(args.output_dir)
 
 
 # ---------------------------------------------------------------------------------------- text

@@ -38,7 +38,9 @@ from typing import Any, Optional
 
 from mezo_rl.training.defaults import FIELD_OF, MODE_ALIASES, MODE_DEFAULTS, MODES, PROMPT_TASK_DEFAULTS, mode_defaults
 from mezo_rl.errors import ConfigError
+from mezo_rl.training.config import trl_options
 from mezo_rl.training.member_evaluation import check_evaluation
+from mezo_rl.training.reporting import check_report_to
 from mezo_rl.engine.noise import NOISES as NOISE_KINDS
 from mezo_rl.engine.optim import ESTIMATORS, EVALUATIONS, ON_NONFINITE, SCHEDULERS
 
@@ -81,8 +83,6 @@ def canonical_options(cls, values: dict) -> dict:
     """``values`` (keywords, or a config file's keys) under ``cls``'s field names: an earlier name becomes its
     field's (both given: ConfigError); a TRL option that maps onto a field becomes it and a TRL option
     with no meaning for MeZO is one line saying why (:mod:`mezo_rl.training.config`)."""
-    from mezo_rl.training.config import trl_options
-
     fields = {f.name for f in dataclasses.fields(cls)}
     out: dict = {}
     for key, value in trl_options(values, fields).items():
@@ -367,6 +367,10 @@ class OutputArguments(Arguments):
     overwrite_output_dir: bool = option(False, "start over in an --output-dir that holds an unfinished run "
                                         "(without it, such a directory is refused: --resume continues it)")
     save_model: bool = option(False, "also write the best weights with save_pretrained into OUTPUT_DIR/model")
+    save_steps: Optional[int] = option(None, "also write the checkpoint every N steps (TRL's save_steps; it is always "
+                                             "written at each evaluation and at the end)", min=1)
+    run_name: Optional[str] = option(None, "the run's name in trackio / wandb (TRL's run_name; default: the output "
+                                           "directory's name)")
     report_to: list[str] = option(help="where metrics go besides metrics.jsonl, as in TRL: none, tensorboard "
                                        "(OUTPUT_DIR/tensorboard), trackio (local), wandb (honours WANDB_MODE, e.g. offline), "
                                        "or all (every one installed); repeat or comma-separate",
@@ -412,6 +416,8 @@ class MeZOConfig(OutputArguments, EvalArguments, GenerationArguments, ComputeArg
     def __post_init__(self):
         super().__post_init__()
         self.peft = MODE_ALIASES.get(self.peft, self.peft)
+        resolved = [FIELD_OF.get(k, k) for k in MODE_DEFAULTS[self.peft]] + ["eval_steps"]
+        object.__setattr__(self, "_defaulted", tuple(k for k in resolved if getattr(self, k) is None))
         for key, default in mode_defaults(self.peft, self.data_task_kind()).items():
             if getattr(self, FIELD_OF.get(key, key)) is None:
                 setattr(self, FIELD_OF.get(key, key), default)
@@ -421,14 +427,49 @@ class MeZOConfig(OutputArguments, EvalArguments, GenerationArguments, ComputeArg
             raise ConfigError(f"--num-generations {self.num_generations} must divide --per-device-train-batch-size "
                               f"{self.per_device_train_batch_size} (the completions of a step: "
                               f"per_device_train_batch_size / num_generations prompts, num_generations each)")
-        from mezo_rl.training.reporting import check_report_to
-
         check_report_to(self.report_to)  # an unknown name or a missing package: one line, before anything loads
         check_evaluation(self.evaluation, self.peft, self.noise, self.trainable)
+
+    # ------------------------------------------------------------------ resolving again for a task
+    def given_values(self) -> dict:
+        """The field values, without those this configuration filled in from the per-mode defaults (which
+        :meth:`resolve` fills in again)."""
+        return {k: v for k, v in self.to_dict().items() if k not in getattr(self, "_defaulted", ())}
+
+    @classmethod
+    def resolve(cls, values: dict, task_kind: Optional[str] = None) -> "MeZOConfig":
+        """A configuration from ``values``, its defaults resolved for a task of ``task_kind`` (when the task is
+        an object, or code, whose kind its ``task`` field does not tell)."""
+        values = dict(values)
+        task_kind = values.pop("_task_kind", task_kind)
+        config = cls.__new__(cls)
+        object.__setattr__(config, "_task_kind", task_kind)
+        config.__init__(**values)
+        return config
+
+    def for_task_kind(self, kind: Optional[str]) -> "MeZOConfig":
+        """This configuration, or (where a default it filled in differs for a task of ``kind``) one with its
+        defaults resolved for that kind: a run's defaults follow its task's kind however the task was given."""
+        if kind is None or not getattr(self, "_defaulted", ()):
+            return self
+        again = type(self).resolve(self.given_values(), task_kind=kind)
+        return self if again.to_dict() == self.to_dict() else again
+
+    # transformers' names, read by callbacks written for transformers (EarlyStoppingCallback)
+    @property
+    def metric_for_best_model(self) -> Optional[str]:
+        """``metric_for_best``, or the metric the trainer picks the best step by when it is left unset."""
+        return self.metric_for_best or self.__dict__.get("_metric_for_best")
+
+    greater_is_better = True        # the best step has the highest validation metric
+    load_best_model_at_end = True   # the best step's weights are the ones tested and saved
+    eval_strategy = save_strategy = logging_strategy = "steps"
 
     def data_task_kind(self) -> Optional[str]:
         """The kind of ``--task`` where it is a data file or dataset (``"prompts"`` for a prompt column or a
         prompt template), from the options alone; None for a registered or code task."""
+        if self.__dict__.get("_task_kind") is not None:  # the kind of the task object the run was given (resolve)
+            return self._task_kind
         from tasks import list_tasks
         from tasks.user import data_task_kind
 

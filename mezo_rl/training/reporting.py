@@ -27,14 +27,17 @@ installed is one line naming the extra, before anything is loaded (:func:`check_
 from __future__ import annotations
 
 import importlib.util
+import json
 import math
 import pathlib
+import statistics
 from typing import Optional
 
 from mezo_rl.errors import ConfigError, UserError
 from mezo_rl.training.callbacks import TrainerCallback
 
 __all__ = ["REPORT_TO", "INTEGRATIONS", "check_report_to", "train_logs", "eval_logs", "rewrite_logs", "reporters",
+           "completion_stats", "write_completions_table", "completions_file", "COMPLETIONS_DIR",
            "TensorBoardReporter", "TrackioReporter", "WandbReporter", "PROJECT"]
 
 #: integration -> (the module it needs, the pip extra that installs it)
@@ -80,6 +83,12 @@ def _number(v) -> Optional[float]:
     return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) else None
 
 
+def reward_key(name: str) -> str:
+    """A reward's name in TRL's keys: its function's name (``pkg.mod:reward_len`` -> ``reward_len``, as TRL
+    names a reward function by ``__name__``); a registered name stays as it is."""
+    return name.rpartition(":")[2].rpartition(".")[2] or name
+
+
 def train_logs(record: dict) -> dict:
     """A training step's ``metrics.jsonl`` record under TRL's keys (numbers only; ``step`` left out)."""
     out = {}
@@ -88,7 +97,7 @@ def train_logs(record: dict) -> dict:
             continue
         if key.startswith("reward/"):  # reward/<name> and reward/<name>/std
             name, std = (key[len("reward/"):-len("/std")], True) if key.endswith("/std") else (key[len("reward/"):], False)
-            out[f"rewards/{name}/{'std' if std else 'mean'}"] = float(value)
+            out[f"rewards/{reward_key(name)}/{'std' if std else 'mean'}"] = float(value)
         elif key in _TRAIN_KEYS:
             out[_TRAIN_KEYS[key]] = float(value)
         elif key in _PASSED:
@@ -108,9 +117,9 @@ def eval_logs(record: dict, reward_names=()) -> dict:
         if key == "objective":
             key = "reward"
         elif key in reward_names:
-            key = f"rewards/{key}/mean"
+            key = f"rewards/{reward_key(key)}/mean"
         elif key.endswith("/se") and key[:-3] in reward_names:
-            key = f"rewards/{key[:-3]}/se"
+            key = f"rewards/{reward_key(key[:-3])}/se"
         elif key == "objective/se":
             key = "reward_se"
         out[f"{prefix}_{key}"] = float(value)
@@ -130,6 +139,62 @@ def rewrite_logs(logs: dict) -> dict:
         else:
             out[f"train/{key}"] = value
     return out
+
+
+def completion_stats(objective, outcomes, tokenizer=None) -> dict:
+    """TRL's statistics of a step's completions, from every member's objective output (this process's rows):
+    ``reward`` (the mean weighted reward), ``reward_std`` (the spread of a prompt's weighted rewards across all
+    of its completions, every member's, averaged over the prompts), ``frac_reward_zero_std`` (the share of
+    prompts whose completions all scored the same: nothing to learn from them with ``reward_shaping`` group)
+    and ``completions/mean_length`` (in tokens, where the step generated text and ``tokenizer`` is given)."""
+    per_prompt: dict[int, list[float]] = {}
+    for out in outcomes:
+        for group, value in zip(out.groups, objective.example_rewards(out.values)):
+            if value is not None:
+                per_prompt.setdefault(group, []).append(value)
+    out: dict = {}
+    values = [v for vs in per_prompt.values() for v in vs]
+    if values:
+        stds = [statistics.pstdev(vs) for vs in per_prompt.values()]
+        out.update(reward=statistics.fmean(values), reward_std=statistics.fmean(stds),
+                   frac_reward_zero_std=statistics.fmean(math.isclose(s, 0.0, abs_tol=1e-8) for s in stds))
+    texts = [t for o in outcomes for t in (getattr(o, "texts", None) or [])]
+    if texts and tokenizer is not None:
+        lengths = [len(ids) for ids in tokenizer(texts, add_special_tokens=False)["input_ids"]]
+        out["completions/mean_length"] = statistics.fmean(lengths)
+    return out
+
+
+COMPLETIONS_DIR = "completions"
+
+
+def completions_file(run_dir, split: str, step: int) -> pathlib.Path:
+    return pathlib.Path(run_dir) / COMPLETIONS_DIR / f"{split}-step{step:06d}.parquet"
+
+
+def write_completions_table(run_dir, split: str, step: int, samples: list[dict]) -> Optional[pathlib.Path]:
+    """An evaluation's kept completions as a Parquet table, as TRL's ``log_completions`` writes them: one row per
+    completion with ``step``, ``prompt`` (chat messages as JSON), ``completion`` and one column per reward.
+    Needs pyarrow (which ``datasets`` brings); without it only the JSONL samples are written."""
+    try:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+    except ImportError:
+        return None
+    keys = list(dict.fromkeys(k for r in samples for k in r if k != "split"))
+    columns = {k: [_cell(r.get(k)) for r in samples] for k in keys}
+    path = completions_file(run_dir, split, step)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    pq.write_table(pa.table(columns), tmp)
+    tmp.replace(path)
+    return path
+
+
+def _cell(value):
+    if value is None or isinstance(value, (str, bool, int, float)):
+        return value
+    return json.dumps(value, sort_keys=True, default=str)
 
 
 # ---------------------------------------------------------------------- the loggers

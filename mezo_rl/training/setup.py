@@ -29,6 +29,7 @@ from mezo_rl.training.defaults import mezo_options
 from mezo_rl.training.distributed import check_no_offload
 from mezo_rl.training.member_evaluation import evaluation_options
 from mezo_rl.training.outputs import example_columns
+from mezo_rl.training.trl_inputs import check_replayable_reward
 from tasks import get_task, list_tasks
 from tasks.user import check_data_task, data_task, is_data_task
 
@@ -111,6 +112,8 @@ def build_objective(args: TrainingArguments, task, splits, objective=None):
     """The objective of ``args.reward`` / ``reward_weights`` / ``reward_normalize`` (or ``objective``), checked
     against the task's kind and the train examples' columns."""
     if objective is None:
+        for ref in args.reward:
+            check_replayable_reward(ref)
         objective = rewards.build_objective(list(args.reward), weights=args.reward_weights,
                                             normalize=args.reward_normalize)
     objective.check_columns(example_columns(splits["train"]), task_kind=task.kind)

@@ -35,16 +35,18 @@ from mezo_rl.engine.trajectory import STATUS
 from mezo_rl.errors import ConfigError, UserError
 from mezo_rl.stats import Moments
 from mezo_rl.training import rundir
-from mezo_rl.training.arguments import TrainingArguments
-from mezo_rl.training.callbacks import ProgressCallback, TensorBoardCallback, TrainerCallback
+from mezo_rl.training.arguments import MeZOConfig, TrainingArguments
+from mezo_rl.training.callbacks import CallbackHandler, CallbackState, ProgressCallback, TrainerCallback, TrainerControl
 from mezo_rl.training.distributed import DistContext
 from mezo_rl.training.evaluation import OBJECTIVE, evaluate
 from mezo_rl.training.outputs import autocast, member_objective_outputs, model_outputs
 from mezo_rl.training.rundir import TrainerState
+from mezo_rl.training.reporting import completion_stats, eval_logs, reporters, train_logs, write_completions_table
 from mezo_rl.training.runguard import InterruptGuard
 from mezo_rl.training.setup import build_model, build_objective, build_optimizer, task_and_splits, trainable_parameters
+from mezo_rl.training.trl_inputs import resolve_inputs
 
-__all__ = ["Trainer", "TrainingInterrupted", "RewardsSilentError", "sample_batch_indices", "primary_metric", "peak_rss_mb"]
+__all__ = ["MeZOTrainer", "Trainer", "TrainingInterrupted", "RewardsSilentError", "sample_batch_indices", "primary_metric", "peak_rss_mb"]
 
 
 def peak_rss_mb() -> float:
@@ -92,14 +94,23 @@ class TrainingInterrupted(KeyboardInterrupt):
         self.step, self.steps, self.output_dir, self.signal_name = step, steps, output_dir, signal_name
 
 
-class Trainer:
-    """Fine-tunes ``lm`` on ``task`` against ``objective`` with MeZO.
+class MeZOTrainer:
+    """Fine-tunes a model against rewards with MeZO; shaped like TRL's ``GRPOTrainer``::
 
-    Everything but ``args`` is optional and built from the arguments when left out::
+        trainer = MeZOTrainer(model="smollm2-135m", reward_funcs=reward_len, train_dataset=dataset,
+                              args=MeZOConfig(output_dir="out", learning_rate=1e-1))
+        summary = trainer.train()   # initial_validation, validation (best step), test, ...
 
-        args = TrainingArguments(model="smollm2-135m", task="sst2", reward=["accuracy"], steps=200)
-        summary = Trainer(args).train()
-        print(summary["initial_validation"], summary["validation"], summary["test"])
+    ``model`` (a short name, hub id or path, or a ``PreTrainedModel`` with ``processing_class``, its
+    tokenizer), ``reward_funcs`` (callables, registered names or ``module:function`` paths),
+    ``train_dataset`` / ``eval_dataset`` (``datasets`` objects or a path) and ``peft_config`` (a
+    ``peft.LoraConfig``) are what ``GRPOTrainer`` takes (:mod:`mezo_rl.training.trl_inputs`); each left out
+    comes from ``args`` (a :class:`~mezo_rl.training.arguments.MeZOConfig`). ``callbacks``: Hugging Face
+    callbacks (:mod:`mezo_rl.training.callbacks`). ``Trainer`` is this class under its earlier name, and
+    its earlier call ``Trainer(args, lm=..., task=..., ...)`` works too::
+
+        args = MeZOConfig(model="smollm2-135m", task="sst2", reward=["accuracy"], max_steps=200)
+        summary = MeZOTrainer(args=args).train()
 
     ``lm``: a :class:`mezo_rl.model.lm.LanguageModel` (the base model; the PEFT adapter, if any, is applied
     here). ``task``: a ``tasks`` Task. ``objective``: a ``rewards.Objective`` (default: built from
@@ -109,33 +120,80 @@ class Trainer:
     best weights at the end (default: ``load_model(args.model)``).
     """
 
-    def __init__(self, args: TrainingArguments, *, lm=None, task=None, objective=None, splits=None,
-                 lm_factory: Optional[Callable[[], Any]] = None, callbacks: Optional[list[TrainerCallback]] = None,
-                 dist=None):
+    def __init__(self, model=None, reward_funcs=None, args: Optional[MeZOConfig] = None, train_dataset=None,
+                 eval_dataset=None, processing_class=None, callbacks: Optional[list[TrainerCallback]] = None,
+                 peft_config=None, *, lm=None, task=None, objective=None, splits=None,
+                 lm_factory: Optional[Callable[[], Any]] = None, dist=None):
+        if isinstance(model, MeZOConfig):  # the earlier call: Trainer(args, lm=..., task=...)
+            if args is not None:
+                raise ConfigError("two configurations given (the first argument and args=); give one")
+            model, args = None, model
+        front = resolve_inputs(args if args is not None else MeZOConfig(), model, reward_funcs, train_dataset,
+                               eval_dataset, processing_class, peft_config)
+        args = front.args
+        lm, lm_factory = (lm, lm_factory) if lm is not None else (front.lm, lm_factory or front.lm_factory)
+        task = task if task is not None else front.task
+        objective = objective if objective is not None else front.objective
+        self.not_replayable = front.not_replayable  # why config.json alone cannot repeat this run (if it cannot)
         self.args, self.lm_factory = args, lm_factory
         self.dist = dist if dist is not None else DistContext.from_env()
         self.output_dir = pathlib.Path(args.output_dir)
         # the setup, one step per line, each built once (mezo_rl.training.setup; the arguments arrive resolved)
         self.task, self.splits = task_and_splits(args, task, splits)                        # tasks
+        self.args = args = args.for_task_kind(self.task.kind)  # the defaults of the task's kind, however it was given
+        object.__setattr__(args, "_metric_for_best", args.metric_for_best or (
+            self.task.metrics[0] if self.task.kind != "prompts" and self.task.metrics else OBJECTIVE))
         self.objective = build_objective(args, self.task, self.splits, objective)                # rewards
         self.lm = build_model(args, lm)                                                     # model and adapter
         self.objective.check_compatible(bool(self.lm.is_causal))
         recorded = rundir.recorded_evaluation(args.output_dir) if args.resume else None
         self.optimizer, self.scheduler = build_optimizer(args, self.lm, self.objective.needs, self.splits["train"],
                                                          recorded)
-        self.callbacks = list(callbacks or [])
-        if "tensorboard" in args.report_to and self.dist.is_main:
-            self.callbacks.append(TensorBoardCallback(self.output_dir / "tensorboard"))
-        if args.progress and self.dist.is_main:
-            self.callbacks.append(ProgressCallback())
+        self.callback_handler = CallbackHandler(callbacks or [])
+        if self.dist.is_main:  # the loggers and the progress bar on the main process only
+            for reporter in reporters(args.report_to):
+                self.callback_handler.add(reporter)
+            if args.progress:
+                self.callback_handler.add(ProgressCallback())
+        self.callbacks = self.callback_handler.callbacks
+        self.control = TrainerControl()
+        self.callback_state = CallbackState(is_world_process_zero=self.dist.is_main,
+                                            is_local_process_zero=self.dist.is_main)
         self.state = TrainerState()
         self.trajectory = None  # the run's Trajectory, set when training ends (also opt.trajectory while training)
         self._t_start = time.perf_counter()
         self._guard = InterruptGuard()  # inactive (no signal handlers) outside train()
+        self._event("on_init_end")
 
     @property
     def step(self) -> int:
         return self.state.step
+
+    @property
+    def model(self):
+        """The ``PreTrainedModel`` being trained (after :meth:`train`: the best step's weights)."""
+        return self.lm.model
+
+    @property
+    def processing_class(self):
+        return self.lm.tokenizer
+
+    def add_callback(self, callback) -> None:
+        """Add a callback (an instance, or a class to instantiate), as ``transformers.Trainer.add_callback``."""
+        self.callback_handler.add(callback)
+
+    def _event(self, event: str, **kwargs) -> TrainerControl:
+        """Call every callback's ``event`` with (args, state, control) and the trainer's objects."""
+        a, s, view = self.args, self.state, self.callback_state
+        view.global_step, view.max_steps = s.step, a.max_steps
+        view.logging_steps, view.eval_steps, view.save_steps = a.logging_steps, a.eval_steps, a.save_steps or a.eval_steps
+        view.best_metric, view.best_global_step = s.best_value, (s.best_step if s.best_value is not None else None)
+        lm = getattr(self, "lm", None)
+        self.control = self.callback_handler.call(
+            event, a, view, self.control, trainer=self, model=lm.model if lm is not None else None,
+            processing_class=lm.tokenizer if lm is not None else None, optimizer=getattr(self, "optimizer", None),
+            lr_scheduler=getattr(self, "scheduler", None), **kwargs)
+        return self.control
 
     # -------------------------------------------------------------- loss and step
     def member_outcome(self, examples, sample_seed: Optional[int] = None):
@@ -197,6 +255,7 @@ class Trainer:
         def fitness(outcomes):
             losses, record = self.member_losses(outcomes)
             rewards_logged.update(record)
+            rewards_logged.update(completion_stats(self.objective, outcomes, self.lm.tokenizer))  # TRL's step keys
             return losses
 
         bytes_before, lr, t0 = self.dist.bytes_communicated, self.optimizer.param_groups[0]["lr"], time.perf_counter()
@@ -236,6 +295,7 @@ class Trainer:
                                on_batch=keep if prompts_task and a.log_completions else None)
         if samples and self.dist.is_main:
             rundir.write_samples(self.output_dir, split, self.step, samples)
+            write_completions_table(self.output_dir, split, self.step, samples)
         return {k: float(v) for k, v in metrics.items()}
 
     def _evaluate_and_log(self, split: str) -> dict:
@@ -244,8 +304,10 @@ class Trainer:
         record = {"step": self.step, "split": split, "metrics": metrics, "seconds": time.perf_counter() - t0,
                   "wall_time_s": self.wall_time(), "peak_rss_mb": peak_rss_mb()}
         self._log(record)
-        for cb in self.callbacks:
-            cb.on_evaluate(self, record)
+        if metrics:
+            prefix = "eval" if split == "validation" else split
+            self._event("on_evaluate", metrics={**{f"{prefix}_{k}": v for k, v in metrics.items()},
+                                                **eval_logs(record, self.objective.names)})
         return metrics
 
     def _validate(self) -> dict:
@@ -262,8 +324,13 @@ class Trainer:
         return self.state.wall_time_s + (time.perf_counter() - self._t_start)
 
     def _log(self, record: dict) -> None:
+        """A metrics.jsonl record, and the same under TRL's keys to the callbacks' ``on_log``."""
         if self.dist.is_main:
             rundir.append_jsonl(self.output_dir / rundir.METRICS_FILE, record)
+        logs = eval_logs(record, self.objective.names) if "split" in record else train_logs(record)
+        if logs:
+            self.callback_state.log_history.append({**logs, "step": self.step})
+            self._event("on_log", logs=logs)
 
     def save_checkpoint(self) -> None:
         """Write checkpoint/ (base identity + trajectory + optimizer + trainer state); main rank only."""
@@ -351,8 +418,8 @@ class Trainer:
         # replicas must start from identical weights, all of them (with LoRA/prefix the frozen base too)
         self.dist.check_same_weights(list(self.lm.model.named_parameters()))
         self.dist.check_same_object(a.to_dict(), what="training arguments")
-        for cb in self.callbacks:
-            cb.on_train_begin(self)
+        self.control = TrainerControl()
+        self._event("on_train_begin")
         try:
             with self._guard:
                 self._train_loop()
@@ -376,15 +443,18 @@ class Trainer:
             "steps": final_step, "wall_time_s": self.wall_time(), "peak_rss_mb": peak_rss_mb(),
             "metric_for_best": primary_metric(self.task, s.initial_validation, a.metric_for_best),
             "trainable_parameters": sum(p.numel() for p in trainable_parameters(self.lm.model)),
+            "stopped_early": final_step < a.max_steps,  # a callback stopped training (control.should_training_stop)
+            "config_replayable": not self.not_replayable,
         }
+        if self.not_replayable:
+            summary["config_not_replayable_because"] = list(self.not_replayable)
         summary["metrics"] = {f"{split}/{k}": v for split in ("initial_validation", "validation", "test",
                                                               "initial_test", "final_validation")
                               for k, v in (summary[split] or {}).items()}
         if self.dist.is_main:
             with self._guard.deferred():
                 rundir.write_json(self.output_dir / rundir.SUMMARY_FILE, summary)
-        for cb in self.callbacks:
-            cb.on_train_end(self, summary)
+        self._event("on_train_end", summary=summary)
         return summary
 
     def _train_loop(self) -> None:
@@ -400,17 +470,26 @@ class Trainer:
         if self.step and s.last_eval_step not in (None, self.step) and (self.step % eval_steps == 0 or self.step == a.max_steps):
             self._validate()  # stopped during this step's evaluation: do it now, as an uninterrupted run did
             self.save_checkpoint()
-        while self.step < a.max_steps:
+        while self.step < a.max_steps and not self.control.should_training_stop:
             self._guard.check()  # a signal held since the last step stops the run here
+            self.control._new_step()
+            self._event("on_step_begin")
             record = self.training_step()
             if self.step % a.logging_steps == 0 or self.step == a.max_steps:
                 self._log(record)
-            for cb in self.callbacks:
-                cb.on_step_end(self, record)
-            if self.step % eval_steps == 0 or self.step == a.max_steps:
+            self._event("on_step_end", record=record)
+            stop = self.control.should_training_stop  # a callback ends training here: validated and saved first
+            if self.step % eval_steps == 0 or self.step == a.max_steps or stop or self.control.should_evaluate:
                 self._validate()
                 self.save_checkpoint()
+                self._event("on_save")
+            elif self.control.should_save or (a.save_steps and self.step % a.save_steps == 0):
+                self.save_checkpoint()
+                self._event("on_save")
 
     def save_model(self, out_dir) -> None:
         """Write the current weights (``mezo_rl.training.rundir.save_model``: LoRA merged, prefix as adapter files)."""
         rundir.save_model(self.lm, self.args.peft, out_dir)
+
+
+Trainer = MeZOTrainer  # the earlier name: the same class
