@@ -364,7 +364,8 @@ def _variant(name: str, cls, description: str, **defaults):
 VARIANTS = {
     "arithmetic": (ArithmeticTask, dict(operations="+", digits=2, chat=True)),
     "arithmetic-plain": (ArithmeticTask, dict(operations="+", digits=2, chat=False)),
-    "arithmetic-mul": (ArithmeticTask, dict(operations="*", digits=(1, 2), chat=True)),
+    "arithmetic-mul": (ArithmeticTask, dict(operations="*", digits=(1, 2), chat=True,  # 810 questions in all
+                                            sizes={"train": 500, "validation": 100, "test": 200})),
     "arithmetic-mixed": (ArithmeticTask, dict(operations="+-*/", digits=2, chat=True)),
     "countdown": (CountdownTask, dict(count=3, max_number=20, chat=True)),
     "countdown4": (CountdownTask, dict(count=4, max_number=20, chat=True)),
