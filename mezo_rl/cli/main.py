@@ -4,7 +4,7 @@ Subcommands::
 
     mezo-rl train     fine-tune with MeZO (options: the fields of TrainingArguments)
     mezo-rl eval      evaluate a model, or a run's best/final weights, on a task split; prints JSON
-    mezo-rl export    base model + trajectory -> a save_pretrained directory
+    mezo-rl export    base model + trajectory -> a save_pretrained directory with its model card (README.md)
     mezo-rl compare   train several objectives/configs on the same data and seed; table + plots
     mezo-rl baseline  zero-shot, ICL, linear probing or Adam fine-tuning on the same data
     mezo-rl report    a run's summary (task, model, objective, before -> after with n, best step) + curves.png
@@ -47,6 +47,7 @@ from mezo_rl.training import rundir
 from mezo_rl.training.arguments import (BaselineArguments, EvalRunArguments, TrainingArguments, data_task_options,
                                field_aliases, parse_step, unwrap_optional)
 from mezo_rl.training.config import trl_options
+from mezo_rl.training.model_card import push_to_hub, write_model_card
 from mezo_rl.cli.baselines import run_baseline
 from mezo_rl.cli.compare import compare, objective_variants, write_report
 from mezo_rl.training.distributed import DistContext
@@ -238,6 +239,11 @@ def cmd_export(ns) -> int:
     lm, args, step = load_run(ns.run_dir, step)
     merged = ns.merged if ns.merged is not None else args.peft == "lora"
     save_model(lm, args.peft, ns.output, merged=merged)
+    summary_path = pathlib.Path(ns.run_dir) / rundir.SUMMARY_FILE
+    write_model_card(ns.output, args.to_dict(), rundir.read_json(summary_path) if summary_path.is_file() else None,
+                     step=step)  # README.md with Hub metadata, as TRL writes on every save
+    if ns.push_to_hub:
+        print(f"pushed to {push_to_hub(ns.output, ns.push_to_hub)}")
     print(f"wrote {ns.output} ({args.model} + {step} MeZO steps from {ns.run_dir}"
           + (f", {args.peft} {'merged' if merged else 'adapter'}" if args.peft in PEFT_METHODS else "") + ")")
     return 0
@@ -338,13 +344,16 @@ def build_parser() -> argparse.ArgumentParser:
     add_dataclass_arguments(p, EvalRunArguments)
     p.set_defaults(func=cmd_eval)
 
-    p = sub.add_parser("export", help="base model + trajectory -> save_pretrained directory", formatter_class=fmt)
+    p = sub.add_parser("export", help="base model + trajectory -> save_pretrained directory with a model card",
+                       formatter_class=fmt)
     p.add_argument("--run-dir", required=True, help="a `mezo-rl train` output directory")
     p.add_argument("--output", required=True, help="directory to write (save_pretrained layout)")
     p.add_argument("--step", default="best", help="best, final or a step number")
     p.add_argument("--merged", action=argparse.BooleanOptionalAction, default=None,
                    help="PEFT runs: --merged folds a LoRA adapter into the weights (a plain model), --no-merged "
                    "writes the adapter only (default: merged for LoRA; a prefix is always exported as an adapter)")
+    p.add_argument("--push-to-hub", metavar="REPO_ID", default=None,
+                   help="also upload the directory (weights, tokenizer, README.md model card) to this Hub repository")
     p.set_defaults(func=cmd_export)
 
     p = sub.add_parser("compare", help="compare objectives/configs on the same data and seed",

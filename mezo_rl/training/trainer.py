@@ -41,6 +41,7 @@ from mezo_rl.training.distributed import DistContext
 from mezo_rl.training.evaluation import OBJECTIVE, evaluate
 from mezo_rl.training.outputs import autocast, member_objective_outputs, model_outputs
 from mezo_rl.training.rundir import TrainerState
+from mezo_rl.training.model_card import push_to_hub, write_model_card
 from mezo_rl.training.reporting import completion_stats, eval_logs, reporters, train_logs, write_completions_table
 from mezo_rl.training.runguard import InterruptGuard
 from mezo_rl.training.setup import build_model, build_objective, build_optimizer, task_and_splits, trainable_parameters
@@ -435,8 +436,6 @@ class MeZOTrainer:
         self.trajectory, final_step = self.optimizer.trajectory, self.step
         self._restore_best()
         test = self._evaluate_and_log("test")
-        if a.save_model and self.dist.is_main:
-            self.save_model(self.output_dir / "model")
         summary = {
             "initial_validation": s.initial_validation, "validation": s.best_validation, "test": test,
             "initial_test": s.initial_test, "final_validation": s.last_validation, "best_step": s.best_step,
@@ -454,6 +453,8 @@ class MeZOTrainer:
         if self.dist.is_main:
             with self._guard.deferred():
                 rundir.write_json(self.output_dir / rundir.SUMMARY_FILE, summary)
+            if a.save_model:  # after summary.json: the model card reports the run's results
+                self.save_model(self.output_dir / "model")
         self._event("on_train_end", summary=summary)
         return summary
 
@@ -487,9 +488,21 @@ class MeZOTrainer:
                 self.save_checkpoint()
                 self._event("on_save")
 
-    def save_model(self, out_dir) -> None:
-        """Write the current weights (``mezo_rl.training.rundir.save_model``: LoRA merged, prefix as adapter files)."""
-        rundir.save_model(self.lm, self.args.peft, out_dir)
+    def save_model(self, out_dir=None) -> pathlib.Path:
+        """Write the current weights (``mezo_rl.training.rundir.save_model``: LoRA merged, prefix as adapter files)
+        and their model card (``README.md`` with Hub metadata: :mod:`mezo_rl.training.model_card`; the results
+        once the run has its summary.json). ``out_dir``: default ``OUTPUT_DIR/model``."""
+        out = pathlib.Path(out_dir) if out_dir is not None else self.output_dir / "model"
+        rundir.save_model(self.lm, self.args.peft, out)
+        summary_path = self.output_dir / rundir.SUMMARY_FILE
+        summary = rundir.read_json(summary_path) if summary_path.is_file() else None
+        write_model_card(out, self.args.to_dict(), summary, step=self.state.best_step if summary else self.step)
+        return out
+
+    def push_to_hub(self, repo_id: str, *, private: Optional[bool] = None, token: Optional[str] = None) -> str:
+        """Save the model with its card (``OUTPUT_DIR/model``) and upload that directory to the Hub repository
+        ``repo_id`` (``huggingface_hub``); offline, one line says why and everything stays on disk."""
+        return push_to_hub(self.save_model(), repo_id, private=private, token=token)
 
 
 Trainer = MeZOTrainer  # the earlier name: the same class
