@@ -1,0 +1,126 @@
+"""MeZOConfig / MeZOTrainer as a TRL user meets them: TRL's option names, GRPOConfig options that mean nothing
+for MeZO, every input form, and one line for each mistake before any model loads."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from conftest import make_tiny_causal_lm
+from mezo_rl import MeZOConfig, MeZOTrainer, Trainer, TrainingArguments
+from mezo_rl.cli.main import build_parser, main, parse_into
+from mezo_rl.errors import ConfigError, UserError
+from mezo_rl.training.config import NO_MEANING
+
+datasets = pytest.importorskip("datasets")
+from datasets import Dataset  # noqa: E402
+
+PROMPTS = [f"the movie was good and the acting was bad . {i}" for i in range(30)]
+NOT_A_MODEL = "nobody/no-such-model"  # loading it would fail: a mistake found first never gets that far
+
+
+def reward_len(completions, **kwargs):
+    return [-abs(20 - len(c)) for c in completions]
+
+
+def one_line(info) -> str:
+    text = str(info.value)
+    assert isinstance(info.value, UserError) and "\n" not in text
+    return text
+
+
+def test_one_implementation_under_two_names():
+    assert MeZOConfig is TrainingArguments and MeZOTrainer is Trainer
+
+
+def test_trl_names_and_the_earlier_names_are_one_field():
+    trl = MeZOConfig(learning_rate=1e-3, max_steps=7, per_device_train_batch_size=4, max_completion_length=9)
+    old = MeZOConfig(lr=1e-3, steps=7, batch_size=4, max_new_tokens=9)
+    assert trl.to_dict() == old.to_dict()
+    for spelling in (["--learning-rate", "1e-3", "--max-steps", "7", "--per-device-train-batch-size", "4",
+                      "--max-completion-length", "9"],
+                     ["--lr", "1e-3", "--steps", "7", "--batch-size", "4", "--max-new-tokens", "9"]):
+        ns = build_parser().parse_args(["train", *spelling])
+        assert parse_into(MeZOConfig, ns).to_dict() == trl.to_dict()
+    assert MeZOConfig(bf16=True).autocast == "bfloat16" and MeZOConfig(bf16=False).autocast == "none"
+    assert MeZOConfig(lr_scheduler_type="linear").lr_scheduler == "linear"
+    assert MeZOConfig(log_completions=False).log_completions == 0
+
+
+@pytest.mark.parametrize("name", sorted(NO_MEANING)[:6] + ["vllm_mode"])
+def test_a_grpo_option_with_no_meaning_for_mezo_is_refused_naming_it_and_why(name):
+    with pytest.raises(ConfigError) as info:
+        MeZOConfig(**{name: 1})
+    text = one_line(info)
+    assert text.startswith(f"{name}: a GRPOConfig option with no meaning for MeZO (") and "docs/rl.md" in text
+
+
+def test_a_config_file_with_a_grpo_only_option_is_one_line_on_the_command_line(tmp_path, capsys):
+    cfg = tmp_path / "grpo.yaml"
+    cfg.write_text("learning_rate: 1.0e-5\nloss_type: dapo\n")
+    assert main(["train", "--config", str(cfg), "--model", NOT_A_MODEL]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "loss_type: a GRPOConfig option with no meaning for MeZO" in err
+
+
+def test_a_dataset_without_a_prompt_column_lists_its_columns_before_the_model_loads(tmp_path):
+    with pytest.raises(UserError) as info:
+        MeZOTrainer(model=NOT_A_MODEL, reward_funcs=reward_len, args=MeZOConfig(output_dir=str(tmp_path)),
+                    train_dataset=Dataset.from_dict({"question": PROMPTS, "topic": PROMPTS}))
+    assert "no 'prompt' column" in one_line(info) and "['question', 'topic']" in str(info.value)
+
+
+def test_an_iterable_dataset_needs_max_steps_and_reads_only_the_rows_the_run_uses(tmp_path, tiny_tokenizer):
+    stream = Dataset.from_dict({"prompt": PROMPTS}).to_iterable_dataset()
+    with pytest.raises(ConfigError) as info:
+        MeZOTrainer(model=NOT_A_MODEL, reward_funcs=reward_len, args=MeZOConfig(output_dir=str(tmp_path)),
+                    train_dataset=stream)
+    assert "IterableDataset: a stream has no length, so give max_steps" in one_line(info)
+    trainer = MeZOTrainer(model=make_tiny_causal_lm(tiny_tokenizer), processing_class=tiny_tokenizer,
+                          reward_funcs=reward_len, train_dataset=stream,
+                          args=MeZOConfig(output_dir=str(tmp_path), max_steps=1, num_train=8, num_eval=2, num_test=2,
+                                          progress=False))
+    # only the first num_train + num_eval + num_test = 12 rows of the stream are read; validation and test are
+    # carved from them and train samples its 8 from the rest
+    seen = [ex.prompt for split in trainer.splits.values() for ex in split]
+    assert set(seen) <= set(PROMPTS[:12]) and len(trainer.splits["train"]) == 8 and len(set(seen)) == len(seen)
+
+
+@pytest.mark.parametrize("reward, message", [
+    (42, "reward_funcs[0]: got a int, which is not callable"),
+    ([reward_len, "not-a-registered-reward"], "not-a-registered-reward"),
+    ([], "give at least one reward"),
+])
+def test_a_reward_that_is_not_a_function_or_a_name_is_one_line(tmp_path, reward, message):
+    with pytest.raises(UserError) as info:
+        MeZOTrainer(model=NOT_A_MODEL, reward_funcs=reward, args=MeZOConfig(output_dir=str(tmp_path)),
+                    train_dataset=Dataset.from_dict({"prompt": PROMPTS}))
+    assert message in one_line(info)
+
+
+def test_peft_config_and_model_objects(tmp_path, tiny_tokenizer):
+    peft = pytest.importorskip("peft")
+    trainer = MeZOTrainer(model=make_tiny_causal_lm(tiny_tokenizer), processing_class=tiny_tokenizer,
+                          reward_funcs=reward_len, train_dataset=Dataset.from_dict({"prompt": PROMPTS}),
+                          peft_config=peft.LoraConfig(r=4, lora_alpha=8),
+                          args=MeZOConfig(output_dir=str(tmp_path), max_steps=1, progress=False))
+    assert (trainer.args.peft, trainer.args.lora_r, trainer.args.lora_alpha) == ("lora", 4, 8)
+    assert any("lora" in name for name, p in trainer.model.named_parameters() if p.requires_grad)
+    with pytest.raises(ConfigError) as info:
+        MeZOTrainer(model=NOT_A_MODEL, reward_funcs=reward_len, train_dataset=Dataset.from_dict({"prompt": PROMPTS}),
+                    peft_config=peft.LoraConfig(r=4, target_modules=["o_proj"]), args=MeZOConfig(output_dir=str(tmp_path)))
+    assert "MeZO's LoRA wraps the attention's q_proj and v_proj" in one_line(info)
+    with pytest.raises(ConfigError) as info:
+        MeZOTrainer(model=3.14, reward_funcs=reward_len, args=MeZOConfig(output_dir=str(tmp_path)))
+    assert "model: got a float" in one_line(info)
+
+
+def test_the_run_records_what_it_was_given_the_trl_way(tmp_path, tiny_model_dir):
+    data = tmp_path / "prompts.jsonl"
+    data.write_text("".join(json.dumps({"prompt": p}) + "\n" for p in PROMPTS))
+    trainer = MeZOTrainer(model=str(tiny_model_dir), reward_funcs=[reward_len],
+                          train_dataset=str(data), args=MeZOConfig(output_dir=str(tmp_path / "run"), progress=False))
+    args = trainer.args
+    assert (args.model, args.task, args.reward) == (str(tiny_model_dir), str(data), [f"{__name__}:reward_len"])
+    # a prompt task: the prompt tasks' defaults, from the data file given as train_dataset
+    assert (args.max_steps, args.per_device_train_batch_size) == (90, 16)
