@@ -124,3 +124,13 @@ def test_the_run_records_what_it_was_given_the_trl_way(tmp_path, tiny_model_dir)
     assert (args.model, args.task, args.reward) == (str(tiny_model_dir), str(data), [f"{__name__}:reward_len"])
     # a prompt task: the prompt tasks' defaults, from the data file given as train_dataset
     assert (args.max_steps, args.per_device_train_batch_size) == (90, 16)
+
+
+def test_docs_rl_md_lists_every_grpo_option_with_no_meaning():
+    import pathlib
+
+    from mezo_rl.training.config import NO_MEANING_PREFIXES
+
+    text = (pathlib.Path(__file__).resolve().parents[1] / "docs" / "rl.md").read_text()
+    missing = [k for k in NO_MEANING if f"`{k}`" not in text] + [p for p in NO_MEANING_PREFIXES if f"`{p}*`" not in text]
+    assert not missing, f"docs/rl.md's table lacks {missing}"

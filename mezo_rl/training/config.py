@@ -14,7 +14,7 @@ from typing import Callable
 
 from mezo_rl.errors import ConfigError
 
-__all__ = ["TRL_MAPPED", "NO_MEANING", "trl_options"]
+__all__ = ["TRL_MAPPED", "NO_MEANING", "NO_MEANING_PREFIXES", "no_meaning", "trl_options"]
 
 _NO_GRADIENT = "MeZO estimates the gradient from forward passes at +eps and -eps; there is no backward pass"
 _NO_RATIO = ("MeZO has no importance ratio to clip: every evaluation generates at the weights it scores, so there "
@@ -31,7 +31,7 @@ NO_MEANING: dict[str, str] = {
                      "rewards across all of the step's completions of it)",
     "mask_truncated_completions": "a truncated completion is scored by the rewards like any other",
     "top_entropy_quantile": "MeZO has no per-token loss to mask",
-    "use_vllm": _NO_VLLM,
+    "use_vllm": _NO_VLLM, "ds3_gather_for_generation": "data parallelism is torchrun; there is no DeepSpeed",
     "gradient_accumulation_steps": f"{_NO_GRADIENT}; a larger per_device_train_batch_size is the same thing",
     "gradient_checkpointing": _NO_GRADIENT, "max_grad_norm": _NO_GRADIENT,
     "optim": "the optimizer is MeZO (its variants: estimator, momentum, adam)",
@@ -40,13 +40,41 @@ NO_MEANING: dict[str, str] = {
     "warmup_ratio": "the schedules are constant and linear (lr_scheduler), without warmup",
     "num_train_epochs": "a run is max_steps steps long (batches are drawn with replacement across steps)",
     "fp16": "the weights are float32 or bfloat16 (dtype; bf16=True for bfloat16 autocast)",
-    "use_liger_loss": "MeZO computes no loss over logits", "use_liger_kernel": "MeZO computes no loss over logits",
+    "use_liger_kernel": "MeZO computes no loss over logits",
     "sync_ref_model": "the KL reference is the starting model", "ref_model_sync_steps": "the KL reference is the starting model",
     "ref_model_mixup_alpha": "the KL reference is the starting model",
     "disable_dropout": "models run in eval mode: dropout is always off",
     "deepspeed": "data parallelism is torchrun (docs/distributed.md); MeZO keeps no optimizer state to shard",
     "fsdp": "data parallelism is torchrun (docs/distributed.md); MeZO keeps no optimizer state to shard",
+    "off_policy_mask_threshold": _NO_RATIO,
+    "use_bias_correction_kl": "kl is computed exactly over the vocabulary, not estimated from samples",
+    "top_p": "sampling takes temperature only (do_sample=True)", "top_k": "sampling takes temperature only (do_sample=True)",
+    "min_p": "sampling takes temperature only (do_sample=True)",
+    "repetition_penalty": "sampling takes temperature only (do_sample=True)",
+    "cast_lm_head_to_fp32": "the weights' dtype is dtype, and the forward passes' autocast",
+    "shuffle_dataset": "each step's batch is drawn at random from (seed, step), so a resumed run sees the same ones",
+    "model_init_kwargs": "pass a model object, or the loading options dtype / device_map / max_memory",
+    "generation_kwargs": "completions follow max_completion_length, do_sample and temperature",
+    "num_generations_eval": "evaluation decodes each prompt once, greedily",
+    "multi_objective_aggregation": "the rewards are summed with reward_weights (reward_normalize, reward_shaping)",
+    "max_tool_calling_iterations": "completions are plain generation, without tool calls",
+    "use_adaptive_entropy": "MeZO has no per-token loss to add an entropy term to",
 }
+#: GRPOConfig option prefixes -> why none of them has a meaning here
+NO_MEANING_PREFIXES: dict[str, str] = {
+    "vllm_": _NO_VLLM,
+    "entropy_": "MeZO has no per-token loss to add an entropy term to",
+    "sapo_": "MeZO has no policy-gradient loss for SAPO's temperatures to shape",
+    "vespo_": "MeZO has no policy-gradient loss for VESPO's coefficients to shape",
+    "use_transformers_": "generation is LanguageModel.generate (batched decoding with the key/value cache)",
+}
+
+
+def no_meaning(key: str) -> str | None:
+    """Why the GRPOConfig option ``key`` has no meaning for MeZO, or None."""
+    if key in NO_MEANING:
+        return NO_MEANING[key]
+    return next((why for prefix, why in NO_MEANING_PREFIXES.items() if key.startswith(prefix)), None)
 
 
 def _lr_scheduler(value) -> dict:
@@ -99,8 +127,8 @@ def trl_options(values: dict, fields) -> dict:
             out[key] = value
         elif key in TRL_MAPPED and (key not in _MAPPED_TO or _MAPPED_TO[key] in fields):
             out.update(TRL_MAPPED[key](value))
-        elif key in NO_MEANING or key.startswith("vllm_"):
-            raise ConfigError(f"{key}: a GRPOConfig option with no meaning for MeZO ({NO_MEANING.get(key, _NO_VLLM)}); "
+        elif no_meaning(key) is not None:
+            raise ConfigError(f"{key}: a GRPOConfig option with no meaning for MeZO ({no_meaning(key)}); "
                               f"leave it out (docs/rl.md lists every GRPOConfig field)")
         else:
             out[key] = value  # a field name, an alias, or unknown: the caller decides
