@@ -17,6 +17,18 @@ the batched step's rows (2n copies of the prompts in one batch: what batching al
 ``population-batched step / two sequential decodes: X.XX``, that is S_batched / (2n D): the batched
 step over the decodes the in-place step makes (two per SPSA sample), and S_batched / S_inplace.
 
+``--plain``: the population's decode against plain inference on the same rows. For each workload (the
+RL example's prompts: ``"Movie review: "`` + the first 6 words of SST-2 training sentences, 24 new
+tokens, no stop at a newline; SQuAD's: paper prompts, 16 new tokens, stop at a newline), each mode
+(``full``: every weight, low-rank noise; ``lora``: the adapter, Gaussian noise; ``norm``: the final
+norm's gains, Rademacher noise; the mode's defaults otherwise) and M = 2, 4, 8 members (two-point, M/2
+SPSA samples), greedy: P = ``lm.generate`` on M copies of the B prompts in one batch at the
+unperturbed weights; E = the batched member evaluation's decode of the same M x B rows (the closure of
+a batched ``MeZO.step``, timed inside the step). Decode throughput = rows x decoding steps (the longest
+completion, in tokens, of the call) / seconds. Prints, per row,
+``population decode / plain inference, same rows: X.XX`` (E's throughput over P's; 1.00 = the
+population costs nothing beyond its rows).
+
 ``--memory``: peak RSS (VmHWM, reset after loading) of one batched step with M members against plain
 inference (``lm.generate``) on the same M x 16 rows, one process each.
 
@@ -43,6 +55,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import pathlib
 import statistics
 import time
 
@@ -213,6 +226,101 @@ def population(args) -> list[dict]:
     return rows
 
 
+def rl_example_prompts(n: int) -> list[str]:
+    """The RL example's training prompts (examples/rl_sentiment.py): "Movie review: " + the first 6 words of
+    SST-2 training sentences long enough to continue, duplicates dropped, shuffled with seed 0."""
+    import random
+
+    path = pathlib.Path(os.environ.get("MEZO_RL_DATA", "")) / "SST-2" / "LM-BFF-original" / "train.tsv"
+    out = []
+    for line in path.read_text(encoding="utf-8").splitlines()[1:]:
+        words = line.split("\t", 1)[0].split()
+        if len(words) > 8:
+            out.append(" ".join(words[:6]))
+    out = list(dict.fromkeys(out))
+    random.Random(0).shuffle(out)
+    return ["Movie review: " + p for p in out[:n]]
+
+
+def mode_model(mode: str):
+    """SmolLM2-135M set up for ``mode`` and its optimizer options (mezo_rl.training.defaults)."""
+    import re
+
+    from mezo_rl.model.peft import FINAL_NORM
+
+    lm = load_model("smollm2-135m")
+    if mode == "lora":
+        apply_peft(lm, "lora")
+    elif mode == "norm":
+        for name, p in lm.model.named_parameters():
+            p.requires_grad_(re.search(FINAL_NORM, name) is not None)
+    return lm, mezo_options(MODE_DEFAULTS[mode])
+
+
+def plain_vs_population(args) -> list[dict]:
+    """``--plain``: the batched member evaluation's decode throughput over lm.generate's on the same rows."""
+    squad = tasks.get_task("squad").load_split("train", n=args.squad_batch, seed=0)
+    workloads = {
+        "RL example": dict(prompts=rl_example_prompts(args.batch), max_new_tokens=24, stop_at_newline=False),
+        "SQuAD": dict(prompts=[e.prompt for e in squad], max_new_tokens=16, stop_at_newline=True),
+    }
+    rows = []
+    for mode in args.modes_plain:
+        lm, options = mode_model(mode)
+        params = [p for p in lm.model.parameters() if p.requires_grad]
+        ntok = lambda texts: max(len(lm.tokenizer(t, add_special_tokens=False)["input_ids"]) for t in texts)  # noqa: E731
+        for name, w in workloads.items():
+            if args.workloads and name.split()[0].lower() not in args.workloads:
+                continue
+            gen = dict(max_new_tokens=w["max_new_tokens"], stop_at_newline=w["stop_at_newline"])
+            prompts = w["prompts"]
+            for M in args.members:
+                opt = MeZO(params, record=False, seed=0, evaluation="batched", module=lm.model,
+                           **{**options, "lr": 0.0, "n_spsa": M // 2})
+                inside = []  # (seconds, longest completion) of the closure's decode
+
+                def closure(members):
+                    t = time.perf_counter()
+                    per_member = lm.generate(prompts, members=len(members), **gen)
+                    inside.append((time.perf_counter() - t, max(ntok(texts) for texts in per_member)))
+                    return [0.0] * len(members)
+
+                def plain():
+                    with lm.batches_of(M * len(prompts)), torch.no_grad():
+                        t = time.perf_counter()
+                        texts = lm.generate(prompts * M, **gen)
+                        return time.perf_counter() - t, ntok(texts)
+
+                if M == args.members[0]:
+                    with lm.batches_of(len(prompts)):
+                        opt.step(closure)  # warm-up
+                P, E = [], []
+                for rep in range(args.reps):
+                    P.append(plain())
+                    inside.clear()
+                    with lm.batches_of(len(prompts)):
+                        opt.step(closure)
+                    E.append(inside[-1])
+                rate = lambda runs: statistics.median(M * len(prompts) * n / s for s, n in runs)  # noqa: E731
+                row = {"mode": mode, "workload": name, "members": M, "rows": M * len(prompts), "P": P, "E": E,
+                       "plain_tokens_per_s": rate(P), "population_tokens_per_s": rate(E)}
+                row["ratio"] = row["population_tokens_per_s"] / row["plain_tokens_per_s"]
+                rows.append(row)
+                print(f"[{mode}, {name}, M={M}, {M * len(prompts)} rows] plain {row['plain_tokens_per_s']:.0f} tok/s, "
+                      f"population {row['population_tokens_per_s']:.0f} tok/s; "
+                      f"population decode / plain inference, same rows: {row['ratio']:.2f}", flush=True)
+        del lm, params
+    print(f"\nSmolLM2-135M fp32, greedy, B = {args.batch} RL prompts / {args.squad_batch} SQuAD questions x M members, "
+          f"{args.threads} threads; medians of "
+          f"{args.reps}; decode throughput in rows x decoding steps per second")
+    print("| mode | workload | M | rows | plain inference tok/s | population tok/s | population / plain |")
+    print("|---|---|---:|---:|---:|---:|---:|")
+    for r in rows:
+        print(f"| {r['mode']} | {r['workload']} | {r['members']} | {r['rows']} | {r['plain_tokens_per_s']:.0f} | "
+              f"{r['population_tokens_per_s']:.0f} | **{r['ratio']:.2f}** |")
+    return rows
+
+
 def memory_child(mode: str, members: int, args) -> dict:
     """One process: peak RSS of a batched step with ``members`` members, or of inference on as many rows."""
     lm = load_model("smollm2-135m", batch_size=args.batch * (members if mode == "inference" else 1))
@@ -261,13 +369,25 @@ def main():
     ap.add_argument("--json")
     ap.add_argument("--population", action="store_true", help="batched vs in-place steps (see above)")
     ap.add_argument("--memory", action="store_true", help="peak RSS: batched step vs inference on as many rows")
-    ap.add_argument("--workloads", nargs="+", choices=["rl-style", "squad"], help="--population: only these workloads")
+    ap.add_argument("--plain", action="store_true", help="population decode vs plain inference on the same rows")
+    ap.add_argument("--modes-plain", nargs="+", default=["full", "lora", "norm"], choices=["full", "lora", "norm"],
+                    help="--plain: the modes")
+    ap.add_argument("--members", nargs="+", type=int, default=[2, 4, 8], help="--plain: member counts M (even)")
+    ap.add_argument("--squad-batch", type=int, default=4, help="--plain: SQuAD questions (B of its rows)")
+    ap.add_argument("--workloads", nargs="+", choices=["rl-style", "rl", "squad"],
+                    help="--population / --plain: only these workloads (rl-style: --population's; rl: --plain's)")
     ap.add_argument("--memory-child", choices=["inference", "batched"], help=argparse.SUPPRESS)
     ap.add_argument("--memory-members", type=int, default=2, help=argparse.SUPPRESS)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     if args.memory_child:
         print(json.dumps(memory_child(args.memory_child, args.memory_members, args)))
+        return
+    if args.plain:
+        result = {"plain": plain_vs_population(args)}
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump({"args": vars(args), **result}, f, indent=1)
         return
     if args.population or args.memory:
         result = {"population": population(args)} if args.population else {}

@@ -153,7 +153,7 @@ def norm_scoring(args) -> dict:
         p.requires_grad_(re.search(FINAL_NORM, name) is not None)
     assert lm.enable_trunk_cache()
     row = MODE_DEFAULTS["norm"]
-    train = tasks.get_task("sst2").load_split("train", n=1000, seed=0)
+    train = tasks.get_task("sst2").load_split("train", n=256, seed=0)  # a pool the batches are drawn from
     objective = build_objective("accuracy")
     assert objective.normaliser_invariant
     params = [p for p in lm.model.parameters() if p.requires_grad]

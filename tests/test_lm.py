@@ -313,3 +313,31 @@ def test_encode_is_the_sequence_score_runs(tiny_causal_lm, tiny_masked_lm):
     ids, positions, targets = lm.encode(f"It was {MASK} .", " great")
     assert targets == tok(" great", add_special_tokens=False)["input_ids"]
     assert [ids[i] for i in positions] == [tok.mask_token_id] * len(targets)
+
+
+def test_a_rebuilt_model_adopts_the_trunk_cache_and_never_reruns_the_trunk(tiny_tokenizer):
+    # the best step's weights replayed onto a fresh copy: the frozen trunk is the same, so are its outputs
+    from conftest import make_tiny_causal_lm
+
+    first, again = make_tiny_causal_lm(tiny_tokenizer), make_tiny_causal_lm(tiny_tokenizer)
+    for model in (first, again):
+        _freeze_all_but_final_norm(model)
+    old, new = LanguageModel(first, tiny_tokenizer), LanguageModel(again, tiny_tokenizer)
+    assert old.enable_trunk_cache() and new.enable_trunk_cache()
+    with torch.no_grad():
+        want = old.score(PROMPTS, CANDS)
+        kept = old.trunk_cache.values_only()
+        assert kept.norm is None and kept.params == []  # nothing of the old model is kept alive
+        assert new.adopt_trunk_cache(kept) and new.trunk_cache_size == old.trunk_cache_size
+        runs = []
+        hook = again.model.layers[0].register_forward_hook(lambda m, i, o: runs.append(1))
+        got = new.score(PROMPTS, CANDS)
+        hook.remove()
+    assert runs == []  # every entry came from the adopted cache
+    for g, w in zip(got, want):
+        assert torch.equal(g.sum, w.sum)  # the same cached values through the same norm and head
+    other = make_tiny_causal_lm(tiny_tokenizer, seed=1)  # another trunk: its outputs differ, nothing is taken
+    _freeze_all_but_final_norm(other)
+    stranger = LanguageModel(other, tiny_tokenizer)
+    assert stranger.enable_trunk_cache() and not stranger.adopt_trunk_cache(old.trunk_cache)
+    assert stranger.trunk_cache_size == 0

@@ -175,28 +175,22 @@ class LanguageModel:
             hidden, pre = self._base_with_norm_input(norm, ids, torch.ones_like(ids))
             if not torch.equal(norm(pre), hidden):  # e.g. OPT-350m projects after its final norm
                 return False
-        self._trunk = TrunkCache(norm, trunk_params)
+        self._trunk = TrunkCache(norm, trunk_params, fingerprint=pre.detach().clone())
         return True
 
-    def adopt_trunk_cache(self, other: "LanguageModel") -> bool:
-        """Take over ``other``'s cached trunk outputs (a model rebuilt from the same frozen trunk, e.g. the
-        best step's weights replayed onto a fresh copy), so the trunk does not run again for them.
+    @property
+    def trunk_cache(self) -> TrunkCache | None:
+        """The trunk cache when it is on and usable now (every trunk weight frozen), else None."""
+        return self._trunk_cache()
 
-        Both models must have the trunk cache on (``enable_trunk_cache``) and the same frozen trunk
-        weights; the caller vouches for the latter (checked here on one probe input). Returns whether the
-        entries were taken."""
-        mine, theirs = self._trunk, getattr(other, "_trunk", None)
-        if mine is None or theirs is None or not (mine.usable() and theirs.usable()):
-            return False
-        ids = torch.tensor([self.tokenizer("a b", add_special_tokens=True)["input_ids"]], device=self.device)
-        with torch.no_grad():
-            a = self._base_with_norm_input(mine.norm, ids, torch.ones_like(ids), stop=True)[1]
-            b = other._base_with_norm_input(theirs.norm, ids.to(other.device), torch.ones_like(ids).to(other.device), stop=True)[1]
-        if not torch.equal(a, b.to(a.device)):
-            return False
-        mine.entries.update(theirs.entries)
-        mine.encoded.update(theirs.encoded)
-        return True
+    def adopt_trunk_cache(self, cache: TrunkCache) -> bool:
+        """Take the entries of another model's trunk cache (``other_lm.trunk_cache``) whose trunk is this
+        one's (the same frozen weights: a model rebuilt from the same base, e.g. the best step's weights
+        replayed onto a fresh copy), so the trunk does not run again for them. Whether the trunks are the
+        same is checked on a probe input (bit for bit). Returns whether the entries were taken; False
+        also when this model's cache is off."""
+        mine = self._trunk_cache()
+        return mine is not None and cache is not None and mine.adopt(cache)
 
     def clear_trunk_cache(self) -> None:
         """Forget the cached trunk outputs (after changing frozen weights in place)."""

@@ -17,13 +17,15 @@ class TrunkCache:
     """Final-norm inputs keyed by ``(input ids, scored positions)`` (tuples), valid while ``params`` are frozen.
 
     ``norm``: the final normalisation module (the boundary); ``params``: every trunk parameter (the
-    base's parameters but the norm's own). ``encoded`` memoises the tokenisation of each scored
-    (prompt, candidate) text pair, since the same texts come back every step.
+    base's parameters but the norm's own); ``fingerprint``: the trunk's output on a probe input, which
+    tells whether another model's cache holds this trunk's values (:meth:`adopt`). ``encoded`` memoises
+    the tokenisation of each scored (prompt, candidate) text pair, since the same texts come back every step.
     """
 
-    def __init__(self, norm: torch.nn.Module, params: list[torch.nn.Parameter]):
+    def __init__(self, norm: torch.nn.Module, params: list[torch.nn.Parameter], fingerprint: torch.Tensor):
         self.norm = norm
         self.params = list(params)
+        self.fingerprint = fingerprint
         self.entries: dict[tuple, torch.Tensor] = {}
         self.encoded: dict[tuple[str, str], tuple] = {}
 
@@ -41,6 +43,23 @@ class TrunkCache:
     def clear(self) -> None:
         """Forget every cached value (after frozen weights were changed in place)."""
         self.entries.clear()
+
+    def values_only(self) -> "TrunkCache":
+        """The cached values and the fingerprint without the references to the model (its norm and trunk
+        parameters), to carry over to a rebuilt model (:meth:`adopt`) while the old one is freed."""
+        out = TrunkCache(None, [], self.fingerprint)
+        out.entries, out.encoded = self.entries, self.encoded
+        return out
+
+    def adopt(self, other: "TrunkCache") -> bool:
+        """Take ``other``'s entries if its trunk gave bit for bit the same output on the probe (the same
+        frozen trunk, e.g. a model rebuilt from the same weights); returns whether they were taken."""
+        a, b = self.fingerprint, other.fingerprint
+        if a.shape != b.shape or a.dtype != b.dtype or not torch.equal(a, b.to(a.device)):
+            return False
+        self.entries.update({k: v.to(a.device) for k, v in other.entries.items()})
+        self.encoded.update(other.encoded)
+        return True
 
     def missing(self, keys) -> list[tuple]:
         """The distinct keys not cached yet, shortest sequence first (so a batch of them pads little)."""
