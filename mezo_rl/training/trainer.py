@@ -125,6 +125,7 @@ class MeZOTrainer:
                  eval_dataset=None, processing_class=None, callbacks: Optional[list[TrainerCallback]] = None,
                  peft_config=None, *, lm=None, task=None, objective=None, splits=None,
                  lm_factory: Optional[Callable[[], Any]] = None, dist=None):
+        t_init = time.perf_counter()
         if isinstance(model, MeZOConfig):  # the earlier call: Trainer(args, lm=..., task=...)
             if args is not None:
                 raise ConfigError("two configurations given (the first argument and args=); give one")
@@ -164,6 +165,9 @@ class MeZOTrainer:
         self.trajectory = None  # the run's Trajectory, set when training ends (also opt.trajectory while training)
         self._t_start = time.perf_counter()
         self._guard = InterruptGuard()  # inactive (no signal handlers) outside train()
+        # where this process's time goes (the summary's time_s): the setup (data, model, optimizer), the frozen
+        # trunk (--peft norm), the steps and the evaluations
+        self.seconds = {"load": time.perf_counter() - t_init, "trunk": 0.0, "steps": 0.0, "evaluations": 0.0}
         self._event("on_init_end")
 
     @property
@@ -302,6 +306,7 @@ class MeZOTrainer:
     def _evaluate_and_log(self, split: str) -> dict:
         t0 = time.perf_counter()
         metrics = self.evaluate(split) if self.splits[split] else {}
+        self.seconds["evaluations"] += time.perf_counter() - t0
         record = {"step": self.step, "split": split, "metrics": metrics, "seconds": time.perf_counter() - t0,
                   "wall_time_s": self.wall_time(), "peak_rss_mb": peak_rss_mb()}
         self._log(record)
@@ -383,24 +388,31 @@ class MeZOTrainer:
         uninterrupted one did; the work is what the first steps and evaluations would do anyway."""
         if not self.lm.trunk_cache_active:
             return
+        t0 = time.perf_counter()
         eval_scores = any(rewards.get_reward(m).needs == "scores" for m in self.task.metrics)
         with torch.no_grad(), autocast(self.args.autocast, self.lm.device.type), self._guard.interruptible():
             for split in splits:
                 examples = self.splits[split]
                 if examples and ("scores" in self.objective.needs if split == "train" else eval_scores):
                     model_outputs(self.lm, examples, {"scores"})
+        self.seconds["trunk"] += time.perf_counter() - t0
 
     def _restore_best(self) -> None:
         """Put the best step's weights in ``self.lm`` (replay of the trajectory prefix on a fresh base)."""
         if self.state.best_step == self.step:
             return
-        # free the trained model first (the optimizer holds its parameters): never two models at once
+        # free the trained model first (the optimizer holds its parameters): never two models at once; the
+        # frozen trunk's cached outputs (--peft norm) go on to the rebuilt model, whose trunk is the same
+        t0, trunk = time.perf_counter(), self.lm.trunk_cache
+        trunk = trunk.values_only() if trunk is not None else None
         self.optimizer = self.scheduler = None
         del self.lm
         gc.collect()
         self.lm = build_model(self.args, self.lm_factory() if self.lm_factory is not None else None)
         rundir.replay_prefix(self.lm, self.trajectory, self.state.best_step)
-        self._warm_trunk_cache(("test",))  # all that is left to score
+        self.lm.adopt_trunk_cache(trunk)
+        self.seconds["load"] += time.perf_counter() - t0
+        self._warm_trunk_cache(("test",))  # all that is left to score (nothing, once the cache is adopted)
 
     # -------------------------------------------------------------- main loop
     def train(self) -> dict:
@@ -440,6 +452,7 @@ class MeZOTrainer:
             "initial_validation": s.initial_validation, "validation": s.best_validation, "test": test,
             "initial_test": s.initial_test, "final_validation": s.last_validation, "best_step": s.best_step,
             "steps": final_step, "wall_time_s": self.wall_time(), "peak_rss_mb": peak_rss_mb(),
+            "time_s": {k: round(v, 3) for k, v in self.seconds.items()},  # this process's: load, trunk, steps, evaluations
             "metric_for_best": primary_metric(self.task, s.initial_validation, a.metric_for_best),
             "trainable_parameters": sum(p.numel() for p in trainable_parameters(self.lm.model)),
             "stopped_early": final_step < a.max_steps,  # a callback stopped training (control.should_training_stop)
@@ -476,6 +489,7 @@ class MeZOTrainer:
             self.control._new_step()
             self._event("on_step_begin")
             record = self.training_step()
+            self.seconds["steps"] += record["seconds"]
             if self.step % a.logging_steps == 0 or self.step == a.max_steps:
                 self._log(record)
             self._event("on_step_end", record=record)
