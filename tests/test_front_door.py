@@ -134,3 +134,11 @@ def test_docs_rl_md_lists_every_grpo_option_with_no_meaning():
     text = (pathlib.Path(__file__).resolve().parents[1] / "docs" / "rl.md").read_text()
     missing = [k for k in NO_MEANING if f"`{k}`" not in text] + [p for p in NO_MEANING_PREFIXES if f"`{p}*`" not in text]
     assert not missing, f"docs/rl.md's table lacks {missing}"
+
+
+def test_a_grpo_config_object_is_refused_in_one_line_naming_mezo_config(tmp_path):
+    trl = pytest.importorskip("trl")
+    grpo = trl.GRPOConfig(output_dir=str(tmp_path), learning_rate=1e-5, use_cpu=True, bf16=False)
+    with pytest.raises(ConfigError) as info:
+        MeZOTrainer(model=NOT_A_MODEL, reward_funcs=reward_len, args=grpo)
+    assert "args: got a GRPOConfig; accepted: a MeZOConfig" in one_line(info)
