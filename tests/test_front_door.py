@@ -142,3 +142,23 @@ def test_a_grpo_config_object_is_refused_in_one_line_naming_mezo_config(tmp_path
     with pytest.raises(ConfigError) as info:
         MeZOTrainer(model=NOT_A_MODEL, reward_funcs=reward_len, args=grpo)
     assert "args: got a GRPOConfig; accepted: a MeZOConfig" in one_line(info)
+
+
+def test_a_code_task_of_prompts_gets_the_prompt_defaults_and_resumes(tmp_path, tiny_model_dir):
+    """The kind of a task given as code is known only once it is built: the run's defaults follow it, on the
+    command line too, so --resume compares like with like."""
+    data = tmp_path / "prompts.jsonl"
+    data.write_text("".join(json.dumps({"prompt": p}) + "\n" for p in PROMPTS))
+    code = tmp_path / "my_task.py"
+    code.write_text(f"from tasks import from_prompts\n\ndef build():\n    return from_prompts({str(data)!r})\n")
+    reward = tmp_path / "my_reward.py"
+    reward.write_text("def reward_len(completions, **kwargs):\n    return [-abs(20 - len(c)) for c in completions]\n")
+    run = tmp_path / "run"
+    argv = ["train", "--model", str(tiny_model_dir), "--task", f"{code}:build", "--reward", f"{reward}:reward_len",
+            "--n-spsa", "1", "--max-completion-length", "8", "--autocast", "none", "--no-progress",
+            "--output-dir", str(run)]
+    assert main(argv + ["--max-steps", "1"]) == 0
+    config = json.loads((run / "config.json").read_text())
+    assert config["per_device_train_batch_size"] == 16 and config["learning_rate"] == 0.1  # a prompt task's
+    assert main(argv + ["--max-steps", "2", "--resume"]) == 0
+    assert json.loads((run / "summary.json").read_text())["steps"] == 2

@@ -112,9 +112,9 @@ def check_training(args, *, model: bool = True, output: bool = True) -> tuple:
     if model:
         check_model(args.model, args.dtype)
     check_data_dir(args.data_dir)
-    if output:
-        check_output_dir(args)
     task = resolve_task(args)
+    if output:  # with the defaults the run will have: its task's kind's (a code task's kind is known only now)
+        check_output_dir(args.for_task_kind(task.kind))
     check_reward_fit(objective, task, args.model if model else None)
     if task.kind == "prompts":
         check_prompts(task, args.model if model else None)
