@@ -96,7 +96,8 @@ def test_per_mode_defaults_are_resolved_once_and_explicit_values_win():
                                   dict(task="user/prompt-dataset", prompt_column="messages")])
 def test_a_prompt_file_or_dataset_takes_the_prompt_task_run_length(task):
     """A prompt task decodes every prompt per member: its norm-mode row is the RL example's, not 3000 x 64;
-    the other modes, the other task kinds and explicit values are untouched (nothing is read to decide)."""
+    the other modes normalise the step (a reward on any scale); the other task kinds and explicit values are
+    untouched (nothing is read to decide)."""
     args = TrainingArguments(**task)
     expected = {**MODE_DEFAULTS["norm"], **PROMPT_TASK_DEFAULTS["norm"]}
     assert {k: getattr(args, FIELD_OF.get(k, k)) for k in expected} == expected
@@ -104,7 +105,8 @@ def test_a_prompt_file_or_dataset_takes_the_prompt_task_run_length(task):
     assert TrainingArguments(**task, max_steps=7, learning_rate=1e-3).to_dict() | {
         "max_steps": args.max_steps, "learning_rate": args.learning_rate, "eval_steps": args.eval_steps} == args.to_dict()
     lora = TrainingArguments(**task, peft="lora")
-    assert {k: getattr(lora, FIELD_OF.get(k, k)) for k in MODE_DEFAULTS["lora"]} == MODE_DEFAULTS["lora"]
+    assert {k: getattr(lora, FIELD_OF.get(k, k)) for k in MODE_DEFAULTS["lora"]} == {
+        **MODE_DEFAULTS["lora"], **PROMPT_TASK_DEFAULTS["lora"]} and lora.normalize == "std"
     # config.json holds the resolved values: a resume or --config repeats them whatever the table later says
     assert TrainingArguments.from_dict(args.to_dict()).to_dict() == args.to_dict()
 

@@ -53,11 +53,13 @@ from mezo_rl.cli.compare import compare, objective_variants, write_report
 from mezo_rl.training.distributed import DistContext
 from mezo_rl.errors import ConfigError, UserError
 from mezo_rl.training.evaluation import evaluate
+from mezo_rl.training.kl import StartingPoint
 from mezo_rl.model.loading import check_model, load_model
 from mezo_rl.model.peft import PEFT_METHODS
 from mezo_rl.training.rundir import load_run, save_model
 from mezo_rl.training.runguard import RunLock
 from mezo_rl.training.trainer import Trainer, TrainingInterrupted
+import rewards
 from rewards import describe_rewards
 from tasks import get_task, list_tasks
 
@@ -204,6 +206,20 @@ def _task_args(args, default_task: str = "sst2", run_args=None):
     return run_args if run_args is not None else dataclasses.replace(args, task=default_task)
 
 
+def _replay_to(lm, run_dir, step) -> int:
+    """Replay the first ``step`` ("best", "final" or a number) steps of the run in ``run_dir`` on ``lm`` (its
+    weights at step 0); the step number."""
+    ckpt = rundir.checkpoint_dir(pathlib.Path(run_dir))
+    trajectory = rundir.read_trajectory(ckpt / rundir.TRAJECTORY_FILE)
+    state = rundir.TrainerState.load(ckpt / rundir.STATE_FILE)
+    step = parse_step(step)
+    n = {"best": state.best_step, "final": state.step}.get(step, step)
+    if not 0 <= n <= len(trajectory):
+        raise ConfigError(f"--step {step!r}: the checkpoint in {run_dir} has steps 0..{len(trajectory)}")
+    rundir.replay_prefix(lm, trajectory, n)
+    return n
+
+
 def cmd_eval(ns) -> int:
     args = parse_into(EvalRunArguments, ns)
     run_args = None
@@ -217,14 +233,24 @@ def cmd_eval(ns) -> int:
     checks.check_data_dir(data_dir)
     task = resolve_task(task_args)
     examples = load_splits(task, task_args.task, {args.split: args.n}, data_dir, args.seed)[args.split]
-    if args.run_dir:
+    objective = reference = None
+    if args.run_dir and task.kind == "prompts":
+        # the run's rewards are the metrics, and kl is to the run's starting weights: the base (+ adapter) at
+        # step 0, its trainable tensors kept (mezo_rl.training.kl), then the run's steps replayed on it
+        objective = rewards.build_objective(list(run_args.reward), weights=run_args.reward_weights,
+                                            normalize=run_args.reward_normalize)
+        lm, _, _ = load_run(args.run_dir, 0)
+        reference = StartingPoint(lm.model)
+        step = _replay_to(lm, args.run_dir, args.step)
+        info = {"run_dir": args.run_dir, "step": step}
+    elif args.run_dir:
         lm, _, step = load_run(args.run_dir, args.step)
         info = {"run_dir": args.run_dir, "step": step}
     else:
         lm = load_model(args.model, dtype=args.dtype)
         info = {"model": args.model}
     metrics = evaluate(lm, task, examples, batch_size=args.batch_size, max_new_tokens=args.max_new_tokens,
-                       progress=True, desc=f"{args.split}")
+                       progress=True, desc=f"{args.split}", objective=objective, reference=reference)
     print(json.dumps({**info, "task": task_args.task, "split": args.split, "n": len(examples),
                       "metrics": {k: float(v) for k, v in metrics.items()}}, indent=2))
     return 0

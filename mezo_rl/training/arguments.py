@@ -8,7 +8,7 @@ field metadata; :class:`Arguments` checks every field against those in one loop,
 ``ModelArguments``          model
 ``TaskArguments``           task
 ``DataTaskArguments``       template, prompt_column, label_column, candidates, target_column, validation_file, test_file, dataset_config
-``ObjectiveArguments``      reward, reward_weights, reward_normalize
+``ObjectiveArguments``      reward, reward_weights, reward_normalize, reward_shaping, beta
 ``PeftArguments``           peft, lora_r, lora_alpha, num_prefix_tokens
 ``DataArguments``           data_dir, num_train, num_eval, num_test
 ``MeZOArguments``           max_steps, per_device_train_batch_size, learning_rate, eps, weight_decay, lr_scheduler, ...
@@ -249,6 +249,7 @@ class ObjectiveArguments(Arguments):
     reward_weights: Optional[list[float]] = option(None, "one weight per --reward (default: all 1)")
     reward_normalize: Optional[str] = option(None, "'std': scale each reward by its spread on the first batch before weighting (default: no scaling)", choices=["std"])
     reward_shaping: str = option("none", "group: centre each prompt's weighted rewards across all of the step's completions of it (every member, every --num-generations sample) and divide by their std, as GRPO and EGGROLL do per prompt; none: the mean reward", choices=["none", "group"])
+    beta: float = option(0.0, "the KL coefficient (TRL's beta), prompt tasks: each member's loss adds beta times the mean per-token KL of its completions to the starting model (exact over the vocabulary), so a step prefers members that stay close to where the run began; 0: no penalty (kl is still reported at each evaluation). Needs the members evaluated in place (--evaluation auto picks it)", ge=0.0)
 
     def __post_init__(self):
         if isinstance(self.reward, str):
@@ -418,11 +419,16 @@ class MeZOConfig(OutputArguments, EvalArguments, GenerationArguments, ComputeArg
         self.peft = MODE_ALIASES.get(self.peft, self.peft)
         resolved = [FIELD_OF.get(k, k) for k in MODE_DEFAULTS[self.peft]] + ["eval_steps"]
         object.__setattr__(self, "_defaulted", tuple(k for k in resolved if getattr(self, k) is None))
-        for key, default in mode_defaults(self.peft, self.data_task_kind()).items():
+        for key, default in mode_defaults(self.peft, self.task_kind()).items():
             if getattr(self, FIELD_OF.get(key, key)) is None:
                 setattr(self, FIELD_OF.get(key, key), default)
         if self.eval_steps is None:
             self.eval_steps = max(1, self.max_steps // 5)
+        if self.beta > 0 and self.evaluation == "batched":
+            raise ConfigError("--beta > 0 needs each member's own completions scored against the starting model, which "
+                              "the batched pass does not serve: use --evaluation inplace (or auto)")
+        if self.beta > 0 and self.evaluation == "auto":
+            self.evaluation = "inplace"
         if self.num_generations > self.per_device_train_batch_size or self.per_device_train_batch_size % self.num_generations:
             raise ConfigError(f"--num-generations {self.num_generations} must divide --per-device-train-batch-size "
                               f"{self.per_device_train_batch_size} (the completions of a step: "
@@ -464,6 +470,16 @@ class MeZOConfig(OutputArguments, EvalArguments, GenerationArguments, ComputeArg
     greater_is_better = True        # the best step has the highest validation metric
     load_best_model_at_end = True   # the best step's weights are the ones tested and saved
     eval_strategy = save_strategy = logging_strategy = "steps"
+
+    def task_kind(self) -> Optional[str]:
+        """The kind of ``--task`` where the options alone tell it: a data file or dataset
+        (:meth:`data_task_kind`), or a registered task's name; None for a code task."""
+        from tasks import get_task, list_tasks
+
+        kind = self.data_task_kind()
+        if kind is None and isinstance(self.task, str) and self.task in list_tasks():
+            kind = get_task(self.task).kind
+        return kind
 
     def data_task_kind(self) -> Optional[str]:
         """The kind of ``--task`` where it is a data file or dataset (``"prompts"`` for a prompt column or a

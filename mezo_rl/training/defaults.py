@@ -36,11 +36,19 @@ assert tuple(MODE_DEFAULTS) == MODES
 # A prompt task (prompts in, a reward over generated completions) costs a decode of every prompt of the
 # batch per member, where a scoring task costs one forward pass, so the norm row's run length, sized for
 # scoring, is far too long for it. These entries replace the mode's for such a task (a data file or
-# dataset with a prompt column or a prompt template): the settings of the worked RL example
-# (examples/rl_sentiment.py), whose 4 SPSA samples' 8 members decode together as one batch
-# (benchmarks/README.md, "Prompt tasks"). The other modes keep their rows.
+# dataset with a prompt column or a prompt template, or a registered prompt task): the settings of the
+# worked RL example (examples/rl_sentiment.py), whose 4 SPSA samples' 8 members decode together as one
+# batch (benchmarks/README.md, "Prompt tasks").
+# Every mode normalises a prompt task's step (normalize="std": each loss difference over the spread of the
+# step's member losses), as GRPO normalises its advantages and ES-at-scale z-scores its rewards: a user's
+# reward comes on any scale (TRL's reward_len gives values around -20), and with the raw loss difference
+# over 2 eps the step would grow with it; normalised, the same run with the reward times 100 makes the
+# same weights. The scoring tasks keep their rows' settings (their losses have a known scale).
 PROMPT_TASK_DEFAULTS = {
     "norm": dict(steps=90, batch_size=16, lr=1e-1, n_spsa=4),
+    "full": dict(normalize="std"),
+    "lora": dict(normalize="std"),
+    "prefix": dict(normalize="std"),
 }
 assert set(PROMPT_TASK_DEFAULTS) <= set(MODES) and all(
     set(row) <= set(MODE_DEFAULTS[mode]) for mode, row in PROMPT_TASK_DEFAULTS.items())
@@ -65,5 +73,7 @@ def mezo_options(values: Mapping) -> dict:
     """The MeZO keyword arguments among ``values`` (a row of :data:`MODE_DEFAULTS`, or the resolved
     training arguments as a dict), ``normalize`` as MeZO takes it (``"none"`` -> None)."""
     out = {k: values[k] if k in values else values[FIELD_OF[k]] for k in MEZO_OPTIONS}
-    out["normalize"] = None if out["normalize"] == "none" else out["normalize"]
+    # with a KL penalty (beta > 0) the trainer normalises the reward part of each loss itself and adds the
+    # penalty after it (mezo_rl.training.trainer.Trainer.member_losses): the engine takes the losses as they are
+    out["normalize"] = None if out["normalize"] == "none" or values.get("beta") else out["normalize"]
     return out

@@ -39,7 +39,8 @@ from mezo_rl.training.arguments import MeZOConfig, TrainingArguments
 from mezo_rl.training.callbacks import CallbackHandler, CallbackState, ProgressCallback, TrainerCallback, TrainerControl
 from mezo_rl.training.distributed import DistContext
 from mezo_rl.training.evaluation import OBJECTIVE, evaluate
-from mezo_rl.training.outputs import autocast, member_objective_outputs, model_outputs
+from mezo_rl.training.kl import KL, KLSums, StartingPoint, completion_kl
+from mezo_rl.training.outputs import autocast, member_objective_outputs, member_outputs, model_outputs, prompt_texts
 from mezo_rl.training.rundir import TrainerState
 from mezo_rl.training.model_card import push_to_hub, write_model_card
 from mezo_rl.training.reporting import completion_stats, eval_logs, reporters, train_logs, write_completions_table
@@ -142,11 +143,15 @@ class MeZOTrainer:
         self.output_dir = pathlib.Path(args.output_dir)
         # the setup, one step per line, each built once (mezo_rl.training.setup; the arguments arrive resolved)
         self.task, self.splits = task_and_splits(args, task, splits)                        # tasks
+        if args.beta and self.task.kind != "prompts":
+            raise ConfigError(f"--beta penalises the KL of generated completions: it needs a prompt task, and task "
+                              f"{args.task!r} is {self.task.kind}; leave --beta at 0")
         self.args = args = args.for_task_kind(self.task.kind)  # the defaults of the task's kind, however it was given
         object.__setattr__(args, "_metric_for_best", args.metric_for_best or (
             self.task.metrics[0] if self.task.kind != "prompts" and self.task.metrics else OBJECTIVE))
         self.objective = build_objective(args, self.task, self.splits, objective)                # rewards
         self.lm = build_model(args, lm)                                                     # model and adapter
+        self.start = self._starting_point()                                   # the reference of kl and --beta
         self.objective.check_compatible(bool(self.lm.is_causal))
         recorded = rundir.recorded_evaluation(args.output_dir) if args.resume else None
         self.optimizer, self.scheduler = build_optimizer(args, self.lm, self.objective.needs, self.splits["train"],
@@ -232,13 +237,54 @@ class MeZOTrainer:
             losses = [-total[f"{m}/sum"] / total[f"{m}/count"] if total[f"{m}/count"] else math.nan
                       for m in range(len(outcomes))]
         record = {}
+        if self.args.beta:
+            # TRL's KL penalty: each member's loss + beta * its mean per-token KL to the starting model. With
+            # normalize="std" the engine takes these losses as they are (mezo_options) and the reward part is
+            # normalised here, times eps: the step is then (r+ - r-) / (2 sigma_r) + beta (kl+ - kl-) / (2 eps), a
+            # scale-free reward term and a finite-difference KL gradient that pulls back towards the start (a
+            # normalised total would make the KL term a sign only, and would move the weights on every step)
+            local = {}
+            for m, out in enumerate(outcomes):
+                kl = getattr(out, "kl", None) or KLSums()
+                local[f"{m}/kl"], local[f"{m}/kl_tokens"] = kl.total, kl.tokens
+            total = self.dist.all_reduce_sum_dict(local, keys=list(local))
+            kls = [total[f"{m}/kl"] / total[f"{m}/kl_tokens"] if total[f"{m}/kl_tokens"] else 0.0
+                   for m in range(len(outcomes))]
+            if self.args.normalize == "std":  # normalise the reward part only, as the engine would have (docs/rl.md)
+                mean = statistics.fmean(losses)
+                spread = math.sqrt(statistics.fmean((x - mean) ** 2 for x in losses))
+                losses = [self.args.eps * (x - mean) / spread if spread else 0.0 for x in losses]
+            losses = [loss + self.args.beta * kl for loss, kl in zip(losses, kls)]
+            record[KL] = statistics.fmean(kls)
         for k in names:
             members = [Moments(st["sums"][k], st["sq_sums"][k], st["counts"][k]) for st in stats]
             record[f"reward/{k}"] = statistics.fmean(m.mean for m in members if m.count)
             record[f"reward/{k}/std"] = sum(members, Moments()).std(ddof=0)
         return losses, record
 
+    def _starting_point(self):
+        """A prompt task's starting model (``mezo_rl.training.kl``): a copy of the trainable tensors as built."""
+        return StartingPoint(self.lm.model) if self.task.kind == "prompts" and self.lm.is_causal else None
+
     def member_outcomes(self, examples, members, sample_seed: Optional[int] = None) -> list:
+        """:meth:`member_outcome` of every member of a step; with ``--beta`` (members in place, one at a time)
+        each output also carries ``kl``: the summed per-token KL of its completions to the starting model."""
+        if not self.args.beta:
+            return self._member_outcomes(examples, members, sample_seed)
+        a, shard = self.args, self.dist.shard(examples)
+        with self._guard.interruptible(), autocast(a.autocast, self.lm.device.type), torch.no_grad():
+            results = []
+            for outputs in member_outputs(self.lm, shard, self.objective.needs, members, sample_seed=sample_seed,
+                                          max_new_tokens=a.max_completion_length, do_sample=a.do_sample,
+                                          temperature=a.temperature, num_generations=a.num_generations):
+                result = self.objective.evaluate(**outputs.as_kwargs())
+                result.groups = outputs.groups
+                result.kl = completion_kl(self.lm, self.start, prompt_texts(self.lm, [shard[g] for g in outputs.groups]),
+                                          outputs.texts, batch_size=a.eval_batch_size)
+                results.append(result)
+        return results
+
+    def _member_outcomes(self, examples, members, sample_seed: Optional[int] = None) -> list:
         """:meth:`member_outcome` of every member of a batched step (``--evaluation batched``), from one
         member-batched pass (``mezo_rl.training.outputs.member_objective_outputs``; the weights stay in place).
         ``members`` None: the one member the weights in place are (a list of one)."""
@@ -297,6 +343,7 @@ class MeZOTrainer:
             metrics = evaluate(self.lm, self.task, self.splits[split], batch_size=a.eval_batch_size,
                                max_new_tokens=a.max_completion_length, progress=a.progress and self.dist.is_main,
                                desc=f"{split} (step {self.step})", objective=self.objective if prompts_task else None,
+                               reference=self.start if prompts_task else None,
                                on_batch=keep if prompts_task and a.log_completions else None)
         if samples and self.dist.is_main:
             rundir.write_samples(self.output_dir, split, self.step, samples)
@@ -405,10 +452,11 @@ class MeZOTrainer:
         # frozen trunk's cached outputs (--peft norm) go on to the rebuilt model, whose trunk is the same
         t0, trunk = time.perf_counter(), self.lm.trunk_cache
         trunk = trunk.values_only() if trunk is not None else None
-        self.optimizer = self.scheduler = None
+        self.optimizer = self.scheduler = self.start = None
         del self.lm
         gc.collect()
         self.lm = build_model(self.args, self.lm_factory() if self.lm_factory is not None else None)
+        self.start = self._starting_point()
         rundir.replay_prefix(self.lm, self.trajectory, self.state.best_step)
         self.lm.adopt_trunk_cache(trunk)
         self.seconds["load"] += time.perf_counter() - t0

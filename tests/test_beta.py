@@ -1,0 +1,90 @@
+"""--beta (TRL's KL coefficient) and the kl every prompt-task evaluation reports (issue 35)."""
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+import rewards
+from conftest import make_tiny_causal_lm
+from mezo_rl.errors import ConfigError
+from mezo_rl.model.lm import LanguageModel
+from mezo_rl.training.arguments import TrainingArguments
+from mezo_rl.training.trainer import Trainer
+
+WORDS = ["the movie was", "a film about", "the acting is", "this story has", "the plot was", "an ending that"]
+
+
+def flat(completions, **kwargs):
+    """A reward with no opinion between completions: only the KL penalty can move the weights."""
+    return [1.0] * len(completions)
+
+
+def reward_len(completions, **kwargs):
+    return [-abs(20 - len(c)) for c in completions]
+
+
+@pytest.fixture()
+def registered():
+    for fn in (flat, reward_len):
+        rewards.register_reward(fn.__name__, replace=True)(fn)
+    yield
+    for fn in (flat, reward_len):
+        rewards.unregister_reward(fn.__name__)
+
+
+def args_for(tmp_path, name, **kw):
+    path = tmp_path / "p.jsonl"
+    path.write_text("".join(json.dumps({"prompt": f"{WORDS[i % 6]} {i}"}) + "\n" for i in range(30)))
+    base = dict(model="tiny", task=str(path), reward=["reward_len"], peft="norm", max_steps=2,
+                per_device_train_batch_size=4, eval_steps=2, autocast="none", progress=False,
+                output_dir=str(tmp_path / name), num_train=20, num_eval=6, num_test=6, max_completion_length=8)
+    return TrainingArguments(**{**base, **kw})
+
+
+def trainer(args, tiny_tokenizer):
+    return Trainer(args, lm=LanguageModel(make_tiny_causal_lm(tiny_tokenizer), tiny_tokenizer),
+                   lm_factory=lambda: LanguageModel(make_tiny_causal_lm(tiny_tokenizer), tiny_tokenizer))
+
+
+def test_kl_is_exactly_zero_at_lr_0(tmp_path, tiny_tokenizer, registered):
+    # batched members never perturb the weights in place, so at lr 0 they are the starting weights, bit for bit
+    args = args_for(tmp_path, "lr0", learning_rate=0.0, evaluation="batched", do_sample=True)
+    summary = trainer(args, tiny_tokenizer).train()
+    for split in ("initial_validation", "validation", "test"):
+        assert summary[split]["kl"] == 0.0 and summary[split]["kl_tokens"] > 0
+
+
+def test_beta_pulls_the_policy_back_towards_the_start(tmp_path, tiny_tokenizer, registered):
+    """From weights moved away from the start, with a reward that has no opinion: beta 0 makes no step (every
+    member's loss is the same), beta > 0 steps along the finite-difference gradient of the KL (eps small
+    enough that the +eps and -eps members write the same greedy completions), so the KL goes down."""
+    kl = {}
+    for beta in (0.0, 1.0):
+        t = trainer(args_for(tmp_path, f"b{beta}", reward=["flat"], learning_rate=30.0, eps=1e-3, beta=beta,
+                             n_spsa=1, max_steps=6), tiny_tokenizer)
+        g = torch.Generator().manual_seed(5)
+        with torch.no_grad():  # a policy that has drifted from where the run began
+            for p in t.start.params:
+                p.add_(0.3 * torch.randn(p.shape, generator=g))
+        before = t.evaluate("validation")["kl"]
+        records = [t.training_step() for _ in range(6)]
+        kl[beta] = t.evaluate("validation")["kl"]
+        assert ("kl" in records[-1]) == (beta > 0)  # logged per step where it is computed anyway
+    assert before > 0 and kl[1.0] < 0.9 * kl[0.0]
+
+
+def test_bad_beta_is_one_line_before_the_model_loads(tmp_path, registered, tiny_tokenizer):
+    with pytest.raises(ConfigError, match="--beta"):
+        args_for(tmp_path, "neg", beta=-0.1)
+    with pytest.raises(ConfigError, match="--evaluation inplace"):
+        args_for(tmp_path, "batched", beta=0.1, evaluation="batched")
+    assert args_for(tmp_path, "auto", beta=0.1).evaluation == "inplace"
+
+    def no_model():
+        raise AssertionError("the model was loaded")
+
+    args = TrainingArguments(model="tiny", task="sst2", reward=["accuracy"], beta=0.1, output_dir=str(tmp_path / "c"))
+    with pytest.raises(ConfigError, match="prompt task"):
+        Trainer(args, lm_factory=no_model, splits={"train": [1], "validation": [], "test": []})
