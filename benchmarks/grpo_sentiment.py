@@ -54,6 +54,19 @@ completions' mean log-likelihood per token under the untrained model, before -> 
     flock /tmp/mezo-heavy.lock python benchmarks/grpo_sentiment.py --output-dir runs/grpo_smoke \\
         --time-budget-s 60 --num-test 16 --num-eval 8 --eval-points 2
 
+Other tasks (issue 35's study, ``benchmarks/rl.py --study``): ``--task NAME --reward REF`` trains on a
+registered prompt task instead (``arithmetic``: chat prompts, which TRL renders with the tokenizer's chat
+template as mezo-rl does; the task's columns reach the reward as keywords in both tools), with the same
+``load_split(n, seed)`` subsets as ``mezo-rl train --num-train/--num-eval/--num-test --seed``. ``--peft lora``
+trains mezo-rl's own LoRA adapter (``mezo_rl.model.peft.apply_peft``: r 8, alpha 16, q_proj and v_proj, the
+same initial adapter as a ``mezo-rl train --peft lora`` run of the same seed) with TRL's optimizer; gradient
+checkpointing is off there (the frozen embeddings would give the checkpointed blocks no gradient).
+Every evaluation reports ``kl`` (``test.kl``): the exact per-token KL to the starting weights over the
+completions, by the same ``evaluate(..., reference=StartingPoint)`` call mezo-rl's own evaluations make.
+
+    flock /tmp/mezo-heavy.lock python benchmarks/grpo_sentiment.py --task arithmetic --reward exact_answer \\
+        --peft lora --lr 1e-5 --max-completion-length 16 --time-budget-s 300 --output-dir runs/grpo_arith
+
 Writes, as it goes: ``OUTPUT_DIR/prompts/*.jsonl``, ``initial.json`` (the evaluation before training),
 ``log.jsonl`` (TRL's log line of each step, with this script's step seconds), ``evaluations.jsonl``
 (each validation), ``samples/test-{before,after}.jsonl`` (prompt, completion, reward), and at the end
@@ -107,10 +120,13 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--no-stop-at-newline", action="store_true",
                    help="let GRPO's completions run past a newline (TRL's behaviour; mezo-rl stops there)")
     p.add_argument("--no-base-loglik", action="store_true", help="skip the base model's log-likelihood of the test completions")
+    p.add_argument("--task", default=None, help="a registered prompt task (e.g. arithmetic) instead of the sentiment prompts")
+    p.add_argument("--reward", default=None, help="with --task: the reward reference (default: the task's first metric)")
+    p.add_argument("--peft", default="full", choices=["full", "lora"], help="what GRPO trains")
     a = p.parse_args(argv)
-    if not a.data_dir:
+    if a.task is None and not a.data_dir:
         p.error("give --data-dir or set MEZO_RL_DATA (the directory holding SST-2/LM-BFF-original/)")
-    if not (pathlib.Path(a.data_dir) / "SST-2" / "LM-BFF-original").is_dir():
+    if a.task is None and not (pathlib.Path(a.data_dir) / "SST-2" / "LM-BFF-original").is_dir():
         p.error(f"--data-dir {a.data_dir!r} has no SST-2/LM-BFF-original/")
     if a.num_generations < 2:
         p.error(f"--num-generations must be >= 2 (GRPO's advantages compare completions of a prompt), got {a.num_generations}")
@@ -187,17 +203,21 @@ class Scorer:
 
     def __init__(self, task, objective, splits: dict, max_new_tokens: int):
         self.task, self.objective, self.splits, self.max_new_tokens = task, objective, splits, max_new_tokens
+        self.reward = objective.names[0]
+        self.reference = None  # the starting weights (mezo_rl.training.kl.StartingPoint): evaluations report kl
 
     def __call__(self, model, tokenizer, split: str, keep: list | None = None) -> dict:
         import torch
 
         from mezo_rl.training.evaluation import evaluate
         from mezo_rl.model.lm import LanguageModel
-        from mezo_rl.training.outputs import autocast
+        from mezo_rl.training.outputs import autocast, prompt_texts
 
         def on_batch(examples, outputs, values):
+            rendered = prompt_texts(lm, examples)
             for i, text in enumerate(outputs.texts):
-                keep.append({"prompt": outputs.prompts[i], "completion": text, **{k: v[i] for k, v in values.items()}})
+                keep.append({"prompt": outputs.prompts[i], "prompt_text": rendered[i], "completion": text,
+                             **{k: v[i] for k, v in values.items()}})
 
         was_training = model.training
         model.eval()
@@ -206,7 +226,7 @@ class Scorer:
             with torch.no_grad(), autocast("auto", lm.device.type):
                 metrics = evaluate(lm, self.task, self.splits[split], batch_size=EVAL_BATCH_SIZE,
                                    max_new_tokens=self.max_new_tokens, objective=self.objective,
-                                   on_batch=on_batch if keep is not None else None)
+                                   on_batch=on_batch if keep is not None else None, reference=self.reference)
         finally:
             model.train(was_training)
         return {k: float(v) for k, v in metrics.items()}
@@ -264,12 +284,17 @@ def make_callback(a, out: pathlib.Path, scorer: Scorer, tokenizer, state: dict):
         state["validations"].append(record)
         if metrics["objective"] > state["best_value"]:
             state["best_value"], state["best_step"], state["best_validation"] = metrics["objective"], step, metrics
-            torch.save(model.state_dict(), out / "best.pt")
-        print(f"[grpo_sentiment] validation at step {step}: {REWARD} {metrics[REWARD]:.4f} "
-              f"(SE {metrics[REWARD + '/se']:.4f}, n {metrics['n']:.0f}); best step {state['best_step']}", flush=True)
+            torch.save(trainable_state(model), out / "best.pt")
+        print(f"[grpo_sentiment] validation at step {step}: {scorer.reward} {metrics[scorer.reward]:.4f} "
+              f"(SE {metrics[scorer.reward + '/se']:.4f}, n {metrics['n']:.0f}); best step {state['best_step']}", flush=True)
         return metrics
 
     return BudgetCallback(), validate
+
+
+def trainable_state(model) -> dict:
+    """The tensors training changes (all of them in full fine-tuning, the adapter's with LoRA), as copies."""
+    return {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
 
 
 def base_loglik(base, prompts: list, completions: list) -> float:
@@ -303,21 +328,41 @@ def main(argv=None) -> dict:
     import tasks
     from mezo_rl.model.loading import load_model
 
-    # prompts: the example's own writer and sizes
-    example = import_path(EXAMPLE, "rl_sentiment_example")
-    files = example.write_prompts(pathlib.Path(a.data_dir), out / "prompts", a.num_train, a.num_eval, a.num_test, a.words)
-    task = tasks.from_prompts({split: str(path) for split, path in files.items()})
-    objective = rewards.build_objective([f"{REWARD_FILE}:{REWARD}"])
+    from mezo_rl.model.peft import apply_peft
+    from mezo_rl.training.kl import StartingPoint
+
+    if a.task is None:  # prompts: the example's own writer and sizes
+        example = import_path(EXAMPLE, "rl_sentiment_example")
+        files = example.write_prompts(pathlib.Path(a.data_dir), out / "prompts", a.num_train, a.num_eval, a.num_test, a.words)
+        task = tasks.from_prompts({split: str(path) for split, path in files.items()})
+        objective = rewards.build_objective([f"{REWARD_FILE}:{REWARD}"])
+        reward_fn = import_path(REWARD_FILE, "sentiment_reward").positivity
+        train_rows = [json.loads(line) for line in files["train"].read_text().splitlines() if line.strip()]
+        train_dataset = datasets.Dataset.from_list([{"prompt": r["prompt"]} for r in train_rows])
+    else:  # a registered prompt task: the subsets `mezo-rl train --num-train/--num-eval/--num-test --seed` reads
+        task = tasks.get_task(a.task)
+        files = {}
+        spec = rewards.get_reward(a.reward or task.metrics[0])
+        objective = rewards.build_objective([a.reward or task.metrics[0]])
+
+        def reward_fn(prompts, completions, **kw):
+            return spec.fn(prompts=prompts, completions=completions, **kw)
+
+        reward_fn.__name__ = spec.name
+        train = task.load_split("train", n=a.num_train, seed=a.seed)
+        train_dataset = datasets.Dataset.from_list(
+            [{"prompt": ex.messages if ex.messages is not None else ex.prompt, **(ex.columns or {})} for ex in train])
     splits = {"validation": task.load_split("validation", n=a.num_eval, seed=a.seed),
               "test": task.load_split("test", n=a.num_test, seed=a.seed)}
     scorer = Scorer(task, objective, splits, a.max_completion_length)
-    reward_fn = import_path(REWARD_FILE, "sentiment_reward").positivity
-    train_rows = [json.loads(line) for line in files["train"].read_text().splitlines() if line.strip()]
-    train_dataset = datasets.Dataset.from_list([{"prompt": r["prompt"]} for r in train_rows])
+    reward_name = scorer.reward
 
-    # model: as mezo-rl loads it
+    # model: as mezo-rl loads it (and with --peft lora, mezo-rl's adapter of this seed)
     lm = load_model(MODEL)
+    if a.peft == "lora":
+        apply_peft(lm, "lora", seed=a.seed)
     model, tokenizer = lm.model, lm.tokenizer
+    start = scorer.reference = StartingPoint(model)  # the trainable tensors at the start: the reference of `kl`
 
     # before training
     t0 = time.perf_counter()
@@ -327,8 +372,8 @@ def main(argv=None) -> dict:
     initial["eval_seconds"] = time.perf_counter() - t0
     (out / "initial.json").write_text(json.dumps(initial, indent=1))
     (out / "samples" / "test-before.jsonl").write_text("".join(json.dumps(s) + "\n" for s in before_samples))
-    print(f"[grpo_sentiment] before: test {REWARD} {initial['initial_test'][REWARD]:.4f} "
-          f"(SE {initial['initial_test'][REWARD + '/se']:.4f}, n {initial['initial_test']['n']:.0f})", flush=True)
+    print(f"[grpo_sentiment] before: test {reward_name} {initial['initial_test'][reward_name]:.4f} "
+          f"(SE {initial['initial_test'][reward_name + '/se']:.4f}, n {initial['initial_test']['n']:.0f})", flush=True)
 
     # completions end at a newline, as mezo-rl's (TRL reads every eos id of the model's generation_config)
     stop_ids = []
@@ -352,6 +397,8 @@ def main(argv=None) -> dict:
         "logging_steps": 1,
         "save_strategy": "no",
     }
+    if a.peft == "lora":
+        settings["gradient_checkpointing"] = False
     if a.lr is not None:
         settings["learning_rate"] = a.lr
     config = GRPOConfig(**settings)
@@ -385,9 +432,11 @@ def main(argv=None) -> dict:
     gc.collect()
     best = out / "best.pt"
     if state["best_step"] == 0:
-        model.load_state_dict(load_model(MODEL).model.state_dict())
+        with torch.no_grad():
+            for p, s in zip(start.params, start.start):
+                p.copy_(s)
     elif state["best_step"] != final_step:
-        model.load_state_dict(torch.load(best, map_location="cpu", weights_only=True))
+        model.load_state_dict(torch.load(best, map_location="cpu", weights_only=True), strict=False)
     if best.exists():
         best.unlink()
     after_samples: list = []
@@ -427,8 +476,9 @@ def main(argv=None) -> dict:
         "final_validation": final_validation,
         "initial_test": initial["initial_test"],
         "test": test,
-        "validations": [{"step": v["step"], "train_s": v.get("train_s"), REWARD: v["metrics"][REWARD],
-                         f"{REWARD}/se": v["metrics"][f"{REWARD}/se"]} for v in state["validations"]],
+        "task": a.task, "reward": reward_name, "peft": a.peft,
+        "validations": [{"step": v["step"], "train_s": v.get("train_s"), reward_name: v["metrics"][reward_name],
+                         f"{reward_name}/se": v["metrics"][f"{reward_name}/se"]} for v in state["validations"]],
         "reward_curve": [{"step": line["step"], "reward": line.get("reward"), "reward_std": line.get("reward_std"),
                           "loss": line.get("loss"), "learning_rate": line.get("learning_rate"),
                           "completion_length": line.get("completions/mean_length")} for line in state["log"]],
@@ -442,7 +492,7 @@ def main(argv=None) -> dict:
         gc.collect()
         base = load_model(MODEL)
         summary["base_loglik"] = {
-            when: base_loglik(base, [s["prompt"] for s in samples], [s["completion"] for s in samples])
+            when: base_loglik(base, [s.get("prompt_text", s["prompt"]) for s in samples], [s["completion"] for s in samples])
             for when, samples in (("before", before_samples), ("after", after_samples))}
         summary["base_loglik"]["n"] = len(after_samples)
         summary["peak_rss_with_loglik_mb"] = max(peak_rss, rss_peak_mb())
@@ -450,7 +500,8 @@ def main(argv=None) -> dict:
     brief = {k: v for k, v in summary.items() if k not in ("grpo_config", "step_seconds")}
     print(json.dumps(brief, indent=1))
     b, t = summary["initial_test"], summary["test"]
-    print(f"[grpo_sentiment] test {REWARD}: {b[REWARD]:.4f} -> {t[REWARD]:.4f} (SE {t[REWARD + '/se']:.4f}), "
+    print(f"[grpo_sentiment] test {reward_name}: {b[reward_name]:.4f} -> {t[reward_name]:.4f} "
+          f"(SE {t[reward_name + '/se']:.4f}), kl {t['kl']:.4g}, "
           f"n = {t['n']:.0f}; {final_step} steps in {summary['train_s']:.0f} s "
           f"({summary['s_per_step'] or math.nan:.1f} s/step); peak RSS {peak_rss:.0f} MiB "
           f"(training {summary['peak_train_rss_mb'] or math.nan:.0f} MiB)", flush=True)

@@ -8,6 +8,7 @@ and TRL's GRPO on the same model, prompts, reward, completions per prompt and tr
                                                                        # with that cell's (longer) training time
     python benchmarks/rl.py --variants shaping --seeds 0 --parallel 2  # the sampling / shaping comparison
     python benchmarks/rl.py --render-only                              # print the Markdown tables
+    python benchmarks/rl.py --study arithmetic --cells mezo-norm-lr0.1,grpo-lora-lr1e-5   # issue 35's study (below)
 
 A *cell* is (variant, seed). Each runs its real command in a subprocess (recorded in the cell's
 line); the runner adds the wall time and peak RSS of that subprocess (``os.wait4``), the time spent
@@ -130,7 +131,8 @@ _BASE = {}
 
 
 def base_loglik(prompts: list, completions: list[str], model: str = "smollm2-135m") -> float:
-    """Mean over completions of their mean log-likelihood per token under the untrained model."""
+    """Mean over completions of their mean log-likelihood per token under the untrained model (a chat prompt,
+    a list of messages, read as the model's chat template renders it for generation)."""
     import torch
 
     from mezo_rl.model.loading import load_model
@@ -138,6 +140,8 @@ def base_loglik(prompts: list, completions: list[str], model: str = "smollm2-135
     if model not in _BASE:
         _BASE[model] = load_model(model)
     lm = _BASE[model]
+    prompts = [p if isinstance(p, str) else lm.tokenizer.apply_chat_template(p, add_generation_prompt=True, tokenize=False)
+               for p in prompts]
     kept = [(p, c) for p, c in zip(prompts, completions) if c.strip()]
     with torch.no_grad():
         scores = lm.score([p for p, _ in kept], [[c] for _, c in kept])
@@ -145,13 +149,13 @@ def base_loglik(prompts: list, completions: list[str], model: str = "smollm2-135
     return sum(values) / len(values) if values else float("nan")
 
 
-def paired_gain(before: list[dict], after: list[dict]) -> dict:
+def paired_gain(before: list[dict], after: list[dict], reward: str = REWARD) -> dict:
     """The held-out gain with its standard error, from the per-prompt rewards of the same test prompts
     before and after training, paired by prompt (the evaluation is greedy, so each prompt's reward is a
     fixed number at given weights: the SE is that of the mean per-prompt difference over the n prompts);
     {} unless both hold a reward for every prompt of the same set."""
-    rewards_before = {json.dumps(x["prompt"]): x.get(REWARD) for x in before}
-    pairs = [(rewards_before.get(json.dumps(x["prompt"])), x.get(REWARD)) for x in after]
+    rewards_before = {json.dumps(x["prompt"]): x.get(reward) for x in before}
+    pairs = [(rewards_before.get(json.dumps(x["prompt"])), x.get(reward)) for x in after]
     if len(before) != len(after) or len(pairs) < 2 or any(b is None or a is None for b, a in pairs):
         return {}
     diffs = [a - b for b, a in pairs]
@@ -303,7 +307,12 @@ def above_bar(record: dict) -> bool:
 
 def render(records: list[dict]) -> str:
     """The RL tables: one row per cell (variant, seed, machine), then each variant over its seeds on each machine.
-    Machines are kept apart: their speeds differ and so, through float32 rounding, can their completions."""
+    Machines are kept apart: their speeds differ and so, through float32 rounding, can their completions.
+    The study's section (``--study``) follows, where it has cells."""
+    return render_sentiment(records) + render_study(read_records(STUDY_RECORDS))
+
+
+def render_sentiment(records: list[dict]) -> str:
     cells = {}
     for r in records:
         if r.get("ok"):
@@ -366,6 +375,201 @@ def render(records: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
+# ---------------------------------------------------------------------------------------------- issue 35's study
+# A verifiable task (no scorer to game): MeZO and TRL's GRPO on the same model, prompts, reward, completion
+# length and held-out prompts, for the same training seconds on this machine, scored by the same code
+# (mezo_rl.training.evaluation.evaluate; `kl` by mezo_rl.training.kl). Validation (100 prompts) at the start and
+# at the end of each cell, the better of the two tested on 200 test prompts (both tools alike).
+STUDY_RECORDS = REPO / "docs" / "results" / "rl_study.jsonl"
+STUDY_RUNS = REPO / "runs" / "rl_study"
+STUDY_PLOTS = REPO / "docs" / "results"
+STUDY_TASKS = {"arithmetic": dict(reward="exact_answer", max_new_tokens=16)}
+STUDY_SIZES = dict(num_train=1000, num_eval=100, num_test=200)
+STUDY_STEPS = 30          # MeZO steps of a cell; every GRPO cell trains for the REFERENCE cell's training seconds
+STUDY_REFERENCE = "mezo-norm-lr0.1"
+_MEZO_COMMON = ["--batch-size", "16", "--n-spsa", "4", "--normalize", "std"]
+#: cell -> (tool, arguments, what it is)
+STUDY_CELLS = {
+    "mezo-norm-lr0.1": ("mezo-rl", ["--peft", "norm", "--lr", "0.1", *_MEZO_COMMON], "MeZO, final norm's gains, lr 0.1"),
+    "mezo-norm-lr0.03": ("mezo-rl", ["--peft", "norm", "--lr", "0.03", *_MEZO_COMMON], "MeZO, final norm's gains, lr 0.03"),
+    "mezo-lora-lr3e-3": ("mezo-rl", ["--peft", "lora", "--lr", "3e-3", *_MEZO_COMMON], "MeZO, LoRA r 8, lr 3e-3"),
+    "mezo-lora-lr3e-2": ("mezo-rl", ["--peft", "lora", "--lr", "3e-2", *_MEZO_COMMON], "MeZO, LoRA r 8, lr 3e-2"),
+    "grpo-lora-lr1e-6": ("trl-grpo", ["--peft", "lora", "--lr", "1e-6"], "TRL GRPO, LoRA r 8, lr 1e-6 (TRL's default)"),
+    "grpo-lora-lr1e-5": ("trl-grpo", ["--peft", "lora", "--lr", "1e-5"], "TRL GRPO, LoRA r 8, lr 1e-5 (10x)"),
+    "grpo-lora-lr1e-4": ("trl-grpo", ["--peft", "lora", "--lr", "1e-4"], "TRL GRPO, LoRA r 8, lr 1e-4 (100x)"),
+}
+
+
+def study_command(task: str, cell: str, seed: int, out_dir: pathlib.Path, records) -> list[str]:
+    tool, extra, _ = STUDY_CELLS[cell]
+    t = STUDY_TASKS[task]
+    sizes = [f"--{k.replace('_', '-')}" if i % 2 == 0 else str(v)
+             for k, v in STUDY_SIZES.items() for i in (0, 1)]
+    if tool == "mezo-rl":
+        return [sys.executable, "-m", "mezo_rl", "train", "--task", task, "--reward", t["reward"],
+                "--max-new-tokens", str(t["max_new_tokens"]), "--steps", str(STUDY_STEPS), "--eval-steps", str(STUDY_STEPS),
+                "--eval-batch-size", "64", "--log-completions", "200", "--seed", str(seed), *sizes, *extra,
+                "--output-dir", str(out_dir / "run")]
+    here = machine()
+    ref = next((r for r in reversed(records) if r["task"] == task and r["cell"] == STUDY_REFERENCE
+                and r["seed"] == seed and r.get("ok") and r.get("machine") == here), None)
+    if ref is None:
+        raise SystemExit(f"{cell}: run the {STUDY_REFERENCE} cell of {task} seed {seed} on this machine first "
+                         f"(its training seconds are the budget)")
+    return [sys.executable, str(GRPO), "--task", task, "--reward", t["reward"], "--output-dir", str(out_dir),
+            "--seed", str(seed), "--max-completion-length", str(t["max_new_tokens"]), "--num-generations", "4",
+            "--batch-size", "16", "--eval-points", "1", "--time-budget-s", f"{ref['train_s']:.0f}",
+            *sizes, *extra]
+
+
+def run_study_cell(task: str, cell: str, seed: int) -> dict:
+    """Run one cell in a subprocess (a MeZO cell stopped part-way resumes) and append its record."""
+    out_dir = STUDY_RUNS / f"{task}-{cell}-s{seed}"
+    cmd = study_command(task, cell, seed, out_dir, read_records(STUDY_RECORDS))
+    run_dir = out_dir / "run"
+    if STUDY_CELLS[cell][0] == "mezo-rl" and (run_dir / "checkpoint").is_dir() and not (run_dir / "summary.json").is_file():
+        cmd.append("--resume")
+    env = dict(os.environ, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", TOKENIZERS_PARALLELISM="false",
+               PYTHONPATH=str(REPO))
+    out_dir.mkdir(parents=True, exist_ok=True)
+    t0 = time.time()
+    with (out_dir / "log.txt").open("a") as log:
+        proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
+        _, status, usage = os.wait4(proc.pid, 0)
+    record = {"task": task, "cell": cell, "tool": STUDY_CELLS[cell][0], "seed": seed, "command": shlex.join(cmd),
+              "wall_s": time.time() - t0, "peak_rss_mb": usage.ru_maxrss / 1024, "machine": machine(),
+              "ok": os.waitstatus_to_exitcode(status) == 0}
+    if record["ok"]:
+        record = complete_study(record, out_dir)
+    append_record(record, STUDY_RECORDS)
+    return record
+
+
+def complete_study(record: dict, out_dir: pathlib.Path) -> dict:
+    """A finished cell's figures: test before -> after with the paired gain, kl, distinct-2, completion
+    length, the completions' base log-likelihood per token, s/step, and a few sample completions."""
+    from mezo_rl.cli.plots import read_jsonl
+    from mezo_rl.training.rundir import read_samples
+
+    reward = STUDY_TASKS[record["task"]]["reward"]
+    if record["tool"] == "mezo-rl":
+        run_dir = out_dir / "run"
+        summary = json.loads((run_dir / "summary.json").read_text())
+        secs = step_seconds(run_dir)
+        before = read_samples(run_dir, "test", 0)
+        after = read_samples(run_dir, "test", summary["steps"])
+        record.update(steps=summary["steps"], best_step=summary["best_step"], train_s=sum(secs),
+                      s_per_step=sorted(secs)[len(secs) // 2])
+    else:
+        summary = json.loads((out_dir / "summary.json").read_text())
+        before, after = (read_jsonl(out_dir / "samples" / f"test-{w}.jsonl") for w in ("before", "after"))
+        record.update({k: summary.get(k) for k in ("steps", "best_step", "train_s", "s_per_step", "trl_version",
+                                                   "peak_train_rss_mb")})
+    record.update({k: summary[k] for k in ("initial_validation", "validation", "initial_test", "test")})
+    record["paired"] = paired_gain(before, after, reward)
+    record["base_loglik"] = hacking_measures(before, after)
+    record["samples"] = [{"prompt": s["prompt"] if isinstance(s["prompt"], str) else s["prompt"][-1]["content"],
+                          "before": b["completion"], "after": s["completion"], reward: s.get(reward)}
+                         for b, s in list(zip(before, after))[:4]]
+    return record
+
+
+def study_plot(task: str, cells: list[dict], path: pathlib.Path) -> bool:
+    """Held-out gain (paired SE bars) against the test completions' kl, one point per cell."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for r in cells:
+        kl, pg = (r.get("test") or {}).get("kl"), r.get("paired") or {}
+        if kl is None or not pg:
+            continue
+        ax.errorbar([kl], [pg["gain"]], yerr=[pg["se"]], fmt="o" if r["tool"] == "mezo-rl" else "s",
+                    color="C0" if r["tool"] == "mezo-rl" else "C3", capsize=3)
+        ax.annotate(r["cell"], (kl, pg["gain"]), fontsize=7, xytext=(4, 4), textcoords="offset points")
+    ax.axhline(0, color="grey", lw=0.5)
+    ax.set_xscale("symlog", linthresh=1e-4)
+    ax.set_xlabel("kl to the starting model (per token, test completions)")
+    ax.set_ylabel(f"held-out {STUDY_TASKS[task]['reward']} gain (± paired SE)")
+    ax.set_title(f"{task}: reward gain against KL (circles MeZO, squares TRL GRPO)")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True
+
+
+def render_study(records: list[dict]) -> str:
+    """The study's section of docs/results.md: one table per task and its reward-KL plot (written beside it)."""
+    cells = {}
+    for r in records:
+        if r.get("ok"):
+            cells[(r["task"], r["cell"], r["seed"], r["machine"])] = r
+    if not cells:
+        return ""
+    out = ["", "## RL on a verifiable task: MeZO and TRL's GRPO at equal training time (issue 35's reduced study)", "",
+           "Generated from `docs/results/rl_study.jsonl` by `python benchmarks/rl.py --study arithmetic` (each cell's "
+           "exact command: its `command` in the JSONL). Model SmolLM2-135M-Instruct, chat prompts "
+           "(\"What is 37 + 48? Reply with the number only.\"), reward `exact_answer` (the completion's last number is "
+           f"the sum), greedy completions of at most {STUDY_TASKS['arithmetic']['max_new_tokens']} tokens; "
+           f"{STUDY_SIZES['num_train']} training questions, validation {STUDY_SIZES['num_eval']} (at the start and the "
+           f"end; the better is tested), test {STUDY_SIZES['num_test']} held-out questions. MeZO: {STUDY_STEPS} steps of 16 "
+           "prompts, 4 SPSA samples, FZOO-normalised (`--normalize std`); GRPO: TRL's GRPOTrainer, 4 completions per "
+           f"prompt, 16 per step, for the training seconds of the `{STUDY_REFERENCE}` cell. `kl`: exact per-token "
+           "KL(trained ‖ starting model) over the test completions (`mezo_rl.training.kl`). One seed each: this is the "
+           "issue's grid reduced to what two shared CPU cores allow in a session; cells not listed were not run.", ""]
+    for task in dict.fromkeys(t for t, _, _, _ in cells):
+        rows = [r for (t, _, _, _), r in cells.items() if t == task]
+        rows.sort(key=lambda r: (list(STUDY_CELLS).index(r["cell"]) if r["cell"] in STUDY_CELLS else 99, r["seed"]))
+        reward = STUDY_TASKS[task]["reward"]
+        out += [f"### {task}", "",
+                "| cell | what | seed | steps (best) | test before → after, n | gain (paired SE) | gain / SE | kl | "
+                "distinct-2 before → after | chars before → after | base log-lik/token before → after | s/step | "
+                "train s | peak RSS MiB |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+        for r in rows:
+            b, a, pg, ll = r.get("initial_test") or {}, r.get("test") or {}, r.get("paired") or {}, r.get("base_loglik") or {}
+            gain, se = pg.get("gain", math.nan), pg.get("se", math.nan)
+            out.append(f"| {r['cell']} | {STUDY_CELLS.get(r['cell'], ('', '', ''))[2]} | {r['seed']} | {r.get('steps')} "
+                       f"({r.get('best_step')}) | {_f(b.get(reward))} → {_f(a.get(reward))}, {int(a.get('n', 0))} | "
+                       f"{gain:+.3f} ({_f(se)}) | {_f(gain / se, 1) if se else '–'} | {_f(a.get('kl'), 5)} | "
+                       f"{_f(b.get('distinct_2'))} → {_f(a.get('distinct_2'))} | "
+                       f"{_f(b.get('completion_chars'), 1)} → {_f(a.get('completion_chars'), 1)} | "
+                       f"{_f(ll.get('before'))} → {_f(ll.get('after'))} | {_f(r.get('s_per_step'), 1)} | "
+                       f"{_f(r.get('train_s'), 0)} | {_f(r.get('peak_rss_mb'), 0)} |")
+        png = STUDY_PLOTS / f"rl_study_{task}.png"
+        if study_plot(task, rows, png):
+            out += ["", f"![{task}: gain against kl](results/{png.name})"]
+        out += ["", "Sample test completions (first prompts, before → after):", ""]
+        for r in rows:
+            for smp in r.get("samples", [])[:2]:
+                out.append(f"- {r['cell']}: {smp['prompt']!r}: {smp['before']!r} → {smp['after']!r}")
+        machines = sorted({r["machine"] for r in rows})
+        out += ["", "Machine: " + "; ".join(machines) + " (timings taken while other work shared the cores are noisy)."]
+    return "\n".join(out) + "\n"
+
+
+def study_main(task: str, cells: list[str], seeds: list[int], rerun: bool, dry_run: bool) -> int:
+    """Run the pending cells of ``task`` in order (each one a subprocess; a finished cell is skipped unless
+    ``rerun``), then print the study's section."""
+    records = read_records(STUDY_RECORDS)
+    pending = [(c, s) for s in seeds for c in cells
+               if rerun or not any(r["task"] == task and r["cell"] == c and r["seed"] == s and r.get("ok")
+                                   and r.get("machine") == machine() for r in records)]
+    if dry_run:
+        print("\n".join(f"{task} {c} seed {s}" for c, s in pending) or "nothing pending")
+        return 0
+    for c, s in pending:
+        if rerun:
+            set_aside(STUDY_RUNS / f"{task}-{c}-s{s}")
+        r = run_study_cell(task, c, s)
+        print(f"{task} {c} seed {s}: {'ok' if r['ok'] else 'FAILED'} in {r['wall_s']:.0f} s", flush=True)
+    print(render_study(read_records(STUDY_RECORDS)), end="")
+    return 0
+
+
 # ---------------------------------------------------------------------------------------------- command line
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -381,7 +585,17 @@ def main(argv=None) -> int:
     p.add_argument("--versus", default=None, metavar="A,B",
                    help="print variant A's trained model against B's on the same test prompts, per seed (paired by "
                         "prompt; from the cells' run directories under runs/rl); runs nothing")
+    p.add_argument("--study", default=None, choices=sorted(STUDY_TASKS),
+                   help="issue 35's study on this task: MeZO and TRL GRPO cells (--cells), recorded in "
+                        "docs/results/rl_study.jsonl")
+    p.add_argument("--cells", default=",".join(STUDY_CELLS), help=f"with --study: comma-separated, of {', '.join(STUDY_CELLS)}")
     a = p.parse_args(argv)
+    if a.study:
+        cells = a.cells.split(",")
+        unknown = [c for c in cells if c not in STUDY_CELLS]
+        if unknown:
+            p.error(f"unknown cell(s) {unknown}; known: {', '.join(STUDY_CELLS)}")
+        return study_main(a.study, cells, [int(x) for x in a.seeds.split(",")], a.rerun, a.dry_run)
     records = read_records()
     if a.versus:
         va, vb = a.versus.split(",")
