@@ -10,6 +10,10 @@ step of length lr: F1 at +eps and -eps is a step function of the weights, so its
 divided by 2 eps says little about how far to move, only which way (or nothing, when every answer
 is the same at both points).
 
+The best step is picked on SQuAD's validation split: questions from whole articles of the train file that
+no training question uses (``tasks.builtin.SQuAD``), so a step that memorises the training articles' answers
+does not look better there than on the test questions (SQuAD dev).
+
     python examples/optimize_f1.py --steps 20 --num-test 32    # a look: 20 steps, 32 test questions
     python examples/optimize_f1.py                             # the full run (over an hour on 2 CPU cores)
     python examples/optimize_f1.py --n-spsa 2 --reward-shaping group --lr 6e-2 --lr-scheduler linear \
