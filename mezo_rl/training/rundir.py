@@ -9,7 +9,8 @@
                          optimizer.json (optimizer + scheduler state), optimizer.safetensors (momentum /
                          Adam buffers, only when the run has them), trainer_state.json (TrainerState)
     samples/             prompt tasks: <split>-step<N>.jsonl, the first completions of each evaluation
-    model/               full weights (save_pretrained), only with ``save_model=True``
+    completions/         the same as <split>-step<N>.parquet tables (TRL's log_completions; needs pyarrow)
+    model/               full weights (save_pretrained) and README.md (the model card), only with ``save_model=True``
     tensorboard/         only with ``report_to`` tensorboard
 
 The checkpoint is tiny (a few bytes per step): the base model plus the step log is enough to
