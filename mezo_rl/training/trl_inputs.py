@@ -91,8 +91,9 @@ def _is_pretrained_model(obj) -> bool:
     return transformers is not None and isinstance(obj, transformers.PreTrainedModel)
 
 
-def _model(model, processing_class, values: dict) -> tuple:
-    """``(lm, lm_factory)`` for a model object (None, None for a name), ``values["model"]`` set."""
+def _model(model, processing_class, values: dict, not_replayable: list) -> tuple:
+    """``(lm, lm_factory)`` for a model object (None, None for a name), ``values["model"]`` set. The object is
+    copied once, before training, so the best step's weights can be rebuilt from the starting ones."""
     if model is None:
         if processing_class is not None:
             raise ConfigError("processing_class goes with a model object; a model named by args.model brings its own tokenizer")
@@ -121,6 +122,9 @@ def _model(model, processing_class, values: dict) -> tuple:
     if hasattr(tokenizer, "tokenizer") and not hasattr(tokenizer, "apply_chat_template"):
         tokenizer = tokenizer.tokenizer  # a processor: its text tokenizer
     values["model"] = name or type(base).__name__
+    if not name:
+        not_replayable.append(f"the model is a {type(base).__name__} object without a name_or_path (save it with "
+                              f"save_pretrained and give the directory to replay the run)")
     pristine = copy.deepcopy(base)  # the base weights, to rebuild the best step after training
 
     def factory():
@@ -222,7 +226,7 @@ def resolve_inputs(args, model=None, reward_funcs=None, train_dataset=None, eval
     if is_iterable_dataset(train_dataset) and "max_steps" not in values:
         raise ConfigError("train_dataset is an IterableDataset: a stream has no length, so give max_steps "
                           "(MeZOConfig(max_steps=...)), as TRL asks")
-    lm, lm_factory = _model(model, processing_class, values)
+    lm, lm_factory = _model(model, processing_class, values, not_replayable)
     _peft(peft_config, values)
     specs = _rewards(reward_funcs, values, not_replayable)
     rows = None
