@@ -162,3 +162,15 @@ def test_a_code_task_of_prompts_gets_the_prompt_defaults_and_resumes(tmp_path, t
     assert config["per_device_train_batch_size"] == 16 and config["learning_rate"] == 0.1  # a prompt task's
     assert main(argv + ["--max-steps", "2", "--resume"]) == 0
     assert json.loads((run / "summary.json").read_text())["steps"] == 2
+
+
+def test_eval_dataset_is_the_validation_split(tmp_path, tiny_tokenizer):
+    train, held_out = Dataset.from_dict({"prompt": PROMPTS[:20]}), Dataset.from_dict({"prompt": PROMPTS[20:]})
+    trainer = MeZOTrainer(model=make_tiny_causal_lm(tiny_tokenizer), processing_class=tiny_tokenizer,
+                          reward_funcs=reward_len, train_dataset=train, eval_dataset=held_out,
+                          args=MeZOConfig(output_dir=str(tmp_path), progress=False))
+    assert sorted(ex.prompt for ex in trainer.splits["validation"]) == sorted(PROMPTS[20:])
+    assert {ex.prompt for ex in trainer.splits["train"]} <= set(PROMPTS[:20])  # test is carved from train
+    with pytest.raises(ConfigError) as info:
+        MeZOTrainer(model=NOT_A_MODEL, reward_funcs=reward_len, eval_dataset=held_out, args=MeZOConfig(output_dir=str(tmp_path)))
+    assert "eval_dataset needs a train_dataset" in one_line(info)
