@@ -296,8 +296,8 @@ def recorded_evaluation(run_dir: str | os.PathLike) -> Optional[str]:
 
 
 # what may change when a run is resumed (everything else must match config.json)
-RESUME_MAY_CHANGE = ("resume", "overwrite_output_dir", "max_steps", "progress", "report_to", "save_model", "eval_steps",
-                     "logging_steps", "eval_batch_size")
+RESUME_MAY_CHANGE = ("resume", "overwrite_output_dir", "max_steps", "progress", "report_to", "run_name", "save_model",
+                     "save_steps", "eval_steps", "logging_steps", "eval_batch_size")
 
 
 def unfinished_step(run_dir: str | os.PathLike) -> Optional[tuple[int, int]]:
