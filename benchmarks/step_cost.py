@@ -34,7 +34,7 @@ Peak memory: benchmarks/memory_run.py (one process per mode, the same rows).
 
 ``--norm``: the default run's step (``--peft norm`` on SST-2: 64 training examples, accuracy, MeZO with
 the norm row of ``mezo_rl.training.defaults``, in place, the trunk cache filled first), its closure
-the training path (``member_objective_outputs``) two ways, steps interleaved: ``candidate logits``
+the training path (``objective_outputs``) two ways, steps interleaved: ``candidate logits``
 (the objective is invariant to the normaliser, so each example's two label words' logits are computed
 at its one position) and ``full vocabulary`` (``normalised=True``: vocabulary-wide logits and their
 log-sum-exp at every scored position, what every step computed before). Prints the medians and
@@ -145,7 +145,7 @@ def norm_scoring(args) -> dict:
     import tasks
     from mezo_rl.model.peft import FINAL_NORM
     from mezo_rl.training.defaults import MODE_DEFAULTS, mezo_options
-    from mezo_rl.training.outputs import member_objective_outputs, model_outputs
+    from mezo_rl.training.outputs import model_outputs, objective_outputs
     from rewards import build_objective
 
     lm = load_model("smollm2-135m")
@@ -166,7 +166,7 @@ def norm_scoring(args) -> dict:
     def closure(path, batch):
         def loss():
             if path == "candidate":  # the training path: the objective says what the model may skip
-                out = member_objective_outputs(lm, objective, batch, None)[0]
+                out = objective_outputs(lm, objective, batch)
             else:
                 out = objective.evaluate(**model_outputs(lm, batch, {"scores"}).as_kwargs())
             accuracy[path].append(out.components["accuracy"])

@@ -1,5 +1,5 @@
 """Batched member evaluation in runs: ``--evaluation``, the trainer's batched closure
-(``Trainer.member_outcomes`` -> ``mezo_rl.training.outputs.member_objective_outputs``), resume, and data
+(``Trainer.member_outcomes`` -> ``mezo_rl.training.outputs.objective_outputs``), resume, and data
 parallelism on 2 gloo ranks (every rank evaluates its shard for all members; only scalars cross)."""
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from mezo_rl.training.member_evaluation import resolve_evaluation
 from mezo_rl.training.distributed import DistContext
 from mezo_rl.model.lm import LanguageModel
 from mezo_rl.engine.optim import BatchedMembers, MeZO
-from mezo_rl.training.outputs import member_outputs, model_outputs
+from mezo_rl.training.outputs import model_outputs
 from mezo_rl.training.rundir import load_run
 from mezo_rl.engine.optim import replay_trajectory
 from mezo_rl.engine.trajectory import Trajectory
@@ -60,7 +60,7 @@ def test_member_outputs_are_model_outputs_per_member(factory):
     examples = sst2_like(5, 0)
     for needs in ({"scores"}, {"generation"}):
         plain = model_outputs(lm, examples, needs, max_new_tokens=4, do_sample=True, sample_seed=3, num_generations=2)
-        members = member_outputs(lm, examples, needs, 3, max_new_tokens=4, do_sample=True, sample_seed=3,
+        members = model_outputs(lm, examples, needs, 3, max_new_tokens=4, do_sample=True, sample_seed=3,
                                  num_generations=2)
         assert len(members) == 3
         for out in members:  # no perturbation: every member is the plain call (sampling: the same numbers)
@@ -69,7 +69,7 @@ def test_member_outputs_are_model_outputs_per_member(factory):
             if needs == {"scores"}:
                 for s, ref in zip(out.candidate_scores, plain.candidate_scores):
                     torch.testing.assert_close(s.sum, ref.sum, atol=1e-5, rtol=0)
-    assert member_outputs(lm, [], {"scores", "generation"}, 2)[1].completions == []
+    assert model_outputs(lm, [], {"scores", "generation"}, 2)[1].completions == []
 
 
 def test_auto_reads_the_training_prompts(tmp_path, factory):

@@ -189,7 +189,7 @@ def test_group_shaping_changes_the_losses_not_the_members(tmp_path, factory, reg
     args = args_for(tmp_path, path, num_generations=2, do_sample=True, reward_shaping="group", steps=1)
     trainer = Trainer(args, lm=factory(), lm_factory=factory)
     batch = trainer.splits["train"][:2]
-    outs = [trainer.member_outcome(batch, 3), trainer.member_outcome(batch, 3)]
+    outs = [trainer.member_outcomes(batch, None, 3)[0], trainer.member_outcomes(batch, None, 3)[0]]
     losses, record = trainer.member_losses(outs)
     assert losses == [0.0, 0.0]  # identical members: every shaped value is centred away
     assert record["reward/reward_len"] == pytest.approx(sum(outs[0].values["reward_len"]) / 4)
@@ -201,7 +201,7 @@ def test_a_reward_with_no_opinion_on_a_whole_batch_is_one_line(tmp_path, factory
         path = write_jsonl(tmp_path / "p.jsonl", plain_rows())
         trainer = Trainer(args_for(tmp_path, path, reward=["silent"]), lm=factory(), lm_factory=factory)
         with pytest.raises(RewardsSilentError, match="returned None .* for every completion"):
-            trainer.member_losses([trainer.member_outcome(trainer.splits["train"][:2], 0)])
+            trainer.member_losses(trainer.member_outcomes(trainer.splits["train"][:2], None, 0))
     finally:
         rewards.unregister_reward("silent")
 

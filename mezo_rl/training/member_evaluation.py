@@ -2,11 +2,11 @@
 
 With ``MeZO(..., evaluation=BatchedMembers(lm.model))`` a step's closure is called once with the
 step's members and returns one value (or one object, for ``fitness``) per member
-(:mod:`mezo_rl.engine.population`); :func:`mezo_rl.training.outputs.member_outputs` is the model side of such a
+(:mod:`mezo_rl.engine.population`); :func:`mezo_rl.training.outputs.model_outputs` with ``members`` is the model side of such a
 closure::
 
     def closure(members):
-        outs = member_outputs(lm, examples, objective.needs, members)
+        outs = model_outputs(lm, examples, objective.needs, members)
         return [objective.evaluate(**o.as_kwargs()).loss for o in outs]
 
     opt.step(closure)

@@ -6,7 +6,7 @@ masked-LM prompt for a masked LM and the gold answer as the only candidate for g
 teacher forcing) and/or completions (``lm.generate``), plus the labels and every dataset column.
 An ``rewards.Objective`` turns those into values (``process_results``): :func:`objective_outputs`.
 
-Training (``Trainer.member_outcome``), evaluation (``mezo_rl.training.evaluation.evaluate``: a report-only
+Training (``Trainer.member_outcomes``), evaluation (``mezo_rl.training.evaluation.evaluate``: a report-only
 objective summed over batches) and the backprop baseline (``mezo_rl.cli.baselines``) all go through
 :func:`model_outputs`, so a metric that works as a training reward works as an evaluation metric.
 """
@@ -104,10 +104,11 @@ def prompt_texts(lm, examples) -> list[str]:
             for ex in examples]
 
 
-def model_outputs(lm, examples, needs, *, sample_seed: Optional[int] = None, max_new_tokens: int = 32,
+def model_outputs(lm, examples, needs, members=None, *, sample_seed: Optional[int] = None, max_new_tokens: int = 32,
                   do_sample: bool = False, temperature: float = 1.0, gold_only: bool = False,
-                  num_generations: int = 1, normalised: bool = True) -> ModelOutputs:
-    """Run ``lm`` on ``examples`` for what ``needs`` asks: ``"scores"`` and/or ``"generation"``.
+                  num_generations: int = 1, normalised: bool = True):
+    """Run ``lm`` on ``examples`` for what ``needs`` asks: ``"scores"`` and/or ``"generation"``; a
+    :class:`ModelOutputs`, or with ``members`` one per member of a batched MeZO step, in member order.
 
     Gradients follow the caller's mode (the engine calls closures under ``torch.no_grad()``; the
     backprop baseline needs them). Generation uses ``sample_seed``, so +eps and -eps see the same
@@ -115,21 +116,11 @@ def model_outputs(lm, examples, needs, *, sample_seed: Optional[int] = None, max
     (sampled generation draws G different completions). An empty batch (a distributed rank's empty
     shard) gives empty lists. ``normalised=False``: the rewards only compare an example's candidates
     (``rewards.Objective.normaliser_invariant``), so ``lm.score`` may return logits where that saves work.
-    """
-    return member_outputs(lm, examples, needs, None, sample_seed=sample_seed, max_new_tokens=max_new_tokens,
-                          do_sample=do_sample, temperature=temperature, gold_only=gold_only,
-                          num_generations=num_generations, normalised=normalised)[0]
 
-
-def member_outputs(lm, examples, needs, members, *, sample_seed: Optional[int] = None, max_new_tokens: int = 32,
-                   do_sample: bool = False, temperature: float = 1.0, gold_only: bool = False,
-                   num_generations: int = 1, normalised: bool = True) -> list[ModelOutputs]:
-    """:func:`model_outputs` of every member of a batched MeZO step, from one pass: ``lm.score`` /
+    ``members``: the step's members (a sequence) or their count M, evaluated in one pass: ``lm.score`` /
     ``lm.generate`` with ``members=M`` (every forward holds the M members' blocks of rows; see
-    :mod:`mezo_rl.engine.population`), split into one ``ModelOutputs`` per member, in member order.
-
-    ``members``: the step's members (a sequence) or their count M; None: the plain call (a list of one).
-    Sampled generation draws the same random numbers for every member (common random numbers).
+    :mod:`mezo_rl.engine.population`). Sampled generation draws the same random numbers for every member
+    (common random numbers). None: the weights in place are the one model.
     """
     groups = [i for i in range(len(examples)) for _ in range(num_generations)]
     examples = [examples[i] for i in groups]
@@ -154,39 +145,28 @@ def member_outputs(lm, examples, needs, members, *, sample_seed: Optional[int] =
             out.texts = member_texts
             out.completions = [text if ex.messages is None else [{"role": "assistant", "content": text}]
                                for ex, text in zip(examples, member_texts)]
-    return outs
+    return outs[0] if members is None else outs
 
 
-def objective_outputs(lm, objective, examples, *, sample_seed=None, max_new_tokens=32, do_sample=False,
-                      temperature=1.0, num_generations=1):
-    """Run the model on ``examples`` and score the result with ``objective`` (no gradients).
-
-    Returns the objective's output (``.loss``, ``.components``, ``.values``, ``.sums``, ``.counts``;
-    ``.groups``: the example each row came from, see :class:`ModelOutputs`).
-    """
-    return member_objective_outputs(lm, objective, examples, None, sample_seed=sample_seed,
-                                    max_new_tokens=max_new_tokens, do_sample=do_sample, temperature=temperature,
-                                    num_generations=num_generations)[0]
-
-
-def member_objective_outputs(lm, objective, examples, members, *, sample_seed=None, max_new_tokens=32,
-                             do_sample=False, temperature=1.0, num_generations=1) -> list:
-    """:func:`objective_outputs` of every member of a batched MeZO step: :func:`member_outputs`, then the
-    objective on each member's outputs separately (one objective output per member, in member order).
-    Candidates are scored without the normaliser where the objective is invariant to it
-    (``objective.normaliser_invariant``)."""
+def objective_outputs(lm, objective, examples, members=None, *, sample_seed=None, max_new_tokens=32,
+                      do_sample=False, temperature=1.0, num_generations=1):
+    """Run the model on ``examples`` (:func:`model_outputs`) and score the result with ``objective``, no
+    gradients: the objective's output (``.loss``, ``.components``, ``.values``, ``.sums``, ``.counts``;
+    ``.groups``: the example each row came from, see :class:`ModelOutputs`), or with ``members`` one per
+    member, in member order. Candidates are scored without the normaliser where the objective is
+    invariant to it (``objective.normaliser_invariant``)."""
     with torch.no_grad():
-        outs = member_outputs(lm, examples, objective.needs, members, sample_seed=sample_seed,
-                              max_new_tokens=max_new_tokens, do_sample=do_sample, temperature=temperature,
-                              num_generations=num_generations,
-                              normalised=not getattr(objective, "normaliser_invariant", False))
+        outs = model_outputs(lm, examples, objective.needs, members, sample_seed=sample_seed,
+                             max_new_tokens=max_new_tokens, do_sample=do_sample, temperature=temperature,
+                             num_generations=num_generations,
+                             normalised=not getattr(objective, "normaliser_invariant", False))
     results = []
-    for outputs in outs:
+    for outputs in [outs] if members is None else outs:
         result = objective.evaluate(**outputs.as_kwargs())
         result.groups = outputs.groups
         result.texts = outputs.texts  # the completions as text (None where nothing was generated): their length is logged
         results.append(result)
-    return results
+    return results[0] if members is None else results
 
 
 def bf16_is_native() -> bool:

@@ -40,7 +40,7 @@ from mezo_rl.training.callbacks import CallbackHandler, CallbackState, ProgressC
 from mezo_rl.training.distributed import DistContext
 from mezo_rl.training.evaluation import OBJECTIVE, evaluate
 from mezo_rl.training.kl import KL, KLSums, StartingPoint, completion_kl
-from mezo_rl.training.outputs import autocast, member_objective_outputs, member_outputs, model_outputs, prompt_texts
+from mezo_rl.training.outputs import autocast, model_outputs, objective_outputs, prompt_texts
 from mezo_rl.training.rundir import TrainerState
 from mezo_rl.training.model_card import push_to_hub, write_model_card
 from mezo_rl.training.reporting import completion_stats, eval_logs, reporters, train_logs, write_completions_table
@@ -206,12 +206,6 @@ class MeZOTrainer:
         return self.control
 
     # -------------------------------------------------------------- loss and step
-    def member_outcome(self, examples, sample_seed: Optional[int] = None):
-        """One member's evaluation: this rank's shard of ``examples`` through the model (at the weights in
-        place) and the objective; ``--num-generations`` completions per prompt. Returns the
-        ``rewards.ObjectiveOutput`` (per-example values; sums, squares and counts for the all-reduce)."""
-        return self.member_outcomes(examples, None, sample_seed)[0]
-
     def member_losses(self, outcomes) -> tuple[list[float], dict]:
         """The fitness of a step: every member's loss from the members' outputs on this rank, and the
         step's reward statistics (``reward/<name>``: mean over members; ``reward/<name>/std``: over every
@@ -266,34 +260,25 @@ class MeZOTrainer:
         """A prompt task's starting model (``mezo_rl.training.kl``): a copy of the trainable tensors as built."""
         return StartingPoint(self.lm.model) if self.task.kind == "prompts" and self.lm.is_causal else None
 
-    def member_outcomes(self, examples, members, sample_seed: Optional[int] = None) -> list:
-        """:meth:`member_outcome` of every member of a step; with ``--beta`` (members in place, one at a time)
-        each output also carries ``kl``: the summed per-token KL of its completions to the starting model."""
-        if not self.args.beta:
-            return self._member_outcomes(examples, members, sample_seed)
+    def member_outcomes(self, examples, members=None, sample_seed: Optional[int] = None) -> list:
+        """The members' evaluations: this rank's shard of ``examples`` through the model and the objective,
+        ``--num-generations`` completions per prompt; one ``rewards.ObjectiveOutput`` per member (per-example
+        values; sums, squares and counts for the all-reduce). ``members``: a batched step's members, from one
+        member-batched pass (``--evaluation batched``; the weights stay in place); None: the one member the
+        weights in place are (a list of one). With ``--beta`` (members in place) each output also carries
+        ``kl``: the summed per-token KL of its completions to the starting model."""
         a, shard = self.args, self.dist.shard(examples)
-        with self._guard.interruptible(), autocast(a.autocast, self.lm.device.type), torch.no_grad():
-            results = []
-            for outputs in member_outputs(self.lm, shard, self.objective.needs, members, sample_seed=sample_seed,
-                                          max_new_tokens=a.max_completion_length, do_sample=a.do_sample,
-                                          temperature=a.temperature, num_generations=a.num_generations):
-                result = self.objective.evaluate(**outputs.as_kwargs())
-                result.groups = outputs.groups
-                result.kl = completion_kl(self.lm, self.start, prompt_texts(self.lm, [shard[g] for g in outputs.groups]),
-                                          outputs.texts, batch_size=a.eval_batch_size)
-                results.append(result)
-        return results
-
-    def _member_outcomes(self, examples, members, sample_seed: Optional[int] = None) -> list:
-        """:meth:`member_outcome` of every member of a batched step (``--evaluation batched``), from one
-        member-batched pass (``mezo_rl.training.outputs.member_objective_outputs``; the weights stay in place).
-        ``members`` None: the one member the weights in place are (a list of one)."""
-        a = self.args
         with self._guard.interruptible(), autocast(a.autocast, self.lm.device.type):
-            return member_objective_outputs(self.lm, self.objective, self.dist.shard(examples), members,
-                                            sample_seed=sample_seed, max_new_tokens=a.max_completion_length,
-                                            do_sample=a.do_sample, temperature=a.temperature,
-                                            num_generations=a.num_generations)
+            outcomes = objective_outputs(self.lm, self.objective, shard, members, sample_seed=sample_seed,
+                                         max_new_tokens=a.max_completion_length, do_sample=a.do_sample,
+                                         temperature=a.temperature, num_generations=a.num_generations)
+            outcomes = [outcomes] if members is None else outcomes
+            if a.beta:
+                with torch.no_grad():
+                    for out in outcomes:
+                        out.kl = completion_kl(self.lm, self.start, prompt_texts(self.lm, [shard[g] for g in out.groups]),
+                                               out.texts, batch_size=a.eval_batch_size)
+        return outcomes
 
     def training_step(self) -> dict:
         """One MeZO step on the batch of ``self.step``; returns the metrics.jsonl record."""
@@ -313,7 +298,7 @@ class MeZOTrainer:
         if self.optimizer.config["evaluation"] == "batched":  # every member in one batched pass
             closure = lambda members: self.member_outcomes(batch, members, sample_seed)  # noqa: E731
         else:
-            closure = lambda: self.member_outcome(batch, sample_seed)  # noqa: E731
+            closure = lambda: self.member_outcomes(batch, None, sample_seed)[0]  # noqa: E731
         res = self.optimizer.step(closure, fitness=fitness)
         self.scheduler.step()
         self.state.step += 1
