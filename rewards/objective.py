@@ -277,21 +277,25 @@ class Objective:
             loss += w * sign * mean / self.scales[r.name]
         return loss
 
-    def example_rewards(self, values: dict[str, Sequence[float | None]]) -> list[float | None]:
+    def example_rewards(self, values: dict[str, Sequence[float | None]], weights: dict[str, float] | None = None,
+                        scaled: bool = True) -> list[float | None]:
         """Each example's weighted reward, ``sum_k w_k * (-s_k) * value_k / scale_k`` (higher is better:
         minus the example's share of the loss), over the components with an opinion on it; None where
-        no weighted component has one. The scales must be fixed (``loss_from`` fixes them)."""
-        if self.scales is None:
+        no weighted component has one. ``weights``: other weights than the objective's (by reward name);
+        ``scaled=False``: the rewards as they are, without the normalisation scales (a report of the
+        weighted reward); otherwise the scales must be fixed (``loss_from`` fixes them)."""
+        if scaled and self.scales is None:
             raise ValueError("example_rewards needs the normalisation scales: call loss_from on a batch first")
+        weights = self.weights if weights is None else weights
         n = len(next(iter(values.values()))) if values else 0
         out: list[float | None] = []
         for i in range(n):
             total, seen = 0.0, False
             for r in self.rewards:
-                v, w = values[r.name][i], self.weights[r.name]
+                v, w = values[r.name][i], weights[r.name]
                 if v is None or w == 0:
                     continue
-                total += w * (1.0 if r.higher_is_better else -1.0) * v / self.scales[r.name]
+                total += w * (1.0 if r.higher_is_better else -1.0) * v / (self.scales[r.name] if scaled else 1.0)
                 seen = True
             out.append(total if seen else None)
         return out

@@ -135,11 +135,7 @@ def evaluate(
                 if reference is not None:
                     kl = kl + completion_kl(lm, reference, prompt_texts(lm, [batch[g] for g in outputs.groups]),
                                             outputs.texts, batch_size=batch_size)
-                for i in range(len(batch)):
-                    parts = [(weights[s.name] * (1.0 if s.higher_is_better else -1.0), out.values[s.name][i])
-                             for s in report.rewards if weights[s.name]]
-                    if any(v is not None for _, v in parts):
-                        weighted.append(sum(w * v for w, v in parts if v is not None))
+                weighted += [v for v in report.example_rewards(out.values, weights, scaled=False) if v is not None]
             if on_batch is not None:
                 on_batch(batch, outputs, out.values)
             bar.update(len(batch))
