@@ -378,14 +378,14 @@ def render_sentiment(records: list[dict]) -> str:
 # ---------------------------------------------------------------------------------------------- issue 35's study
 # A verifiable task (no scorer to game): MeZO and TRL's GRPO on the same model, prompts, reward, completion
 # length and held-out prompts, for the same training seconds on this machine, scored by the same code
-# (mezo_rl.training.evaluation.evaluate; `kl` by mezo_rl.training.kl). Validation (100 prompts) at the start and
+# (mezo_rl.training.evaluation.evaluate; `kl` by mezo_rl.training.kl). Validation (50 prompts) at the start and
 # at the end of each cell, the better of the two tested on 200 test prompts (both tools alike).
 STUDY_RECORDS = REPO / "docs" / "results" / "rl_study.jsonl"
 STUDY_RUNS = REPO / "runs" / "rl_study"
 STUDY_PLOTS = REPO / "docs" / "results"
 STUDY_TASKS = {"arithmetic": dict(reward="exact_answer", max_new_tokens=16)}
-STUDY_SIZES = dict(num_train=1000, num_eval=100, num_test=200)
-STUDY_STEPS = 30          # MeZO steps of a cell; every GRPO cell trains for the REFERENCE cell's training seconds
+STUDY_SIZES = dict(num_train=1000, num_eval=50, num_test=200)
+STUDY_STEPS = 20          # MeZO steps of a cell; every GRPO cell trains for the REFERENCE cell's training seconds
 STUDY_REFERENCE = "mezo-norm-lr0.1"
 _MEZO_COMMON = ["--batch-size", "16", "--n-spsa", "4", "--normalize", "std"]
 #: cell -> (tool, arguments, what it is)

@@ -1,0 +1,43 @@
+"""benchmarks/rl.py --study: which MeZO cell's training seconds a GRPO cell gets, and the rendered table and
+reward-KL plot (pure functions fed with fabricated records as inputs)."""
+from __future__ import annotations
+
+import pathlib
+import sys
+
+import pytest
+
+REPO = pathlib.Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "benchmarks"))     # as `python benchmarks/rl.py` sees it
+
+import rl  # noqa: E402
+
+
+def _record(cell, gain, kl, machine=None, train_s=120.0):
+    reward = rl.STUDY_TASKS["arithmetic"]["reward"]
+    return {"task": "arithmetic", "cell": cell, "tool": rl.STUDY_CELLS[cell][0], "seed": 0, "ok": True,
+            "machine": machine or rl.machine(), "train_s": train_s, "steps": 20, "best_step": 20,
+            "initial_test": {reward: 0.2, "n": 200}, "test": {reward: 0.2 + gain, "n": 200, "kl": kl},
+            "paired": {"gain": gain, "se": 0.01, "n": 200},
+            "samples": [{"prompt": "What is 1 + 2?", "before": "4", "after": "3", reward: 1.0}]}
+
+
+def test_a_grpo_cell_trains_for_the_reference_cells_seconds_on_this_machine(tmp_path):
+    with pytest.raises(SystemExit, match=rl.STUDY_REFERENCE):
+        rl.study_command("arithmetic", "grpo-lora-lr1e-5", 0, tmp_path, [])
+    other = _record(rl.STUDY_REFERENCE, 0.1, 0.01, machine="another CPU", train_s=999.0)
+    with pytest.raises(SystemExit):
+        rl.study_command("arithmetic", "grpo-lora-lr1e-5", 0, tmp_path, [other])
+    cmd = rl.study_command("arithmetic", "grpo-lora-lr1e-5", 0, tmp_path, [other, _record(rl.STUDY_REFERENCE, 0.1, 0.01)])
+    assert cmd[cmd.index("--time-budget-s") + 1] == "120" and cmd[cmd.index("--lr") + 1] == "1e-5"
+    mezo = rl.study_command("arithmetic", "mezo-lora-lr3e-3", 0, tmp_path, [])
+    assert mezo[mezo.index("--steps") + 1] == str(rl.STUDY_STEPS) and "--num-test" in mezo
+
+
+def test_the_study_renders_a_table_and_a_reward_kl_plot(tmp_path, monkeypatch):
+    monkeypatch.setattr(rl, "STUDY_PLOTS", tmp_path)
+    text = rl.render_study([_record("mezo-norm-lr0.1", 0.05, 0.002), _record("grpo-lora-lr1e-5", 0.01, 0.0005)])
+    rows = [line for line in text.splitlines() if line.startswith("| mezo-norm-lr0.1 ") or line.startswith("| grpo-lora")]
+    assert len(rows) == 2 and "+0.050 (0.010)" in rows[0] and "0.00200" in rows[0]
+    assert (tmp_path / "rl_study_arithmetic.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert rl.render_study([]) == ""
