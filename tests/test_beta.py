@@ -88,3 +88,13 @@ def test_bad_beta_is_one_line_before_the_model_loads(tmp_path, registered, tiny_
     args = TrainingArguments(model="tiny", task="sst2", reward=["accuracy"], beta=0.1, output_dir=str(tmp_path / "c"))
     with pytest.raises(ConfigError, match="prompt task"):
         Trainer(args, lm_factory=no_model, splits={"train": [1], "validation": [], "test": []})
+
+
+@pytest.mark.parametrize("value, says", [("abc", "invalid float value: 'abc'"), ("-1", "accepted: a number >= 0"),
+                                         ("nan", "accepted: a number >= 0")])
+def test_the_command_line_refuses_a_bad_beta_in_one_line(value, says, capsys):
+    from mezo_rl.cli.main import main
+
+    assert main(["train", "--task", "arithmetic", "--beta", value]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("mezo-rl: error: ") and err.count("\n") == 1 and says in err and "--beta" in err
