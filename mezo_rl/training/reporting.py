@@ -260,7 +260,8 @@ class TrackioReporter(_Reporter):
 
         self.trackio = trackio
         self.run = trackio.init(project=self.project, name=_run_name(args), config=_config(args), embed=False,
-                                auto_log_cpu=False, auto_log_gpu=False)
+                                auto_log_cpu=False, auto_log_gpu=False,
+                                resume="allow" if getattr(args, "resume", False) else "never")  # --resume: the same run
 
     def write(self, logs, step):
         self.trackio.log(logs, step=step)
