@@ -275,7 +275,7 @@ def plain_vs_population(args) -> list[dict]:
             gen = dict(max_new_tokens=w["max_new_tokens"], stop_at_newline=w["stop_at_newline"])
             prompts = w["prompts"]
             for M in args.members:
-                opt = MeZO(params, record=False, seed=0, evaluation="batched", module=lm.model,
+                opt = MeZO(params, record=False, seed=0, evaluation=BatchedMembers(lm.model),
                            **{**options, "lr": 0.0, "n_spsa": M // 2})
                 inside = []  # (seconds, longest completion) of the closure's decode
 

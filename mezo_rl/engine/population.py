@@ -273,9 +273,7 @@ class MemberPlan:
             if kind == "lowrank":
                 # Linear: W [out, in] = B A^T: x W^T gains (x A) B^T. Conv1D: W [in, out]: x W gains (x B) A^T.
                 left, right = (w["b"], w["a"]) if conv else (w["a"], w["b"])
-                if "left_all" not in cast:  # every member's factor side by side: [in, M * r], once per pass
-                    cast["left_all"] = left.permute(1, 0, 2).reshape(left.shape[1], -1).to(out.dtype)
-                _add_product_(out3, _per_member_mm(x3, cast["left_all"]), as_(right, out.dtype, "right"))
+                _add_product_(out3, _per_member_mm(x3, as_(left, out.dtype, "left")), as_(right, out.dtype, "right"))
             elif kind == "dense":
                 d = as_(w["delta"], out.dtype, "dense")
                 out3.baddbmm_(x3, d if conv else d.transpose(1, 2))
@@ -343,15 +341,10 @@ class MemberPlan:
         return forward
 
 
-def _per_member_mm(x3, left_all):
-    """[x3[k] @ left[k] for each member k]: [M, N, r] (a view), from one product of every row with every
-    member's factor, ``left_all`` = [in, M * r] (member k's in columns k*r .. (k+1)*r - 1), whose diagonal
-    blocks are the members' own. One matrix product in place of M (torch.bmm with r columns is slow on
-    CPUs, and M small products cost M dispatches per layer per decoded token); the other members' columns
-    add M * r / out to the work of the layer's own product."""
-    M, N = x3.shape[0], x3.shape[1]
-    y = (x3.reshape(M * N, x3.shape[-1]) @ left_all).view(M, N, M, -1)
-    return y.diagonal(dim1=0, dim2=2).permute(2, 0, 1)
+def _per_member_mm(x3, left):
+    """[x3[k] @ left[k] for each member k]: [M, N, r]. A matrix product per member: on CPUs torch.bmm with
+    r = 1 columns is several times slower than M plain products (a GEMV each)."""
+    return torch.stack([torch.mm(x3[k], left[k]) for k in range(x3.shape[0])])
 
 
 def _add_product_(out3, xa, right) -> None:
