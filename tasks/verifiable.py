@@ -34,7 +34,7 @@ so. ``load_split(split, n=..., seed=...)`` then samples from a split as for any 
 
 Forms: ``chat=True`` puts the question in one user message (``Example.messages``), which the model
 renders with its chat template (an instruct model); ``chat=False`` gives plain text for any model.
-Completions end at the first newline, so every form asks for a one-line answer, except Countdown's
+Completions end at the first newline, so every form asks for a short answer, except Countdown's
 plain form, which is ES-at-scale's prompt as published (it opens a ``<think>`` block; the reward's
 full-format credit, which needs a newline between ``</think>`` and ``<answer>``, is out of reach there,
 and the answer credit is not).
@@ -68,10 +68,11 @@ PAPER_PROMPT = ("You are a helpful assistant. You first think about the reasonin
                 "{target}. You can use basic arithmetic operations (+, -, *, /) and each number can only be used "
                 "once. Show your work in <think> </think> tags. And return the final answer in <answer> </answer> "
                 "tags, for example <answer> (1 + 2) / 3 </answer>.Let me solve this step by step.\n<think>")
-# The chat form: the same task, answered on one line (completions end at the first newline).
+# The chat form: the same task, answered with the equation alone (completions end at the first newline). It
+# gives no example equation: a small instruct model copies one ("1 + 2 = 3") instead of trying the puzzle.
 CHAT_PROMPT = ("Using the numbers [{numbers}], create an equation that equals {target}. You can use basic "
-               "arithmetic operations (+, -, *, /) and each number can only be used once. Reply on one line with "
-               "the equation only, in <answer> </answer> tags, for example <answer> (1 + 2) / 3 </answer>.")
+               "arithmetic operations (+, -, *, /) and each number can only be used once. Reply with the "
+               "equation only, inside <answer> </answer> tags.")
 
 
 def countdown_prompt(numbers, target, chat: bool = True) -> str:
@@ -282,7 +283,7 @@ class CountdownTask(GeneratedTask):
     Args:
         count: how many numbers a puzzle gives, or a ``(fewest, most)`` pair (ES-at-scale: 3 to 4).
         max_number: the numbers are drawn from 1..max_number, with repeats (ES-at-scale: 99).
-        chat: a chat message asking for the equation on one line in ``<answer>`` tags (instruct models),
+        chat: a chat message asking for the equation alone in ``<answer>`` tags (instruct models),
             or ES-at-scale's prompt as published, plain text that ends in ``<think>``.
         sizes: split -> number of puzzles (default :data:`COUNTDOWN_SIZES`: ES-at-scale's 200 train and
             2,000 test, plus a validation split of its own).
@@ -318,7 +319,7 @@ class CountdownTask(GeneratedTask):
     @property
     def description(self) -> str:
         c = self.count[0] if self.count[0] == self.count[1] else f"{self.count[0]}-{self.count[1]}"
-        form = "chat, one-line answer" if self.chat else "ES-at-scale's plain prompt"
+        form = "chat, the equation in answer tags" if self.chat else "ES-at-scale's plain prompt"
         return f"Countdown ({c} numbers from 1..{self.max_number}, {form}), generated from a seed; reward countdown"
 
     def _settings(self) -> str:
