@@ -92,7 +92,7 @@ def model_card(config: dict, summary: Optional[dict] = None, step: Optional[int]
             f"Fine-tuned from {f'[{base}](https://huggingface.co/{base})' if base else repr(config.get('model'))} "
             f"with [mezo-rl](https://arxiv.org/abs/2305.17333) (MeZO: zeroth-order SGD, forward passes only), "
             f"training {peft!r} weights on task {task!r}"
-            + (f", {step} steps" if step is not None else "") + ".", "",
+            + (f"; these are the weights after {step} MeZO steps" if step is not None else "") + ".", "",
             "## Rewards", "", *[f"- `{r}` (weight {w:g})" for r, w in zip(rewards, weights)], ""]
     if summary:
         best = summary.get("best_step")
