@@ -213,7 +213,7 @@ class ArithmeticTask(GeneratedTask):
                  name: str = "arithmetic"):
         self.name = name
         self.operations = parse_operations(operations)
-        self.digits = _pair(digits, DIGITS, f"arithmetic: digits",
+        self.digits = _pair(digits, DIGITS, "arithmetic: digits",
                             f"an integer from {DIGITS[0]} to {DIGITS[1]} (digits of each operand), or a pair of them")
         if not isinstance(chat, bool):
             raise ConfigError(f"arithmetic: chat={chat!r}; accepted: True or False")
