@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from mezo_rl.errors import UserError
-from mezo_rl.cli.plots import (CURVES_FILE, MissingPlotDependency, plot_training_curves, pyplot, report, results_line,
+from mezo_rl.cli.plots import (CURVES_FILE, CurvesCallback, MissingPlotDependency, plot_training_curves, pyplot, report, results_line,
                            running_mean, training_curves)
 from test_trainer import make_args, train
 
@@ -24,7 +24,8 @@ def finished_run(tmp_path_factory, tiny_tokenizer):
 
     tmp = tmp_path_factory.mktemp("plots")
     args = make_args(tmp, reward=["cross_entropy", "accuracy"], reward_weights=[1.0, 0.5])
-    _, summary = train(args, lambda: LanguageModel(make_tiny_causal_lm(tiny_tokenizer), tiny_tokenizer))
+    _, summary = train(args, lambda: LanguageModel(make_tiny_causal_lm(tiny_tokenizer), tiny_tokenizer),
+                       callbacks=[CurvesCallback()])  # what `mezo-rl train` adds
     return tmp / "run", summary
 
 

@@ -97,9 +97,10 @@ def read_run(cell: Cell, run_dir: pathlib.Path, protocol: TaskProtocol) -> dict:
         out["trainable_parameters"] = summary.get("trainable_parameters")
         try:
             cfg = json.loads((run_dir / "config.json").read_text())
-            out["batch"] = cfg.get("batch_size")
-            out["config"] = {k: cfg.get(k) for k in ("peft", "reward", "lr", "eps", "noise", "normalize", "n_spsa",
-                                                      "momentum", "adam", "batch_size", "steps", "eval_steps", "dtype",
+            out["batch"] = cfg.get("per_device_train_batch_size", cfg.get("batch_size"))  # config.json before the TRL names
+            out["config"] = {k: cfg.get(k) for k in ("peft", "reward", "learning_rate", "lr", "eps", "noise", "normalize",
+                                                      "n_spsa", "momentum", "adam", "per_device_train_batch_size",
+                                                      "batch_size", "max_steps", "steps", "eval_steps", "dtype",
                                                       "autocast") if k in cfg}
         except (OSError, ValueError):
             out["batch"] = int(option(cell.argv, "--batch-size", 0)) or None

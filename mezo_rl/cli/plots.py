@@ -274,8 +274,8 @@ def report(run_dir: str | os.PathLike, plot: bool = True, pairs: int = 3) -> str
     config, summary, steps, evals = run_records(run_dir)
     lines = [f"run {run_dir}: task {config.get('task')}, model {config.get('model')}, objective {objective_text(config)}"]
     peft = config.get("peft") or "none"
-    lines.append(f"MeZO: {'full fine-tuning' if peft in ('full', 'none') else peft}, {config.get('steps')} steps of "
-                 f"{config.get('batch_size')} examples, lr {_or_default(config.get('lr'))}, eps {_or_default(config.get('eps'))}, "
+    lines.append(f"MeZO: {'full fine-tuning' if peft in ('full', 'none') else peft}, {config.get('max_steps')} steps of "
+                 f"{config.get('per_device_train_batch_size')} examples, lr {_or_default(config.get('learning_rate'))}, eps {_or_default(config.get('eps'))}, "
                  f"seed {config.get('seed')}")
     if summary is not None:
         lines.append(results_line(summary))
@@ -284,7 +284,7 @@ def report(run_dir: str | os.PathLike, plot: bool = True, pairs: int = 3) -> str
         metric = _metric(config, None, evals)
         validation = [r for r in evals if r.get("split") == "validation"]
         done = steps[-1]["step"] if steps else 0
-        lines.append(f"unfinished (no summary.json): {done} of {config.get('steps')} steps logged")
+        lines.append(f"unfinished (no summary.json): {done} of {config.get('max_steps')} steps logged")
         if metric and validation:
             first, last = validation[0], validation[-1]
             lines.append(f"validation {metric} {_fmt(first['metrics'].get(metric))} (step {first['step']}) -> "
