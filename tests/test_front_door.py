@@ -136,6 +136,7 @@ def test_docs_rl_md_lists_every_grpo_option_with_no_meaning():
     assert not missing, f"docs/rl.md's table lacks {missing}"
 
 
+@pytest.mark.slow  # trl is the benchmarks' extra (pip install 'mezo-rl[bench]'), not a test dependency
 def test_a_grpo_config_object_is_refused_in_one_line_naming_mezo_config(tmp_path):
     trl = pytest.importorskip("trl")
     grpo = trl.GRPOConfig(output_dir=str(tmp_path), learning_rate=1e-5, use_cpu=True, bf16=False)
