@@ -494,7 +494,7 @@ def study_plot(task: str, cells: list[dict], path: pathlib.Path) -> bool:
     ax.set_xscale("symlog", linthresh=1e-4)
     ax.set_xlabel("kl to the starting model (per token, test completions)")
     ax.set_ylabel(f"held-out {STUDY_TASKS[task]['reward']} gain (± paired SE)")
-    ax.set_title(f"{task}: reward gain against KL (circles MeZO, squares TRL GRPO)")
+    ax.set_title(f"{task}: reward gain against KL (circles MeZO, squares TRL GRPO)", fontsize=9)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
