@@ -13,7 +13,8 @@ import rewards
 from conftest import make_tiny_causal_lm
 from mezo_rl.training.arguments import TrainingArguments
 from mezo_rl.errors import ConfigError, UserError
-from mezo_rl.training.evaluation import distinct_n, standard_error
+from mezo_rl.stats import Moments
+from mezo_rl.training.evaluation import distinct_n
 from mezo_rl.model.lm import LanguageModel
 from mezo_rl.training.outputs import ChatTemplateError, model_outputs
 from mezo_rl.training.rundir import read_samples
@@ -147,7 +148,8 @@ def test_example_rewards_weight_and_flip_components():
 
 
 def test_se_and_distinct_n():
-    assert standard_error(6.0, 14.0, 3) == pytest.approx(math.sqrt(1.0 / 3))  # values 1, 2, 3
+    assert Moments(6.0, 14.0, 3).se == pytest.approx(math.sqrt(1.0 / 3))  # values 1, 2, 3
+    assert Moments.of([1.0, 2.0, 3.0]) == Moments(6.0, 14.0, 3) and math.isnan(Moments(1.0, 1.0, 1).se)
     assert distinct_n(["a b a b", "a b"], 2) == pytest.approx(2 / 4)
 
 

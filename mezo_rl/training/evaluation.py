@@ -92,32 +92,13 @@ def evaluate(
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     if demonstrations and not lm.is_causal:
         raise ValueError("in-context demonstrations are supported for causal LMs only")
-    prompts_task = task.kind == "prompts"
-    if prompts_task:
-        if objective is None and not metrics:
-            raise ValueError(f"task {task.name!r} has prompts only: evaluate it with the run's objective (or metrics)")
-        specs = list(objective.rewards) if objective is not None else [rewards.get_reward(m) for m in metrics]
-        weights = {s.name: (objective.weights[s.name] if objective is not None else 1.0) for s in specs}
-    else:
-        specs = [rewards.get_reward(m) for m in (metrics or task.metrics)]
-    report = rewards.Objective(specs, weights=[0.0] * len(specs))  # weight 0: report only, never a loss
-    for spec in report.rewards:
-        if spec.needs == "generation" and task.kind not in ("generation", "prompts"):
-            raise ValueError(f"metric {spec.name!r} needs generated text; task {task.name!r} is {task.kind}")
-    report.check_columns(example_columns(examples), task_kind=task.kind)
-    report.check_compatible(bool(lm.is_causal))
+    report, weights = _report_objective(lm, task, examples, metrics, objective)
     if demonstrations:
         examples = [tasks.with_demonstrations(task, ex, demonstrations) for ex in examples]
     # The same examples score the same in any order (a seed's shuffle, say): which examples share a call, and so
     # a forward pass's rows, its padding and its float32 rounding, follow from the examples alone.
     examples = sorted(examples, key=_input_key)
-
-    sums = dict.fromkeys(report.names, 0.0)
-    counts = dict.fromkeys(report.names, 0)
-    squares = dict.fromkeys(report.names, 0.0)
-    weighted: list[float] = []  # prompts: each example's weighted reward
-    kl = KLSums()
-    texts: list[str] = []
+    totals = _Totals(report.names)
     bar = tqdm(total=len(examples), desc=desc, unit="ex", delay=PROGRESS_DELAY_S, leave=False, disable=not progress,
                dynamic_ncols=True)
     with torch.no_grad(), bar, lm.batches_of(batch_size):
@@ -126,42 +107,73 @@ def evaluate(
             batch = examples[start : start + per_call]
             outputs = model_outputs(lm, batch, report.needs, max_new_tokens=max_new_tokens)
             out = report.evaluate(**outputs.as_kwargs())
-            for name in report.names:
-                sums[name] += out.sums[name]
-                counts[name] += out.counts[name]
-                squares[name] += out.sq_sums[name]
-            if prompts_task:
-                texts += outputs.texts
+            totals.add(out)
+            if task.kind == "prompts":
+                totals.add_completions(outputs.texts, report.example_rewards(out.values, weights, scaled=False))
                 if reference is not None:
-                    kl = kl + completion_kl(lm, reference, prompt_texts(lm, [batch[g] for g in outputs.groups]),
-                                            outputs.texts, batch_size=batch_size)
-                weighted += [v for v in report.example_rewards(out.values, weights, scaled=False) if v is not None]
+                    totals.kl = totals.kl + completion_kl(lm, reference, prompt_texts(lm, [batch[g] for g in outputs.groups]),
+                                                          outputs.texts, batch_size=batch_size)
             if on_batch is not None:
                 on_batch(batch, outputs, out.values)
             bar.update(len(batch))
-    result = {name: sums[name] / counts[name] if counts[name] else float("nan") for name in report.names}
-    if prompts_task:
-        for name in report.names:
-            result[f"{name}/se"] = standard_error(sums[name], squares[name], counts[name])
-        result[OBJECTIVE] = sum(weighted) / len(weighted) if weighted else float("nan")
-        result[f"{OBJECTIVE}/se"] = standard_error(sum(weighted), sum(v * v for v in weighted), len(weighted))
-        result["distinct_2"] = distinct_n(texts, 2)
-        result["completion_chars"] = sum(map(len, texts)) / len(texts)
-        if reference is not None:
-            result[KL], result[f"{KL}_tokens"] = kl.mean, kl.tokens
-    result["n"] = len(examples)
-    return result
+    return totals.result(len(examples), prompts=task.kind == "prompts", kl=reference is not None)
+
+
+def _report_objective(lm, task, examples, metrics, objective) -> tuple:
+    """The metrics as a report-only objective (every weight 0: never a loss), checked against the task, the
+    examples' columns and the model; and the weights of a prompt task's ``objective`` metric (else None)."""
+    weights = None
+    if task.kind == "prompts":
+        if objective is None and not metrics:
+            raise ValueError(f"task {task.name!r} has prompts only: evaluate it with the run's objective (or metrics)")
+        specs = list(objective.rewards) if objective is not None else [rewards.get_reward(m) for m in metrics]
+        weights = {s.name: (objective.weights[s.name] if objective is not None else 1.0) for s in specs}
+    else:
+        specs = [rewards.get_reward(m) for m in (metrics or task.metrics)]
+    report = rewards.Objective(specs, weights=[0.0] * len(specs))
+    for spec in report.rewards:
+        if spec.needs == "generation" and task.kind not in ("generation", "prompts"):
+            raise ValueError(f"metric {spec.name!r} needs generated text; task {task.name!r} is {task.kind}")
+    report.check_columns(example_columns(examples), task_kind=task.kind)
+    report.check_compatible(bool(lm.is_causal))
+    return report, weights
+
+
+class _Totals:
+    """What :func:`evaluate` adds up over its batches: each metric's moments and, for a prompt task, the
+    weighted reward's, the completions and their KL to the starting model."""
+
+    def __init__(self, names):
+        self.metrics = {name: Moments() for name in names}
+        self.weighted = Moments()
+        self.texts: list[str] = []
+        self.kl = KLSums()
+
+    def add(self, out) -> None:
+        for name in self.metrics:
+            self.metrics[name] += Moments(out.sums[name], out.sq_sums[name], out.counts[name])
+
+    def add_completions(self, texts: list[str], weighted: list) -> None:
+        self.texts += texts
+        self.weighted += Moments.of(v for v in weighted if v is not None)
+
+    def result(self, n: int, *, prompts: bool, kl: bool) -> dict:
+        result = {name: m.mean for name, m in self.metrics.items()}
+        if prompts:
+            result.update({f"{name}/se": m.se for name, m in self.metrics.items()})
+            result[OBJECTIVE], result[f"{OBJECTIVE}/se"] = self.weighted.mean, self.weighted.se
+            result["distinct_2"] = distinct_n(self.texts, 2)
+            result["completion_chars"] = sum(map(len, self.texts)) / len(self.texts)
+            if kl:
+                result[KL], result[f"{KL}_tokens"] = self.kl.mean, self.kl.tokens
+        result["n"] = n
+        return result
 
 
 def _input_key(ex) -> tuple:
     """What the model reads of an example: the order :func:`evaluate` calls the model in."""
     return (ex.prompt, json.dumps(ex.messages, sort_keys=True) if ex.messages else "", tuple(ex.candidates or ()),
             ex.mask_prompt or "")
-
-
-def standard_error(total: float, squares: float, n: int) -> float:
-    """The standard error of a mean from the sum and sum of squares of its n values (:class:`mezo_rl.stats.Moments`)."""
-    return Moments(total, squares, n).se
 
 
 def distinct_n(texts: list[str], n: int = 2) -> float:
