@@ -49,6 +49,7 @@ import threading
 import time
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))   # the suite package beside this file
+from suite.records import append_record, load_records  # noqa: E402
 from suite.run import cpu  # noqa: E402
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
@@ -92,19 +93,7 @@ BAR_SE = 3.0
 GROUPS = {"shaping": ["cmp-greedy", "cmp-es4", "cmp-g4-group", "cmp-g4-none"]}
 
 
-# ---------------------------------------------------------------------------------------------- records
-def read_records(path=RECORDS) -> list[dict]:
-    path = pathlib.Path(path)
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.is_file() else []
-
-
-def append_record(record: dict, path=RECORDS) -> None:
-    path = pathlib.Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a") as f:
-        f.write(json.dumps(record, sort_keys=True) + "\n")
-
-
+# ---------------------------------------------------------------------------------------------- the machine
 def machine() -> str:
     """The CPU a cell ran on: its kind changes the speed and, through the kernels it picks (AVX2 or AVX-512),
     the rounding of float32 sums, so greedy completions, and the figures, can differ between machines."""
@@ -217,7 +206,7 @@ def run_cell(variant: str, seed: int, threads: int, records, lock: threading.Loc
               "date": _dt.date.today().isoformat(), "machine": machine(),
               "ok": os.waitstatus_to_exitcode(status) == 0}
     with lock:
-        append_record(complete(record, out_dir))
+        append_record(RECORDS, complete(record, out_dir))
     return record
 
 
@@ -309,7 +298,7 @@ def render(records: list[dict]) -> str:
     """The RL tables: one row per cell (variant, seed, machine), then each variant over its seeds on each machine.
     Machines are kept apart: their speeds differ and so, through float32 rounding, can their completions.
     The study's section (``--study``) follows, where it has cells."""
-    return render_sentiment(records) + render_study(read_records(STUDY_RECORDS))
+    return render_sentiment(records) + render_study(load_records(STUDY_RECORDS))
 
 
 def render_sentiment(records: list[dict]) -> str:
@@ -425,7 +414,7 @@ def study_command(task: str, cell: str, seed: int, out_dir: pathlib.Path, record
 def run_study_cell(task: str, cell: str, seed: int) -> dict:
     """Run one cell in a subprocess (a MeZO cell stopped part-way resumes) and append its record."""
     out_dir = STUDY_RUNS / f"{task}-{cell}-s{seed}"
-    cmd = study_command(task, cell, seed, out_dir, read_records(STUDY_RECORDS))
+    cmd = study_command(task, cell, seed, out_dir, load_records(STUDY_RECORDS))
     run_dir = out_dir / "run"
     if STUDY_CELLS[cell][0] == "mezo-rl" and (run_dir / "checkpoint").is_dir() and not (run_dir / "summary.json").is_file():
         cmd.append("--resume")
@@ -441,7 +430,7 @@ def run_study_cell(task: str, cell: str, seed: int) -> dict:
               "ok": os.waitstatus_to_exitcode(status) == 0}
     if record["ok"]:
         record = complete_study(record, out_dir)
-    append_record(record, STUDY_RECORDS)
+    append_record(STUDY_RECORDS, record)
     return record
 
 
@@ -554,7 +543,7 @@ def render_study(records: list[dict]) -> str:
 def study_main(task: str, cells: list[str], seeds: list[int], rerun: bool, dry_run: bool) -> int:
     """Run the pending cells of ``task`` in order (each one a subprocess; a finished cell is skipped unless
     ``rerun``), then print the study's section."""
-    records = read_records(STUDY_RECORDS)
+    records = load_records(STUDY_RECORDS)
     pending = [(c, s) for s in seeds for c in cells
                if rerun or not any(r["task"] == task and r["cell"] == c and r["seed"] == s and r.get("ok")
                                    and r.get("machine") == machine() for r in records)]
@@ -566,7 +555,7 @@ def study_main(task: str, cells: list[str], seeds: list[int], rerun: bool, dry_r
             set_aside(STUDY_RUNS / f"{task}-{c}-s{s}")
         r = run_study_cell(task, c, s)
         print(f"{task} {c} seed {s}: {'ok' if r['ok'] else 'FAILED'} in {r['wall_s']:.0f} s", flush=True)
-    print(render_study(read_records(STUDY_RECORDS)), end="")
+    print(render_study(load_records(STUDY_RECORDS)), end="")
     return 0
 
 
@@ -596,7 +585,7 @@ def main(argv=None) -> int:
         if unknown:
             p.error(f"unknown cell(s) {unknown}; known: {', '.join(STUDY_CELLS)}")
         return study_main(a.study, cells, [int(x) for x in a.seeds.split(",")], a.rerun, a.dry_run)
-    records = read_records()
+    records = load_records(RECORDS)
     if a.versus:
         va, vb = a.versus.split(",")
         print(f"| seed | {va} − {vb}, test reward after (SE), n | / SE |\n|---|---|---|")
@@ -626,7 +615,7 @@ def main(argv=None) -> int:
                 v, s = queue.pop(0)
             if a.rerun:
                 set_aside(RUNS / f"{v}-s{s}")
-            r = run_cell(v, s, a.threads or 2 // a.parallel, read_records(), lock)
+            r = run_cell(v, s, a.threads or 2 // a.parallel, load_records(RECORDS), lock)
             print(f"{v} seed {s}: {'ok' if r['ok'] else 'FAILED'} in {r['wall_s']:.0f} s", flush=True)
 
     threads = [threading.Thread(target=worker) for _ in range(a.parallel)]
@@ -634,7 +623,7 @@ def main(argv=None) -> int:
         t.start()
     for t in threads:
         t.join()
-    print(render(read_records()), end="")
+    print(render(load_records(RECORDS)), end="")
     subprocess.run([sys.executable, str(REPO / "benchmarks" / "results.py"), "--render-only"], cwd=REPO, check=False,
                    stdout=subprocess.DEVNULL)  # docs/results.md carries these tables
     return 0
