@@ -366,3 +366,15 @@ def test_the_parser():
     for bad in ["", " ", "1 +", "(1", "1)", "()", "1 2", "2(3)", "05 + 1", "1.5", "1\n+ 2", "1 +\t2", "1 ^ 2", "1 % 2"]:
         with pytest.raises(ExpressionError):
             evaluate_expression(bad)
+
+
+
+def test_a_verifiable_task_evaluates_with_its_own_reward(tiny_causal_lm):
+    """`mezo-rl eval --task arithmetic` needs no --reward: the task names exact_answer (task.metrics)."""
+    from mezo_rl.model.lm import LanguageModel
+    from mezo_rl.training.evaluation import evaluate
+
+    task = get_task("arithmetic-plain")
+    examples = task.load_split("test", n=6, seed=0)
+    metrics = evaluate(LanguageModel(*tiny_causal_lm), task, examples, max_new_tokens=4)
+    assert metrics["n"] == 6 and 0.0 <= metrics["exact_answer"] <= 1.0 and "exact_answer/se" in metrics

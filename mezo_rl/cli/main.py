@@ -329,10 +329,12 @@ def cmd_report(ns) -> int:
 
 
 def cmd_tasks(ns) -> int:
-    for name in list_tasks():
+    names = list_tasks()
+    width = max(len(n) for n in names)
+    for name in names:
         task = get_task(name)
         doc = (getattr(task, "description", None) or (type(task).__doc__ or "")).strip().splitlines()
-        print(f"{name:12s} {task.kind:16s} {doc[0] if doc else ''}")
+        print(f"{name:{width}s} {task.kind:16s} {doc[0] if doc else ''}")
     return 0
 
 

@@ -124,6 +124,7 @@ def _report_objective(lm, task, examples, metrics, objective) -> tuple:
     examples' columns and the model; and the weights of a prompt task's ``objective`` metric (else None)."""
     weights = None
     if task.kind == "prompts":
+        metrics = metrics or task.metrics  # a task that names its rewards (arithmetic: exact_answer) needs no more
         if objective is None and not metrics:
             raise ValueError(f"task {task.name!r} has prompts only: evaluate it with the run's objective (or metrics)")
         specs = list(objective.rewards) if objective is not None else [rewards.get_reward(m) for m in metrics]
