@@ -47,7 +47,7 @@ completions' mean log-likelihood per token under the untrained model, before -> 
 ``benchmarks/rl.py`` reports for mezo-rl runs) is computed last, after the trained model is freed.
 
     # the real run (the lead runs it; budget = the mezo-rl run's training seconds; benchmarks/rl.py sets it)
-    export PYTHONPATH=$PWD HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TOKENIZERS_PARALLELISM=false MEZO_RL_DATA=/work/shared/data
+    export PYTHONPATH=$PWD HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TOKENIZERS_PARALLELISM=false MEZO_RL_DATA=DIR
     flock /tmp/mezo-heavy.lock python benchmarks/grpo_sentiment.py --output-dir runs/grpo_sentiment --seed 0 \\
         --num-generations 4 --batch-size 16 --time-budget-s 900
     # a smoke run (a few minutes on a quiet machine: one or two steps)

@@ -12,7 +12,7 @@ the final weights) and the vocabulary normaliser of the log-likelihoods (it canc
 the cross-entropy over the candidates because SST-2's label words are single tokens). It is a way to
 choose settings, not a result: the README's figures come from `mezo-rl train` runs.
 
-    MEZO_RL_DATA=../shared/data python benchmarks/norm_sweep.py --seeds 0 1 2 3 4 5 \
+    MEZO_RL_DATA=DIR python benchmarks/norm_sweep.py --seeds 0 1 2 3 4 5 \
         --config steps=1500,batch_size=64,n_spsa=2 --config steps=1000,batch_size=128,n_spsa=2
 
 Each --config is comma-separated key=value pairs of steps, batch_size, n_spsa, lr, eps, objective and

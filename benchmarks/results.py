@@ -1,6 +1,6 @@
 """The paper's comparisons at small scale, one command: runs every cell, writes docs/results.md + plots.
 
-    MEZO_RL_DATA=../shared/data HF_HUB_OFFLINE=1 OMP_NUM_THREADS=2 \
+    MEZO_RL_DATA=DIR HF_HUB_OFFLINE=1 OMP_NUM_THREADS=2 \
         python benchmarks/results.py                      # every pending cell, then render
     python benchmarks/results.py --only task=sst2 --only method=zero-shot,lp --seeds 0
     python benchmarks/results.py --dry-run                # list the pending cells and their commands

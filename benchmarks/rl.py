@@ -1,7 +1,7 @@
 """RL on prompts, measured: the sentiment example (examples/rl_sentiment.py) over seeds and settings,
 and TRL's GRPO on the same model, prompts, reward, completions per prompt and training time.
 
-    MEZO_RL_DATA=../shared/data HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 \\
+    MEZO_RL_DATA=DIR HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 \\
         python benchmarks/rl.py --variants mezo --seeds 0,1,2          # the example's defaults, 3 seeds
     python benchmarks/rl.py --variants grpo --seeds 0                  # GRPO with the training time of mezo seed 0
     python benchmarks/rl.py --variants mezo-g4-group,grpo-long --seeds 0   # sampled G=4 + group shaping, and GRPO

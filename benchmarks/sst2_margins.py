@@ -8,7 +8,7 @@ Then, per trainable set (``--modes``: full / norm / lora / prefix), it perturbs 
 examples move: the mean shift (a coherent change the accuracy objective can reward) against the
 per-example spread (noise), and how many predictions flip.
 
-    MEZO_RL_DATA=../shared/data python benchmarks/sst2_margins.py --modes norm,prefix,lora --eps 0.1,1
+    MEZO_RL_DATA=DIR python benchmarks/sst2_margins.py --modes norm,prefix,lora --eps 0.1,1
 """
 from __future__ import annotations
 

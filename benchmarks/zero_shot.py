@@ -1,6 +1,6 @@
 """Zero-shot evaluation of one model on the built-in tasks (the paper's "Zero-shot" rows).
 
-    MEZO_RL_DATA=../shared/data flock /tmp/mezo-heavy.lock \
+    MEZO_RL_DATA=DIR flock /tmp/mezo-heavy.lock \
         python benchmarks/zero_shot.py --model smollm2-135m --n 200 --out zero_shot.json
 
 For each task: ``n`` test examples sampled with ``--seed`` (all of them where the split is smaller),
