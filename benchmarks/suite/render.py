@@ -265,7 +265,8 @@ def render(results, out_md, notes: list[str] = (), command_hint="python benchmar
 
 def rl_section(path) -> str:
     """The RL-on-prompts tables (benchmarks/rl.py: the sentiment example over seeds, TRL's GRPO beside it)."""
-    from rl import read_records, render as render_rl  # benchmarks/rl.py, on the path as the suite's sibling
+    from rl import render as render_rl  # benchmarks/rl.py, on the path as the suite's sibling
+
 
     return ("\n## RL on prompts: the sentiment example and TRL's GRPO\n\n"
             "Generated from `docs/results/rl.jsonl` by `python benchmarks/rl.py` (the cells) and "
@@ -275,7 +276,7 @@ def rl_section(path) -> str:
             "a cell's gain and its SE are those of the per-prompt differences after − before (below the table). "
             "Distinct-2: distinct word bigrams over all bigrams of the completions. Base log-lik/token: the completions' mean "
             "log-likelihood per token under the untrained model (a reward-hacked policy drifts down). "
-            "Each cell's exact command: its `command` in the JSONL.\n\n" + render_rl(read_records(path)))
+            "Each cell's exact command: its `command` in the JSONL.\n\n" + render_rl(load_records(path)))
 
 
 def _superseded_note(note: dict, records: list[dict]) -> bool:
