@@ -64,13 +64,15 @@ def test_argument_errors_are_config_errors():
     (BaselineArguments, {**{n: n for n in ("model", "task", "data_dir", "num_train", "num_test", "seed", "dtype",
                                            "eval_batch_size")}, "max_new_tokens": "max_completion_length"}),
     (EvalRunArguments, {"model": "model", "seed": "seed", "data_dir": "data_dir", "dtype": "dtype",
-                        "batch_size": "eval_batch_size", "max_new_tokens": "max_completion_length"}),
+                        "batch_size": "eval_batch_size"}),
 ])
 def test_other_commands_share_the_training_options_defaults(cls, names):
     train, mine = _fields(TrainingArguments), _fields(cls)
     for name, train_name in names.items():
         assert mine[name].default == train[train_name].default, name
         assert mine[name].metadata.get("choices") == train[train_name].metadata.get("choices"), name
+    # eval's completion length follows the run it evaluates (--run-dir), so it has no default of its own
+    assert EvalRunArguments().max_new_tokens is None
 
 
 def test_per_mode_defaults_are_resolved_once_and_explicit_values_win():

@@ -249,7 +249,9 @@ def cmd_eval(ns) -> int:
     else:
         lm = load_model(args.model, dtype=args.dtype)
         info = {"model": args.model}
-    metrics = evaluate(lm, task, examples, batch_size=args.batch_size, max_new_tokens=args.max_new_tokens,
+    max_new_tokens = args.max_new_tokens or (run_args.max_completion_length if run_args is not None else
+                                             TrainingArguments().max_completion_length)  # what the run generated
+    metrics = evaluate(lm, task, examples, batch_size=args.batch_size, max_new_tokens=max_new_tokens,
                        progress=True, desc=f"{args.split}", objective=objective, reference=reference)
     print(json.dumps({**info, "task": task_args.task, "split": args.split, "n": len(examples),
                       "metrics": {k: float(v) for k, v in metrics.items()}}, indent=2))

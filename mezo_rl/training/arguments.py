@@ -535,7 +535,8 @@ class EvalRunArguments(DataTaskArguments):
     data_dir: Optional[str] = shared(DataArguments, "data_dir")
     dtype: str = shared(ComputeArguments, "dtype")
     batch_size: int = shared(EvalArguments, "eval_batch_size")
-    max_new_tokens: int = shared(GenerationArguments, "max_completion_length", aliases=())
+    max_new_tokens: Optional[int] = option(None, "the most tokens a completion has (default: with --run-dir the run's "
+                                                 "--max-completion-length, else 32)", min=1)
 
     def __post_init__(self):
         super().__post_init__()
