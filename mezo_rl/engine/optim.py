@@ -102,7 +102,7 @@ from mezo_rl.engine import noise as _noise
 from mezo_rl.engine.population import BatchedMembers, Member, step_members
 from mezo_rl.engine.trajectory import STATUS, Trajectory
 
-__all__ = ["MeZO", "BatchedMembers", "Member", "StepResult", "get_scheduler", "replay_trajectory", "ESTIMATORS", "EVALUATIONS",
+__all__ = ["MeZO", "BatchedMembers", "Member", "StepResult", "spread", "get_scheduler", "replay_trajectory", "ESTIMATORS", "EVALUATIONS",
            "ON_NONFINITE", "SCHEDULERS"]
 
 #: accepted values of MeZO's ``estimator`` / ``on_nonfinite`` and of :func:`get_scheduler`'s ``name``
@@ -214,7 +214,7 @@ def _append_checked(values: list[float], value: float, what: str) -> None:
                                  f"of the step")
 
 
-def _spread(values: list[float]) -> float:
+def spread(values: list[float]) -> float:
     """Population standard deviation of the values (float64, fixed summation order)."""
     mean = sum(values) / len(values)
     return math.sqrt(sum((v - mean) ** 2 for v in values) / len(values))
@@ -464,9 +464,9 @@ class MeZO(torch.optim.Optimizer):
         if buffered and offset is not None:  # one-point + momentum/Adam: restore first
             self._sweep(entries, offset[0], -offset[1])
             offset = None
-        spread = _spread(values) if cfg["normalize"] == "std" else None
-        grads = self._grads(values, epss[0], spread)
-        group_grads = {id(g): self._grads(values, g["eps"], spread) for g in self.param_groups}
+        sigma = spread(values) if cfg["normalize"] == "std" else None
+        grads = self._grads(values, epss[0], sigma)
+        group_grads = {id(g): self._grads(values, g["eps"], sigma) for g in self.param_groups}
 
         def sgd(j, decay):
             def coeffs(group):
@@ -492,7 +492,7 @@ class MeZO(torch.optim.Optimizer):
         minus = values[1::2]
         return StepResult(loss_plus=sum(plus) / len(plus), loss_minus=None if one_point or es else sum(minus) / len(minus),
                           projected_grads=grads, seeds=seeds, loss=sum(values) / len(values), lr=lrs[0],
-                          values=values, spread=spread)
+                          values=values, spread=sigma)
 
     def _evaluate_members(self, closure, seeds: list[int], entries) -> list:
         """Batched evaluation: ``closure(members)`` once, the strategy evaluating every member; its M values."""

@@ -31,6 +31,7 @@ import numpy as np
 import torch
 
 import rewards
+from mezo_rl.engine.optim import spread
 from mezo_rl.engine.trajectory import STATUS
 from mezo_rl.errors import ConfigError, UserError
 from mezo_rl.stats import Moments
@@ -245,9 +246,8 @@ class MeZOTrainer:
             kls = [total[f"{m}/kl"] / total[f"{m}/kl_tokens"] if total[f"{m}/kl_tokens"] else 0.0
                    for m in range(len(outcomes))]
             if self.args.normalize == "std":  # normalise the reward part only, as the engine would have (docs/rl.md)
-                mean = statistics.fmean(losses)
-                spread = math.sqrt(statistics.fmean((x - mean) ** 2 for x in losses))
-                losses = [self.args.eps * (x - mean) / spread if spread else 0.0 for x in losses]
+                mean, sigma = sum(losses) / len(losses), spread(losses)
+                losses = [self.args.eps * (x - mean) / sigma if sigma else 0.0 for x in losses]
             losses = [loss + self.args.beta * kl for loss, kl in zip(losses, kls)]
             record[KL] = statistics.fmean(kls)
         for k in names:
