@@ -111,3 +111,23 @@ def test_evaluate_reports_kl_on_a_prompt_task(tiny_causal_lm, tmp_path):
     _perturb(model)
     assert evaluate(lm, task, examples, max_new_tokens=6, objective=objective, reference=start)["kl"] > 0
     assert "kl" not in evaluate(lm, task, examples, max_new_tokens=6, objective=objective)
+
+
+def test_the_starting_model_computes_as_itself_inside_one_bf16_autocast_region(tiny_causal_lm):
+    """Autocast caches its bf16 copy of each trainable tensor per region: the swap must not be hidden by it
+    (else a LoRA or full run's kl, and --beta, would read 0 under --autocast bfloat16)."""
+    model, tok = tiny_causal_lm
+    start_copy = copy.deepcopy(model)
+    start = StartingPoint(model)
+    _perturb(model)
+    x = torch.tensor([[3, 4, 5, 6, 7]])
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        now = model(input_ids=x).logits
+        expected_start = start_copy(input_ids=x).logits
+        with start.active():
+            at_start = model(input_ids=x).logits
+        again = model(input_ids=x).logits
+    # the same shapes and ops on the same values: the same bits
+    assert not torch.equal(now, expected_start)
+    assert torch.equal(at_start, expected_start)
+    assert torch.equal(again, now)

@@ -57,6 +57,10 @@ class StartingPoint:
         """Within the block the model computes as the starting model; after it, the tensors it had
         before (the same storage, so any view of them stays valid)."""
         held = [p.data for p in self.params]
+        # autocast caches its low-precision copy of each leaf tensor that requires grad, keyed on the tensor
+        # and not its storage: after a swap inside one autocast region the cached copy would be the other
+        # weights' (and the two passes would compute alike). Clear it at both swaps.
+        torch.clear_autocast_cache()
         for p, s in zip(self.params, self.start):
             p.data = s
         try:
@@ -64,6 +68,7 @@ class StartingPoint:
         finally:
             for p, h in zip(self.params, held):
                 p.data = h
+            torch.clear_autocast_cache()
 
 
 @dataclass
