@@ -383,9 +383,16 @@ STUDY_CELLS = {
     "mezo-norm-lr0.03": ("mezo-rl", ["--peft", "norm", "--lr", "0.03", *_MEZO_COMMON], "MeZO, final norm's gains, lr 0.03"),
     "mezo-lora-lr3e-3": ("mezo-rl", ["--peft", "lora", "--lr", "3e-3", *_MEZO_COMMON], "MeZO, LoRA r 8, lr 3e-3"),
     "mezo-lora-lr3e-2": ("mezo-rl", ["--peft", "lora", "--lr", "3e-2", *_MEZO_COMMON], "MeZO, LoRA r 8, lr 3e-2"),
+    "mezo-full-lr2e-4": ("mezo-rl", ["--peft", "full", "--lr", "2e-4", "--evaluation", "batched", *_MEZO_COMMON],
+                         "MeZO, every weight (low-rank noise, batched members), lr 2e-4"),
+    "mezo-full-lr1e-3": ("mezo-rl", ["--peft", "full", "--lr", "1e-3", "--evaluation", "batched", *_MEZO_COMMON],
+                         "MeZO, every weight (low-rank noise, batched members), lr 1e-3"),
     "grpo-lora-lr1e-6": ("trl-grpo", ["--peft", "lora", "--lr", "1e-6"], "TRL GRPO, LoRA r 8, lr 1e-6 (TRL's default)"),
     "grpo-lora-lr1e-5": ("trl-grpo", ["--peft", "lora", "--lr", "1e-5"], "TRL GRPO, LoRA r 8, lr 1e-5 (10x)"),
     "grpo-lora-lr1e-4": ("trl-grpo", ["--peft", "lora", "--lr", "1e-4"], "TRL GRPO, LoRA r 8, lr 1e-4 (100x)"),
+    "grpo-full-lr1e-6": ("trl-grpo", ["--peft", "full", "--lr", "1e-6"], "TRL GRPO, every weight, lr 1e-6 (TRL's default)"),
+    "grpo-full-lr1e-5": ("trl-grpo", ["--peft", "full", "--lr", "1e-5"], "TRL GRPO, every weight, lr 1e-5 (10x)"),
+    "grpo-full-lr1e-4": ("trl-grpo", ["--peft", "full", "--lr", "1e-4"], "TRL GRPO, every weight, lr 1e-4 (100x)"),
 }
 
 
