@@ -89,6 +89,9 @@ import statistics
 import sys
 import time
 
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))   # the suite package beside this file
+from suite.hacking import hacking_measures  # noqa: E402
+
 REPO = pathlib.Path(__file__).resolve().parent.parent
 EXAMPLE = REPO / "examples" / "rl_sentiment.py"
 REWARD_FILE = REPO / "examples" / "sentiment_reward.py"
@@ -297,18 +300,6 @@ def trainable_state(model) -> dict:
     return {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
 
 
-def base_loglik(base, prompts: list, completions: list) -> float:
-    """Mean over completions of their mean log-likelihood per token under ``base``, the untrained
-    model (benchmarks/rl.py's measure for mezo-rl runs; empty completions left out)."""
-    import torch
-
-    kept = [(p, c) for p, c in zip(prompts, completions) if c.strip()]
-    with torch.no_grad():
-        scores = base.score([p for p, _ in kept], [[c] for _, c in kept])
-    values = [float(s.mean[0]) for s in scores]
-    return sum(values) / len(values) if values else float("nan")
-
-
 # ---------------------------------------------------------------------------------------------- main
 def main(argv=None) -> dict:
     a = parse_args(argv)
@@ -491,10 +482,7 @@ def main(argv=None) -> dict:
         del model, lm
         gc.collect()
         base = load_model(MODEL)
-        summary["base_loglik"] = {
-            when: base_loglik(base, [s.get("prompt_text", s["prompt"]) for s in samples], [s["completion"] for s in samples])
-            for when, samples in (("before", before_samples), ("after", after_samples))}
-        summary["base_loglik"]["n"] = len(after_samples)
+        summary["base_loglik"] = hacking_measures(before_samples, after_samples, base)
         summary["peak_rss_with_loglik_mb"] = max(peak_rss, rss_peak_mb())
         (out / "summary.json").write_text(json.dumps(summary, indent=1))
     brief = {k: v for k, v in summary.items() if k not in ("grpo_config", "step_seconds")}

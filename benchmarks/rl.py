@@ -49,6 +49,7 @@ import threading
 import time
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))   # the suite package beside this file
+from suite.hacking import hacking_measures  # noqa: E402
 from suite.records import append_record, load_records  # noqa: E402
 from suite.run import cpu  # noqa: E402
 
@@ -115,29 +116,7 @@ def step_seconds(run_dir: pathlib.Path) -> list[float]:
     return [json.loads(line)["seconds"] for line in (run_dir / "metrics.jsonl").read_text().splitlines() if '"loss"' in line]
 
 
-# ---------------------------------------------------------------------------------------------- the base model's view
-_BASE = {}
-
-
-def base_loglik(prompts: list, completions: list[str], model: str = "smollm2-135m") -> float:
-    """Mean over completions of their mean log-likelihood per token under the untrained model (a chat prompt,
-    a list of messages, read as the model's chat template renders it for generation)."""
-    import torch
-
-    from mezo_rl.model.loading import load_model
-
-    if model not in _BASE:
-        _BASE[model] = load_model(model)
-    lm = _BASE[model]
-    prompts = [p if isinstance(p, str) else lm.tokenizer.apply_chat_template(p, add_generation_prompt=True, tokenize=False)
-               for p in prompts]
-    kept = [(p, c) for p, c in zip(prompts, completions) if c.strip()]
-    with torch.no_grad():
-        scores = lm.score([p for p, _ in kept], [[c] for _, c in kept])
-    values = [float(s.mean[0]) for s in scores]
-    return sum(values) / len(values) if values else float("nan")
-
-
+# ---------------------------------------------------------------------------------------------- the gain
 def paired_gain(before: list[dict], after: list[dict], reward: str = REWARD) -> dict:
     """The held-out gain with its standard error, from the per-prompt rewards of the same test prompts
     before and after training, paired by prompt (the evaluation is greedy, so each prompt's reward is a
@@ -154,14 +133,13 @@ def paired_gain(before: list[dict], after: list[dict], reward: str = REWARD) -> 
     return {"gain": mean, "se": sd / math.sqrt(n), "n": n}
 
 
-def hacking_measures(before: list[dict], after: list[dict]) -> dict:
-    """Base-model log-likelihood of the test completions before and after training (the samples a run kept)."""
-    out = {}
-    for when, samples in (("before", before), ("after", after)):
-        if samples:
-            out[when] = base_loglik([s["prompt"] for s in samples], [s["completion"] for s in samples])
-            out["n"] = len(samples)
-    return out
+def hacking_cells(b: dict, a: dict, ll: dict) -> str:
+    """The table cells 'distinct-2 before → after (SE of the change)' and 'base log-lik before → after (SE)'."""
+    d2_se = f" ({_f(ll['distinct_2_change_se'])})" if "distinct_2_change_se" in ll else ""
+    ll_se = f" ({_f(ll['change_se'])})" if "change_se" in ll else ""
+    return (f"{_f(b.get('distinct_2'))} → {_f(a.get('distinct_2'))}{d2_se} | "
+            f"{_f(b.get('completion_chars'), 1)} → {_f(a.get('completion_chars'), 1)} | "
+            f"{_f(ll.get('before'))} → {_f(ll.get('after'))}{ll_se}")
 
 
 # ---------------------------------------------------------------------------------------------- running
@@ -229,9 +207,9 @@ def complete(record: dict, out_dir: pathlib.Path) -> dict:
             summary = json.loads((out_dir / "summary.json").read_text())
             record.update({k: summary.get(k) for k in ("steps", "train_s", "s_per_step", "initial_test", "test",
                                                        "settings", "trl_version", "peak_train_rss_mb")})
-            record["base_loglik"] = summary.get("base_loglik") or {}
-            record["paired"] = paired_gain(*(read_jsonl(out_dir / "samples" / f"test-{when}.jsonl")
-                                             for when in ("before", "after")))
+            before, after = (read_jsonl(out_dir / "samples" / f"test-{when}.jsonl") for when in ("before", "after"))
+            record["base_loglik"] = hacking_measures(before, after)  # the same scoring as the MeZO cells'
+            record["paired"] = paired_gain(before, after)
     return record
 
 
@@ -324,9 +302,7 @@ def render_sentiment(records: list[dict]) -> str:
         ll = r.get("base_loglik") or {}
         lines.append(f"| {variant} | {label[m]} | {seed} | {r.get('steps')} | {_f(b.get(REWARD))} → {_f(a.get(REWARD))}, "
                      f"{int(a.get('n', 0))} | {gain:+.3f} ({_f(se)}){'' if paired else '†'} | {_f(gain / se, 1) if se else '–'} | "
-                     f"{_f(b.get('distinct_2'))} → {_f(a.get('distinct_2'))} | "
-                     f"{_f(b.get('completion_chars'), 1)} → {_f(a.get('completion_chars'), 1)} | "
-                     f"{_f(ll.get('before'))} → {_f(ll.get('after'))} | {_f(r.get('s_per_step'), 1)} | "
+                     f"{hacking_cells(b, a, ll)} | {_f(r.get('s_per_step'), 1)} | "
                      f"{_f(r.get('train_s'), 0)} | {_f(r.get('wall_s', math.nan) / 60, 1)} | {_f(r.get('peak_rss_mb'), 0)} |")
     lines += ["", "Gain: mean over the test prompts of (reward after − reward before); SE: the standard error of that "
               "mean (paired: the same prompts, greedy, before and after)."]
@@ -531,9 +507,7 @@ def render_study(records: list[dict]) -> str:
             out.append(f"| {r['cell']} | {STUDY_CELLS.get(r['cell'], ('', '', ''))[2]} | {r['seed']} | {r.get('steps')} "
                        f"({r.get('best_step')}) | {_f(b.get(reward))} → {_f(a.get(reward))}, {int(a.get('n', 0))} | "
                        f"{gain:+.3f} ({_f(se)}) | {_f(gain / se, 1) if se else '–'} | {_f(a.get('kl'), 5)} | "
-                       f"{_f(b.get('distinct_2'))} → {_f(a.get('distinct_2'))} | "
-                       f"{_f(b.get('completion_chars'), 1)} → {_f(a.get('completion_chars'), 1)} | "
-                       f"{_f(ll.get('before'))} → {_f(ll.get('after'))} | {_f(r.get('s_per_step'), 1)} | "
+                       f"{hacking_cells(b, a, ll)} | {_f(r.get('s_per_step'), 1)} | "
                        f"{_f(r.get('train_s'), 0)} | {_f(r.get('peak_rss_mb'), 0)} |")
         png = STUDY_PLOTS / f"rl_study_{task}.png"
         if study_plot(task, rows, png):

@@ -41,3 +41,25 @@ def test_the_study_renders_a_table_and_a_reward_kl_plot(tmp_path, monkeypatch):
     assert len(rows) == 2 and "+0.050 (0.010)" in rows[0] and "0.00200" in rows[0]
     assert (tmp_path / "rl_study_arithmetic.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert rl.render_study([]) == ""
+
+
+def test_hacking_measures_pair_the_prompts_and_see_a_collapse(tiny_causal_lm):
+    """Base log-likelihood's change is the mean of the per-prompt changes (SE from those); distinct-2's change
+    carries a bootstrap SE: zero for unchanged completions, and a collapse onto one phrase is many SE down."""
+    from mezo_rl.model.lm import LanguageModel
+    from mezo_rl.stats import Moments
+    from suite.hacking import base_logliks, hacking_measures
+
+    model, tok = tiny_causal_lm
+    lm = LanguageModel(model, tok)
+    prompts = [f"prompt number {i}" for i in range(12)]
+    before = [{"prompt": p, "completion": f"a story about {w} and more"} for p, w in zip(prompts, "abcdefghijkl")]
+    same = hacking_measures(before, [dict(s) for s in reversed(before)], lm)  # pairing is by prompt, not position
+    assert same["change"] == 0.0 and same["change_se"] == 0.0 and same["change_n"] == 12
+    assert same["distinct_2_change"] == 0.0 and same["distinct_2_change_se"] == 0.0
+    after = [{"prompt": p, "completion": "great great great great"} for p in prompts]
+    m = hacking_measures(before, after, lm)
+    lb, la = base_logliks(prompts, [s["completion"] for s in before], lm), base_logliks(prompts, [s["completion"] for s in after], lm)
+    diffs = Moments.of(a - b for a, b in zip(la, lb))
+    assert m["change"] == diffs.mean and m["change_se"] == diffs.se
+    assert m["distinct_2_change"] < -2 * m["distinct_2_change_se"] < 0
