@@ -93,6 +93,8 @@ def main():
     p.add_argument("--estimator", default="two_point")
     p.add_argument("--normalize", default=None)
     p.add_argument("--reward-shaping", default="none", choices=["none", "group"])
+    p.add_argument("--beta", type=float, default=0.0,
+                   help="KL penalty towards the starting model in each member's loss (TRL's beta; default 0, as TRL's)")
     p.add_argument("--do-sample", action="store_true")
     p.add_argument("--temperature", type=float, default=1.0)
     p.add_argument("--max-new-tokens", type=int, default=24)
@@ -122,7 +124,7 @@ def main():
         reward=[f"{HERE / 'sentiment_reward.py'}:positivity"], peft=a.peft, steps=a.steps, batch_size=a.batch_size,
         num_generations=a.num_generations, do_sample=a.do_sample or a.num_generations > 1, temperature=a.temperature,
         lr=a.lr, eps=a.eps, n_spsa=a.n_spsa, estimator=a.estimator, normalize=a.normalize,
-        reward_shaping=a.reward_shaping, max_new_tokens=a.max_new_tokens, num_train=a.num_train, num_eval=a.num_eval,
+        reward_shaping=a.reward_shaping, beta=a.beta, max_new_tokens=a.max_new_tokens, num_train=a.num_train, num_eval=a.num_eval,
         num_test=a.num_test, eval_steps=a.eval_steps, eval_batch_size=a.eval_batch_size, seed=a.seed, log_completions=a.log_completions,
         evaluation=a.evaluation,
         output_dir=str(out / "run"), resume=a.resume)
@@ -131,8 +133,8 @@ def main():
     except TrainingInterrupted as err:  # Ctrl-C / SIGTERM: the checkpoint is written, say how to go on
         raise SystemExit(f"{err}; checkpoint in {err.output_dir}: run the same command with --resume to continue")
     print(results_line(summary))
-    for key in ("objective", "distinct_2", "completion_chars"):
-        before, after = summary["initial_test"][key], summary["test"][key]
+    for key in ("objective", "kl", "distinct_2", "completion_chars"):
+        before, after = summary["initial_test"].get(key, float("nan")), summary["test"].get(key, float("nan"))
         se = summary["test"].get(f"{key}/se")
         print(f"test {key}: {before:.4f} -> {after:.4f}" + (f" (SE {se:.4f})" if se is not None else "")
               + f", n = {summary['test']['n']:.0f}")

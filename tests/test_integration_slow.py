@@ -107,3 +107,21 @@ def test_rl_sentiment_example_runs_on_smollm2(tmp_path, shared_data_dir):
 
     assert len(read_samples(out / "run", "test", 0)) == len(read_samples(out / "run", "test", 2)) == 4
     assert recorded_evaluation(out / "run") == "batched"   # the short prompts decode with their members as one batch
+
+
+def test_rl_arithmetic_example_runs_on_smollm2(tmp_path):
+    """examples/rl_arithmetic.py for a few steps on the real model (no data directory: the task is generated
+    from the seed), LoRA with a KL penalty: exact-answer accuracy before -> after and kl, 0 at the start."""
+    import math
+
+    out = tmp_path / "arith"
+    done = _run_example("rl_arithmetic.py", "--peft", "lora", "--beta", "0.1", "--max-steps", "2", "--num-train", "32",
+                        "--num-eval", "8", "--num-test", "8", "--output-dir", str(out))
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "test exact_answer:" in done.stdout and "n = 8" in done.stdout, done.stdout[-1000:]
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["steps"] == 2
+    assert summary["initial_test"]["kl"] == 0.0 and summary["initial_test"]["kl_tokens"] > 0
+    for split in ("initial_test", "test"):
+        assert summary[split]["n"] == 8 and 0.0 <= summary[split]["exact_answer"] <= 1.0
+    assert math.isfinite(summary["test"]["kl"]) and summary["test"]["kl"] >= 0.0
