@@ -359,8 +359,10 @@ _MEZO_COMMON = ["--batch-size", "16", "--n-spsa", "4", "--normalize", "std"]
 STUDY_CELLS = {
     "mezo-norm-lr0.1": ("mezo-rl", ["--peft", "norm", "--lr", "0.1", *_MEZO_COMMON], "MeZO, final norm's gains, lr 0.1"),
     "mezo-norm-lr0.03": ("mezo-rl", ["--peft", "norm", "--lr", "0.03", *_MEZO_COMMON], "MeZO, final norm's gains, lr 0.03"),
-    "mezo-lora-lr3e-3": ("mezo-rl", ["--peft", "lora", "--lr", "3e-3", *_MEZO_COMMON], "MeZO, LoRA r 8, lr 3e-3"),
-    "mezo-lora-lr3e-2": ("mezo-rl", ["--peft", "lora", "--lr", "3e-2", *_MEZO_COMMON], "MeZO, LoRA r 8, lr 3e-2"),
+    "mezo-lora-lr3e-3": ("mezo-rl", ["--peft", "lora", "--lr", "3e-3", "--evaluation", "batched", *_MEZO_COMMON],
+                         "MeZO, LoRA r 8 (batched members), lr 3e-3"),
+    "mezo-lora-lr3e-2": ("mezo-rl", ["--peft", "lora", "--lr", "3e-2", "--evaluation", "batched", *_MEZO_COMMON],
+                         "MeZO, LoRA r 8 (batched members), lr 3e-2"),
     "mezo-full-lr2e-4": ("mezo-rl", ["--peft", "full", "--lr", "2e-4", "--evaluation", "batched", *_MEZO_COMMON],
                          "MeZO, every weight (low-rank noise, batched members), lr 2e-4"),
     "mezo-full-lr1e-3": ("mezo-rl", ["--peft", "full", "--lr", "1e-3", "--evaluation", "batched", *_MEZO_COMMON],
