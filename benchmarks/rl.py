@@ -352,21 +352,33 @@ STUDY_RUNS = REPO / "runs" / "rl_study"
 STUDY_PLOTS = REPO / "docs" / "results"
 STUDY_TASKS = {"arithmetic": dict(reward="exact_answer", max_new_tokens=16)}
 STUDY_SIZES = dict(num_train=1000, num_eval=50, num_test=200)
-STUDY_STEPS = 20          # MeZO steps of a cell; every GRPO cell trains for the REFERENCE cell's training seconds
-STUDY_REFERENCE = "mezo-norm-lr0.1"
-_MEZO_COMMON = ["--batch-size", "16", "--n-spsa", "4", "--normalize", "std"]
-#: cell -> (tool, arguments, what it is)
+#: training seconds of a cell (both tools, this machine): a GRPO cell stops at them, a MeZO cell's steps are
+#: sized to them from its s/step measured here (each record's train_s says what it spent)
+STUDY_BUDGET_S = 640
+
+
+def _mezo(peft: str, lr: str, steps: int, *extra: str) -> list[str]:
+    return ["--peft", peft, "--lr", lr, "--steps", str(steps), "--eval-steps", str(steps), "--batch-size", "16",
+            "--n-spsa", "4", "--normalize", "std", *extra]
+
+
+_BATCHED = ("--evaluation", "batched")
+#: cell -> (tool, arguments, what it is). MeZO: 16 prompts a step, 4 SPSA samples, greedy members; the steps
+#: fill STUDY_BUDGET_S at 11 s a step for LoRA and 17 s for full (batched members); a cell with fewer is
+#: named for its steps.
 STUDY_CELLS = {
-    "mezo-norm-lr0.1": ("mezo-rl", ["--peft", "norm", "--lr", "0.1", *_MEZO_COMMON], "MeZO, final norm's gains, lr 0.1"),
-    "mezo-norm-lr0.03": ("mezo-rl", ["--peft", "norm", "--lr", "0.03", *_MEZO_COMMON], "MeZO, final norm's gains, lr 0.03"),
-    "mezo-lora-lr3e-3": ("mezo-rl", ["--peft", "lora", "--lr", "3e-3", "--evaluation", "batched", *_MEZO_COMMON],
-                         "MeZO, LoRA r 8 (batched members), lr 3e-3"),
-    "mezo-lora-lr3e-2": ("mezo-rl", ["--peft", "lora", "--lr", "3e-2", "--evaluation", "batched", *_MEZO_COMMON],
-                         "MeZO, LoRA r 8 (batched members), lr 3e-2"),
-    "mezo-full-lr2e-4": ("mezo-rl", ["--peft", "full", "--lr", "2e-4", "--evaluation", "batched", *_MEZO_COMMON],
+    "mezo-norm-lr0.1": ("mezo-rl", _mezo("norm", "0.1", 20), "MeZO, final norm's gains, lr 0.1"),
+    "mezo-norm-lr0.03": ("mezo-rl", _mezo("norm", "0.03", 20), "MeZO, final norm's gains, lr 0.03"),
+    "mezo-lora-lr3e-2-20steps": ("mezo-rl", _mezo("lora", "3e-2", 20, *_BATCHED),
+                                 "MeZO, LoRA r 8 (batched members), lr 3e-2, 20 steps (a third of the budget)"),
+    "mezo-lora-lr3e-3": ("mezo-rl", _mezo("lora", "3e-3", 57, *_BATCHED), "MeZO, LoRA r 8 (batched members), lr 3e-3"),
+    "mezo-lora-lr3e-2": ("mezo-rl", _mezo("lora", "3e-2", 57, *_BATCHED), "MeZO, LoRA r 8 (batched members), lr 3e-2"),
+    "mezo-lora-lr3e-2-beta": ("mezo-rl", _mezo("lora", "3e-2", 30, "--beta", "1"),
+                              "MeZO, LoRA r 8 (members in place, as --beta needs), lr 3e-2, beta 1"),
+    "mezo-full-lr2e-4": ("mezo-rl", _mezo("full", "2e-4", 37, *_BATCHED),
                          "MeZO, every weight (low-rank noise, batched members), lr 2e-4"),
-    "mezo-full-lr1e-3": ("mezo-rl", ["--peft", "full", "--lr", "1e-3", "--evaluation", "batched", *_MEZO_COMMON],
-                         "MeZO, every weight (low-rank noise, batched members), lr 1e-3"),
+    "mezo-full-lr1e-3-20steps": ("mezo-rl", _mezo("full", "1e-3", 20, *_BATCHED),
+                                 "MeZO, every weight (low-rank noise, batched members), lr 1e-3, 20 steps"),
     "grpo-lora-lr1e-6": ("trl-grpo", ["--peft", "lora", "--lr", "1e-6"], "TRL GRPO, LoRA r 8, lr 1e-6 (TRL's default)"),
     "grpo-lora-lr1e-5": ("trl-grpo", ["--peft", "lora", "--lr", "1e-5"], "TRL GRPO, LoRA r 8, lr 1e-5 (10x)"),
     "grpo-lora-lr1e-4": ("trl-grpo", ["--peft", "lora", "--lr", "1e-4"], "TRL GRPO, LoRA r 8, lr 1e-4 (100x)"),
@@ -376,32 +388,24 @@ STUDY_CELLS = {
 }
 
 
-def study_command(task: str, cell: str, seed: int, out_dir: pathlib.Path, records) -> list[str]:
+def study_command(task: str, cell: str, seed: int, out_dir: pathlib.Path) -> list[str]:
     tool, extra, _ = STUDY_CELLS[cell]
     t = STUDY_TASKS[task]
     sizes = [f"--{k.replace('_', '-')}" if i % 2 == 0 else str(v)
              for k, v in STUDY_SIZES.items() for i in (0, 1)]
     if tool == "mezo-rl":
         return [sys.executable, "-m", "mezo_rl", "train", "--task", task, "--reward", t["reward"],
-                "--max-new-tokens", str(t["max_new_tokens"]), "--steps", str(STUDY_STEPS), "--eval-steps", str(STUDY_STEPS),
-                "--eval-batch-size", "64", "--log-completions", "200", "--seed", str(seed), *sizes, *extra,
-                "--output-dir", str(out_dir / "run")]
-    here = machine()
-    ref = next((r for r in reversed(records) if r["task"] == task and r["cell"] == STUDY_REFERENCE
-                and r["seed"] == seed and r.get("ok") and r.get("machine") == here), None)
-    if ref is None:
-        raise SystemExit(f"{cell}: run the {STUDY_REFERENCE} cell of {task} seed {seed} on this machine first "
-                         f"(its training seconds are the budget)")
+                "--max-new-tokens", str(t["max_new_tokens"]), "--eval-batch-size", "64", "--log-completions", "200",
+                "--seed", str(seed), *sizes, *extra, "--output-dir", str(out_dir / "run")]
     return [sys.executable, str(GRPO), "--task", task, "--reward", t["reward"], "--output-dir", str(out_dir),
             "--seed", str(seed), "--max-completion-length", str(t["max_new_tokens"]), "--num-generations", "4",
-            "--batch-size", "16", "--eval-points", "1", "--time-budget-s", f"{ref['train_s']:.0f}",
-            *sizes, *extra]
+            "--batch-size", "16", "--eval-points", "1", "--time-budget-s", str(STUDY_BUDGET_S), *sizes, *extra]
 
 
 def run_study_cell(task: str, cell: str, seed: int) -> dict:
     """Run one cell in a subprocess (a MeZO cell stopped part-way resumes) and append its record."""
     out_dir = STUDY_RUNS / f"{task}-{cell}-s{seed}"
-    cmd = study_command(task, cell, seed, out_dir, load_records(STUDY_RECORDS))
+    cmd = study_command(task, cell, seed, out_dir)
     run_dir = out_dir / "run"
     if STUDY_CELLS[cell][0] == "mezo-rl" and (run_dir / "checkpoint").is_dir() and not (run_dir / "summary.json").is_file():
         cmd.append("--resume")
@@ -492,11 +496,14 @@ def render_study(records: list[dict]) -> str:
            "(\"What is 37 + 48? Reply with the number only.\"), reward `exact_answer` (the completion's last number is "
            f"the sum), greedy completions of at most {STUDY_TASKS['arithmetic']['max_new_tokens']} tokens; "
            f"{STUDY_SIZES['num_train']} training questions, validation {STUDY_SIZES['num_eval']} (at the start and the "
-           f"end; the better is tested), test {STUDY_SIZES['num_test']} held-out questions. MeZO: {STUDY_STEPS} steps of 16 "
-           "prompts, 4 SPSA samples, FZOO-normalised (`--normalize std`); GRPO: TRL's GRPOTrainer, 4 completions per "
-           f"prompt, 16 per step, for the training seconds of the `{STUDY_REFERENCE}` cell. `kl`: exact per-token "
-           "KL(trained ‖ starting model) over the test completions (`mezo_rl.training.kl`). One seed each: this is the "
-           "issue's grid reduced to what two shared CPU cores allow in a session; cells not listed were not run.", ""]
+           f"end; the better is tested), test {STUDY_SIZES['num_test']} held-out questions. Each cell trains for about "
+           f"{STUDY_BUDGET_S} s on this machine (a cell named for its steps, fewer): MeZO 16 prompts a step, 4 SPSA "
+           "samples, greedy members, FZOO-normalised (`--normalize std`), its steps sized to the budget; GRPO: TRL's "
+           "GRPOTrainer, 4 completions per prompt, 16 per step, stopped at the budget. `kl`: exact per-token "
+           "KL(trained ‖ starting model) over the test completions (`mezo_rl.training.kl`). Distinct-2 and base "
+           "log-likelihood carry the SE of their change (paired bootstrap, paired differences: "
+           "`benchmarks/suite/hacking.py`). The issue's grid reduced to what two CPU cores allow; cells not listed "
+           "were not run.", ""]
     for task in dict.fromkeys(t for t, _, _, _ in cells):
         rows = [r for (t, _, _, _), r in cells.items() if t == task]
         rows.sort(key=lambda r: (list(STUDY_CELLS).index(r["cell"]) if r["cell"] in STUDY_CELLS else 99, r["seed"]))

@@ -22,16 +22,13 @@ def _record(cell, gain, kl, machine=None, train_s=120.0):
             "samples": [{"prompt": "What is 1 + 2?", "before": "4", "after": "3", reward: 1.0}]}
 
 
-def test_a_grpo_cell_trains_for_the_reference_cells_seconds_on_this_machine(tmp_path):
-    with pytest.raises(SystemExit, match=rl.STUDY_REFERENCE):
-        rl.study_command("arithmetic", "grpo-lora-lr1e-5", 0, tmp_path, [])
-    other = _record(rl.STUDY_REFERENCE, 0.1, 0.01, machine="another CPU", train_s=999.0)
-    with pytest.raises(SystemExit):
-        rl.study_command("arithmetic", "grpo-lora-lr1e-5", 0, tmp_path, [other])
-    cmd = rl.study_command("arithmetic", "grpo-lora-lr1e-5", 0, tmp_path, [other, _record(rl.STUDY_REFERENCE, 0.1, 0.01)])
-    assert cmd[cmd.index("--time-budget-s") + 1] == "120" and cmd[cmd.index("--lr") + 1] == "1e-5"
-    mezo = rl.study_command("arithmetic", "mezo-lora-lr3e-3", 0, tmp_path, [])
-    assert mezo[mezo.index("--steps") + 1] == str(rl.STUDY_STEPS) and "--num-test" in mezo
+def test_both_tools_train_for_the_budget(tmp_path):
+    """A GRPO cell stops at the study's budget; a MeZO cell runs its steps and validates once, at its end."""
+    cmd = rl.study_command("arithmetic", "grpo-lora-lr1e-5", 0, tmp_path)
+    assert cmd[cmd.index("--time-budget-s") + 1] == str(rl.STUDY_BUDGET_S) and cmd[cmd.index("--lr") + 1] == "1e-5"
+    mezo = rl.study_command("arithmetic", "mezo-lora-lr3e-3", 0, tmp_path)
+    assert mezo[mezo.index("--steps") + 1] == mezo[mezo.index("--eval-steps") + 1] and "--num-test" in mezo
+    assert mezo[mezo.index("--evaluation") + 1] == "batched"
 
 
 def test_the_study_renders_a_table_and_a_reward_kl_plot(tmp_path, monkeypatch):
