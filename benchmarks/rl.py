@@ -364,7 +364,7 @@ def _mezo(peft: str, lr: str, steps: int, *extra: str) -> list[str]:
 
 _BATCHED = ("--evaluation", "batched")
 #: cell -> (tool, arguments, what it is). MeZO: 16 prompts a step, 4 SPSA samples, greedy members; the steps
-#: fill STUDY_BUDGET_S at 11 s a step for LoRA and 17 s for full (batched members); a cell with fewer is
+#: fill STUDY_BUDGET_S at 11 s a step for LoRA and 10.5 s for full (batched members); a cell with fewer is
 #: named for its steps.
 STUDY_CELLS = {
     "mezo-norm-lr0.1": ("mezo-rl", _mezo("norm", "0.1", 20), "MeZO, final norm's gains, lr 0.1"),
@@ -375,8 +375,10 @@ STUDY_CELLS = {
     "mezo-lora-lr3e-2": ("mezo-rl", _mezo("lora", "3e-2", 57, *_BATCHED), "MeZO, LoRA r 8 (batched members), lr 3e-2"),
     "mezo-lora-lr3e-2-beta": ("mezo-rl", _mezo("lora", "3e-2", 30, "--beta", "1"),
                               "MeZO, LoRA r 8 (members in place, as --beta needs), lr 3e-2, beta 1"),
-    "mezo-full-lr2e-4": ("mezo-rl", _mezo("full", "2e-4", 37, *_BATCHED),
+    "mezo-full-lr2e-4": ("mezo-rl", _mezo("full", "2e-4", 60, *_BATCHED),
                          "MeZO, every weight (low-rank noise, batched members), lr 2e-4"),
+    "mezo-full-lr1e-3": ("mezo-rl", _mezo("full", "1e-3", 60, *_BATCHED),
+                         "MeZO, every weight (low-rank noise, batched members), lr 1e-3"),
     "mezo-full-lr1e-3-20steps": ("mezo-rl", _mezo("full", "1e-3", 20, *_BATCHED),
                                  "MeZO, every weight (low-rank noise, batched members), lr 1e-3, 20 steps"),
     "grpo-lora-lr1e-6": ("trl-grpo", ["--peft", "lora", "--lr", "1e-6"], "TRL GRPO, LoRA r 8, lr 1e-6 (TRL's default)"),
