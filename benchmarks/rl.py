@@ -68,8 +68,9 @@ VARIANTS = {
                                   "--evaluation", "inplace"],
                       "4 sampled completions per prompt (GRPO's G), group shaping, 2 SPSA samples, lr 0.05 "
                       "(the example's defaults before 2026-11-25)"),
-    "mezo-beta1": ("mezo-rl", ["--beta", "1"], "the example's defaults with a KL penalty, beta 1"),
-    "mezo-beta10": ("mezo-rl", ["--beta", "10"], "the example's defaults with a KL penalty, beta 10"),
+    "mezo-full": ("mezo-rl", ["--peft", "full", "--lr", "1e-3", "--steps", "20", "--eval-steps", "20", "--batch-size", "16",
+                              "--n-spsa", "4", "--evaluation", "batched"],
+                  "every weight (low-rank noise, batched members), lr 1e-3, 20 steps of 16, 4 SPSA samples"),
     "grpo": ("trl-grpo", ["--num-generations", "4", "--batch-size", "16", "--eval-points", "2"],
              "TRL GRPOTrainer, documented settings, the training time of the mezo cell of the same seed "
              "(validated at its start, middle and end, as the mezo cell)"),
