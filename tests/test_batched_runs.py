@@ -36,6 +36,10 @@ def test_evaluation_option_auto_and_refusals():
     assert resolve_evaluation("auto", gen, "none", "lowrank", **short) == "batched"   # decode-bound
     assert resolve_evaluation("auto", gen, "lora", "gaussian", **short) == "batched"
     assert resolve_evaluation("auto", gen, "none", "lowrank", **long) == "inplace"    # prefill-bound on a CPU
+    chat = dict(prompt_tokens=47.0, max_new_tokens=16)   # arithmetic's chat prompts: measured faster batched
+    assert all(resolve_evaluation("auto", gen, mode, noise, **chat) == "batched"
+               for mode, noise in (("none", "lowrank"), ("lora", "gaussian"), ("norm", "rademacher")))
+    assert resolve_evaluation("auto", gen, "none", "lowrank", prompt_tokens=65.0, max_new_tokens=16) == "inplace"
     assert resolve_evaluation("auto", gen, "none", "lowrank", device_type="cuda", **long) == "batched"
     assert resolve_evaluation("auto", scores, "none", "lowrank", **short) == "inplace"
     assert resolve_evaluation("auto", gen, "none", "gaussian", **short) == "inplace"  # full model + element-wise noise

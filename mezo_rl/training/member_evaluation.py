@@ -23,7 +23,12 @@ from mezo_rl.engine.population import BatchedMembers
 from mezo_rl.errors import ConfigError
 from mezo_rl.training.outputs import prompt_texts
 
-__all__ = ["evaluation_options", "resolve_evaluation", "check_evaluation"]
+__all__ = ["evaluation_options", "resolve_evaluation", "check_evaluation", "PROMPT_TOKENS_PER_NEW_TOKEN"]
+
+#: on a CPU, ``auto`` batches a generating step's members when the prompts are at most this many times as long
+#: as ``--max-completion-length``: measured faster at 47-token chat prompts with 16 new tokens (2.9x) in every
+#: mode, slower at SQuAD's few hundred prompt tokens with 16 (benchmarks/README.md, "--evaluation auto")
+PROMPT_TOKENS_PER_NEW_TOKEN = 4
 
 
 # ---------------------------------------------------------------------------------- --evaluation
@@ -44,18 +49,18 @@ def resolve_evaluation(evaluation: str, needs, peft: str, noise: str, trainable:
 
     Batching the members pays where the model reads its weights more than it computes: decoding.
     auto picks batched when the objective generates text, the batched mode can serve the setup, and
-    either the model is on a GPU or the decode is at least as long as the prompt
-    (``prompt_tokens``, the mean prompt length in tokens, <= ``max_new_tokens``). On a CPU a long
-    prompt's forward pass is bound by arithmetic, which batching does not reduce, and scoring is
-    such a forward pass: in place there (docs/engine.md, "Batched member evaluation", has the
-    measurements on both sides of the rule).
+    either the model is on a GPU or the prompt is at most ``PROMPT_TOKENS_PER_NEW_TOKEN`` times as
+    long as the decode (``prompt_tokens``, the mean prompt length in tokens, against
+    ``max_new_tokens``). On a CPU a long prompt's forward pass is bound by arithmetic, which batching
+    does not reduce, and scoring is such a forward pass: in place there (benchmarks/README.md,
+    "``--evaluation auto``", has the measurements on both sides of the rule).
     """
     check_evaluation(evaluation, peft, noise, trainable)
     if evaluation != "auto":
         return evaluation
     servable = not (peft in ("full", "none") and trainable is None and noise != "lowrank")
     decode_bound = device_type == "cuda" or (prompt_tokens is not None and max_new_tokens is not None
-                                             and prompt_tokens <= max_new_tokens)
+                                             and prompt_tokens <= PROMPT_TOKENS_PER_NEW_TOKEN * max_new_tokens)
     if servable and low_precision:
         return "batched"
     return "batched" if servable and "generation" in needs and decode_bound else "inplace"
