@@ -8,7 +8,7 @@ in pleasing a scorer. Every evaluation also reports ``kl``, the mean per-token K
 the starting model over its completions (docs/rl.md, "KL to the starting model"), ``distinct_2`` and the
 completions' length.
 
-    python examples/rl_arithmetic.py                       # the prompt-task defaults; prints before -> after
+    python examples/rl_arithmetic.py                       # the prompt-task defaults (every weight, 20 steps)
     python examples/rl_arithmetic.py --peft lora --beta 0.1   # LoRA, with a KL penalty towards the start
     python examples/rl_arithmetic.py --max-steps 4 --num-eval 16 --num-test 16   # a smoke run
 
@@ -31,7 +31,7 @@ def main(argv=None):
     p.add_argument("--output-dir", default="runs/rl_arithmetic")
     p.add_argument("--model", default="smollm2-135m")
     p.add_argument("--task", default="arithmetic", help="a verifiable task (mezo-rl tasks lists them)")
-    p.add_argument("--peft", default="norm", help="what MeZO trains (norm, full, lora, prefix)")
+    p.add_argument("--peft", default=None, help="what MeZO trains (full, the prompt tasks' default; lora, norm, prefix)")
     p.add_argument("--max-steps", type=int, default=None, help="training steps (default: a prompt task's)")
     p.add_argument("--learning-rate", type=float, default=None, help="default: a prompt task's for the mode")
     p.add_argument("--beta", type=float, default=0.0, help="KL penalty towards the starting model (TRL's beta)")

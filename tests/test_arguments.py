@@ -6,7 +6,8 @@ import dataclasses
 import pytest
 
 from mezo_rl.training.arguments import BaselineArguments, EvalRunArguments, TrainingArguments, flags, parse_step
-from mezo_rl.training.defaults import FIELD_OF, MODE_ALIASES, MODE_DEFAULTS, MODES, PROMPT_TASK_DEFAULTS, mezo_options
+from mezo_rl.training.defaults import (FIELD_OF, MODE_ALIASES, MODE_DEFAULTS, MODES, PROMPT_TASK_DEFAULTS, PROMPT_TASK_MODE,
+                                       mezo_options)
 from mezo_rl.errors import ConfigError
 
 
@@ -97,13 +98,17 @@ def test_per_mode_defaults_are_resolved_once_and_explicit_values_win():
                                   dict(task="rows.jsonl", template="Continue: {text}"),
                                   dict(task="user/prompt-dataset", prompt_column="messages")])
 def test_a_prompt_file_or_dataset_takes_the_prompt_task_run_length(task):
-    """A prompt task decodes every prompt per member: its norm-mode row is the RL example's, not 3000 x 64;
-    the other modes normalise the step (a reward on any scale); the other task kinds and explicit values are
-    untouched (nothing is read to decide)."""
+    """A prompt task decodes every prompt per member: it trains PROMPT_TASK_MODE by default, with that mode's
+    prompt-task row (not the scoring tasks' run length); every mode normalises the step (a reward on any
+    scale); the other task kinds and explicit values are untouched (nothing is read to decide)."""
     args = TrainingArguments(**task)
-    expected = {**MODE_DEFAULTS["norm"], **PROMPT_TASK_DEFAULTS["norm"]}
+    assert args.peft == PROMPT_TASK_MODE
+    expected = {**MODE_DEFAULTS[PROMPT_TASK_MODE], **PROMPT_TASK_DEFAULTS[PROMPT_TASK_MODE]}
     assert {k: getattr(args, FIELD_OF.get(k, k)) for k in expected} == expected
     assert args.max_steps < MODE_DEFAULTS["norm"]["steps"] and args.eval_steps == max(1, args.max_steps // 5)
+    norm = TrainingArguments(**task, peft="norm")  # the sentiment example's row
+    assert {k: getattr(norm, FIELD_OF.get(k, k)) for k in MODE_DEFAULTS["norm"]} == {
+        **MODE_DEFAULTS["norm"], **PROMPT_TASK_DEFAULTS["norm"]}
     assert TrainingArguments(**task, max_steps=7, learning_rate=1e-3).to_dict() | {
         "max_steps": args.max_steps, "learning_rate": args.learning_rate, "eval_steps": args.eval_steps} == args.to_dict()
     lora = TrainingArguments(**task, peft="lora")
@@ -118,6 +123,7 @@ def test_a_prompt_file_or_dataset_takes_the_prompt_task_run_length(task):
                                   dict(task="my_tasks.py:build")])
 def test_scoring_generation_and_code_tasks_keep_the_mode_row(task):
     args = TrainingArguments(**task)
+    assert args.peft == "norm"
     assert {k: getattr(args, FIELD_OF.get(k, k)) for k in MODE_DEFAULTS["norm"]} == MODE_DEFAULTS["norm"]
 
 

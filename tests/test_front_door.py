@@ -11,6 +11,7 @@ from mezo_rl import MeZOConfig, MeZOTrainer, Trainer, TrainingArguments
 from mezo_rl.cli.main import build_parser, main, parse_into
 from mezo_rl.errors import ConfigError, UserError
 from mezo_rl.training.config import NO_MEANING
+from mezo_rl.training.defaults import PROMPT_TASK_DEFAULTS, PROMPT_TASK_MODE
 
 datasets = pytest.importorskip("datasets")
 from datasets import Dataset  # noqa: E402
@@ -123,7 +124,8 @@ def test_the_run_records_what_it_was_given_the_trl_way(tmp_path, tiny_model_dir)
     args = trainer.args
     assert (args.model, args.task, args.reward) == (str(tiny_model_dir), str(data), [f"{__name__}:reward_len"])
     # a prompt task: the prompt tasks' defaults, from the data file given as train_dataset
-    assert (args.max_steps, args.per_device_train_batch_size) == (90, 16)
+    row = PROMPT_TASK_DEFAULTS[PROMPT_TASK_MODE]
+    assert (args.peft, args.max_steps, args.per_device_train_batch_size) == (PROMPT_TASK_MODE, row["steps"], row["batch_size"])
 
 
 def test_docs_rl_md_lists_every_grpo_option_with_no_meaning():
@@ -160,7 +162,9 @@ def test_a_code_task_of_prompts_gets_the_prompt_defaults_and_resumes(tmp_path, t
             "--output-dir", str(run)]
     assert main(argv + ["--max-steps", "1"]) == 0
     config = json.loads((run / "config.json").read_text())
-    assert config["per_device_train_batch_size"] == 16 and config["learning_rate"] == 0.1  # a prompt task's
+    row = PROMPT_TASK_DEFAULTS[PROMPT_TASK_MODE]  # a prompt task's mode and row, though only the built task tells the kind
+    assert (config["peft"], config["per_device_train_batch_size"], config["learning_rate"]) == (
+        PROMPT_TASK_MODE, row["batch_size"], row["lr"])
     assert main(argv + ["--max-steps", "2", "--resume"]) == 0
     assert json.loads((run / "summary.json").read_text())["steps"] == 2
 

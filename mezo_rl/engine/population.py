@@ -113,7 +113,7 @@ def _embedding_like(module) -> bool:
 # At most this share of the model's parameters may be copied (M copies in all). It refuses what the
 # batched mode must not do, copy a whole model per member (full fine-tuning with element-wise noise:
 # use low-rank noise there); an adapter's or a norm's copies are a small fraction of the model.
-_COPY_BUDGET = 0.25
+COPY_BUDGET = 0.25
 
 
 class MemberPlan:
@@ -162,7 +162,7 @@ class MemberPlan:
         copied = sum(p.numel() for pid, (_, p, _) in self.entries.items()
                      if p.dim() >= 2 and self.kinds[pid] & {"dense", "member", "generic"})
         total = sum(p.numel() for p in module.parameters())
-        if members * copied > _COPY_BUDGET * total:
+        if members * copied > COPY_BUDGET * total:
             raise ValueError(f"evaluation='batched' with noise={noise!r} would keep {members} perturbed copies of "
                              f"{copied:,} weights ({members * copied / total:.0%} of the model): use noise='lowrank' "
                              "(activation-side, no copies) or evaluation='inplace'")

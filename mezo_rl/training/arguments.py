@@ -36,7 +36,8 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from mezo_rl.training.defaults import FIELD_OF, MODE_ALIASES, MODE_DEFAULTS, MODES, PROMPT_TASK_DEFAULTS, mode_defaults
+from mezo_rl.training.defaults import (FIELD_OF, MODE_ALIASES, MODE_DEFAULTS, MODES, PROMPT_TASK_DEFAULTS, default_mode,
+                                       mode_defaults)
 from mezo_rl.errors import ConfigError
 from mezo_rl.training.config import trl_options
 from mezo_rl.training.member_evaluation import check_evaluation
@@ -266,7 +267,7 @@ class ObjectiveArguments(Arguments):
 
 @dataclass
 class PeftArguments(Arguments):
-    peft: str = option("norm", "what MeZO trains: norm (the final normalisation layer's gains; the default), full (every weight: full fine-tuning; also accepted as none), lora (low-rank adapters) or prefix (prefix-tuning)", choices=[*MODES, *MODE_ALIASES])
+    peft: Optional[str] = option(None, "what MeZO trains: norm (the final normalisation layer's gains; the default), full (every weight: full fine-tuning; also accepted as none; the default for a prompt task), lora (low-rank adapters) or prefix (prefix-tuning)", choices=[*MODES, *MODE_ALIASES])
     lora_r: int = option(8, "LoRA rank (paper: 8)", min=1)
     lora_alpha: int = option(16, "LoRA alpha (paper: 16)", min=1)
     num_prefix_tokens: int = option(5, "prefix-tuning length (paper: 5)", min=1)
@@ -416,10 +417,13 @@ class MeZOConfig(OutputArguments, EvalArguments, GenerationArguments, ComputeArg
 
     def __post_init__(self):
         super().__post_init__()
-        self.peft = MODE_ALIASES.get(self.peft, self.peft)
+        kind = self.task_kind()
+        mode_given = self.peft is not None
+        self.peft = MODE_ALIASES.get(self.peft, self.peft) if mode_given else default_mode(kind)
         resolved = [FIELD_OF.get(k, k) for k in MODE_DEFAULTS[self.peft]] + ["eval_steps"]
-        object.__setattr__(self, "_defaulted", tuple(k for k in resolved if getattr(self, k) is None))
-        for key, default in mode_defaults(self.peft, self.task_kind()).items():
+        object.__setattr__(self, "_defaulted", tuple(k for k in resolved if getattr(self, k) is None)
+                           + (() if mode_given else ("peft",)))
+        for key, default in mode_defaults(self.peft, kind).items():
             if getattr(self, FIELD_OF.get(key, key)) is None:
                 setattr(self, FIELD_OF.get(key, key), default)
         if self.eval_steps is None:

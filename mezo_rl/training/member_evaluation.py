@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from mezo_rl.engine.population import BatchedMembers
+from mezo_rl.engine.population import COPY_BUDGET, BatchedMembers
 from mezo_rl.errors import ConfigError
 from mezo_rl.training.outputs import prompt_texts
 
@@ -42,7 +42,8 @@ def check_evaluation(evaluation: str, peft: str, noise: str, trainable: Optional
 
 def resolve_evaluation(evaluation: str, needs, peft: str, noise: str, trainable: Optional[str] = None, *,
                        device_type: str = "cpu", prompt_tokens: Optional[float] = None,
-                       max_new_tokens: Optional[int] = None, low_precision: bool = False) -> str:
+                       max_new_tokens: Optional[int] = None, low_precision: bool = False,
+                       copies_fit: bool = True) -> str:
     """``"inplace"`` or ``"batched"`` for ``--evaluation``; ``"auto"``: batched where it measured faster,
     and wherever the trainable weights are bf16 / fp16 (``low_precision``): the in-place sweeps round
     every perturbed weight and do not return it to where it was; the batched mode never perturbs it.
@@ -58,7 +59,9 @@ def resolve_evaluation(evaluation: str, needs, peft: str, noise: str, trainable:
     check_evaluation(evaluation, peft, noise, trainable)
     if evaluation != "auto":
         return evaluation
-    servable = not (peft in ("full", "none") and trainable is None and noise != "lowrank")
+    # copies_fit: the members' copies of element-wise-perturbed matrices stay within the batched mode's budget
+    # (mezo_rl.engine.population.COPY_BUDGET; LoRA on a tiny model can exceed it)
+    servable = copies_fit and not (peft in ("full", "none") and trainable is None and noise != "lowrank")
     decode_bound = device_type == "cuda" or (prompt_tokens is not None and max_new_tokens is not None
                                              and prompt_tokens <= PROMPT_TOKENS_PER_NEW_TOKEN * max_new_tokens)
     if servable and low_precision:
@@ -83,9 +86,12 @@ def evaluation_options(args, needs, lm, train=(), recorded: Optional[str] = None
         if evaluation == "auto" and "generation" in needs and train:
             prompts = prompt_texts(lm, train)
             tokens = sum(len(lm.tokenizer(p, add_special_tokens=True)["input_ids"]) for p in prompts) / len(prompts)
+        params = list(lm.model.parameters())
+        members = getattr(args, "n_spsa", 1) * (1 if getattr(args, "estimator", "two_point") in ("es", "one_point") else 2)
+        copied = 0 if args.noise == "lowrank" else sum(p.numel() for p in params if p.requires_grad and p.dim() >= 2)
         mode = resolve_evaluation(evaluation, needs, args.peft, args.noise, getattr(args, "trainable", None),
                                   device_type=lm.device.type, prompt_tokens=tokens,
                                   max_new_tokens=getattr(args, "max_completion_length", None),
-                                  low_precision=any(p.requires_grad and p.dtype.itemsize < 4
-                                                    for p in lm.model.parameters()))
+                                  low_precision=any(p.requires_grad and p.dtype.itemsize < 4 for p in params),
+                                  copies_fit=members * copied <= COPY_BUDGET * sum(p.numel() for p in params))
     return {} if mode == "inplace" else {"evaluation": BatchedMembers(lm.model)}
