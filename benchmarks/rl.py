@@ -485,6 +485,30 @@ def study_plot(task: str, cells: list[dict], path: pathlib.Path) -> bool:
     return True
 
 
+def study_seed_summary(rows: list[dict]) -> list[str]:
+    """Lines for the cells run on several seeds: the gain's mean and standard deviation over seeds, how many
+    seeds clear BAR_SE, and the mean kl."""
+    from mezo_rl.stats import Moments
+
+    by_cell: dict = {}
+    for r in rows:
+        if r.get("paired"):
+            by_cell.setdefault(r["cell"], []).append(r)
+    many = {c: rs for c, rs in by_cell.items() if len(rs) > 1}
+    if not many:
+        return []
+    out = ["", f"Over seeds (the bar: a gain above {BAR_SE:g} paired SE on each seed):", "",
+           "| cell | seeds | gain, mean ± sd over seeds | seeds above the bar | kl, mean | train s, max |",
+           "|---|---|---|---|---|---|"]
+    for cell, rs in many.items():
+        gains = Moments.of(r["paired"]["gain"] for r in rs)
+        above = sum(r["paired"]["gain"] > BAR_SE * r["paired"]["se"] for r in rs)
+        kl = Moments.of((r.get("test") or {}).get("kl", math.nan) for r in rs)
+        out.append(f"| {cell} | {', '.join(str(r['seed']) for r in rs)} | {gains.mean:+.3f} ± {gains.std():.3f} | "
+                   f"{above} of {len(rs)} | {_f(kl.mean, 4)} | {_f(max(r.get('train_s') or math.nan for r in rs), 0)} |")
+    return out
+
+
 def render_study(records: list[dict]) -> str:
     """The study's section of docs/results.md: one table per task and its reward-KL plot (written beside it)."""
     cells = {}
@@ -523,6 +547,7 @@ def render_study(records: list[dict]) -> str:
                        f"{gain:+.3f} ({_f(se)}) | {_f(gain / se, 1) if se else '–'} | {_f(a.get('kl'), 5)} | "
                        f"{hacking_cells(b, a, ll)} | {_f(r.get('s_per_step'), 1)} | "
                        f"{_f(r.get('train_s'), 0)} | {_f(r.get('peak_rss_mb'), 0)} |")
+        out += study_seed_summary(rows)
         png = STUDY_PLOTS / f"rl_study_{task}.png"
         if study_plot(task, rows, png):
             out += ["", f"![{task}: gain against kl](results/{png.name})"]

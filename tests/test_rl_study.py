@@ -60,3 +60,12 @@ def test_hacking_measures_pair_the_prompts_and_see_a_collapse(tiny_causal_lm):
     diffs = Moments.of(a - b for a, b in zip(la, lb))
     assert m["change"] == diffs.mean and m["change_se"] == diffs.se
     assert m["distinct_2_change"] < -2 * m["distinct_2_change_se"] < 0
+
+
+def test_cells_on_several_seeds_get_a_summary_row():
+    rows = [dict(_record("mezo-full-lr1e-3-20steps", g, 0.02), seed=s, paired={"gain": g, "se": 0.02, "n": 200})
+            for s, g in enumerate((0.10, 0.04, 0.16))]
+    lines = rl.study_seed_summary(rows + [_record("grpo-lora-lr1e-4", 0.3, 0.2)])
+    row = next(line for line in lines if line.startswith("| mezo-full-lr1e-3-20steps "))
+    assert "| 0, 1, 2 | +0.100 ± 0.060 | 2 of 3 |" in row       # 0.04 is 2 SE: under the bar
+    assert not any(line.startswith("| grpo-lora") for line in lines)  # one seed: no summary
