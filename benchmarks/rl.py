@@ -468,7 +468,7 @@ def study_plot(task: str, cells: list[dict], path: pathlib.Path) -> bool:
     fig, ax = plt.subplots(figsize=(6, 4))
     for r in cells:
         kl, pg = (r.get("test") or {}).get("kl"), r.get("paired") or {}
-        if kl is None or not pg:
+        if kl is None or not pg or r.get("kl_note"):
             continue
         ax.errorbar([kl], [pg["gain"]], yerr=[pg["se"]], fmt="o" if r["tool"] == "mezo-rl" else "s",
                     color="C0" if r["tool"] == "mezo-rl" else "C3", capsize=3)
@@ -544,9 +544,11 @@ def render_study(records: list[dict]) -> str:
             gain, se = pg.get("gain", math.nan), pg.get("se", math.nan)
             out.append(f"| {r['cell']} | {STUDY_CELLS.get(r['cell'], ('', '', ''))[2]} | {r['seed']} | {r.get('steps')} "
                        f"({r.get('best_step')}) | {_f(b.get(reward))} → {_f(a.get(reward))}, {int(a.get('n', 0))} | "
-                       f"{gain:+.3f} ({_f(se)}) | {_f(gain / se, 1) if se else '–'} | {_f(a.get('kl'), 5)} | "
+                       f"{gain:+.3f} ({_f(se)}) | {_f(gain / se, 1) if se else '–'} | "
+                       f"{'n/m*' if r.get('kl_note') else _f(a.get('kl'), 5)} | "
                        f"{hacking_cells(b, a, ll)} | {_f(r.get('s_per_step'), 1)} | "
                        f"{_f(r.get('train_s'), 0)} | {_f(r.get('peak_rss_mb'), 0)} |")
+        out += [f"\n\\* {r['cell']} seed {r['seed']}: {r['kl_note']}" for r in rows if r.get("kl_note")]
         out += study_seed_summary(rows)
         png = STUDY_PLOTS / f"rl_study_{task}.png"
         if study_plot(task, rows, png):
@@ -558,6 +560,25 @@ def render_study(records: list[dict]) -> str:
         machines = sorted({r["machine"] for r in rows})
         out += ["", "Machine: " + "; ".join(machines) + " (timings taken while other work shared the cores are noisy)."]
     return "\n".join(out) + "\n"
+
+
+def rescore_study(task: str, cells: list[str], seeds: list[int]) -> int:
+    """Recompute the figures of the recorded cells whose run directory is still here (after the scoring code
+    changed): the same ``complete_study`` a finished cell gets; the run's own figures (command, wall time,
+    peak RSS, machine) are kept, and the new line wins."""
+    latest = {}
+    for r in load_records(STUDY_RECORDS):
+        if r.get("ok") and r["task"] == task and r["cell"] in cells and r["seed"] in seeds:
+            latest[(r["cell"], r["seed"], r["machine"])] = r
+    for (cell, seed, _), r in latest.items():
+        out_dir = STUDY_RUNS / f"{task}-{cell}-s{seed}"
+        if not out_dir.is_dir():
+            print(f"{task} {cell} seed {seed}: no run directory, kept as recorded")
+            continue
+        kept = {k: r[k] for k in ("task", "cell", "tool", "seed", "command", "wall_s", "peak_rss_mb", "machine", "ok")}
+        append_record(STUDY_RECORDS, complete_study(kept, out_dir))
+        print(f"{task} {cell} seed {seed}: rescored")
+    return 0
 
 
 def study_main(task: str, cells: list[str], seeds: list[int], rerun: bool, dry_run: bool) -> int:
@@ -597,6 +618,8 @@ def main(argv=None) -> int:
     p.add_argument("--study", default=None, choices=sorted(STUDY_TASKS),
                    help="issue 35's study on this task: MeZO and TRL GRPO cells (--cells), recorded in "
                         "docs/results/rl_study.jsonl")
+    p.add_argument("--rescore", action="store_true",
+                   help="with --study: recompute the recorded cells' figures from their run directories (runs nothing)")
     p.add_argument("--cells", default=",".join(STUDY_CELLS), help=f"with --study: comma-separated, of {', '.join(STUDY_CELLS)}")
     a = p.parse_args(argv)
     if a.study:
@@ -604,7 +627,10 @@ def main(argv=None) -> int:
         unknown = [c for c in cells if c not in STUDY_CELLS]
         if unknown:
             p.error(f"unknown cell(s) {unknown}; known: {', '.join(STUDY_CELLS)}")
-        return study_main(a.study, cells, [int(x) for x in a.seeds.split(",")], a.rerun, a.dry_run)
+        seeds = [int(x) for x in a.seeds.split(",")]
+        if a.rescore:
+            return rescore_study(a.study, cells, seeds)
+        return study_main(a.study, cells, seeds, a.rerun, a.dry_run)
     records = load_records(RECORDS)
     if a.versus:
         va, vb = a.versus.split(",")
