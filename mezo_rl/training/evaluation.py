@@ -112,7 +112,7 @@ def evaluate(
                 totals.add_completions(outputs.texts, report.example_rewards(out.values, weights, scaled=False))
                 if reference is not None:
                     totals.kl = totals.kl + completion_kl(lm, reference, prompt_texts(lm, [batch[g] for g in outputs.groups]),
-                                                          outputs.texts, batch_size=batch_size)
+                                                          outputs.texts)
             if on_batch is not None:
                 on_batch(batch, outputs, out.values)
             bar.update(len(batch))

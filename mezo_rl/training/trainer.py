@@ -277,7 +277,7 @@ class MeZOTrainer:
                 with torch.no_grad():
                     for out in outcomes:
                         out.kl = completion_kl(self.lm, self.start, prompt_texts(self.lm, [shard[g] for g in out.groups]),
-                                               out.texts, batch_size=a.eval_batch_size)
+                                               out.texts)
         return outcomes
 
     def training_step(self) -> dict:
