@@ -71,6 +71,9 @@ VARIANTS = {
     "mezo-full": ("mezo-rl", ["--peft", "full", "--lr", "1e-3", "--steps", "20", "--eval-steps", "20", "--batch-size", "16",
                               "--n-spsa", "4", "--evaluation", "batched"],
                   "every weight (low-rank noise, batched members), lr 1e-3, 20 steps of 16, 4 SPSA samples"),
+    "mezo-full-40": ("mezo-rl", ["--peft", "full", "--lr", "1e-3", "--steps", "40", "--eval-steps", "20", "--batch-size", "16",
+                                 "--n-spsa", "4", "--evaluation", "batched"],
+                     "every weight, lr 1e-3, 40 steps of 16 (validated at 20 and 40), 4 SPSA samples"),
     "grpo": ("trl-grpo", ["--num-generations", "4", "--batch-size", "16", "--eval-points", "2"],
              "TRL GRPOTrainer, documented settings, the training time of the mezo cell of the same seed "
              "(validated at its start, middle and end, as the mezo cell)"),
