@@ -59,8 +59,8 @@ assert set(PROMPT_TASK_DEFAULTS) <= set(MODES) and all(
 
 #: what ``--peft`` left unset trains: the final norm's gains (the scoring tasks' rows above), and for a prompt
 #: task every weight. On arithmetic, full fine-tuning's held-out gain came with a KL to the starting model
-#: ten times below LoRA's and the base model's likelihood of the completions unchanged, where the norm
-#: gains moved little (benchmarks/README.md, "Prompt tasks: the defaults"); it needs no adapter library, and
+#: well below LoRA's and the base model's likelihood of the completions unchanged, where the norm gains
+#: moved little (benchmarks/README.md, "Prompt tasks: the defaults"); it needs no adapter library, and
 #: its batched members perturb the matrices activation-side (no copy per member). Its one parameter-sized
 #: buffer is the starting weights that every prompt-task evaluation's ``kl`` reads (mezo_rl.training.kl).
 DEFAULT_MODE, PROMPT_TASK_MODE = "norm", "full"

@@ -39,8 +39,8 @@ __all__ = ["StartingPoint", "KLSums", "completion_kl", "KL", "KL_BATCH"]
 KL = "kl"  #: the evaluation and log key
 #: (prompt, completion) pairs a forward pass of :func:`completion_kl` reads: it holds both models'
 #: full-vocabulary log-probabilities at every completion position of the chunk (about 4 x pairs x positions x
-#: vocabulary x 4 bytes): on SmolLM2, 64 arithmetic completions at once raised the peak by 1.3 GB, 8 at a time
-#: by 0.25 GB (bf16 autocast; benchmarks/README.md, "Prompt tasks: the defaults")
+#: vocabulary x 4 bytes), which at an evaluation's batch size set a prompt-task run's peak memory
+#: (benchmarks/kl_memory.py; benchmarks/README.md, "Prompt tasks: the defaults")
 KL_BATCH = 8
 
 
