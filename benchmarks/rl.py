@@ -315,6 +315,11 @@ def render_sentiment(records: list[dict]) -> str:
     if unpaired:
         lines += ["† the cell's per-prompt rewards were not kept: SE = sqrt(SE_before² + SE_after²), which ignores "
                   "the pairing."]
+    png = STUDY_PLOTS / "rl_sentiment_kl.png"
+    with_kl = [r for r in cells.values() if (r.get("test") or {}).get("kl") is not None]
+    if with_kl and study_plot("sentiment", with_kl, png, reward=REWARD):
+        lines += ["", "Cells that measured `kl` (cells before issue 35 did not):", "",
+                  f"![sentiment: gain against kl](results/{png.name})"]
     lines += ["", "Machines (as each record names its CPU; records written before the CPU model was kept name only "
               "the architecture and the core count):", ""]
     lines += [f"- {label[m]}: {m}" for m in machines]
@@ -460,8 +465,9 @@ def complete_study(record: dict, out_dir: pathlib.Path) -> dict:
     return record
 
 
-def study_plot(task: str, cells: list[dict], path: pathlib.Path) -> bool:
-    """Held-out gain (paired SE bars) against the test completions' kl, one point per cell."""
+def study_plot(task: str, cells: list[dict], path: pathlib.Path, reward: str | None = None) -> bool:
+    """Held-out gain (paired SE bars) against the test completions' kl, one point per cell that measured kl
+    (labelled with its study cell, or its sentiment variant, and seed)."""
     try:
         import matplotlib
         matplotlib.use("Agg")
@@ -475,11 +481,12 @@ def study_plot(task: str, cells: list[dict], path: pathlib.Path) -> bool:
             continue
         ax.errorbar([kl], [pg["gain"]], yerr=[pg["se"]], fmt="o" if r["tool"] == "mezo-rl" else "s",
                     color="C0" if r["tool"] == "mezo-rl" else "C3", capsize=3)
-        ax.annotate(r["cell"], (kl, pg["gain"]), fontsize=7, xytext=(4, 4), textcoords="offset points")
+        ax.annotate(f"{r.get('cell') or r.get('variant')} s{r['seed']}", (kl, pg["gain"]), fontsize=7, xytext=(4, 4),
+                    textcoords="offset points")
     ax.axhline(0, color="grey", lw=0.5)
     ax.set_xscale("symlog", linthresh=1e-4)
     ax.set_xlabel("kl to the starting model (per token, test completions)")
-    ax.set_ylabel(f"held-out {STUDY_TASKS[task]['reward']} gain (± paired SE)")
+    ax.set_ylabel(f"held-out {reward or STUDY_TASKS[task]['reward']} gain (± paired SE)")
     ax.set_title(f"{task}: reward gain against KL (circles MeZO, squares TRL GRPO)", fontsize=9)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
