@@ -159,7 +159,7 @@ def command(variant: str, seed: int, out_dir: pathlib.Path, records) -> list[str
         raise SystemExit(f"{variant} seed {seed}: run the {GRPO_BUDGET[variant]} cell of seed {seed} on this machine "
                          f"({here}) first (its training time is the budget)")
     return [sys.executable, str(GRPO), "--output-dir", str(out_dir), "--seed", str(seed),
-            "--time-budget-s", f"{ref['train_s']:.0f}", *extra]
+            "--time-budget-s", f"{ref['train_s']:.0f}", "--no-base-loglik", *extra]  # the runner scores it (complete)
 
 
 def set_aside(out_dir: pathlib.Path) -> None:
@@ -410,7 +410,8 @@ def study_command(task: str, cell: str, seed: int, out_dir: pathlib.Path) -> lis
                 "--seed", str(seed), *sizes, *extra, "--output-dir", str(out_dir / "run")]
     return [sys.executable, str(GRPO), "--task", task, "--reward", t["reward"], "--output-dir", str(out_dir),
             "--seed", str(seed), "--max-completion-length", str(t["max_new_tokens"]), "--num-generations", "4",
-            "--batch-size", "16", "--eval-points", "1", "--time-budget-s", str(STUDY_BUDGET_S), *sizes, *extra]
+            "--batch-size", "16", "--eval-points", "1", "--time-budget-s", str(STUDY_BUDGET_S),
+            "--no-base-loglik", *sizes, *extra]  # the runner scores the completions (complete_study)
 
 
 def run_study_cell(task: str, cell: str, seed: int) -> dict:
