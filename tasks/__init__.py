@@ -8,7 +8,7 @@ Verifiable tasks generated from a seed (no data): ``arithmetic`` and ``countdown
 See docs/tasks.md for the prompts, the splits and what is missing from the local data.
 """
 from .base import (KINDS, MASK, PAPER_SIZES, SPLITS, Example, Task, UnknownTaskError, continuation,
-                   get_task, list_tasks, register_task, sample, sample_per_class, with_demonstrations)
+                   get_task, list_tasks, metrics_of_kind, register_task, sample, sample_per_class, with_demonstrations)
 from . import builtin  # noqa: F401  (registers the built-in tasks)
 from .builtin import PAPER_TASKS, FileTask
 from .user import MissingColumnError, TaskDataError, TaskFileNotFoundError, from_dataset, from_file, from_prompts
@@ -17,5 +17,5 @@ from .verifiable import ArithmeticTask, CountdownTask
 
 __all__ = ["Example", "Task", "FileTask", "ArithmeticTask", "CountdownTask", "KINDS", "MASK", "PAPER_SIZES", "PAPER_TASKS", "SPLITS",
            "UnknownTaskError", "MissingColumnError", "TaskDataError", "TaskFileNotFoundError", "continuation",
-           "from_dataset", "from_file", "from_prompts", "get_task", "list_tasks", "register_task",
+           "from_dataset", "from_file", "from_prompts", "get_task", "list_tasks", "metrics_of_kind", "register_task",
            "sample", "sample_per_class", "with_demonstrations"]

@@ -78,6 +78,14 @@ def continuation(prompt: str, text: str) -> str:
     return text
 
 
+def metrics_of_kind(kind: str) -> list[str]:
+    """The evaluation metrics of a task of ``kind`` that does not name its own (:attr:`Task.metrics`): the
+    first one is also the reward a run optimises when it is given none."""
+    if kind == "prompts":
+        return []
+    return ["squad_f1", "exact_match"] if kind == "generation" else ["accuracy"]
+
+
 class Task:
     """Base class of every task. Subclasses set ``name``, ``kind`` and implement ``examples``.
 
@@ -96,9 +104,7 @@ class Task:
 
     @property
     def metrics(self) -> list[str]:
-        if self.kind == "prompts":
-            return []
-        return ["squad_f1", "exact_match"] if self.kind == "generation" else ["accuracy"]
+        return metrics_of_kind(self.kind)
 
     def examples(self, split: str, data_dir=None) -> list[Example]:
         """Every example of ``split`` (before sampling). Subclasses implement this."""

@@ -138,3 +138,32 @@ def test_step_references():
     assert [parse_step(s) for s in ("best", "final", "7", 3)] == ["best", "final", 7, 3]
     with pytest.raises(ValueError, match="best, final or a step number"):
         parse_step("last")
+
+
+@pytest.mark.parametrize("task, reward", [("sst2", "accuracy"), ("copa", "accuracy"), ("squad", "squad_f1"),
+                                          ("arithmetic", "exact_answer"), ("countdown", "countdown")])
+def test_the_reward_defaults_to_the_task_own_metric(task, reward):
+    """`mezo-rl train --task arithmetic` optimises exact_answer, as `--task sst2` optimises accuracy: a given
+    --reward wins, and config.json records the resolved one (a resume or --config repeats it)."""
+    args = TrainingArguments(task=task)
+    assert args.reward == [reward] and "reward" not in args.given_values()
+    assert TrainingArguments.from_dict(args.to_dict()).reward == [reward]
+    assert TrainingArguments(task=task, reward=["cross_entropy"]).reward == ["cross_entropy"]
+    assert TrainingArguments(task=task, reward_weights=[2]).reward_weights == [2.0]
+    with pytest.raises(ConfigError, match="--reward-weights: got 2 weights for 1 rewards"):
+        TrainingArguments(task=task, reward_weights=[1, 2])
+
+
+def test_a_task_of_prompts_only_needs_a_reward_and_a_code_task_takes_its_metric_once_built():
+    from mezo_rl.training.setup import reward_refs
+    from tasks import get_task
+
+    prompts = TrainingArguments(task="prompts.jsonl")  # a config without a reward is fine: reward_funcs may come later
+    assert prompts.reward is None
+    with pytest.raises(ConfigError, match="--reward: task 'prompts.jsonl' has prompts only.*mezo-rl rewards"):
+        reward_refs(prompts)
+    code = TrainingArguments(task="my_tasks.py:build")
+    assert code.reward is None
+    assert code.for_task(get_task("arithmetic")).reward == ["exact_answer"]
+    assert code.for_task(get_task("sst2")).reward == ["accuracy"]
+    assert TrainingArguments(task="my_tasks.py:build", reward=["positivity"]).for_task(get_task("sst2")).reward == ["positivity"]

@@ -222,3 +222,11 @@ def test_a_fresh_run_into_an_unfinished_run_is_refused_and_the_checkpoint_kept(t
     assert_one_line_error(rc, err, str(run), "step 3 of 6", "--resume", "--overwrite-output-dir")
     assert {p: p.read_bytes() for p in run.rglob("*") if p.is_file()} == before
     checks.check_output_dir(TrainingArguments(output_dir=str(run), overwrite_output_dir=True))
+
+
+def test_a_prompt_file_without_a_reward_is_refused_before_anything_loads(tmp_path, out, capsys):
+    """A registered task brings its reward (its metric); a file of prompts has none, so --reward is asked for."""
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text(json.dumps({"prompt": "Continue this movie review: a gem"}) + "\n")
+    rc, _, err = run_cli(["train", "--model", MISSING_MODEL, "--task", prompts, "--output-dir", out], capsys)
+    assert_one_line_error(rc, err, "--reward", "prompts only", "mezo-rl rewards")

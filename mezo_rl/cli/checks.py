@@ -22,7 +22,7 @@ from mezo_rl.model.loading import check_model, has_chat_template, model_architec
 from mezo_rl.training import rundir
 from mezo_rl.training.evaluation import prompt_metrics
 from mezo_rl.training.outputs import ChatTemplateError
-from mezo_rl.training.setup import TaskCodeError, load_splits, resolve_task, user_code
+from mezo_rl.training.setup import TaskCodeError, load_splits, resolve_task, reward_refs, user_code
 from mezo_rl.training.trl_inputs import check_replayable_reward
 from rewards import build_objective, get_reward
 from tasks import SPLITS
@@ -44,7 +44,7 @@ def check_rewards(refs) -> list:
 def check_objective(args):
     """The objective of ``--reward`` / ``--reward-weights`` / ``--reward-normalize``, built once: every reward
     reference resolves (registered name, entry point, ``module:function``, ``file.py:function``, callable)."""
-    specs = check_rewards(args.reward)
+    specs = check_rewards(reward_refs(args))
     return build_objective(specs, weights=args.reward_weights, normalize=args.reward_normalize)
 
 
@@ -108,13 +108,17 @@ def check_training(args, *, model: bool = True, output: bool = True) -> tuple:
     directory check (the caller writes elsewhere). The task's data is read only for data-file and
     dataset tasks (to check their columns); built-in tasks read theirs later.
     """
-    objective = check_objective(args)
+    # a bad or missing reward fails first; a code task's default reward is its metric, known once it is built
+    objective = check_objective(args) if args.reward is not None or args.task_metrics() is not None else None
     if model:
         check_model(args.model, args.dtype)
     check_data_dir(args.data_dir)
     task = resolve_task(args)
-    if output:  # with the defaults the run will have: its task's kind's (a code task's kind is known only now)
-        check_output_dir(args.for_task_kind(task.kind))
+    args = args.for_task(task)  # with the defaults the run will have: its task's (a code task's known only now)
+    if output:
+        check_output_dir(args)
+    if objective is None:
+        objective = check_objective(args)
     check_reward_fit(objective, task, args.model if model else None)
     if task.kind == "prompts":
         check_prompts(task, args.model if model else None)

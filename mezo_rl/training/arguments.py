@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from mezo_rl.training.defaults import (FIELD_OF, MODE_ALIASES, MODE_DEFAULTS, MODES, PROMPT_TASK_DEFAULTS, default_mode,
-                                       mode_defaults)
+                                       default_reward, mode_defaults)
 from mezo_rl.errors import ConfigError
 from mezo_rl.training.config import trl_options
 from mezo_rl.training.member_evaluation import check_evaluation
@@ -245,8 +245,9 @@ def data_task_options(args) -> dict:
 
 @dataclass
 class ObjectiveArguments(Arguments):
-    reward: list[str] = option(help="reward/objective name (see `mezo-rl rewards`); repeat to combine several",
-                               default_factory=lambda: ["accuracy"])
+    reward: Optional[list[str]] = option(None, "reward/objective name (see `mezo-rl rewards`); repeat to combine "
+                                         "several (default: the task's own metric, e.g. accuracy for SST-2, squad_f1 "
+                                         "for SQuAD, exact_answer for arithmetic; a prompt file or dataset needs one)")
     reward_weights: Optional[list[float]] = option(None, "one weight per --reward (default: all 1)")
     reward_normalize: Optional[str] = option(None, "'std': scale each reward by its spread on the first batch before weighting (default: no scaling)", choices=["std"])
     reward_shaping: str = option("none", "group: centre each prompt's weighted rewards across all of the step's completions of it (every member, every --num-generations sample) and divide by their std, as GRPO and EGGROLL do per prompt; none: the mean reward", choices=["none", "group"])
@@ -255,14 +256,18 @@ class ObjectiveArguments(Arguments):
     def __post_init__(self):
         if isinstance(self.reward, str):
             self.reward = [self.reward]
-        if not self.reward:
+        if self.reward is not None and not self.reward:
             raise ConfigError("--reward: give at least one reward name (see `mezo-rl rewards`)")
-        if self.reward_weights is not None and len(self.reward_weights) != len(self.reward):
+        self.check_reward_weights()
+        super().__post_init__()
+
+    def check_reward_weights(self) -> None:
+        """One weight per reward (checked again once a default reward is resolved)."""
+        if self.reward_weights is not None and self.reward is not None and len(self.reward_weights) != len(self.reward):
             raise ConfigError(
                 f"--reward-weights: got {len(self.reward_weights)} weights for "
                 f"{len(self.reward)} rewards {self.reward}; give one weight per --reward"
             )
-        super().__post_init__()
 
 
 @dataclass
@@ -422,7 +427,10 @@ class MeZOConfig(OutputArguments, EvalArguments, GenerationArguments, ComputeArg
         self.peft = MODE_ALIASES.get(self.peft, self.peft) if mode_given else default_mode(kind)
         resolved = [FIELD_OF.get(k, k) for k in MODE_DEFAULTS[self.peft]] + ["eval_steps"]
         object.__setattr__(self, "_defaulted", tuple(k for k in resolved if getattr(self, k) is None)
-                           + (() if mode_given else ("peft",)))
+                           + (() if mode_given else ("peft",)) + (() if self.reward is not None else ("reward",)))
+        if self.reward is None:  # the task's own metric; a code task's is known once it is built (for_task)
+            self.reward = default_reward(self.task_metrics())
+            self.check_reward_weights()
         for key, default in mode_defaults(self.peft, kind).items():
             if getattr(self, FIELD_OF.get(key, key)) is None:
                 setattr(self, FIELD_OF.get(key, key), default)
@@ -447,22 +455,31 @@ class MeZOConfig(OutputArguments, EvalArguments, GenerationArguments, ComputeArg
         return {k: v for k, v in self.to_dict().items() if k not in getattr(self, "_defaulted", ())}
 
     @classmethod
-    def resolve(cls, values: dict, task_kind: Optional[str] = None) -> "MeZOConfig":
-        """A configuration from ``values``, its defaults resolved for a task of ``task_kind`` (when the task is
-        an object, or code, whose kind its ``task`` field does not tell)."""
+    def resolve(cls, values: dict, task_kind: Optional[str] = None,
+                task_metrics: Optional[list[str]] = None) -> "MeZOConfig":
+        """A configuration from ``values``, its defaults resolved for a task of ``task_kind`` with the metrics
+        ``task_metrics`` (when the task is an object, or code, whose kind its ``task`` field does not tell)."""
         values = dict(values)
         task_kind = values.pop("_task_kind", task_kind)
         config = cls.__new__(cls)
         object.__setattr__(config, "_task_kind", task_kind)
+        object.__setattr__(config, "_task_metrics", task_metrics)
         config.__init__(**values)
         return config
 
-    def for_task_kind(self, kind: Optional[str]) -> "MeZOConfig":
-        """This configuration, or (where a default it filled in differs for a task of ``kind``) one with its
-        defaults resolved for that kind: a run's defaults follow its task's kind however the task was given."""
-        if kind is None or not getattr(self, "_defaulted", ()):
+    def for_task(self, task, objective=None) -> "MeZOConfig":
+        """This configuration, or (where a default it filled in differs for ``task``: its kind's defaults, its
+        metric as the reward) one with its defaults resolved for that task: a run's defaults follow its task
+        however the task was given. ``objective``: the objective object the run was given, whose rewards
+        the configuration then records where ``reward`` was left to its default."""
+        defaulted = getattr(self, "_defaulted", ())
+        if not defaulted:
             return self
-        again = type(self).resolve(self.given_values(), task_kind=kind)
+        values = self.given_values()
+        if objective is not None and self.reward is None:
+            weights = list(objective.weights.values())
+            values.update(reward=list(objective.names), reward_weights=None if set(weights) == {1.0} else weights)
+        again = type(self).resolve(values, task_kind=task.kind, task_metrics=list(task.metrics))
         return self if again.to_dict() == self.to_dict() else again
 
     # transformers' names, read by callbacks written for transformers (EarlyStoppingCallback)
@@ -484,6 +501,18 @@ class MeZOConfig(OutputArguments, EvalArguments, GenerationArguments, ComputeArg
         if kind is None and isinstance(self.task, str) and self.task in list_tasks():
             kind = get_task(self.task).kind
         return kind
+
+    def task_metrics(self) -> Optional[list[str]]:
+        """The metrics of ``--task`` where the options alone tell them (a registered task's own, a data file's
+        or dataset's from its kind); None for a code task."""
+        from tasks import get_task, list_tasks, metrics_of_kind
+
+        if self.__dict__.get("_task_metrics") is not None:  # the metrics of the task object the run was given
+            return self._task_metrics
+        if self.data_task_kind() is None and isinstance(self.task, str) and self.task in list_tasks():
+            return list(get_task(self.task).metrics)
+        kind = self.task_kind()
+        return None if kind is None else metrics_of_kind(kind)
 
     def data_task_kind(self) -> Optional[str]:
         """The kind of ``--task`` where it is a data file or dataset (``"prompts"`` for a prompt column or a

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Mapping
 
 __all__ = ["MODES", "MODE_ALIASES", "MODE_DEFAULTS", "PROMPT_TASK_DEFAULTS", "DEFAULT_MODE", "PROMPT_TASK_MODE",
-           "MEZO_OPTIONS", "FIELD_OF", "default_mode", "mode_defaults", "mezo_options"]
+           "MEZO_OPTIONS", "FIELD_OF", "default_mode", "default_reward", "mode_defaults", "mezo_options"]
 
 #: what ``--peft`` accepts: the final normalisation layer's gains, every weight, or an adapter
 MODES = ("norm", "full", "lora", "prefix")
@@ -69,6 +69,14 @@ DEFAULT_MODE, PROMPT_TASK_MODE = "norm", "full"
 def default_mode(task_kind: str | None) -> str:
     """The mode a run trains when ``--peft`` is not given: :data:`PROMPT_TASK_MODE` for a prompt task."""
     return PROMPT_TASK_MODE if task_kind == "prompts" else DEFAULT_MODE
+
+
+def default_reward(task_metrics: list[str] | None) -> list[str] | None:
+    """The reward a run optimises when ``--reward`` is not given: its task's first metric (accuracy for a
+    classification task, ``squad_f1`` for SQuAD, ``exact_answer`` for arithmetic). None where there is none
+    (a task of prompts only, which the run's own rewards judge) or the metrics are not known yet (a code
+    task, until it is built): the run then needs ``--reward`` (:func:`mezo_rl.training.setup.reward_refs`)."""
+    return list(task_metrics[:1]) if task_metrics else None
 
 
 def mode_defaults(mode: str, task_kind: str | None = None) -> dict:

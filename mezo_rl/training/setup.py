@@ -33,7 +33,7 @@ from mezo_rl.training.trl_inputs import check_replayable_reward
 from tasks import get_task, list_tasks
 from tasks.user import check_data_task, data_task, is_data_task
 
-__all__ = ["TaskCodeError", "user_code", "resolve_task", "load_splits", "task_and_splits", "build_objective",
+__all__ = ["TaskCodeError", "user_code", "resolve_task", "load_splits", "task_and_splits", "reward_refs", "build_objective",
            "build_model", "freeze_unmatched", "param_groups", "trainable_parameters", "build_optimizer"]
 
 T = TypeVar("T")
@@ -108,14 +108,24 @@ def task_and_splits(args: TrainingArguments, task=None, splits=None) -> tuple:
 
 
 # ---------------------------------------------------------------------- the objective
+def reward_refs(args: TrainingArguments) -> list:
+    """``args.reward``: given, or its task's own metric (``defaults.default_reward``); one line for a run that
+    has neither (a task of prompts only, given no reward)."""
+    if args.reward is None:
+        name = args.task if isinstance(args.task, str) else "given"
+        raise ConfigError(f"--reward: task {name!r} has prompts only, so no reward of its own; give one: a registered "
+                          f"name (`mezo-rl rewards`), module:function or file.py:function (reward_funcs in Python)")
+    return list(args.reward)
+
+
 def build_objective(args: TrainingArguments, task, splits, objective=None):
     """The objective of ``args.reward`` / ``reward_weights`` / ``reward_normalize`` (or ``objective``), checked
     against the task's kind and the train examples' columns."""
     if objective is None:
-        for ref in args.reward:
+        refs = reward_refs(args)
+        for ref in refs:
             check_replayable_reward(ref)
-        objective = rewards.build_objective(list(args.reward), weights=args.reward_weights,
-                                            normalize=args.reward_normalize)
+        objective = rewards.build_objective(refs, weights=args.reward_weights, normalize=args.reward_normalize)
     objective.check_columns(example_columns(splits["train"]), task_kind=task.kind)
     return objective
 

@@ -147,7 +147,7 @@ class MeZOTrainer:
         if args.beta and self.task.kind != "prompts":
             raise ConfigError(f"--beta penalises the KL of generated completions: it needs a prompt task, and task "
                               f"{args.task!r} is {self.task.kind}; leave --beta at 0")
-        self.args = args = args.for_task_kind(self.task.kind)  # the defaults of the task's kind, however it was given
+        self.args = args = args.for_task(self.task, objective)  # the task's defaults (kind, metric), however given
         object.__setattr__(args, "_metric_for_best", args.metric_for_best or (
             self.task.metrics[0] if self.task.kind != "prompts" and self.task.metrics else OBJECTIVE))
         self.objective = build_objective(args, self.task, self.splits, objective)                # rewards
