@@ -126,6 +126,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--task", default=None, help="a registered prompt task (e.g. arithmetic) instead of the sentiment prompts")
     p.add_argument("--reward", default=None, help="with --task: the reward reference (default: the task's first metric)")
     p.add_argument("--peft", default="full", choices=["full", "lora"], help="what GRPO trains")
+    p.add_argument("--beta", type=float, default=0.0,
+                   help="TRL's KL coefficient (default 0, TRL's); > 0: TRL loads the base model again as its reference")
     a = p.parse_args(argv)
     if a.task is None and not a.data_dir:
         p.error("give --data-dir or set MEZO_RL_DATA (the directory holding SST-2/LM-BFF-original/)")
@@ -145,6 +147,8 @@ def parse_args(argv=None) -> argparse.Namespace:
         p.error(f"--lr must be > 0, got {a.lr}")
     if min(a.num_train, a.num_eval, a.num_test, a.words) < 1:
         p.error("--num-train, --num-eval, --num-test and --words must be >= 1")
+    if not a.beta >= 0:
+        p.error(f"--beta must be a number >= 0, got {a.beta}")
     if a.eval_points < 0:
         p.error(f"--eval-points must be >= 0, got {a.eval_points}")
     return a
@@ -392,6 +396,8 @@ def main(argv=None) -> dict:
         settings["gradient_checkpointing"] = False
     if a.lr is not None:
         settings["learning_rate"] = a.lr
+    if a.beta:
+        settings["beta"] = a.beta
     config = GRPOConfig(**settings)
 
     state = {"step_seconds": [], "log": [], "validations": [], "steps": 0, "stopped_by": "end of data",

@@ -390,9 +390,15 @@ STUDY_CELLS = {
                          "MeZO, every weight (low-rank noise, batched members), lr 1e-3"),
     "mezo-full-lr1e-3-20steps": ("mezo-rl", _mezo("full", "1e-3", 20, *_BATCHED),
                                  "MeZO, every weight (low-rank noise, batched members), lr 1e-3, 20 steps"),
+    "mezo-full-lr1e-3-20steps-beta1": ("mezo-rl", _mezo("full", "1e-3", 20, "--beta", "1"),
+                                       "MeZO, every weight (low-rank noise, members in place, as --beta needs), lr 1e-3, "
+                                       "20 steps, beta 1"),
     "grpo-lora-lr1e-6": ("trl-grpo", ["--peft", "lora", "--lr", "1e-6"], "TRL GRPO, LoRA r 8, lr 1e-6 (TRL's default)"),
     "grpo-lora-lr1e-5": ("trl-grpo", ["--peft", "lora", "--lr", "1e-5"], "TRL GRPO, LoRA r 8, lr 1e-5 (10x)"),
     "grpo-lora-lr1e-4": ("trl-grpo", ["--peft", "lora", "--lr", "1e-4"], "TRL GRPO, LoRA r 8, lr 1e-4 (100x)"),
+    "grpo-lora-lr1e-4-beta0.04": ("trl-grpo", ["--peft", "lora", "--lr", "1e-4", "--beta", "0.04"],
+                                  "TRL GRPO, LoRA r 8, lr 1e-4, beta 0.04 (TRL's default before 0.19; a reference "
+                                  "model loaded)"),
     "grpo-full-lr1e-6": ("trl-grpo", ["--peft", "full", "--lr", "1e-6"], "TRL GRPO, every weight, lr 1e-6 (TRL's default)"),
     "grpo-full-lr1e-5": ("trl-grpo", ["--peft", "full", "--lr", "1e-5"], "TRL GRPO, every weight, lr 1e-5 (10x)"),
     "grpo-full-lr1e-4": ("trl-grpo", ["--peft", "full", "--lr", "1e-4"], "TRL GRPO, every weight, lr 1e-4 (100x)"),
