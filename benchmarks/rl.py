@@ -526,6 +526,36 @@ def study_seed_summary(rows: list[dict]) -> list[str]:
     return out
 
 
+def study_targets(rows: list[dict]) -> list[str]:
+    """The issue's comparison, from the seed-0 cells: each tool's best cell chosen on validation (the tested
+    step's validation objective), MeZO's among the cells whose kl is no larger than GRPO's best cell's, and
+    their held-out gains against each other (a difference within 2 SE of it is no difference), with their
+    peak RSS."""
+    grid = [r for r in rows if r["seed"] == 0 and r.get("paired") and not r.get("kl_note")
+            and (r.get("validation") or {}).get("objective") is not None and (r.get("test") or {}).get("kl") is not None]
+    grpo = [r for r in grid if r["tool"] == "trl-grpo"]
+    if not grpo:
+        return []
+    g = max(grpo, key=lambda r: r["validation"]["objective"])
+    mezo = [r for r in grid if r["tool"] == "mezo-rl" and r["test"]["kl"] <= g["test"]["kl"]]
+    if not mezo:
+        return []
+    m = max(mezo, key=lambda r: r["validation"]["objective"])
+    diff = m["paired"]["gain"] - g["paired"]["gain"]
+    se = math.hypot(m["paired"]["se"], g["paired"]["se"])  # two independent gains (unpaired: an upper bound)
+    verdict = ("MeZO's gain is the larger" if diff > 2 * se else "GRPO's gain is the larger" if diff < -2 * se
+               else "the gains are within 2 SE of each other")
+
+    def cell(r):
+        return (f"{r['cell']} (validation {_f(r['validation']['objective'])}, gain {r['paired']['gain']:+.3f} "
+                f"(SE {_f(r['paired']['se'])}), kl {_f(r['test']['kl'], 3)}, peak RSS {_f(r.get('peak_rss_mb'), 0)} MiB)")
+    return ["", "The issue's comparison (seed 0, each tool's cell with the best validation; MeZO's among those at a kl "
+                "no larger than GRPO's):", "",
+            f"- GRPO: {cell(g)}", f"- MeZO: {cell(m)}",
+            f"- MeZO - GRPO: {diff:+.3f} (SE {_f(se)}): {verdict}; MeZO's peak RSS "
+            f"{_f(m['peak_rss_mb'] / g['peak_rss_mb'], 2)}x GRPO's."]
+
+
 def render_study(records: list[dict]) -> str:
     """The study's section of docs/results.md: one table per task and its reward-KL plot (written beside it)."""
     cells = {}
@@ -567,6 +597,7 @@ def render_study(records: list[dict]) -> str:
                        f"{_f(r.get('train_s'), 0)} | {_f(r.get('peak_rss_mb'), 0)} |")
         out += [f"\n\\* {r['cell']} seed {r['seed']}: {r['kl_note']}" for r in rows if r.get("kl_note")]
         out += study_seed_summary(rows)
+        out += study_targets(rows)
         png = STUDY_PLOTS / f"rl_study_{task}.png"
         if study_plot(task, rows, png):
             out += ["", f"![{task}: gain against kl](results/{png.name})"]
