@@ -14,7 +14,7 @@ completions' length.
 
 The same run from the command line:
 
-    mezo-rl train --task arithmetic --reward exact_answer --max-completion-length 16 --num-eval 100 \\
+    mezo-rl train --task arithmetic --max-completion-length 16 --num-eval 100 \\
         --num-test 200 --eval-batch-size 64 --log-completions 200 --output-dir runs/rl_arithmetic
 
 Measured figures (this example's settings and TRL's GRPO beside them): docs/results.md.
