@@ -167,3 +167,16 @@ def test_a_task_of_prompts_only_needs_a_reward_and_a_code_task_takes_its_metric_
     assert code.for_task(get_task("arithmetic")).reward == ["exact_answer"]
     assert code.for_task(get_task("sst2")).reward == ["accuracy"]
     assert TrainingArguments(task="my_tasks.py:build", reward=["positivity"]).for_task(get_task("sst2")).reward == ["positivity"]
+
+
+def test_an_objective_given_as_an_object_is_what_the_configuration_records():
+    """Trainer(args, task=..., objective=...) with --reward left to its default: config.json names the rewards
+    the run optimised (their weights and normalisation), not the task's metric."""
+    from rewards import build_objective
+    from tasks import get_task
+
+    objective = build_objective(["cross_entropy", "accuracy"], weights=[1.0, 0.5], normalize="std")
+    args = TrainingArguments(task="sst2").for_task(get_task("sst2"), objective)
+    assert (args.reward, args.reward_weights, args.reward_normalize) == (["cross_entropy", "accuracy"], [1.0, 0.5], "std")
+    given = TrainingArguments(task="sst2", reward=["accuracy"]).for_task(get_task("sst2"), objective)
+    assert given.reward == ["accuracy"]  # a reward the user named stays as named

@@ -41,7 +41,7 @@ from typing import Any, Optional
 import yaml
 
 from mezo_rl.cli import checks, plots
-from mezo_rl.training.setup import load_splits, resolve_task
+from mezo_rl.training.setup import load_splits, resolve_task, reward_refs
 
 from mezo_rl.training import rundir
 from mezo_rl.training.arguments import (BaselineArguments, EvalRunArguments, TrainingArguments, data_task_options,
@@ -237,7 +237,7 @@ def cmd_eval(ns) -> int:
     if args.run_dir and task.kind == "prompts":
         # the run's rewards are the metrics, and kl is to the run's starting weights: the base (+ adapter) at
         # step 0, its trainable tensors kept (mezo_rl.training.kl), then the run's steps replayed on it
-        objective = rewards.build_objective(list(run_args.reward), weights=run_args.reward_weights,
+        objective = rewards.build_objective(reward_refs(run_args), weights=run_args.reward_weights,
                                             normalize=run_args.reward_normalize)
         lm, _, _ = load_run(args.run_dir, 0)
         reference = StartingPoint(lm.model)

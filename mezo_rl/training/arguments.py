@@ -476,9 +476,10 @@ class MeZOConfig(OutputArguments, EvalArguments, GenerationArguments, ComputeArg
         if not defaulted:
             return self
         values = self.given_values()
-        if objective is not None and self.reward is None:
-            weights = list(objective.weights.values())
-            values.update(reward=list(objective.names), reward_weights=None if set(weights) == {1.0} else weights)
+        if objective is not None and "reward" in defaulted:
+            weights = [objective.weights[name] for name in objective.names]
+            values.update(reward=list(objective.names), reward_weights=None if set(weights) == {1.0} else weights,
+                          reward_normalize=objective.normalize)
         again = type(self).resolve(values, task_kind=task.kind, task_metrics=list(task.metrics))
         return self if again.to_dict() == self.to_dict() else again
 
