@@ -75,6 +75,39 @@ def test_beta_pulls_the_policy_back_towards_the_start(tmp_path, tiny_tokenizer, 
     assert before > 0 and kl[1.0] < 0.9 * kl[0.0]
 
 
+def test_the_two_members_of_a_pair_score_their_kl_on_the_same_completions(tmp_path, tiny_tokenizer, registered,
+                                                                           monkeypatch):
+    """The KL term of a step is a finite difference, (kl+ - kl-) / (2 eps): over the same texts (the + member's
+    completions) it is the difference of a smooth function of the weights; over each member's own sampled
+    completions it would be mostly the difference between two texts."""
+    import mezo_rl.training.trainer as trainer_module
+
+    scored = []
+    real = trainer_module.completion_kl
+
+    def spy(lm, start, prompts, completions, **kw):
+        scored.append(list(completions))
+        return real(lm, start, prompts, completions, **kw)
+
+    monkeypatch.setattr(trainer_module, "completion_kl", spy)
+    t = trainer(args_for(tmp_path, "pairs", beta=1.0, n_spsa=2, do_sample=True, peft="full", eps=0.5),
+                tiny_tokenizer)
+    own = []
+    real_outcomes = t.member_outcomes
+
+    def outcomes(*a, **kw):
+        result = real_outcomes(*a, **kw)
+        own.append(list(result[0].texts))
+        return result
+
+    t.member_outcomes = outcomes
+    t.training_step()
+    assert len(scored) == len(own) == 4  # +s0, -s0, +s1, -s1
+    for k in (0, 2):
+        assert scored[k] == own[k] and scored[k + 1] == own[k]  # both members of a pair: the + member's texts
+    assert any(own[k] != own[k + 1] for k in (0, 2))  # the - members wrote other completions (every weight moved by eps 0.5)
+
+
 def test_bad_beta_is_one_line_before_the_model_loads(tmp_path, registered, tiny_tokenizer):
     with pytest.raises(ConfigError, match="--beta"):
         args_for(tmp_path, "neg", beta=-0.1)

@@ -260,13 +260,15 @@ class MeZOTrainer:
         """A prompt task's starting model (``mezo_rl.training.kl``): a copy of the trainable tensors as built."""
         return StartingPoint(self.lm.model) if self.task.kind == "prompts" and self.lm.is_causal else None
 
-    def member_outcomes(self, examples, members=None, sample_seed: Optional[int] = None) -> list:
+    def member_outcomes(self, examples, members=None, sample_seed: Optional[int] = None,
+                        kl_texts: Optional[list[str]] = None) -> list:
         """The members' evaluations: this rank's shard of ``examples`` through the model and the objective,
         ``--num-generations`` completions per prompt; one ``rewards.ObjectiveOutput`` per member (per-example
         values; sums, squares and counts for the all-reduce). ``members``: a batched step's members, from one
         member-batched pass (``--evaluation batched``; the weights stay in place); None: the one member the
         weights in place are (a list of one). With ``--beta`` (members in place) each output also carries
-        ``kl``: the summed per-token KL of its completions to the starting model."""
+        ``kl``: the summed per-token KL to the starting model over its completions, or over ``kl_texts`` (the
+        completions of the same prompts that the other member of its pair wrote)."""
         a, shard = self.args, self.dist.shard(examples)
         with self._guard.interruptible(), autocast(a.autocast, self.lm.device.type):
             outcomes = objective_outputs(self.lm, self.objective, shard, members, sample_seed=sample_seed,
@@ -277,7 +279,7 @@ class MeZOTrainer:
                 with torch.no_grad():
                     for out in outcomes:
                         out.kl = completion_kl(self.lm, self.start, prompt_texts(self.lm, [shard[g] for g in out.groups]),
-                                               out.texts)
+                                               out.texts if kl_texts is None else kl_texts)
         return outcomes
 
     def training_step(self) -> dict:
@@ -298,7 +300,18 @@ class MeZOTrainer:
         if self.optimizer.config["evaluation"] == "batched":  # every member in one batched pass
             closure = lambda members: self.member_outcomes(batch, members, sample_seed)  # noqa: E731
         else:
-            closure = lambda: self.member_outcomes(batch, None, sample_seed)[0]  # noqa: E731
+            # With --beta the two members of a pair (+s, -s: the engine's order) score their KL on the same texts,
+            # the + member's completions, as they score the same batch: the difference of a smooth function of
+            # the weights, where over each member's own completions it would be that of two different texts
+            # (noise far above the KL's gradient near the start, which is zero there).
+            written: list = []
+            pairs = self.optimizer.config["estimator"] == "two_point"
+
+            def closure():
+                minus = pairs and len(written) % 2 == 1
+                out = self.member_outcomes(batch, None, sample_seed, kl_texts=written[-1] if minus else None)[0]
+                written.append(out.texts)
+                return out
         res = self.optimizer.step(closure, fitness=fitness)
         self.scheduler.step()
         self.state.step += 1
