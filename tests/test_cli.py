@@ -137,8 +137,9 @@ def test_train_command_writes_a_run(tmp_path, tiny_model_dir, data_dir, capsys):
     assert lines[-2].startswith(f"results in {out}: summary.json, metrics.jsonl, curves.png, checkpoint/")
     v0, v1 = summary["initial_validation"]["accuracy"], summary["validation"]["accuracy"]
     t0, t1 = summary["initial_test"]["accuracy"], summary["test"]["accuracy"]
-    assert lines[-1] == (f"validation accuracy {v0:.3f} -> {v1:.3f} (n=8), test accuracy {t0:.3f} -> {t1:.3f} (n=8), "
-                         f"best step {summary['best_step']} of 2")
+    sv, st = summary["validation"]["accuracy/se"], summary["test"]["accuracy/se"]
+    assert lines[-1] == (f"validation accuracy {v0:.3f} -> {v1:.3f} (SE {sv:.3f}) (n=8), test accuracy {t0:.3f} -> "
+                         f"{t1:.3f} (SE {st:.3f}) (n=8), best step {summary['best_step']} of 2")
     assert (out / "curves.png").read_bytes()[:4] == b"\x89PNG"
     assert not (out / ".lock").exists()
     assert json.loads((out / "summary.json").read_text())["steps"] == 2

@@ -24,8 +24,11 @@ def test_classification_accuracy_is_argmax_of_mean_loglik(tiny_causal_lm, data_d
     exs = task.load_split("validation", data_dir, n=12, seed=0)
     with torch.no_grad():
         scores = lm.score([e.prompt for e in exs], [e.candidates for e in exs])
-    expected = sum(int(s.mean.argmax()) == e.label for s, e in zip(scores, exs)) / len(exs)
-    assert evaluate(lm, task, exs, batch_size=5) == {"accuracy": pytest.approx(expected), "n": 12}
+    right = [float(int(s.mean.argmax()) == e.label) for s, e in zip(scores, exs)]
+    expected, n = sum(right) / len(exs), len(exs)
+    se = (sum((r - expected) ** 2 for r in right) / (n - 1) / n) ** 0.5  # the sample SE of the mean
+    assert evaluate(lm, task, exs, batch_size=5) == {"accuracy": pytest.approx(expected),
+                                                     "accuracy/se": pytest.approx(se), "n": 12}
     # gold = the model's own choice -> accuracy 1; gold = its least likely candidate -> 0
     mine = [Example(e.prompt, e.candidates, int(s.mean.argmax())) for s, e in zip(scores, exs)]
     worst = [Example(e.prompt, e.candidates, int(s.mean.argmin())) for s, e in zip(scores, exs)]
@@ -42,7 +45,9 @@ def test_generation_metrics(tiny_causal_lm):
     assert right  # some completion has words left after SQuAD normalisation
     wrong = [Example(p, answers=[" 12345 qqq"]) for p in prompts]
     res = evaluate(lm, task, right, max_new_tokens=8)
-    assert res == {"squad_f1": 1.0, "exact_match": 1.0, "n": len(right)}
+    assert {k: res.pop(k) for k in ("squad_f1", "exact_match", "n")} == {"squad_f1": 1.0, "exact_match": 1.0, "n": len(right)}
+    assert res.keys() == {"squad_f1/se", "exact_match/se"}  # every answer right: no spread (NaN from one answer)
+    assert all(v == 0.0 if len(right) > 1 else v != v for v in res.values())
     res = evaluate(lm, task, wrong, max_new_tokens=8)
     assert res["exact_match"] == 0.0 and res["squad_f1"] < 1.0
 
@@ -120,7 +125,7 @@ def test_in_context_demonstrations_change_the_prompt(tiny_causal_lm, data_dir):
     with torch.no_grad():
         scores = lm.score(prompts, [e.candidates for e in exs])
     expected = sum(int(s.mean.argmax()) == e.label for s, e in zip(scores, exs)) / 4
-    assert icl == {"accuracy": pytest.approx(expected), "n": 4}
+    assert icl["accuracy"] == pytest.approx(expected) and icl["n"] == 4 and icl.keys() == {"accuracy", "accuracy/se", "n"}
     with pytest.raises(ValueError, match="causal LMs only"):
         evaluate(LanguageModel(*_masked(lm)), task, exs, demonstrations=demos)
 

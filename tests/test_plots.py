@@ -73,8 +73,9 @@ def test_report_names_the_run_and_gives_before_after_with_n(run):
     assert lines[1] == "MeZO: full fine-tuning, 6 steps of 4 examples, lr 0.001, eps 0.01, seed 0"
     v0, v1 = summary["initial_validation"]["accuracy"], summary["validation"]["accuracy"]
     t0, t1 = summary["initial_test"]["accuracy"], summary["test"]["accuracy"]
-    assert lines[2] == (f"validation accuracy {v0:.3f} -> {v1:.3f} (n=12), test accuracy {t0:.3f} -> {t1:.3f} (n=12), "
-                        f"best step {summary['best_step']} of 6")
+    sv, st = summary["validation"]["accuracy/se"], summary["test"]["accuracy/se"]
+    assert lines[2] == (f"validation accuracy {v0:.3f} -> {v1:.3f} (SE {sv:.3f}) (n=12), test accuracy {t0:.3f} -> "
+                        f"{t1:.3f} (SE {st:.3f}) (n=12), best step {summary['best_step']} of 6")
     assert lines[3] == f"wall time {summary['wall_time_s']:.0f} s, peak memory {summary['peak_rss_mb']:.0f} MiB (RSS)"
     assert lines[4] == f"plot: {run_dir / CURVES_FILE}" and (run_dir / CURVES_FILE).read_bytes()[:8] == PNG
 

@@ -4,14 +4,14 @@
   log-likelihood per token (paper, Table 14 caption); metric ``accuracy``.
 * generation (SQuAD, DROP): greedy decoding up to a newline; metrics ``squad_f1`` and ``exact_match``
   (official SQuAD normalisation, max over the gold answers).
-* prompts (no gold answer): greedy decoding; the metrics are the run's own rewards, each mean with its
-  standard error (``<reward>/se``), the weighted ``objective`` (``sum_k w_k * mean_k``, loss-like rewards
+* prompts (no gold answer): greedy decoding; the metrics are the run's own rewards, the weighted ``objective`` (``sum_k w_k * mean_k``, loss-like rewards
   negated; :data:`OBJECTIVE`) with its standard error, and two measures that expose reward hacking:
   ``distinct_2`` (distinct word bigrams over all bigrams of the completions) and ``completion_chars``
   (their mean length); given the starting model (``reference``), ``kl``: the mean per-token KL of the
   policy to it over the completions (exact over the vocabulary, :mod:`mezo_rl.training.kl`).
 
-The metric functions are the rewards of the same names (``rewards.get_reward``), so evaluation and
+Every metric comes with its standard error over the examples (``<metric>/se``) and ``n``. The metric
+functions are the rewards of the same names (``rewards.get_reward``), so evaluation and
 training objectives agree.
 
     >>> from mezo_rl.model.loading import load_model
@@ -160,8 +160,8 @@ class _Totals:
 
     def result(self, n: int, *, prompts: bool, kl: bool) -> dict:
         result = {name: m.mean for name, m in self.metrics.items()}
+        result.update({f"{name}/se": m.se for name, m in self.metrics.items()})
         if prompts:
-            result.update({f"{name}/se": m.se for name, m in self.metrics.items()})
             result[OBJECTIVE], result[f"{OBJECTIVE}/se"] = self.weighted.mean, self.weighted.se
             result["distinct_2"] = distinct_n(self.texts, 2)
             result["completion_chars"] = sum(map(len, self.texts)) / len(self.texts)
