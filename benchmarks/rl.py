@@ -393,6 +393,9 @@ STUDY_CELLS = {
     "mezo-full-lr1e-3-20steps-beta1": ("mezo-rl", _mezo("full", "1e-3", 20, "--beta", "1"),
                                        "MeZO, every weight (low-rank noise, members in place, as --beta needs), lr 1e-3, "
                                        "20 steps, beta 1"),
+    "mezo-full-lr1e-3-20steps-beta0.04": ("mezo-rl", _mezo("full", "1e-3", 20, "--beta", "0.04"),
+                                          "MeZO, every weight (members in place), lr 1e-3, 20 steps, beta 0.04 "
+                                          "(GRPO's beta cell's)"),
     "grpo-lora-lr1e-6": ("trl-grpo", ["--peft", "lora", "--lr", "1e-6"], "TRL GRPO, LoRA r 8, lr 1e-6 (TRL's default)"),
     "grpo-lora-lr1e-5": ("trl-grpo", ["--peft", "lora", "--lr", "1e-5"], "TRL GRPO, LoRA r 8, lr 1e-5 (10x)"),
     "grpo-lora-lr1e-4": ("trl-grpo", ["--peft", "lora", "--lr", "1e-4"], "TRL GRPO, LoRA r 8, lr 1e-4 (100x)"),

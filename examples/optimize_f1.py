@@ -15,7 +15,7 @@ no training question uses (``tasks.builtin.SQuAD``), so a step that memorises th
 does not look better there than on the test questions (SQuAD dev).
 
     python examples/optimize_f1.py --steps 20 --num-test 32    # a look: 20 steps, 32 test questions
-    python examples/optimize_f1.py                             # the full run (over an hour on 2 CPU cores)
+    python examples/optimize_f1.py                             # the full run (about an hour on 2 CPU cores)
     python examples/optimize_f1.py --n-spsa 2 --reward-shaping group --lr 6e-2 --lr-scheduler linear \
         --steps 80                                             # 2 SPSA samples, per-question shaping
     python examples/optimize_f1.py --resume                    # continue a stopped run
