@@ -485,19 +485,23 @@ def study_plot(task: str, cells: list[dict], path: pathlib.Path, reward: str | N
     except ImportError:
         return False
     fig, ax = plt.subplots(figsize=(6, 4))
+    top = 0.0
     for r in cells:
         kl, pg = (r.get("test") or {}).get("kl"), r.get("paired") or {}
-        if kl is None or not pg or r.get("kl_note"):
+        if kl is None or not pg or r.get("kl_note") or r.get("best_step") == 0:  # step 0 tested: the start itself
             continue
+        top = max(top, kl)
         ax.errorbar([kl], [pg["gain"]], yerr=[pg["se"]], fmt="o" if r["tool"] == "mezo-rl" else "s",
                     color="C0" if r["tool"] == "mezo-rl" else "C3", capsize=3)
         ax.annotate(f"{r.get('cell') or r.get('variant')} s{r['seed']}", (kl, pg["gain"]), fontsize=7, xytext=(4, 4),
                     textcoords="offset points")
     ax.axhline(0, color="grey", lw=0.5)
     ax.set_xscale("symlog", linthresh=1e-4)
+    ax.set_xlim(0, max(top, 1e-3) * 2)
     ax.set_xlabel("kl to the starting model (per token, test completions)")
     ax.set_ylabel(f"held-out {reward or STUDY_TASKS[task]['reward']} gain (± paired SE)")
-    ax.set_title(f"{task}: reward gain against KL (circles MeZO, squares TRL GRPO)", fontsize=9)
+    ax.set_title(f"{task}: reward gain against KL (circles MeZO, squares TRL GRPO; cells that kept step 0 "
+                 f"left out)", fontsize=8)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
