@@ -510,9 +510,9 @@ class MeZOConfig(OutputArguments, EvalArguments, GenerationArguments, ComputeArg
 
         if self.__dict__.get("_task_metrics") is not None:  # the metrics of the task object the run was given
             return self._task_metrics
-        if self.data_task_kind() is None and isinstance(self.task, str) and self.task in list_tasks():
+        kind = self.data_task_kind()
+        if kind is None and isinstance(self.task, str) and self.task in list_tasks():
             return list(get_task(self.task).metrics)
-        kind = self.task_kind()
         return None if kind is None else metrics_of_kind(kind)
 
     def data_task_kind(self) -> Optional[str]:

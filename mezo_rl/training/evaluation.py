@@ -4,8 +4,9 @@
   log-likelihood per token (paper, Table 14 caption); metric ``accuracy``.
 * generation (SQuAD, DROP): greedy decoding up to a newline; metrics ``squad_f1`` and ``exact_match``
   (official SQuAD normalisation, max over the gold answers).
-* prompts (no gold answer): greedy decoding; the metrics are the run's own rewards, the weighted ``objective`` (``sum_k w_k * mean_k``, loss-like rewards
-  negated; :data:`OBJECTIVE`) with its standard error, and two measures that expose reward hacking:
+* prompts (no gold answer): greedy decoding; the metrics are the run's own rewards, the weighted
+  ``objective`` (``sum_k w_k * mean_k``, loss-like rewards negated; :data:`OBJECTIVE`) with its
+  standard error, and two measures that expose reward hacking:
   ``distinct_2`` (distinct word bigrams over all bigrams of the completions) and ``completion_chars``
   (their mean length); given the starting model (``reference``), ``kl``: the mean per-token KL of the
   policy to it over the completions (exact over the vocabulary, :mod:`mezo_rl.training.kl`).
