@@ -378,3 +378,22 @@ def test_a_verifiable_task_evaluates_with_its_own_reward(tiny_causal_lm):
     examples = task.load_split("test", n=6, seed=0)
     metrics = evaluate(LanguageModel(*tiny_causal_lm), task, examples, max_new_tokens=4)
     assert metrics["n"] == 6 and 0.0 <= metrics["exact_answer"] <= 1.0 and "exact_answer/se" in metrics
+
+
+def test_a_verifiable_task_trains_on_another_reward_and_picks_its_best_step_by_that_objective(tmp_path,
+                                                                                           tiny_model_dir):
+    """`--task arithmetic-plain --reward FILE:fn`: the task's own exact_answer is not evaluated then, so the best
+    step is picked by the run's objective (it used to ask for exact_answer and stop with exit 2)."""
+    import json
+
+    from mezo_rl.cli.main import main
+
+    (tmp_path / "rewards_file.py").write_text("def short(completions, **kwargs):\n"
+                                              "    return [-len(c) for c in completions]\n")
+    run = tmp_path / "run"
+    assert main(["train", "--model", str(tiny_model_dir), "--task", "arithmetic-plain", "--reward",
+                 f"{tmp_path / 'rewards_file.py'}:short", "--peft", "norm", "--max-steps", "1", "--eval-steps", "1",
+                 "--per-device-train-batch-size", "2", "--num-train", "4", "--num-eval", "2", "--num-test", "2",
+                 "--max-completion-length", "3", "--autocast", "none", "--no-progress", "--output-dir", str(run)]) == 0
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["metric_for_best"] == "objective" and "exact_answer" not in summary["test"]

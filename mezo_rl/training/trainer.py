@@ -67,10 +67,16 @@ def sample_batch_indices(n_examples: int, batch_size: int, seed: int, step: int)
     return rng.choice(n_examples, size=min(batch_size, n_examples), replace=False).tolist()
 
 
-def primary_metric(task, metrics: dict, requested: Optional[str] = None) -> str:
-    """The validation metric that picks the best step: ``requested``, else the task's first metric
-    (a prompt task's: the weighted ``objective``)."""
-    name = requested or (task.metrics[0] if task.metrics else OBJECTIVE)
+def default_metric_for_best(task, rewards) -> str:
+    """The validation metric that picks the best step when ``metric_for_best`` is unset: a labelled task's
+    first metric; a prompt task's own metric where the run's ``rewards`` (names) include it (arithmetic's
+    ``exact_answer`` under its default reward), else the weighted ``objective`` of the rewards it was given."""
+    first = task.metrics[0] if task.metrics else OBJECTIVE
+    return first if task.kind != "prompts" or first in (rewards or ()) else OBJECTIVE
+
+
+def primary_metric(metrics: dict, name: str) -> str:
+    """``name``, checked against an evaluation's metrics (one line naming those it has)."""
     if name not in metrics:
         raise ConfigError(f"metric_for_best={name!r} is not among the evaluation metrics {sorted(metrics)}")
     return name
@@ -148,9 +154,9 @@ class MeZOTrainer:
             raise ConfigError(f"--beta penalises the KL of generated completions: it needs a prompt task, and task "
                               f"{args.task!r} is {self.task.kind}; leave --beta at 0")
         self.args = args = args.for_task(self.task, objective)  # the task's defaults (kind, metric), however given
-        object.__setattr__(args, "_metric_for_best", args.metric_for_best or (
-            self.task.metrics[0] if self.task.kind != "prompts" and self.task.metrics else OBJECTIVE))
         self.objective = build_objective(args, self.task, self.splits, objective)                # rewards
+        object.__setattr__(args, "_metric_for_best",
+                           args.metric_for_best or default_metric_for_best(self.task, self.objective.names))
         self.lm = build_model(args, lm)                                                     # model and adapter
         self.start = self._starting_point()                                   # the reference of kl and --beta
         self.objective.check_compatible(bool(self.lm.is_causal))
@@ -365,7 +371,7 @@ class MeZOTrainer:
         s = self.state
         s.last_validation = metrics = self._evaluate_and_log("validation")
         s.last_eval_step = self.step
-        value = metrics[primary_metric(self.task, metrics, self.args.metric_for_best)]
+        value = metrics[primary_metric(metrics, self.args.metric_for_best_model)]
         if s.best_value is None or value > s.best_value:
             s.best_value, s.best_step, s.best_validation = value, self.step, metrics
         return metrics
@@ -499,7 +505,7 @@ class MeZOTrainer:
             "initial_test": s.initial_test, "final_validation": s.last_validation, "best_step": s.best_step,
             "steps": final_step, "wall_time_s": self.wall_time(), "peak_rss_mb": peak_rss_mb(),
             "time_s": {k: round(v, 3) for k, v in self.seconds.items()},  # this process's: load, trunk, steps, evaluations
-            "metric_for_best": primary_metric(self.task, s.initial_validation, a.metric_for_best),
+            "metric_for_best": primary_metric(s.initial_validation, a.metric_for_best_model),
             "trainable_parameters": sum(p.numel() for p in trainable_parameters(self.lm.model)),
             "stopped_early": final_step < a.max_steps,  # a callback stopped training (control.should_training_stop)
             "config_replayable": not self.not_replayable,
