@@ -20,14 +20,17 @@ Two generators ("backends") turn a key into z:
     the transform and the parameter update ``p <- (p + a*z) * c + b*z`` into one kernel, so z is
     never materialised and every core is used. Compiled lazily on first use.
 ``"torch"``
-    ``torch.Generator`` seeded with the key, ``torch.randn`` / ``torch.randint``. Needs no
-    compiler; materialises z for one tensor at a time (one temporary the size of the largest
-    tensor) and is single-threaded, so it is slower.
+    The CPU's ``torch.Generator`` seeded with the key, ``torch.randn`` / ``torch.randint``, copied to
+    the parameter's device (a CUDA generator draws other numbers for the same seed: drawing on the CPU
+    keeps a trajectory replayable on any device). Needs no compiler; materialises z for one tensor at
+    a time (one temporary the size of the largest tensor) and is single-threaded, so it is slower.
 ``"auto"``
     ``"compiled"`` if compiling works here, else ``"torch"`` (with a warning).
 
 The two backends draw *different* (equally valid) noise for the same key, so a run and its replay
 must use the same backend; :class:`mezo_rl.engine.trajectory.Trajectory` records which one a run used.
+Each backend draws the same numbers on every device (the compiled one's integer hash is exact; its
+Box-Muller transform agrees to float rounding), so a run trained on a GPU replays on a CPU.
 """
 from __future__ import annotations
 
@@ -77,20 +80,18 @@ def _check_kind(kind: str) -> None:
 
 
 # ----------------------------------------------------------------------------------------------
-# "torch" backend: torch.Generator seeded with the key.
+# "torch" backend: the CPU's torch.Generator seeded with the key, whatever the parameter's device.
 
-_generators: dict[torch.device, torch.Generator] = {}
+_generator = torch.Generator()
 
 
 def _torch_noise(key: int, numel: int, kind: str, device: torch.device) -> torch.Tensor:
-    gen = _generators.get(device)
-    if gen is None:
-        gen = _generators[device] = torch.Generator(device=device)
-    gen.manual_seed(key)
+    _generator.manual_seed(key)
     if kind == "gaussian":
-        return torch.randn(numel, generator=gen, dtype=torch.float32, device=device)
-    z = torch.randint(0, 2, (numel,), generator=gen, dtype=torch.float32, device=device)
-    return z.mul_(2.0).sub_(1.0)
+        z = torch.randn(numel, generator=_generator, dtype=torch.float32)
+    else:
+        z = torch.randint(0, 2, (numel,), generator=_generator, dtype=torch.float32).mul_(2.0).sub_(1.0)
+    return z.to(device)
 
 
 # ----------------------------------------------------------------------------------------------
