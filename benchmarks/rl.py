@@ -382,8 +382,8 @@ STUDY_CELLS = {
                                  "MeZO, LoRA r 8 (batched members), lr 3e-2, 20 steps (a third of the budget)"),
     "mezo-lora-lr3e-3": ("mezo-rl", _mezo("lora", "3e-3", 57, *_BATCHED), "MeZO, LoRA r 8 (batched members), lr 3e-3"),
     "mezo-lora-lr3e-2": ("mezo-rl", _mezo("lora", "3e-2", 57, *_BATCHED), "MeZO, LoRA r 8 (batched members), lr 3e-2"),
-    "mezo-lora-lr3e-2-beta": ("mezo-rl", _mezo("lora", "3e-2", 30, "--beta", "1"),
-                              "MeZO, LoRA r 8 (members in place, as --beta needs), lr 3e-2, beta 1"),
+    "mezo-lora-lr3e-2-20steps-beta1": ("mezo-rl", _mezo("lora", "3e-2", 20, "--beta", "1"),
+                                       "MeZO, LoRA r 8 (members in place, as --beta needs), lr 3e-2, 20 steps, beta 1"),
     "mezo-full-lr3e-3": ("mezo-rl", _mezo("full", "3e-3", 60, *_BATCHED),
                          "MeZO, every weight (low-rank noise, batched members), lr 3e-3"),
     "mezo-full-lr1e-3": ("mezo-rl", _mezo("full", "1e-3", 60, *_BATCHED),
@@ -560,7 +560,29 @@ def study_targets(rows: list[dict]) -> list[str]:
                 "no larger than GRPO's):", "",
             f"- GRPO: {cell(g)}", f"- MeZO: {cell(m)}",
             f"- MeZO - GRPO: {diff:+.3f} (SE {_f(se)}): {verdict}; MeZO's peak RSS "
-            f"{_f(m['peak_rss_mb'] / g['peak_rss_mb'], 2)}x GRPO's."]
+            f"{_f(m['peak_rss_mb'] / g['peak_rss_mb'], 2)}x GRPO's.", *_over_seeds(rows, m["cell"], g["cell"])]
+
+
+def _over_seeds(rows: list[dict], mezo_cell: str, grpo_cell: str) -> list[str]:
+    """The two chosen cells on every seed both ran: each seed's gain difference, and their mean with the SE
+    over seeds (sd / sqrt(n): seed-to-seed variation and test sampling together)."""
+    from mezo_rl.stats import Moments
+
+    def by_seed(cell):
+        return {r["seed"]: r for r in rows
+                if r["cell"] == cell and r.get("paired") and (r.get("test") or {}).get("kl") is not None}
+    m, g = by_seed(mezo_cell), by_seed(grpo_cell)
+    seeds = sorted(set(m) & set(g))
+    if len(seeds) < 2:
+        return []
+    diffs = Moments.of(m[s]["paired"]["gain"] - g[s]["paired"]["gain"] for s in seeds)
+    se = diffs.std() / math.sqrt(len(seeds))
+    verdict = ("MeZO's gain is the larger" if diffs.mean > 2 * se else "GRPO's gain is the larger"
+               if diffs.mean < -2 * se else "within 2 SE of each other")
+    each = "; ".join(f"seed {s}: {m[s]['paired']['gain']:+.3f} vs {g[s]['paired']['gain']:+.3f} "
+                     f"(kl {_f(m[s]['test']['kl'], 3)} vs {_f(g[s]['test']['kl'], 3)})" for s in seeds)
+    return [f"- The same two cells over seeds {', '.join(map(str, seeds))} (MeZO vs GRPO): {each}. Mean difference "
+            f"{diffs.mean:+.3f} (SE over seeds {_f(se)}): {verdict}."]
 
 
 def render_study(records: list[dict]) -> str:

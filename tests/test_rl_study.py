@@ -69,3 +69,18 @@ def test_cells_on_several_seeds_get_a_summary_row():
     row = next(line for line in lines if line.startswith("| mezo-full-lr1e-3-20steps "))
     assert "| 0, 1, 2 | +0.100 ± 0.060 | 2 of 3 |" in row       # 0.04 is 2 SE: under the bar
     assert not any(line.startswith("| grpo-lora") for line in lines)  # one seed: no summary
+
+
+def test_the_comparison_states_who_wins_over_the_seeds_both_cells_ran():
+    """Seed 0 alone ties; over three seeds the per-seed differences (-0.02, -0.28, -0.20) average -0.167 with an
+    SE over seeds of sd / sqrt(3) = 0.0769: more than 2 SE, GRPO's gain is the larger."""
+    def rec(cell, seed, gain, kl, objective):
+        return dict(_record(cell, gain, kl), seed=seed, validation={"objective": objective}, peak_rss_mb=1000.0,
+                    paired={"gain": gain, "se": 0.04, "n": 200})
+    rows = [rec("mezo-full-lr3e-3", s, g, 0.26, 0.6) for s, g in enumerate((0.40, 0.28, 0.30))]
+    rows += [rec("grpo-full-lr1e-5", s, g, 0.5, 0.64) for s, g in enumerate((0.42, 0.56, 0.50))]
+    lines = rl.study_targets(rows)
+    assert any("-0.020 (SE 0.057): the gains are within 2 SE" in line for line in lines)   # seed 0
+    last = lines[-1]
+    assert "seeds 0, 1, 2" in last and "Mean difference -0.167 (SE over seeds 0.077): GRPO's gain is the larger" in last
+    assert rl.study_targets([r for r in rows if r["seed"] == 0])[-1].startswith("- MeZO - GRPO")  # one seed: no line
