@@ -49,6 +49,7 @@ import threading
 import time
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))   # the suite package beside this file
+from mezo_rl.stats import Moments  # noqa: E402
 from suite.hacking import hacking_measures  # noqa: E402
 from suite.records import append_record, load_records  # noqa: E402
 from suite.run import cpu  # noqa: E402
@@ -512,8 +513,6 @@ def study_plot(task: str, cells: list[dict], path: pathlib.Path, reward: str | N
 def study_seed_summary(rows: list[dict]) -> list[str]:
     """Lines for the cells run on several seeds: the gain's mean and standard deviation over seeds, how many
     seeds clear BAR_SE, and the mean kl."""
-    from mezo_rl.stats import Moments
-
     by_cell: dict = {}
     for r in rows:
         if r.get("paired"):
@@ -566,8 +565,6 @@ def study_targets(rows: list[dict]) -> list[str]:
 def _over_seeds(rows: list[dict], mezo_cell: str, grpo_cell: str) -> list[str]:
     """The two chosen cells on every seed both ran: each seed's gain difference, and their mean with the SE
     over seeds (sd / sqrt(n): seed-to-seed variation and test sampling together)."""
-    from mezo_rl.stats import Moments
-
     def by_seed(cell):
         return {r["seed"]: r for r in rows
                 if r["cell"] == cell and r.get("paired") and (r.get("test") or {}).get("kl") is not None}
