@@ -75,6 +75,15 @@ VARIANTS = {
     "mezo-full-40": ("mezo-rl", ["--peft", "full", "--lr", "1e-3", "--steps", "40", "--eval-steps", "20", "--batch-size", "16",
                                  "--n-spsa", "4", "--evaluation", "batched"],
                      "every weight, lr 1e-3, 40 steps of 16 (validated at 20 and 40), 4 SPSA samples"),
+    # issue 35's comparison on sentiment: each tool's best cell of the arithmetic study (chosen there on validation)
+    "mezo-full-lr3e-3": ("mezo-rl", ["--peft", "full", "--lr", "3e-3", "--steps", "60", "--eval-steps", "30",
+                                     "--batch-size", "16", "--n-spsa", "4", "--normalize", "std", "--evaluation", "batched"],
+                         "every weight (low-rank noise, batched members), lr 3e-3, 60 steps of 16, 4 SPSA samples: the "
+                         "arithmetic study's best MeZO cell"),
+    "grpo-full-lr1e-5": ("trl-grpo", ["--num-generations", "4", "--batch-size", "16", "--eval-points", "2",
+                                      "--peft", "full", "--lr", "1e-5"],
+                         "TRL GRPOTrainer, every weight, lr 1e-5 (the arithmetic study's best GRPO cell), the training "
+                         "time of the mezo-full-lr3e-3 cell of the same seed"),
     "grpo": ("trl-grpo", ["--num-generations", "4", "--batch-size", "16", "--eval-points", "2"],
              "TRL GRPOTrainer, documented settings, the training time of the mezo cell of the same seed "
              "(validated at its start, middle and end, as the mezo cell)"),
@@ -95,7 +104,7 @@ VARIANTS = {
                             "--normalize", "std"], "ES-at-scale: 4 one-sided members, z-scored rewards, greedy"),
 }
 #: which mezo cell's training seconds a GRPO variant gets as its budget
-GRPO_BUDGET = {"grpo": "mezo", "grpo-long": "mezo-g4-group"}
+GRPO_BUDGET = {"grpo": "mezo", "grpo-long": "mezo-g4-group", "grpo-full-lr1e-5": "mezo-full-lr3e-3"}
 #: the issue's bar for the example: a held-out gain above this many standard errors of the gain, on each seed
 BAR_SE = 3.0
 GROUPS = {"shaping": ["cmp-greedy", "cmp-es4", "cmp-g4-group", "cmp-g4-none"]}
