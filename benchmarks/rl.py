@@ -394,6 +394,8 @@ STUDY_CELLS = {
     "mezo-lora-lr3e-2": ("mezo-rl", _mezo("lora", "3e-2", 57, *_BATCHED), "MeZO, LoRA r 8 (batched members), lr 3e-2"),
     "mezo-lora-lr3e-2-20steps-beta1": ("mezo-rl", _mezo("lora", "3e-2", 20, "--beta", "1"),
                                        "MeZO, LoRA r 8 (members in place, as --beta needs), lr 3e-2, 20 steps, beta 1"),
+    "mezo-lora-lr3e-2-20steps-beta10": ("mezo-rl", _mezo("lora", "3e-2", 20, "--beta", "10"),
+                                        "MeZO, LoRA r 8 (members in place), lr 3e-2, 20 steps, beta 10"),
     "mezo-full-lr3e-3": ("mezo-rl", _mezo("full", "3e-3", 60, *_BATCHED),
                          "MeZO, every weight (low-rank noise, batched members), lr 3e-3"),
     "mezo-full-lr1e-3": ("mezo-rl", _mezo("full", "1e-3", 60, *_BATCHED),

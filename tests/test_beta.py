@@ -131,3 +131,32 @@ def test_the_command_line_refuses_a_bad_beta_in_one_line(value, says, capsys):
     assert main(["train", "--task", "arithmetic", "--beta", value]) == 2
     err = capsys.readouterr().err
     assert err.startswith("mezo-rl: error: ") and err.count("\n") == 1 and says in err and "--beta" in err
+
+
+def test_bounded_losses_cap_the_spread_at_eps_and_leave_smaller_spreads_alone():
+    from mezo_rl.engine.optim import spread
+    from mezo_rl.training.trainer import bounded_losses
+
+    small = [0.001, -0.002, 0.0005, 0.0005]
+    assert bounded_losses(small, 0.01) == small
+    big = [3.0, -1.0, 40.0, 2.0]
+    out = bounded_losses(big, 0.01)
+    assert spread(out) == pytest.approx(0.01, rel=1e-12)
+    assert [b / a for a, b in zip(big, out)] == pytest.approx([0.01 / spread(big)] * 4, rel=1e-12)  # one scale
+
+
+def test_a_large_beta_cannot_make_a_step_longer_than_a_normalised_one(tmp_path, tiny_tokenizer, registered):
+    """With a KL term that dwarfs the reward's (beta 1e6, weights far from the start) the losses of a pair are
+    scaled to a spread of eps: with two members (n_spsa 1) |l+ - l-| / 2 is that spread, so the projected
+    gradient is +-1, as a normalised step's. Unbounded it would be beta (kl+ - kl-) / (2 eps), orders larger."""
+    t = trainer(args_for(tmp_path, "big", reward=["reward_len"], learning_rate=0.05, eps=1e-3, beta=1e6,
+                         n_spsa=1, max_steps=3), tiny_tokenizer)
+    g = torch.Generator().manual_seed(5)
+    with torch.no_grad():
+        for p in t.start.params:
+            p.add_(0.3 * torch.randn(p.shape, generator=g))
+    for _ in range(3):
+        r = t.training_step()
+        assert r["kl"] > 0
+        (pg,) = r["projected_grad"] if isinstance(r["projected_grad"], list) else [r["projected_grad"]]
+        assert abs(pg) == pytest.approx(1.0, rel=1e-9)

@@ -90,6 +90,15 @@ def _num(x):
     return None if x is None else float(x.float().mean()) if isinstance(x, torch.Tensor) else float(x)
 
 
+def bounded_losses(losses: list[float], eps: float) -> list[float]:
+    """The members' losses (a normalised reward part, times ``eps``, plus the KL penalty) scaled so that their
+    spread is at most ``eps``, the normalised reward part's: unchanged while the penalty's differences are
+    small, and a step as long as a normalised one where they would dominate (the KL's finite-difference
+    gradient grows with the kl, and an unbounded one threw a real model's weights far from the start)."""
+    s = spread(losses)
+    return losses if s <= eps else [eps * x / s for x in losses]
+
+
 class RewardsSilentError(UserError, ValueError):
     """A reward had no opinion (``None``) on any completion of a training batch."""
 
@@ -242,8 +251,9 @@ class MeZOTrainer:
             # TRL's KL penalty: each member's loss + beta * its mean per-token KL to the starting model. With
             # normalize="std" the engine takes these losses as they are (mezo_options) and the reward part is
             # normalised here, times eps: the step is then (r+ - r-) / (2 sigma_r) + beta (kl+ - kl-) / (2 eps), a
-            # scale-free reward term and a finite-difference KL gradient that pulls back towards the start (a
-            # normalised total would make the KL term a sign only, and would move the weights on every step)
+            # scale-free reward term and a finite-difference KL gradient that pulls back towards the start. That
+            # gradient grows with the kl; where the total's spread exceeds the normalised reward's (eps), the
+            # losses are scaled down to it (bounded_losses): a step is never longer than a normalised step
             local = {}
             for m, out in enumerate(outcomes):
                 kl = getattr(out, "kl", None) or KLSums()
@@ -255,6 +265,8 @@ class MeZOTrainer:
                 mean, sigma = sum(losses) / len(losses), spread(losses)
                 losses = [self.args.eps * (x - mean) / sigma if sigma else 0.0 for x in losses]
             losses = [loss + self.args.beta * kl for loss, kl in zip(losses, kls)]
+            if self.args.normalize == "std":
+                losses = bounded_losses(losses, self.args.eps)
             record[KL] = statistics.fmean(kls)
         for k in names:
             members = [Moments(st["sums"][k], st["sq_sums"][k], st["counts"][k]) for st in stats]
