@@ -75,6 +75,11 @@ VARIANTS = {
     "mezo-full-40": ("mezo-rl", ["--peft", "full", "--lr", "1e-3", "--steps", "40", "--eval-steps", "20", "--batch-size", "16",
                                  "--n-spsa", "4", "--evaluation", "batched"],
                      "every weight, lr 1e-3, 40 steps of 16 (validated at 20 and 40), 4 SPSA samples"),
+    "mezo-full-test600": ("mezo-rl", ["--peft", "full", "--lr", "1e-3", "--steps", "20", "--eval-steps", "20",
+                                      "--batch-size", "16", "--n-spsa", "4", "--evaluation", "batched", "--num-test", "600",
+                                      "--log-completions", "600"],
+                          "the mezo-full cell (the same training) tested on 600 held-out prompts, the 200 of every "
+                          "other cell among them"),
     # issue 35's comparison on sentiment: each tool's best cell of the arithmetic study (chosen there on validation)
     "mezo-full-lr3e-3": ("mezo-rl", ["--peft", "full", "--lr", "3e-3", "--steps", "60", "--eval-steps", "30",
                                      "--batch-size", "16", "--n-spsa", "4", "--normalize", "std", "--evaluation", "batched"],
@@ -304,10 +309,10 @@ def render_sentiment(records: list[dict]) -> str:
         return "No RL cells yet: `python benchmarks/rl.py`.\n"
     machines = list(dict.fromkeys(m for _, _, m in cells))  # first seen first: M1, M2, ...
     label = {m: f"M{i + 1}" for i, m in enumerate(machines)}
-    lines = ["| variant | machine | seed | steps | test reward before → after, n | gain (SE) | gain / SE | "
+    lines = ["| variant | machine | seed | steps | test reward before → after, n | gain (SE) | gain / SE | kl | "
              "distinct-2 before → after | chars before → after | base log-lik/token before → after | s/step | train s | "
              "wall min | peak RSS MiB |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     order = lambda kv: (list(VARIANTS).index(kv[0][0]) if kv[0][0] in VARIANTS else 99,  # noqa: E731
                         machines.index(kv[0][2]), kv[0][1])
     unpaired = False
@@ -318,6 +323,7 @@ def render_sentiment(records: list[dict]) -> str:
         ll = r.get("base_loglik") or {}
         lines.append(f"| {variant} | {label[m]} | {seed} | {r.get('steps')} | {_f(b.get(REWARD))} → {_f(a.get(REWARD))}, "
                      f"{int(a.get('n', 0))} | {gain:+.3f} ({_f(se)}){'' if paired else '†'} | {_f(gain / se, 1) if se else '–'} | "
+                     f"{_f(a['kl'], 3) if a.get('kl') is not None else '–'} | "
                      f"{hacking_cells(b, a, ll)} | {_f(r.get('s_per_step'), 1)} | "
                      f"{_f(r.get('train_s'), 0)} | {_f(r.get('wall_s', math.nan) / 60, 1)} | {_f(r.get('peak_rss_mb'), 0)} |")
     lines += ["", "Gain: mean over the test prompts of (reward after − reward before); SE: the standard error of that "
