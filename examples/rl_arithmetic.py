@@ -9,7 +9,7 @@ the starting model over its completions (docs/rl.md, "KL to the starting model")
 completions' length.
 
     python examples/rl_arithmetic.py                       # the prompt-task defaults (every weight, 20 steps)
-    python examples/rl_arithmetic.py --peft lora --beta 1      # LoRA, with a KL penalty towards the start
+    python examples/rl_arithmetic.py --peft lora --beta 1  # LoRA, with a KL penalty towards the start
     python examples/rl_arithmetic.py --max-steps 4 --num-eval 16 --num-test 16   # a smoke run
 
 The same run from the command line:
