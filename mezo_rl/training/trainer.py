@@ -94,7 +94,7 @@ def bounded_losses(losses: list[float], eps: float) -> list[float]:
     """The members' losses (a normalised reward part, times ``eps``, plus the KL penalty) scaled so that their
     spread is at most ``eps``, the normalised reward part's: unchanged while the penalty's differences are
     small, and a step as long as a normalised one where they would dominate (the KL's finite-difference
-    gradient grows with the kl, and an unbounded one threw a real model's weights far from the start)."""
+    gradient grows with the kl, without bound)."""
     s = spread(losses)
     return losses if s <= eps else [eps * x / s for x in losses]
 
@@ -261,12 +261,12 @@ class MeZOTrainer:
             total = self.dist.all_reduce_sum_dict(local, keys=list(local))
             kls = [total[f"{m}/kl"] / total[f"{m}/kl_tokens"] if total[f"{m}/kl_tokens"] else 0.0
                    for m in range(len(outcomes))]
-            if self.args.normalize == "std":  # normalise the reward part only, as the engine would have (docs/rl.md)
+            if self.args.normalize == "std":  # the reward part normalised alone, as the engine would have (docs/rl.md)
                 mean, sigma = sum(losses) / len(losses), spread(losses)
                 losses = [self.args.eps * (x - mean) / sigma if sigma else 0.0 for x in losses]
-            losses = [loss + self.args.beta * kl for loss, kl in zip(losses, kls)]
-            if self.args.normalize == "std":
-                losses = bounded_losses(losses, self.args.eps)
+                losses = bounded_losses([x + self.args.beta * kl for x, kl in zip(losses, kls)], self.args.eps)
+            else:
+                losses = [x + self.args.beta * kl for x, kl in zip(losses, kls)]
             record[KL] = statistics.fmean(kls)
         for k in names:
             members = [Moments(st["sums"][k], st["sq_sums"][k], st["counts"][k]) for st in stats]
