@@ -80,6 +80,12 @@ VARIANTS = {
                                       "--log-completions", "600"],
                           "the mezo-full cell (the same training) tested on 600 held-out prompts, the 200 of every "
                           "other cell among them"),
+    "mezo-lora": ("mezo-rl", ["--peft", "lora", "--lr", "3e-2", "--steps", "20", "--eval-steps", "20", "--batch-size", "16",
+                              "--n-spsa", "4", "--normalize", "std", "--evaluation", "batched"],
+                  "LoRA r 8 (batched members), lr 3e-2, 20 steps of 16, 4 SPSA samples"),
+    "mezo-lora-beta1": ("mezo-rl", ["--peft", "lora", "--lr", "3e-2", "--steps", "20", "--eval-steps", "20",
+                                    "--batch-size", "16", "--n-spsa", "4", "--normalize", "std", "--beta", "1"],
+                        "LoRA r 8 (members in place, as --beta needs), lr 3e-2, 20 steps of 16, 4 SPSA samples, beta 1"),
     # issue 35's comparison on sentiment: each tool's best cell of the arithmetic study (chosen there on validation)
     "mezo-full-lr3e-3": ("mezo-rl", ["--peft", "full", "--lr", "3e-3", "--steps", "60", "--eval-steps", "30",
                                      "--batch-size", "16", "--n-spsa", "4", "--normalize", "std", "--evaluation", "batched"],
