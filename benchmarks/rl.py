@@ -61,6 +61,15 @@ EXAMPLE = REPO / "examples" / "rl_sentiment.py"
 GRPO = REPO / "benchmarks" / "grpo_sentiment.py"
 REWARD = "positivity"
 
+def _mezo(peft: str, lr: str, steps: int, *extra: str, eval_steps: int | None = None) -> list[str]:
+    """A MeZO cell's arguments (``mezo-rl train`` and the sentiment example take the same): 16 prompts a step,
+    4 SPSA samples, the normalised step; validated every ``eval_steps`` (default: at the start and the end)."""
+    return ["--peft", peft, "--lr", lr, "--steps", str(steps), "--eval-steps", str(eval_steps or steps),
+            "--batch-size", "16", "--n-spsa", "4", "--normalize", "std", *extra]
+
+
+_BATCHED = ("--evaluation", "batched")
+
 #: variant -> (tool, extra arguments, what it is). ``mezo`` is the example with its defaults.
 VARIANTS = {
     "mezo": ("mezo-rl", [], "the example's defaults: --peft norm, greedy members, 4 SPSA samples (8 members) in one "
@@ -75,20 +84,15 @@ VARIANTS = {
     "mezo-full-40": ("mezo-rl", ["--peft", "full", "--lr", "1e-3", "--steps", "40", "--eval-steps", "20", "--batch-size", "16",
                                  "--n-spsa", "4", "--evaluation", "batched"],
                      "every weight, lr 1e-3, 40 steps of 16 (validated at 20 and 40), 4 SPSA samples"),
-    "mezo-full-test600": ("mezo-rl", ["--peft", "full", "--lr", "1e-3", "--steps", "20", "--eval-steps", "20",
-                                      "--batch-size", "16", "--n-spsa", "4", "--evaluation", "batched", "--num-test", "600",
-                                      "--log-completions", "600"],
+    "mezo-full-test600": ("mezo-rl", _mezo("full", "1e-3", 20, *_BATCHED, "--num-test", "600", "--log-completions", "600"),
                           "the mezo-full cell (the same training) tested on 600 held-out prompts, the 200 of every "
                           "other cell among them"),
-    "mezo-lora": ("mezo-rl", ["--peft", "lora", "--lr", "3e-2", "--steps", "20", "--eval-steps", "20", "--batch-size", "16",
-                              "--n-spsa", "4", "--normalize", "std", "--evaluation", "batched"],
+    "mezo-lora": ("mezo-rl", _mezo("lora", "3e-2", 20, *_BATCHED),
                   "LoRA r 8 (batched members), lr 3e-2, 20 steps of 16, 4 SPSA samples"),
-    "mezo-lora-beta1": ("mezo-rl", ["--peft", "lora", "--lr", "3e-2", "--steps", "20", "--eval-steps", "20",
-                                    "--batch-size", "16", "--n-spsa", "4", "--normalize", "std", "--beta", "1"],
+    "mezo-lora-beta1": ("mezo-rl", _mezo("lora", "3e-2", 20, "--beta", "1"),
                         "LoRA r 8 (members in place, as --beta needs), lr 3e-2, 20 steps of 16, 4 SPSA samples, beta 1"),
     # issue 35's comparison on sentiment: each tool's best cell of the arithmetic study (chosen there on validation)
-    "mezo-full-lr3e-3": ("mezo-rl", ["--peft", "full", "--lr", "3e-3", "--steps", "60", "--eval-steps", "30",
-                                     "--batch-size", "16", "--n-spsa", "4", "--normalize", "std", "--evaluation", "batched"],
+    "mezo-full-lr3e-3": ("mezo-rl", _mezo("full", "3e-3", 60, *_BATCHED, eval_steps=30),
                          "every weight (low-rank noise, batched members), lr 3e-3, 60 steps of 16, 4 SPSA samples: the "
                          "arithmetic study's best MeZO cell"),
     "grpo-full-lr1e-5": ("trl-grpo", ["--num-generations", "4", "--batch-size", "16", "--eval-points", "2",
@@ -388,12 +392,6 @@ STUDY_SIZES = dict(num_train=1000, num_eval=50, num_test=200)
 STUDY_BUDGET_S = 640
 
 
-def _mezo(peft: str, lr: str, steps: int, *extra: str) -> list[str]:
-    return ["--peft", peft, "--lr", lr, "--steps", str(steps), "--eval-steps", str(steps), "--batch-size", "16",
-            "--n-spsa", "4", "--normalize", "std", *extra]
-
-
-_BATCHED = ("--evaluation", "batched")
 #: cell -> (tool, arguments, what it is). MeZO: 16 prompts a step, 4 SPSA samples, greedy members; the steps
 #: fill STUDY_BUDGET_S at 11 s a step for LoRA and 10.5 s for full (batched members); a cell with fewer is
 #: named for its steps.
