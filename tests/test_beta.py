@@ -48,6 +48,14 @@ def trainer(args, tiny_tokenizer):
                    lm_factory=lambda: LanguageModel(make_tiny_causal_lm(tiny_tokenizer), tiny_tokenizer))
 
 
+def drift(t):
+    """Move the trained tensors away from the start: a policy that has drifted from where the run began."""
+    g = torch.Generator().manual_seed(5)
+    with torch.no_grad():
+        for p in t.start.params:
+            p.add_(0.3 * torch.randn(p.shape, generator=g))
+
+
 def test_kl_is_exactly_zero_at_lr_0(tmp_path, tiny_tokenizer, registered):
     # batched members never perturb the weights in place, so at lr 0 they are the starting weights, bit for bit
     args = args_for(tmp_path, "lr0", learning_rate=0.0, evaluation="batched", do_sample=True)
@@ -64,10 +72,7 @@ def test_beta_pulls_the_policy_back_towards_the_start(tmp_path, tiny_tokenizer, 
     for beta in (0.0, 1.0):
         t = trainer(args_for(tmp_path, f"b{beta}", reward=["flat"], learning_rate=30.0, eps=1e-3, beta=beta,
                              n_spsa=1, max_steps=6), tiny_tokenizer)
-        g = torch.Generator().manual_seed(5)
-        with torch.no_grad():  # a policy that has drifted from where the run began
-            for p in t.start.params:
-                p.add_(0.3 * torch.randn(p.shape, generator=g))
+        drift(t)
         before = t.evaluate("validation")["kl"]
         records = [t.training_step() for _ in range(6)]
         kl[beta] = t.evaluate("validation")["kl"]
@@ -151,10 +156,7 @@ def test_a_large_beta_cannot_make_a_step_longer_than_a_normalised_one(tmp_path, 
     gradient is +-1, as a normalised step's. Unbounded it would be beta (kl+ - kl-) / (2 eps), orders larger."""
     t = trainer(args_for(tmp_path, "big", reward=["reward_len"], learning_rate=0.05, eps=1e-3, beta=1e6,
                          n_spsa=1, max_steps=3), tiny_tokenizer)
-    g = torch.Generator().manual_seed(5)
-    with torch.no_grad():
-        for p in t.start.params:
-            p.add_(0.3 * torch.randn(p.shape, generator=g))
+    drift(t)
     for _ in range(3):
         r = t.training_step()
         assert r["kl"] > 0
