@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 import torch
@@ -95,8 +96,8 @@ def test_the_two_members_of_a_pair_score_their_kl_on_the_same_completions(tmp_pa
         return real(lm, start, prompts, completions, **kw)
 
     monkeypatch.setattr(trainer_module, "completion_kl", spy)
-    t = trainer(args_for(tmp_path, "pairs", beta=1.0, n_spsa=2, do_sample=True, peft="full", eps=0.5),
-                tiny_tokenizer)
+    t = trainer(args_for(tmp_path, "pairs", beta=1.0, n_spsa=2, do_sample=True, peft="full", eps=0.5,
+                         evaluation="inplace"), tiny_tokenizer)  # batched: the next test
     own = []
     real_outcomes = t.member_outcomes
 
@@ -113,12 +114,54 @@ def test_the_two_members_of_a_pair_score_their_kl_on_the_same_completions(tmp_pa
     assert any(own[k] != own[k + 1] for k in (0, 2))  # the - members wrote other completions (every weight moved by eps 0.5)
 
 
+def kl_tolerance(model, kl: float, seq_len: int) -> float:
+    """Twice the float32 rounding bound of a mean per-token KL computed twice (in place and batched: other
+    rows a pass, the perturbation weight-side or activation-side). At a position, KL = sum_v p_v (lp_v - lq_v);
+    each log-probability carries the rounding of one forward pass (relative gamma_n, n the pass's reduction
+    terms plus the prompt's length), so the KL errs by at most gamma_n * sum_v p_v (|lp_v| + |lq_v|) (the log
+    probabilities themselves) + gamma_n * sum_v p_v |lp_v| |lp_v - lq_v| (p's own rounding). With
+    sum_v p_v |lp_v| = H(p) <= ln V and sum_v p_v |lq_v| = H(p) + KL <= ln V + KL, the magnitude is at most
+    (2 ln V + KL) (1 + 2 ln V + KL)."""
+    from conftest import float32_rounding_bound, model_reduction_terms
+
+    s = 2 * math.log(model.config.vocab_size) + kl
+    return 2 * float32_rounding_bound(s * (1 + s), model_reduction_terms(model, seq_len) + seq_len)
+
+
+def test_batched_members_read_the_kl_that_members_in_place_read(tmp_path, tiny_tokenizer, registered):
+    """--beta with the members in one batched pass (``--evaluation batched``): each member's KL to the start,
+    its perturbation applied activation-side and the start's logits read with the pass paused, is the KL the
+    in-place mode reads with that member's weights in place, on the same texts (the + member's of its pair).
+    eps 0.5 on every weight of drifted weights: the four members' KLs differ by far more than the two modes'
+    rounding."""
+    seen = {}
+    for evaluation in ("inplace", "batched"):
+        t = trainer(args_for(tmp_path, evaluation, beta=1.0, n_spsa=2, peft="full", eps=0.5, evaluation=evaluation),
+                    tiny_tokenizer)
+        drift(t)
+        real = t.member_losses
+
+        def spy(outcomes, real=real, evaluation=evaluation):
+            seen[evaluation] = [(o.kl.mean, o.kl.tokens, o.texts) for o in outcomes]
+            return real(outcomes)
+
+        t.member_losses = spy
+        t.training_step()
+    model = t.lm.model
+    assert [x[1:] for x in seen["inplace"]] == [x[1:] for x in seen["batched"]]  # same texts, same tokens
+    kls = {e: [x[0] for x in seen[e]] for e in seen}
+    longest = max(len(tiny_tokenizer(f"{w} {i}")["input_ids"]) for w in WORDS for i in range(30)) + 8  # + completion
+    for a, b in zip(kls["inplace"], kls["batched"]):
+        assert abs(a - b) <= kl_tolerance(model, max(a, b), longest)
+    # and each is nearest its own member's: a member read with another's perturbation, or none, would not be
+    assert [min(range(4), key=lambda j: abs(b - kls["inplace"][j])) for b in kls["batched"]] == [0, 1, 2, 3]
+    assert len({round(k, 3) for k in kls["inplace"]}) == 4
+
+
 def test_bad_beta_is_one_line_before_the_model_loads(tmp_path, registered, tiny_tokenizer):
     with pytest.raises(ConfigError, match="--beta"):
         args_for(tmp_path, "neg", beta=-0.1)
-    with pytest.raises(ConfigError, match="--evaluation inplace"):
-        args_for(tmp_path, "batched", beta=0.1, evaluation="batched")
-    assert args_for(tmp_path, "auto", beta=0.1).evaluation == "inplace"
+    assert args_for(tmp_path, "batched", beta=0.1, evaluation="batched").evaluation == "batched"  # served (below)
 
     def no_model():
         raise AssertionError("the model was loaded")

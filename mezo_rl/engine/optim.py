@@ -312,6 +312,12 @@ class MeZO(torch.optim.Optimizer):
             strategy.prepare([e for e in self._flat() if e[1].requires_grad], noise, self.members_per_step)
 
     @property
+    def member_evaluation(self) -> BatchedMembers | None:
+        """The batched evaluation's strategy (``evaluation=BatchedMembers(model)``), or None in place: a closure
+        uses its ``paused()`` to run a forward unperturbed within a step's batched pass."""
+        return self._members
+
+    @property
     def config(self) -> dict:
         """The options of the whole run (every default but lr, eps and weight_decay), read from ``defaults``."""
         return {k: self.defaults[k] for k in _RUN_DEFAULTS}

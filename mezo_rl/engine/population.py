@@ -82,6 +82,13 @@ class BatchedMembers:
             self.plan = MemberPlan(self.module, entries, noise, members)
         return self.plan
 
+    def paused(self):
+        """Within a step's batched evaluation (the closure), a block where the model computes unperturbed, on
+        the weights in place: :meth:`MemberPlan.paused`."""
+        if self.plan is None:
+            raise RuntimeError("paused() is for use within a batched evaluation; no step has been evaluated")
+        return self.plan.paused()
+
     def evaluate(self, closure, members: list[Member], spec, entries) -> list:
         """``closure(members)`` once, every forward of the module evaluating every member; its M values."""
         plan = self.prepare(entries, spec.kind, len(members))
@@ -127,6 +134,7 @@ class MemberPlan:
     def __init__(self, module: nn.Module, entries, noise: str, members: int):
         self.module, self.members = module, members
         self._rows = None
+        self._live = None  # within applied(): (the step's drawn tensors, what _install patched)
         by_id = {id(p): (idx, p, group) for idx, p, group in entries}
         owners: dict[int, list[tuple[str, nn.Module, str]]] = {}
         for mod_name, mod in module.named_modules():
@@ -195,6 +203,29 @@ class MemberPlan:
             raise ValueError(f"the plan was built for {self.members} members, got {len(members)}")
         tensors = self._draw(spec, members, entries)
         self._rows = None  # rows of the last member-batched input seen (for broadcast embedding lookups)
+        self._live = (tensors, self._install(tensors))
+        try:
+            yield
+        finally:
+            self._uninstall(self._live[1])
+            self._live = None
+
+    @contextmanager
+    def paused(self):
+        """Within :meth:`applied`'s block, a block where the module computes as it does outside it: its own
+        forwards on the weights in place, rows not split into members (e.g. to read another model's logits
+        on the members' completions); the members' perturbations are back when the block ends."""
+        if self._live is None:
+            raise RuntimeError("paused() is for use within a batched evaluation (MemberPlan.applied)")
+        tensors, installed = self._live
+        self._uninstall(installed)
+        try:
+            yield
+        finally:
+            self._live = (tensors, self._install(tensors))
+
+    def _install(self, tensors) -> tuple[list, list]:
+        """Patch every module with trainable tensors to evaluate the members: (patched, taking)."""
         patched, taking = [], []  # (module, its own instance-level forward or None); modules given member_params
         try:
             for mod, roles in self.roles.items():
@@ -211,15 +242,21 @@ class MemberPlan:
                     fwd = self._linear_forward(mod, roles, tensors)
                 patched.append((mod, mod.__dict__.get("forward")))
                 mod.forward = fwd
-            yield
-        finally:
-            for mod in taking:
-                mod.member_params = None
-            for mod, previous in reversed(patched):
-                if previous is None:
-                    del mod.forward
-                else:
-                    mod.forward = previous
+        except BaseException:
+            self._uninstall((patched, taking))
+            raise
+        return patched, taking
+
+    @staticmethod
+    def _uninstall(installed) -> None:
+        patched, taking = installed
+        for mod in taking:
+            mod.member_params = None
+        for mod, previous in reversed(patched):
+            if previous is None:
+                del mod.forward
+            else:
+                mod.forward = previous
 
     def _draw(self, spec, members, entries) -> dict[int, dict]:
         """Per trainable tensor, this step's per-member factors (low-rank) or perturbations (others)."""

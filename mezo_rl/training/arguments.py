@@ -251,7 +251,7 @@ class ObjectiveArguments(Arguments):
     reward_weights: Optional[list[float]] = option(None, "one weight per --reward (default: all 1)")
     reward_normalize: Optional[str] = option(None, "'std': scale each reward by its spread on the first batch before weighting (default: no scaling)", choices=["std"])
     reward_shaping: str = option("none", "group: centre each prompt's weighted rewards across all of the step's completions of it (every member, every --num-generations sample) and divide by their std, as GRPO and EGGROLL do per prompt; none: the mean reward", choices=["none", "group"])
-    beta: float = option(0.0, "the KL coefficient (TRL's beta), prompt tasks: each member's loss adds beta times the mean per-token KL to the starting model (exact over the vocabulary; both members of a pair read it on the + member's completions), so a step prefers members that stay close to where the run began; 0: no penalty (kl is still reported at each evaluation). Needs the members evaluated in place (--evaluation auto picks it)", ge=0.0)
+    beta: float = option(0.0, "the KL coefficient (TRL's beta), prompt tasks: each member's loss adds beta times the mean per-token KL to the starting model (exact over the vocabulary; both members of a pair read it on the + member's completions), so a step prefers members that stay close to where the run began; 0: no penalty (kl is still reported at each evaluation)", ge=0.0)
 
     def __post_init__(self):
         if isinstance(self.reward, str):
@@ -436,11 +436,6 @@ class MeZOConfig(OutputArguments, EvalArguments, GenerationArguments, ComputeArg
                 setattr(self, FIELD_OF.get(key, key), default)
         if self.eval_steps is None:
             self.eval_steps = max(1, self.max_steps // 5)
-        if self.beta > 0 and self.evaluation == "batched":
-            raise ConfigError("--beta > 0 needs each member's KL to the starting model, read with its weights in place, which "
-                              "the batched pass does not serve: use --evaluation inplace (or auto)")
-        if self.beta > 0 and self.evaluation == "auto":
-            self.evaluation = "inplace"
         if self.num_generations > self.per_device_train_batch_size or self.per_device_train_batch_size % self.num_generations:
             raise ConfigError(f"--num-generations {self.num_generations} must divide --per-device-train-batch-size "
                               f"{self.per_device_train_batch_size} (the completions of a step: "

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-__all__ = ["StartingPoint", "KLSums", "completion_kl", "KL", "KL_BATCH"]
+__all__ = ["StartingPoint", "KLSums", "completion_kl", "member_kls", "KL", "KL_BATCH"]
 
 KL = "kl"  #: the evaluation and log key
 #: (prompt, completion) pairs a forward pass of :func:`completion_kl` reads: it holds both models'
@@ -114,26 +114,58 @@ def completion_kl(lm, start: StartingPoint, prompts: list[str], completions: lis
     ``batch_size`` pairs per forward pass; each pass keeps the logits of completion positions only. Runs
     without gradients. Needs a causal LM.
     """
-    if len(prompts) != len(completions):
-        raise ValueError(f"completion_kl: {len(prompts)} prompts but {len(completions)} completions")
+    return member_kls(lm, start, prompts, [completions], batch_size=batch_size)[0]
+
+
+def member_kls(lm, start: StartingPoint, prompts: list[str], completions: list[list[str]],
+               unperturbed=contextlib.nullcontext, batch_size: int = KL_BATCH) -> list[KLSums]:
+    """:func:`completion_kl` of each of M members at once, for a member-batched pass
+    (:class:`mezo_rl.engine.population.BatchedMembers`): ``completions[k]`` are member k's texts for
+    ``prompts``. Every policy forward holds M equal blocks of rows in member-major layout (member k's
+    perturbation applies to block k); the starting model's forward of the same rows runs within
+    ``unperturbed()`` (the strategy's ``paused``), where the model computes without the members, once for each
+    distinct row (the two members of a pair read the same texts). With one member and no strategy this is
+    :func:`completion_kl`. A completion that tokenises to nothing keeps its
+    row (the blocks stay equal) and adds no token."""
     if not lm.is_causal:
         raise ValueError("completion_kl needs a causal LM (the completions are its continuations)")
-    pairs = [lm.encode(p, c) for p, c in zip(prompts, completions) if c and lm.tokenizer(
-        c, add_special_tokens=False)["input_ids"]]
-    sums = KLSums()
+    for texts in completions:
+        if len(texts) != len(prompts):
+            raise ValueError(f"completion_kl: {len(prompts)} prompts but {len(texts)} completions")
+    M = len(completions)
+    filler = lm.tokenizer.eos_token_id if lm.tokenizer.eos_token_id is not None else lm.tokenizer.pad_token_id
+
+    def pair(prompt, text):  # (input ids, scored positions)
+        if text and lm.tokenizer(text, add_special_tokens=False)["input_ids"]:
+            ids, pos, _ = lm.encode(prompt, text)
+            return ids, pos
+        return [filler], []
+
+    encoded = [[pair(p, c) for p, c in zip(prompts, texts)] for texts in completions]
+    per = max(1, batch_size // M)  # prompts a pass: M rows each
+    sums = [KLSums() for _ in range(M)]
     with torch.no_grad():
-        for lo in range(0, len(pairs), batch_size):
-            chunk = pairs[lo: lo + batch_size]
-            rows = [ids for ids, _, _ in chunk]
-            keep = torch.tensor(sorted({p for _, pos, _ in chunk for p in pos}), dtype=torch.long)
+        for lo in range(0, len(prompts), per):
+            chunk = [encoded[k][i] for k in range(M) for i in range(lo, min(len(prompts), lo + per))]
+            if not any(pos for _, pos in chunk):
+                continue
+            rows = [ids for ids, _ in chunk]
+            keep = torch.tensor(sorted({p for _, pos in chunk for p in pos}), dtype=torch.long)
             index = {int(p): k for k, p in enumerate(keep)}
-            sel_b = torch.tensor([b for b, (_, pos, _) in enumerate(chunk) for _ in pos])
-            sel_k = torch.tensor([index[p] for _, pos, _ in chunk for p in pos])
+            sel_b = torch.tensor([b for b, (_, pos) in enumerate(chunk) for _ in pos])
+            sel_k = torch.tensor([index[p] for _, pos in chunk for p in pos])
             logp = _position_logprobs(lm, rows, keep)
-            with start.active():
-                logq = _position_logprobs(lm, rows, keep)
+            # the start's logits of each distinct row once (a pair's two members read the same texts)
+            distinct = {tuple(r): None for r in rows} if M > 1 else {}
+            distinct = {r: i for i, r in enumerate(distinct)}
+            with unperturbed(), start.active():
+                logq = _position_logprobs(lm, [list(r) for r in distinct] if M > 1 else rows, keep)
+            sel_q = sel_b if M == 1 else torch.tensor([distinct[tuple(rows[b])] for b in sel_b.tolist()])
             d = logp.device
-            lp, lq = logp[sel_b.to(d), sel_k.to(d)], logq[sel_b.to(d), sel_k.to(d)]  # [N, V]
-            per_token = (lp.exp() * (lp - lq)).sum(-1)
-            sums = sums + KLSums(float(per_token.double().sum()), int(per_token.numel()))
+            lp, lq = logp[sel_b.to(d), sel_k.to(d)], logq[sel_q.to(d), sel_k.to(d)]  # [N, V]
+            per_token = (lp.exp() * (lp - lq)).sum(-1).double().cpu()
+            member = sel_b // (len(chunk) // M)
+            for k in range(M):
+                mine = per_token[member == k]
+                sums[k] = sums[k] + KLSums(float(mine.sum()), int(mine.numel()))
     return sums

@@ -40,7 +40,7 @@ from mezo_rl.training.arguments import MeZOConfig, TrainingArguments
 from mezo_rl.training.callbacks import CallbackHandler, CallbackState, ProgressCallback, TrainerCallback, TrainerControl
 from mezo_rl.training.distributed import DistContext
 from mezo_rl.training.evaluation import OBJECTIVE, evaluate
-from mezo_rl.training.kl import KL, KLSums, StartingPoint, completion_kl
+from mezo_rl.training.kl import KL, KLSums, StartingPoint, completion_kl, member_kls
 from mezo_rl.training.outputs import autocast, model_outputs, objective_outputs, prompt_texts
 from mezo_rl.training.rundir import TrainerState
 from mezo_rl.training.model_card import push_to_hub, write_model_card
@@ -284,20 +284,29 @@ class MeZOTrainer:
         ``--num-generations`` completions per prompt; one ``rewards.ObjectiveOutput`` per member (per-example
         values; sums, squares and counts for the all-reduce). ``members``: a batched step's members, from one
         member-batched pass (``--evaluation batched``; the weights stay in place); None: the one member the
-        weights in place are (a list of one). With ``--beta`` (members in place) each output also carries
-        ``kl``: the summed per-token KL to the starting model over its completions, or over ``kl_texts`` (the
-        completions of the same prompts that the other member of its pair wrote)."""
+        weights in place are (a list of one). With ``--beta`` each output also carries ``kl``: the summed
+        per-token KL to the starting model over its completions, or over the completions of the same prompts
+        that the + member of its pair wrote (in place: ``kl_texts``; batched: found among ``members``)."""
         a, shard = self.args, self.dist.shard(examples)
         with self._guard.interruptible(), autocast(a.autocast, self.lm.device.type):
             outcomes = objective_outputs(self.lm, self.objective, shard, members, sample_seed=sample_seed,
                                          max_new_tokens=a.max_completion_length, do_sample=a.do_sample,
                                          temperature=a.temperature, num_generations=a.num_generations)
             outcomes = [outcomes] if members is None else outcomes
-            if a.beta:
-                with torch.no_grad():
-                    for out in outcomes:
-                        out.kl = completion_kl(self.lm, self.start, prompt_texts(self.lm, [shard[g] for g in out.groups]),
-                                               out.texts if kl_texts is None else kl_texts)
+            if a.beta and members is None:
+                out = outcomes[0]
+                out.kl = completion_kl(self.lm, self.start, prompt_texts(self.lm, [shard[g] for g in out.groups]),
+                                       out.texts if kl_texts is None else kl_texts)
+            elif a.beta:
+                # each member's KL on its sample's first member's texts (a pair's: the + member's), both models'
+                # logits read within the step's batched pass: the members' rows batched, the start's unperturbed
+                first = {}
+                for m, out in zip(members, outcomes):
+                    first.setdefault(m.sample, out.texts)
+                kls = member_kls(self.lm, self.start, prompt_texts(self.lm, [shard[g] for g in outcomes[0].groups]),
+                                 [first[m.sample] for m in members], unperturbed=self.optimizer.member_evaluation.paused)
+                for out, kl in zip(outcomes, kls):
+                    out.kl = kl
         return outcomes
 
     def training_step(self) -> dict:
