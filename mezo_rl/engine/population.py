@@ -26,7 +26,10 @@ Any other module with trainable tensors (norm gains, ...)
     Runs once per member block, with that member's perturbed copies swapped in for its own tensors.
 
 The factors and deltas are drawn once per step (when the pass starts) and reused by every forward of
-the closure (every decoding step). The update after the evaluations is the same update the
+the closure (every decoding step). Within the closure, ``BatchedMembers.paused()`` gives a block where the
+model computes as it does outside the pass (its own forwards, the weights in place, rows not split into
+members): a closure that needs another model's view of the members' outputs (the trainer's KL to the
+starting model) reads it there. The update after the evaluations is the same update the
 weight-side noise applies (:mod:`mezo_rl.engine.optim`), so trajectories and replay are unchanged; only
 the perturbation sweeps are gone, which is why nothing drifts in bf16.
 """
