@@ -69,6 +69,7 @@ def _mezo(peft: str, lr: str, steps: int, *extra: str, eval_steps: int | None = 
 
 
 _BATCHED = ("--evaluation", "batched")
+_IN_PLACE = ("--evaluation", "inplace")
 
 #: variant -> (tool, extra arguments, what it is). ``mezo`` is the example with its defaults.
 VARIANTS = {
@@ -89,12 +90,15 @@ VARIANTS = {
                           "other cell among them"),
     "mezo-lora": ("mezo-rl", _mezo("lora", "3e-2", 20, *_BATCHED),
                   "LoRA r 8 (batched members), lr 3e-2, 20 steps of 16, 4 SPSA samples"),
-    "mezo-lora-beta1": ("mezo-rl", _mezo("lora", "3e-2", 20, "--beta", "1"),
-                        "LoRA r 8 (members in place, as --beta needs), lr 3e-2, 20 steps of 16, 4 SPSA samples, beta 1"),
+    "mezo-lora-beta1": ("mezo-rl", _mezo("lora", "3e-2", 20, "--beta", "1", *_IN_PLACE),
+                        "LoRA r 8 (members in place), lr 3e-2, 20 steps of 16, 4 SPSA samples, beta 1"),
     # issue 35's comparison on sentiment: each tool's best cell of the arithmetic study (chosen there on validation)
     "mezo-full-lr3e-3": ("mezo-rl", _mezo("full", "3e-3", 60, *_BATCHED, eval_steps=30),
                          "every weight (low-rank noise, batched members), lr 3e-3, 60 steps of 16, 4 SPSA samples: the "
                          "arithmetic study's best MeZO cell"),
+    "mezo-full-lr1e-3-60steps": ("mezo-rl", _mezo("full", "1e-3", 60, *_BATCHED, eval_steps=30),
+                                 "every weight, lr 1e-3, 60 steps of 16: the GRPO cell's training time at MeZO's "
+                                 "defaults' lr (the reward at GRPO's kl)"),
     "grpo-full-lr1e-5": ("trl-grpo", ["--num-generations", "4", "--batch-size", "16", "--eval-points", "2",
                                       "--peft", "full", "--lr", "1e-5"],
                          "TRL GRPOTrainer, every weight, lr 1e-5 (the arithmetic study's best GRPO cell), the training "
@@ -402,20 +406,24 @@ STUDY_CELLS = {
                                  "MeZO, LoRA r 8 (batched members), lr 3e-2, 20 steps (a third of the budget)"),
     "mezo-lora-lr3e-3": ("mezo-rl", _mezo("lora", "3e-3", 57, *_BATCHED), "MeZO, LoRA r 8 (batched members), lr 3e-3"),
     "mezo-lora-lr3e-2": ("mezo-rl", _mezo("lora", "3e-2", 57, *_BATCHED), "MeZO, LoRA r 8 (batched members), lr 3e-2"),
-    "mezo-lora-lr3e-2-20steps-beta1": ("mezo-rl", _mezo("lora", "3e-2", 20, "--beta", "1"),
-                                       "MeZO, LoRA r 8 (members in place, as --beta needs), lr 3e-2, 20 steps, beta 1"),
-    "mezo-lora-lr3e-2-20steps-beta10": ("mezo-rl", _mezo("lora", "3e-2", 20, "--beta", "10"),
+    "mezo-lora-lr3e-2-20steps-beta1": ("mezo-rl", _mezo("lora", "3e-2", 20, "--beta", "1", *_IN_PLACE),
+                                       "MeZO, LoRA r 8 (members in place), lr 3e-2, 20 steps, beta 1"),
+    "mezo-lora-lr3e-2-20steps-beta10": ("mezo-rl", _mezo("lora", "3e-2", 20, "--beta", "10", *_IN_PLACE),
                                         "MeZO, LoRA r 8 (members in place), lr 3e-2, 20 steps, beta 10"),
     "mezo-full-lr3e-3": ("mezo-rl", _mezo("full", "3e-3", 60, *_BATCHED),
                          "MeZO, every weight (low-rank noise, batched members), lr 3e-3"),
+    "mezo-full-lr5e-3": ("mezo-rl", _mezo("full", "5e-3", 60, *_BATCHED),
+                         "MeZO, every weight (low-rank noise, batched members), lr 5e-3"),
+    "mezo-full-lr3e-3-beta1": ("mezo-rl", _mezo("full", "3e-3", 22, *_BATCHED, "--beta", "1"),
+                               "MeZO, every weight (low-rank noise, batched members), lr 3e-3, beta 1: 22 steps (the "
+                               "budget at beta's 25-30 s a step)"),
     "mezo-full-lr1e-3": ("mezo-rl", _mezo("full", "1e-3", 60, *_BATCHED),
                          "MeZO, every weight (low-rank noise, batched members), lr 1e-3"),
     "mezo-full-lr1e-3-20steps": ("mezo-rl", _mezo("full", "1e-3", 20, *_BATCHED),
                                  "MeZO, every weight (low-rank noise, batched members), lr 1e-3, 20 steps"),
-    "mezo-full-lr1e-3-20steps-beta1": ("mezo-rl", _mezo("full", "1e-3", 20, "--beta", "1"),
-                                       "MeZO, every weight (low-rank noise, members in place, as --beta needs), lr 1e-3, "
-                                       "20 steps, beta 1"),
-    "mezo-full-lr1e-3-20steps-beta0.04": ("mezo-rl", _mezo("full", "1e-3", 20, "--beta", "0.04"),
+    "mezo-full-lr1e-3-20steps-beta1": ("mezo-rl", _mezo("full", "1e-3", 20, "--beta", "1", *_IN_PLACE),
+                                       "MeZO, every weight (low-rank noise, members in place), lr 1e-3, 20 steps, beta 1"),
+    "mezo-full-lr1e-3-20steps-beta0.04": ("mezo-rl", _mezo("full", "1e-3", 20, "--beta", "0.04", *_IN_PLACE),
                                           "MeZO, every weight (members in place), lr 1e-3, 20 steps, beta 0.04 "
                                           "(GRPO's beta cell's)"),
     "grpo-lora-lr1e-6": ("trl-grpo", ["--peft", "lora", "--lr", "1e-6"], "TRL GRPO, LoRA r 8, lr 1e-6 (TRL's default)"),
@@ -426,6 +434,9 @@ STUDY_CELLS = {
                                   "model loaded)"),
     "grpo-full-lr1e-6": ("trl-grpo", ["--peft", "full", "--lr", "1e-6"], "TRL GRPO, every weight, lr 1e-6 (TRL's default)"),
     "grpo-full-lr1e-5": ("trl-grpo", ["--peft", "full", "--lr", "1e-5"], "TRL GRPO, every weight, lr 1e-5 (10x)"),
+    "grpo-full-lr1e-5-beta0.04": ("trl-grpo", ["--peft", "full", "--lr", "1e-5", "--beta", "0.04"],
+                                  "TRL GRPO, every weight, lr 1e-5, beta 0.04 (a reference model loaded)"),
+    "grpo-full-lr3e-5": ("trl-grpo", ["--peft", "full", "--lr", "3e-5"], "TRL GRPO, every weight, lr 3e-5 (30x)"),
     "grpo-full-lr1e-4": ("trl-grpo", ["--peft", "full", "--lr", "1e-4"], "TRL GRPO, every weight, lr 1e-4 (100x)"),
 }
 
