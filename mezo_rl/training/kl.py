@@ -125,8 +125,8 @@ def member_kls(lm, start: StartingPoint, prompts: list[str], completions: list[l
     perturbation applies to block k); the starting model's forward of the same rows runs within
     ``unperturbed()`` (the strategy's ``paused``), where the model computes without the members, once for each
     distinct row (the two members of a pair read the same texts). With one member and no strategy this is
-    :func:`completion_kl`. A completion that tokenises to nothing keeps its
-    row (the blocks stay equal) and adds no token."""
+    :func:`completion_kl`. A completion that tokenises to nothing keeps its row (the blocks stay equal) and
+    adds no token."""
     if not lm.is_causal:
         raise ValueError("completion_kl needs a causal LM (the completions are its continuations)")
     for texts in completions:
@@ -155,12 +155,16 @@ def member_kls(lm, start: StartingPoint, prompts: list[str], completions: list[l
             sel_b = torch.tensor([b for b, (_, pos) in enumerate(chunk) for _ in pos])
             sel_k = torch.tensor([index[p] for _, pos in chunk for p in pos])
             logp = _position_logprobs(lm, rows, keep)
-            # the start's logits of each distinct row once (a pair's two members read the same texts)
-            distinct = {tuple(r): None for r in rows} if M > 1 else {}
-            distinct = {r: i for i, r in enumerate(distinct)}
+            if M == 1:  # the same rows: at the start's own weights the two passes agree bit for bit (kl 0 at lr 0)
+                start_rows, sel_q = rows, sel_b
+            else:  # each distinct row once: a pair's two members read the same texts
+                where: dict[tuple, int] = {}
+                for r in map(tuple, rows):
+                    where.setdefault(r, len(where))
+                start_rows = [list(r) for r in where]
+                sel_q = torch.tensor([where[tuple(rows[b])] for b in sel_b.tolist()])
             with unperturbed(), start.active():
-                logq = _position_logprobs(lm, [list(r) for r in distinct] if M > 1 else rows, keep)
-            sel_q = sel_b if M == 1 else torch.tensor([distinct[tuple(rows[b])] for b in sel_b.tolist()])
+                logq = _position_logprobs(lm, start_rows, keep)
             d = logp.device
             lp, lq = logp[sel_b.to(d), sel_k.to(d)], logq[sel_q.to(d), sel_k.to(d)]  # [N, V]
             per_token = (lp.exp() * (lp - lq)).sum(-1).double().cpu()
