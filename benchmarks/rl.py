@@ -414,6 +414,9 @@ STUDY_CELLS = {
                          "MeZO, every weight (low-rank noise, batched members), lr 3e-3"),
     "mezo-full-lr5e-3": ("mezo-rl", _mezo("full", "5e-3", 60, *_BATCHED),
                          "MeZO, every weight (low-rank noise, batched members), lr 5e-3"),
+    "mezo-full-lr3e-3-22steps": ("mezo-rl", _mezo("full", "3e-3", 22, *_BATCHED),
+                                 "MeZO, every weight (low-rank noise, batched members), lr 3e-3, 22 steps (the beta-1 "
+                                 "cell's steps, beta 0)"),
     "mezo-full-lr3e-3-beta1": ("mezo-rl", _mezo("full", "3e-3", 22, *_BATCHED, "--beta", "1"),
                                "MeZO, every weight (low-rank noise, batched members), lr 3e-3, beta 1: 22 steps (the "
                                "budget at beta's 25-30 s a step)"),
