@@ -61,6 +61,7 @@ EXAMPLE = REPO / "examples" / "rl_sentiment.py"
 GRPO = REPO / "benchmarks" / "grpo_sentiment.py"
 REWARD = "positivity"
 
+
 def _mezo(peft: str, lr: str, steps: int, *extra: str, eval_steps: int | None = None) -> list[str]:
     """A MeZO cell's arguments (``mezo-rl train`` and the sentiment example take the same): 16 prompts a step,
     4 SPSA samples, the normalised step; validated every ``eval_steps`` (default: at the start and the end)."""
@@ -79,11 +80,9 @@ VARIANTS = {
                                   "--evaluation", "inplace"],
                       "4 sampled completions per prompt (GRPO's G), group shaping, 2 SPSA samples, lr 0.05 "
                       "(the example's defaults before 2026-11-25)"),
-    "mezo-full": ("mezo-rl", ["--peft", "full", "--lr", "1e-3", "--steps", "20", "--eval-steps", "20", "--batch-size", "16",
-                              "--n-spsa", "4", "--evaluation", "batched"],
+    "mezo-full": ("mezo-rl", _mezo("full", "1e-3", 20, *_BATCHED),
                   "every weight (low-rank noise, batched members), lr 1e-3, 20 steps of 16, 4 SPSA samples"),
-    "mezo-full-40": ("mezo-rl", ["--peft", "full", "--lr", "1e-3", "--steps", "40", "--eval-steps", "20", "--batch-size", "16",
-                                 "--n-spsa", "4", "--evaluation", "batched"],
+    "mezo-full-40": ("mezo-rl", _mezo("full", "1e-3", 40, *_BATCHED, eval_steps=20),
                      "every weight, lr 1e-3, 40 steps of 16 (validated at 20 and 40), 4 SPSA samples"),
     "mezo-full-test600": ("mezo-rl", _mezo("full", "1e-3", 20, *_BATCHED, "--num-test", "600", "--log-completions", "600"),
                           "the mezo-full cell (the same training) tested on 600 held-out prompts, the 200 of every "
