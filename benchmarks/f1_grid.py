@@ -1,0 +1,155 @@
+"""SQuAD F1 as the objective, a grid: configurations of ``examples/optimize_f1.py``'s run trained side by side on
+one device, each for the same wall-clock budget, each choosing its best step on validation and testing it.
+
+    MEZO_RL_DATA=DIR HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 \\
+        python benchmarks/f1_grid.py --device-map cuda --budget 300 --out runs/f1-grid     # every configuration
+    python benchmarks/f1_grid.py --configs prefix-b16 --budget 60 --num-eval 8 --num-test 8   # a look, on the CPU
+
+Every configuration is the example's task and reward (``squad`` with ``squad_f1`` of greedy answers, 16 new
+tokens, 1000 training questions, validation on ``--num-eval`` questions from articles no training question
+uses, test on ``--num-test`` SQuAD dev questions, seed ``--seed``), in its own process. A callback stops
+training after ``--budget`` seconds of steps and validates every ``--validate-every`` seconds of steps, so the
+configurations get the same training time whatever their step costs; the run's own end then tests its best
+step. Each configuration's record (validation and test before and after with their SEs, steps, seconds a
+step, peak memory) is one JSON line in ``OUT/results.jsonl``, written by its own process; its run directory
+(``OUT/NAME``) replays with ``mezo-rl eval --run-dir``.
+
+``--jobs`` configurations run at once (default: all): on a GPU they share the device, so a configuration's
+seconds a step depend on its neighbours (each record says how many ran at once); on a CPU run one at a time
+(``--jobs 1``). Figures and commands:
+benchmarks/README.md, "SQuAD F1 as the objective".
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import time
+
+from mezo_rl.training.callbacks import TrainerCallback
+
+RESULTS = "results.jsonl"
+
+#: name -> training arguments over the example's (examples/optimize_f1.py): what each configuration changes
+CONFIGS = {
+    # the example's sign step (one Rademacher sample, normalize std: a step of length lr), run longer
+    "prefix-b16": dict(peft="prefix", noise="rademacher", normalize="std", n_spsa=1, lr=2e-2, eps=1e-1,
+                       batch_size=16),
+    "prefix-b16-lr1e-2": dict(peft="prefix", noise="rademacher", normalize="std", n_spsa=1, lr=1e-2, eps=1e-1,
+                              batch_size=16),
+    # 64 questions and 4 SPSA samples a step: a direction estimated from 16x the answers (std-normalised
+    # coefficients average below 1, so the same lr makes a shorter step)
+    "prefix-b64-n4": dict(peft="prefix", noise="rademacher", normalize="std", n_spsa=4, lr=4e-2, eps=1e-1,
+                          batch_size=64),
+    "prefix-b64-n4-lr2e-2": dict(peft="prefix", noise="rademacher", normalize="std", n_spsa=4, lr=2e-2, eps=1e-1,
+                                 batch_size=64),
+    # LoRA r 8 and every weight, each with the prompt tasks' step (normalize std, 4 SPSA samples)
+    "lora-b64-n4": dict(peft="lora", noise="gaussian", normalize="std", n_spsa=4, lr=1e-2, eps=1e-2, batch_size=64),
+    "full-b64-n4": dict(peft="full", noise="lowrank", normalize="std", n_spsa=4, lr=3e-4, eps=1e-2, batch_size=64),
+    "full-b64-n4-lr1e-3": dict(peft="full", noise="lowrank", normalize="std", n_spsa=4, lr=1e-3, eps=1e-2,
+                               batch_size=64),
+}
+
+
+class TimeBudget(TrainerCallback):
+    """Stops training once its steps have taken ``budget`` seconds, and asks for a validation every
+    ``validate_every`` seconds of steps (the trainer's own ``seconds["steps"]``: evaluations not counted)."""
+
+    def __init__(self, budget: float, validate_every: float):
+        self.budget, self.validate_every, self.next_validation = budget, validate_every, validate_every
+
+    def on_step_end(self, args, state, control, trainer=None, **kwargs):
+        spent = trainer.seconds["steps"]
+        if spent >= self.budget:
+            control.should_training_stop = True
+        elif spent >= self.next_validation:
+            control.should_evaluate = True
+            self.next_validation = spent + self.validate_every
+        return control
+
+
+def run_one(name: str, a) -> dict:
+    """Train configuration ``name`` in this process; returns its record."""
+    import torch
+
+    from mezo_rl.training.arguments import TrainingArguments
+    from mezo_rl.training.trainer import Trainer
+
+    out = pathlib.Path(a.out) / name
+    args = TrainingArguments(
+        model=a.model, task="squad", reward=["squad_f1"], **CONFIGS[name],
+        steps=10**6, eval_steps=10**6, eval_batch_size=a.eval_batch_size, lr_scheduler="constant",
+        num_train=1000, num_eval=a.num_eval, num_test=a.num_test, max_new_tokens=16, seed=a.seed,
+        data_dir=a.data_dir, device_map=a.device_map, output_dir=str(out), progress=False,
+    )
+    s = Trainer(args, callbacks=[TimeBudget(a.budget, a.validate_every)]).train()
+    se = lambda split: s[split].get("squad_f1/se")  # noqa: E731
+    return {
+        "config": name, **CONFIGS[name], "seed": a.seed, "device": a.device_map or "cpu",
+        "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() and a.device_map else None,
+        "budget_s": a.budget, "concurrent": min(a.jobs or len(a.configs.split(",")), len(a.configs.split(","))),
+        "steps": s["steps"], "best_step": s["best_step"],
+        "s_per_step": round(s["time_s"]["steps"] / max(s["steps"], 1), 3),
+        "validation_f1": [s["initial_validation"]["squad_f1"], s["validation"]["squad_f1"]],
+        "validation_n": s["validation"]["n"],
+        "test_f1": [s["initial_test"]["squad_f1"], s["test"]["squad_f1"]],
+        "test_f1_se": [se("initial_test"), se("test")], "test_n": s["test"]["n"],
+        "test_exact_match": [s["initial_test"]["exact_match"], s["test"]["exact_match"]],
+        "peak_rss_mb": s["peak_rss_mb"],
+        "peak_gpu_mb": round(torch.cuda.max_memory_allocated() / 2**20) if torch.cuda.is_available() else None,
+        "wall_time_s": round(s["wall_time_s"], 1), "run_dir": str(out),
+    }
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--configs", default=",".join(CONFIGS), help=f"comma-separated, of: {', '.join(CONFIGS)}")
+    p.add_argument("--budget", type=float, default=300.0, help="seconds of training steps per configuration")
+    p.add_argument("--validate-every", type=float, default=45.0, help="validate every N seconds of steps")
+    p.add_argument("--jobs", type=int, default=0, help="configurations at once (default: all of them)")
+    p.add_argument("--device-map", default=None, help="where each run computes, e.g. cuda (default: the CPU)")
+    p.add_argument("--model", default="smollm2-135m")
+    p.add_argument("--num-eval", type=int, default=100)
+    p.add_argument("--num-test", type=int, default=200)
+    p.add_argument("--eval-batch-size", type=int, default=16)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--data-dir", default=None)
+    p.add_argument("--out", default="runs/f1-grid")
+    p.add_argument("--one", default=None, help=argparse.SUPPRESS)   # a worker: train this configuration
+    a = p.parse_args()
+    names = a.configs.split(",")
+    unknown = [n for n in names if n not in CONFIGS]
+    if unknown:
+        p.error(f"unknown configuration(s) {unknown}; known: {', '.join(CONFIGS)}")
+    if a.one:   # the worker writes its own record: a finished configuration's survives its parent
+        record = json.dumps(run_one(a.one, a))
+        with open(pathlib.Path(a.out) / RESULTS, "a") as f:
+            f.write(record + "\n")
+        print(record, flush=True)
+        return
+    out = pathlib.Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    jobs = a.jobs or len(names)
+    env = dict(os.environ, OMP_NUM_THREADS=str(max(1, (os.cpu_count() or 2) // jobs)))
+    pending, running = list(names), []
+    while pending or running:
+        while pending and len(running) < jobs:
+            name = pending.pop(0)
+            log = open(out / f"{name}.log", "w")
+            cmd = [sys.executable, __file__, *sys.argv[1:], "--one", name]
+            running.append((name, subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env), log))
+        time.sleep(1)
+        for item in [r for r in running if r[1].poll() is not None]:
+            running.remove(item)
+            name, proc, log = item
+            log.close()
+            print(f"{name}: " + ("done" if proc.returncode == 0 else f"exit {proc.returncode}") +
+                  f" (log {out / (name + '.log')})", flush=True)
+    print(f"records: {out / RESULTS}")
+
+
+if __name__ == "__main__":
+    main()
