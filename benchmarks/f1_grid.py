@@ -33,24 +33,24 @@ from mezo_rl.training.callbacks import TrainerCallback
 
 RESULTS = "results.jsonl"
 
-#: name -> training arguments over the example's (examples/optimize_f1.py): what each configuration changes
+def _config(peft: str, lr: float, batch_size: int, n_spsa: int) -> dict:
+    """Training arguments over the example's: the normalised step (with one SPSA sample a sign step of length
+    lr), each mode's noise and eps (the prefix's, the example's; LoRA's and every weight's, the prompt tasks')."""
+    noise, eps = {"prefix": ("rademacher", 1e-1), "lora": ("gaussian", 1e-2), "full": ("lowrank", 1e-2)}[peft]
+    return dict(peft=peft, noise=noise, eps=eps, normalize="std", n_spsa=n_spsa, lr=lr, batch_size=batch_size)
+
+
+#: name -> training arguments over the example's (examples/optimize_f1.py). ``prefix-b16`` is the example's
+#: step; the ``b64-n4`` rows estimate a direction from 16x the answers (64 questions, 4 SPSA samples; their
+#: std-normalised coefficients average below 1, so the same lr makes a shorter step).
 CONFIGS = {
-    # the example's sign step (one Rademacher sample, normalize std: a step of length lr), run longer
-    "prefix-b16": dict(peft="prefix", noise="rademacher", normalize="std", n_spsa=1, lr=2e-2, eps=1e-1,
-                       batch_size=16),
-    "prefix-b16-lr1e-2": dict(peft="prefix", noise="rademacher", normalize="std", n_spsa=1, lr=1e-2, eps=1e-1,
-                              batch_size=16),
-    # 64 questions and 4 SPSA samples a step: a direction estimated from 16x the answers (std-normalised
-    # coefficients average below 1, so the same lr makes a shorter step)
-    "prefix-b64-n4": dict(peft="prefix", noise="rademacher", normalize="std", n_spsa=4, lr=4e-2, eps=1e-1,
-                          batch_size=64),
-    "prefix-b64-n4-lr2e-2": dict(peft="prefix", noise="rademacher", normalize="std", n_spsa=4, lr=2e-2, eps=1e-1,
-                                 batch_size=64),
-    # LoRA r 8 and every weight, each with the prompt tasks' step (normalize std, 4 SPSA samples)
-    "lora-b64-n4": dict(peft="lora", noise="gaussian", normalize="std", n_spsa=4, lr=1e-2, eps=1e-2, batch_size=64),
-    "full-b64-n4": dict(peft="full", noise="lowrank", normalize="std", n_spsa=4, lr=3e-4, eps=1e-2, batch_size=64),
-    "full-b64-n4-lr1e-3": dict(peft="full", noise="lowrank", normalize="std", n_spsa=4, lr=1e-3, eps=1e-2,
-                               batch_size=64),
+    "prefix-b16": _config("prefix", 2e-2, 16, 1),
+    "prefix-b16-lr1e-2": _config("prefix", 1e-2, 16, 1),
+    "prefix-b64-n4": _config("prefix", 4e-2, 64, 4),
+    "prefix-b64-n4-lr2e-2": _config("prefix", 2e-2, 64, 4),
+    "lora-b64-n4": _config("lora", 1e-2, 64, 4),
+    "full-b64-n4": _config("full", 3e-4, 64, 4),
+    "full-b64-n4-lr1e-3": _config("full", 1e-3, 64, 4),
 }
 
 
