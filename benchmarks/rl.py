@@ -98,6 +98,12 @@ VARIANTS = {
     "mezo-full-lr1e-3-60steps": ("mezo-rl", _mezo("full", "1e-3", 60, *_BATCHED, eval_steps=30),
                                  "every weight, lr 1e-3, 60 steps of 16: the GRPO cell's training time at MeZO's "
                                  "defaults' lr (the reward at GRPO's kl)"),
+    "mezo-full-lr1e-3-60steps-beta1": ("mezo-rl", _mezo("full", "1e-3", 60, *_BATCHED, "--beta", "1", eval_steps=30),
+                                       "every weight, lr 1e-3, 60 steps of 16, beta 1: the 60-step cell with the KL "
+                                       "penalty (does it keep distinct-2 while clearing 3 SE?)"),
+    "mezo-full-lr1e-3-60steps-beta0.3": ("mezo-rl", _mezo("full", "1e-3", 60, *_BATCHED, "--beta", "0.3", eval_steps=30),
+                                         "every weight, lr 1e-3, 60 steps of 16, beta 0.3: between the beta-0 cell "
+                                         "(gain with repetition) and beta 1 (no repetition, no gain)"),
     "grpo-full-lr1e-5": ("trl-grpo", ["--num-generations", "4", "--batch-size", "16", "--eval-points", "2",
                                       "--peft", "full", "--lr", "1e-5"],
                          "TRL GRPOTrainer, every weight, lr 1e-5 (the arithmetic study's best GRPO cell), the training "
