@@ -27,7 +27,7 @@ import os
 import pathlib
 import subprocess
 import sys
-import time
+from concurrent.futures import ThreadPoolExecutor
 
 from mezo_rl.training.callbacks import TrainerCallback
 
@@ -134,20 +134,16 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     jobs = a.jobs or len(names)
     env = dict(os.environ, OMP_NUM_THREADS=str(max(1, (os.cpu_count() or 2) // jobs)))
-    pending, running = list(names), []
-    while pending or running:
-        while pending and len(running) < jobs:
-            name = pending.pop(0)
-            log = open(out / f"{name}.log", "w")
-            cmd = [sys.executable, __file__, *sys.argv[1:], "--one", name]
-            running.append((name, subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env), log))
-        time.sleep(1)
-        for item in [r for r in running if r[1].poll() is not None]:
-            running.remove(item)
-            name, proc, log = item
-            log.close()
-            print(f"{name}: " + ("done" if proc.returncode == 0 else f"exit {proc.returncode}") +
-                  f" (log {out / (name + '.log')})", flush=True)
+
+    def worker(name: str) -> str:   # one configuration's process, its output in OUT/NAME.log
+        with open(out / f"{name}.log", "w") as log:
+            rc = subprocess.run([sys.executable, __file__, *sys.argv[1:], "--one", name], stdout=log,
+                                stderr=subprocess.STDOUT, env=env).returncode
+        return f"{name}: {'done' if rc == 0 else f'exit {rc}'} (log {out / (name + '.log')})"
+
+    with ThreadPoolExecutor(jobs) as pool:
+        for line in pool.map(worker, names):
+            print(line, flush=True)
     print(f"records: {out / RESULTS}")
 
 
