@@ -95,6 +95,9 @@ def main():
     p.add_argument("--reward-shaping", default="none", choices=["none", "group"])
     p.add_argument("--beta", type=float, default=0.0,
                    help="KL penalty towards the starting model in each member's loss (TRL's beta; default 0, as TRL's)")
+    p.add_argument("--repetition-weight", type=float, default=0.0,
+                   help="weight of the `repetition` guard beside positivity (sentiment_reward.py: minus the share of "
+                        "a completion's repeated word bigrams); 0 (the default): positivity alone")
     p.add_argument("--do-sample", action="store_true")
     p.add_argument("--temperature", type=float, default=1.0)
     p.add_argument("--max-new-tokens", type=int, default=24)
@@ -112,6 +115,8 @@ def main():
     p.add_argument("--resume", action="store_true")
     p.add_argument("--prompts-only", action="store_true", help="write the prompt files and stop")
     a = p.parse_args()
+    if not a.repetition_weight >= 0:  # NaN too
+        p.error(f"--repetition-weight must be a number >= 0, got {a.repetition_weight}")
     if not a.data_dir:
         p.error("give --data-dir or set MEZO_RL_DATA (the directory holding SST-2/LM-BFF-original/)")
     out = pathlib.Path(a.output_dir)
@@ -119,9 +124,13 @@ def main():
     if a.prompts_only:
         print("\n".join(str(f) for f in files.values()))
         return
+    rewards = [f"{HERE / 'sentiment_reward.py'}:positivity"]
+    if a.repetition_weight:
+        rewards.append(f"{HERE / 'sentiment_reward.py'}:repetition")
     args = TrainingArguments(
         model=a.model, task=str(files["train"]), validation_file=str(files["validation"]), test_file=str(files["test"]),
-        reward=[f"{HERE / 'sentiment_reward.py'}:positivity"], peft=a.peft, steps=a.steps, batch_size=a.batch_size,
+        reward=rewards, reward_weights=[1.0, a.repetition_weight] if a.repetition_weight else None, peft=a.peft,
+        steps=a.steps, batch_size=a.batch_size,
         num_generations=a.num_generations, do_sample=a.do_sample or a.num_generations > 1, temperature=a.temperature,
         lr=a.lr, eps=a.eps, n_spsa=a.n_spsa, estimator=a.estimator, normalize=a.normalize,
         reward_shaping=a.reward_shaping, beta=a.beta, max_new_tokens=a.max_new_tokens, num_train=a.num_train, num_eval=a.num_eval,
@@ -133,7 +142,9 @@ def main():
     except TrainingInterrupted as err:  # Ctrl-C / SIGTERM: the checkpoint is written, say how to go on
         raise SystemExit(f"{err}; checkpoint in {err.output_dir}: run the same command with --resume to continue")
     print(results_line(summary))
-    for key in ("objective", "kl", "distinct_2", "completion_chars"):
+    for key in ("objective", "positivity", "repetition", "kl", "distinct_2", "completion_chars"):
+        if key not in summary["test"]:
+            continue
         before, after = summary["initial_test"].get(key, float("nan")), summary["test"].get(key, float("nan"))
         se = summary["test"].get(f"{key}/se")
         print(f"test {key}: {before:.4f} -> {after:.4f}" + (f" (SE {se:.4f})" if se is not None else "")
