@@ -12,7 +12,8 @@ What is the same as the mezo-rl run, and how:
   100 validation, 200 test prompts, 6-word openings of SST-2 sentences) into ``OUTPUT_DIR/prompts``;
   GRPO trains on ``train.jsonl`` as a prompt-only ``datasets.Dataset`` (column ``prompt``, plain text,
   no chat template, as mezo-rl feeds it); the files' sha256 are recorded so the two runs can be checked;
-* reward: ``examples/sentiment_reward.py:positivity`` (VADER compound), passed as ``reward_funcs``;
+* reward: ``examples/sentiment_reward.py:positivity`` (VADER compound), passed as ``reward_funcs``; with
+  ``--repetition-weight W`` the example's ``repetition`` guard beside it, ``reward_weights=[1, W]``;
 * completions: ``--num-generations`` per prompt, ``--batch-size`` completions per step, at most
   ``--max-completion-length`` (24) tokens, temperature 1.0, and a completion ends at its first
   newline token, as mezo-rl's generation does (the newline tokens are added to the model's
@@ -125,6 +126,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--no-base-loglik", action="store_true", help="skip the base model's log-likelihood of the test completions")
     p.add_argument("--task", default=None, help="a registered prompt task (e.g. arithmetic) instead of the sentiment prompts")
     p.add_argument("--reward", default=None, help="with --task: the reward reference (default: the task's first metric)")
+    p.add_argument("--repetition-weight", type=float, default=0.0,
+                   help="weight of the example's `repetition` guard beside positivity (0: positivity alone)")
     p.add_argument("--peft", default="full", choices=["full", "lora"], help="what GRPO trains")
     p.add_argument("--beta", type=float, default=0.0,
                    help="TRL's KL coefficient (default 0, TRL's); > 0: TRL loads the base model again as its reference")
@@ -151,6 +154,10 @@ def parse_args(argv=None) -> argparse.Namespace:
         p.error(f"--beta must be a number >= 0, got {a.beta}")
     if a.eval_points < 0:
         p.error(f"--eval-points must be >= 0, got {a.eval_points}")
+    if not a.repetition_weight >= 0:
+        p.error(f"--repetition-weight must be a number >= 0, got {a.repetition_weight}")
+    if a.repetition_weight and a.task is not None:
+        p.error("--repetition-weight guards the sentiment prompts' positivity: give it without --task")
     return a
 
 
@@ -330,8 +337,11 @@ def main(argv=None) -> dict:
         example = import_path(EXAMPLE, "rl_sentiment_example")
         files = example.write_prompts(pathlib.Path(a.data_dir), out / "prompts", a.num_train, a.num_eval, a.num_test, a.words)
         task = tasks.from_prompts({split: str(path) for split, path in files.items()})
-        objective = rewards.build_objective([f"{REWARD_FILE}:{REWARD}"])
-        reward_fn = import_path(REWARD_FILE, "sentiment_reward").positivity
+        module = import_path(REWARD_FILE, "sentiment_reward")
+        names = [REWARD, "repetition"] if a.repetition_weight else [REWARD]
+        weights = [1.0, a.repetition_weight] if a.repetition_weight else None
+        objective = rewards.build_objective([f"{REWARD_FILE}:{n}" for n in names], weights=weights)
+        reward_fns = [getattr(module, n) for n in names]
         train_rows = [json.loads(line) for line in files["train"].read_text().splitlines() if line.strip()]
         train_dataset = datasets.Dataset.from_list([{"prompt": r["prompt"]} for r in train_rows])
     else:  # a registered prompt task: the subsets `mezo-rl train --num-train/--num-eval/--num-test --seed` reads
@@ -342,6 +352,7 @@ def main(argv=None) -> dict:
 
         def reward_fn(prompts, completions, **kw):
             return spec.fn(prompts=prompts, completions=completions, **kw)
+        reward_fns, weights = [reward_fn], None
 
         reward_fn.__name__ = spec.name
         train = task.load_split("train", n=a.num_train, seed=a.seed)
@@ -398,6 +409,8 @@ def main(argv=None) -> dict:
         settings["learning_rate"] = a.lr
     if a.beta:
         settings["beta"] = a.beta
+    if weights:
+        settings["reward_weights"] = weights
     config = GRPOConfig(**settings)
 
     state = {"step_seconds": [], "log": [], "validations": [], "steps": 0, "stopped_by": "end of data",
@@ -406,7 +419,7 @@ def main(argv=None) -> dict:
     callback, validate = make_callback(a, out, scorer, tokenizer, state)
     state["validations"].append({"step": 0, "split": "validation", "metrics": initial["initial_validation"], "train_s": 0.0})
     append_jsonl(out / "evaluations.jsonl", state["validations"][0])
-    trainer = GRPOTrainer(model=model, reward_funcs=[reward_fn], args=config, train_dataset=train_dataset,
+    trainer = GRPOTrainer(model=model, reward_funcs=reward_fns, args=config, train_dataset=train_dataset,
                           processing_class=tokenizer, callbacks=[callback])
     trainer.train()
     trained = trainer.accelerator.unwrap_model(trainer.model)
