@@ -112,6 +112,14 @@ VARIANTS = {
                                       "--peft", "full", "--lr", "1e-5"],
                          "TRL GRPOTrainer, every weight, lr 1e-5 (the arithmetic study's best GRPO cell), the training "
                          "time of the mezo-full-lr3e-3 cell of the same seed"),
+    "mezo-full-lr1e-3-90steps-guard": ("mezo-rl", _mezo("full", "1e-3", 90, *_BATCHED, "--repetition-weight", "1",
+                                             eval_steps=30),
+                                       "the guard cell for 90 steps (validated every 30), as many as the norm "
+                                       "example's"),
+    "mezo-full-lr1e-3-90steps-guard2": ("mezo-rl", _mezo("full", "1e-3", 90, *_BATCHED, "--repetition-weight", "2",
+                                              eval_steps=30),
+                                        "the 90-step guard cell at guard weight 2: a completion that repeats half its "
+                                        "bigrams loses as much as the most positive text gains"),
     "grpo-full-lr1e-5-guard": ("trl-grpo", ["--num-generations", "4", "--batch-size", "16", "--eval-points", "2",
                                             "--peft", "full", "--lr", "1e-5", "--repetition-weight", "1"],
                                "TRL GRPOTrainer, every weight, lr 1e-5, positivity + the `repetition` guard (weight 1), "
