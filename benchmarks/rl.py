@@ -108,10 +108,6 @@ VARIANTS = {
                                              eval_steps=30),
                                        "every weight, lr 1e-3, 60 steps of 16, positivity + the `repetition` guard "
                                        "(weight 1): the 60-step cell with a reward on its repeats instead of a KL"),
-    "grpo-full-lr1e-5": ("trl-grpo", ["--num-generations", "4", "--batch-size", "16", "--eval-points", "2",
-                                      "--peft", "full", "--lr", "1e-5"],
-                         "TRL GRPOTrainer, every weight, lr 1e-5 (the arithmetic study's best GRPO cell), the training "
-                         "time of the mezo-full-lr3e-3 cell of the same seed"),
     "mezo-full-lr1e-3-90steps-guard": ("mezo-rl", _mezo("full", "1e-3", 90, *_BATCHED, "--repetition-weight", "1",
                                              eval_steps=30),
                                        "the guard cell for 90 steps (validated every 30), as many as the norm "
@@ -120,10 +116,18 @@ VARIANTS = {
                                               eval_steps=30),
                                         "the 90-step guard cell at guard weight 2: a completion that repeats half its "
                                         "bigrams loses as much as the most positive text gains"),
+    "grpo-full-lr1e-5": ("trl-grpo", ["--num-generations", "4", "--batch-size", "16", "--eval-points", "2",
+                                      "--peft", "full", "--lr", "1e-5"],
+                         "TRL GRPOTrainer, every weight, lr 1e-5 (the arithmetic study's best GRPO cell), the training "
+                         "time of the mezo-full-lr3e-3 cell of the same seed"),
     "grpo-full-lr1e-5-guard": ("trl-grpo", ["--num-generations", "4", "--batch-size", "16", "--eval-points", "2",
                                             "--peft", "full", "--lr", "1e-5", "--repetition-weight", "1"],
                                "TRL GRPOTrainer, every weight, lr 1e-5, positivity + the `repetition` guard (weight 1), "
                                "the training time of the mezo-full-lr1e-3-60steps-guard cell of the same seed"),
+    "grpo-full-lr1e-5-guard2": ("trl-grpo", ["--num-generations", "4", "--batch-size", "16", "--eval-points", "2",
+                                             "--peft", "full", "--lr", "1e-5", "--repetition-weight", "2"],
+                                "TRL GRPOTrainer, every weight, lr 1e-5, positivity + the `repetition` guard at weight 2, "
+                                "the training time of the mezo-full-lr1e-3-90steps-guard2 cell of the same seed"),
     "grpo": ("trl-grpo", ["--num-generations", "4", "--batch-size", "16", "--eval-points", "2"],
              "TRL GRPOTrainer, documented settings, the training time of the mezo cell of the same seed "
              "(validated at its start, middle and end, as the mezo cell)"),
@@ -145,7 +149,8 @@ VARIANTS = {
 }
 #: which mezo cell's training seconds a GRPO variant gets as its budget
 GRPO_BUDGET = {"grpo": "mezo", "grpo-long": "mezo-g4-group", "grpo-full-lr1e-5": "mezo-full-lr3e-3",
-               "grpo-full-lr1e-5-guard": "mezo-full-lr1e-3-60steps-guard"}
+               "grpo-full-lr1e-5-guard": "mezo-full-lr1e-3-60steps-guard",
+               "grpo-full-lr1e-5-guard2": "mezo-full-lr1e-3-90steps-guard2"}
 #: the issue's bar for the example: a held-out gain above this many standard errors of the gain, on each seed
 BAR_SE = 3.0
 GROUPS = {"shaping": ["cmp-greedy", "cmp-es4", "cmp-g4-group", "cmp-g4-none"]}
