@@ -259,7 +259,8 @@ def complete(record: dict, out_dir: pathlib.Path) -> dict:
             record.update(steps=summary["steps"], best_step=summary["best_step"], train_s=sum(secs),
                           s_per_step=sorted(secs)[len(secs) // 2],
                           **{k: summary[k] for k in ("initial_validation", "validation", "initial_test", "test")},
-                          base_loglik=hacking_measures(before, after), paired=paired_gain(before, after))
+                          base_loglik=hacking_measures(before, after), paired=paired_gain(before, after),
+                          samples=sample_pairs(before, after, REWARD))
         else:
             summary = json.loads((out_dir / "summary.json").read_text())
             record.update({k: summary.get(k) for k in ("steps", "train_s", "s_per_step", "initial_test", "test",
@@ -267,6 +268,7 @@ def complete(record: dict, out_dir: pathlib.Path) -> dict:
             before, after = (read_jsonl(out_dir / "samples" / f"test-{when}.jsonl") for when in ("before", "after"))
             record["base_loglik"] = hacking_measures(before, after)  # the same scoring as the MeZO cells'
             record["paired"] = paired_gain(before, after)
+            record["samples"] = sample_pairs(before, after, REWARD)
     return record
 
 
@@ -372,6 +374,11 @@ def render_sentiment(records: list[dict]) -> str:
     if with_kl and study_plot("sentiment", with_kl, png, reward=REWARD):
         lines += ["", "Cells that measured `kl` (cells before issue 35 did not):", "",
                   f"![sentiment: gain against kl](results/{png.name})"]
+    with_samples = [(key, r) for key, r in sorted(cells.items(), key=order) if r.get("samples")]
+    if with_samples:  # cells recorded before the records kept them have none
+        lines += ["", "Sample test completions (the first two test prompts, before → after):", ""]
+        lines += [f"- {v} seed {s} on {label[m]}: {smp['prompt']!r}: {smp['before']!r} → {smp['after']!r}"
+                  for (v, s, m), r in with_samples for smp in r["samples"][:2]]
     lines += ["", "Machines (as each record names its CPU; records written before the CPU model was kept name only "
               "the architecture and the core count):", ""]
     lines += [f"- {label[m]}: {m}" for m in machines]
@@ -531,10 +538,15 @@ def complete_study(record: dict, out_dir: pathlib.Path) -> dict:
     record.update({k: summary[k] for k in ("initial_validation", "validation", "initial_test", "test")})
     record["paired"] = paired_gain(before, after, reward)
     record["base_loglik"] = hacking_measures(before, after)
-    record["samples"] = [{"prompt": s["prompt"] if isinstance(s["prompt"], str) else s["prompt"][-1]["content"],
-                          "before": b["completion"], "after": s["completion"], reward: s.get(reward)}
-                         for b, s in list(zip(before, after))[:4]]
+    record["samples"] = sample_pairs(before, after, reward)
     return record
+
+
+def sample_pairs(before: list[dict], after: list[dict], reward: str, k: int = 4) -> list[dict]:
+    """The first ``k`` test prompts' completions before -> after, with the reward after (a record's samples)."""
+    return [{"prompt": s["prompt"] if isinstance(s["prompt"], str) else s["prompt"][-1]["content"],
+             "before": b["completion"], "after": s["completion"], reward: s.get(reward)}
+            for b, s in list(zip(before, after))[:k]]
 
 
 def study_plot(task: str, cells: list[dict], path: pathlib.Path, reward: str | None = None) -> bool:
@@ -697,23 +709,32 @@ def render_study(records: list[dict]) -> str:
     return "\n".join(out) + "\n"
 
 
-def rescore_study(task: str, cells: list[str], seeds: list[int]) -> int:
-    """Recompute the figures of the recorded cells whose run directory is still here (after the scoring code
-    changed): the same ``complete_study`` a finished cell gets; the run's own figures (command, wall time,
-    peak RSS, machine) are kept, and the new line wins."""
+def rescore(path: pathlib.Path, key: str, names: list[str], seeds: list[int], out_dir, complete_fn, kept: tuple) -> int:
+    """Recompute the figures of the recorded cells (``key`` in ``names``, of ``seeds``) whose run directory
+    (``out_dir(record)``) is still here, after the scoring code changed: the same ``complete_fn`` a finished cell
+    gets; the run's own figures (``kept``: command, wall time, peak RSS, machine) are kept, and the new line wins."""
     latest = {}
-    for r in load_records(STUDY_RECORDS):
-        if r.get("ok") and r["task"] == task and r["cell"] in cells and r["seed"] in seeds:
-            latest[(r["cell"], r["seed"], r["machine"])] = r
-    for (cell, seed, _), r in latest.items():
-        out_dir = STUDY_RUNS / f"{task}-{cell}-s{seed}"
-        if not out_dir.is_dir():
-            print(f"{task} {cell} seed {seed}: no run directory, kept as recorded")
+    for r in load_records(path):
+        if r.get("ok") and r[key] in names and r["seed"] in seeds:
+            latest[(r[key], r["seed"], r["machine"])] = r
+    for (name, seed, _), r in latest.items():
+        if not out_dir(r).is_dir():
+            print(f"{name} seed {seed}: no run directory, kept as recorded")
             continue
-        kept = {k: r[k] for k in ("task", "cell", "tool", "seed", "command", "wall_s", "peak_rss_mb", "machine", "ok")}
-        append_record(STUDY_RECORDS, complete_study(kept, out_dir))
-        print(f"{task} {cell} seed {seed}: rescored")
+        append_record(path, complete_fn({k: r[k] for k in kept if k in r}, out_dir(r)))
+        print(f"{name} seed {seed}: rescored")
     return 0
+
+
+def rescore_study(task: str, cells: list[str], seeds: list[int]) -> int:
+    return rescore(STUDY_RECORDS, "cell", cells, seeds, lambda r: STUDY_RUNS / f"{task}-{r['cell']}-s{r['seed']}",
+                   complete_study, ("task", "cell", "tool", "seed", "command", "wall_s", "peak_rss_mb", "machine", "ok"))
+
+
+def rescore_sentiment(variants: list[str], seeds: list[int]) -> int:
+    return rescore(RECORDS, "variant", variants, seeds, lambda r: RUNS / f"{r['variant']}-s{r['seed']}", complete,
+                   ("variant", "tool", "seed", "command", "threads", "wall_s", "peak_rss_mb", "date", "machine", "ok",
+                    "note"))
 
 
 def study_main(task: str, cells: list[str], seeds: list[int], rerun: bool, dry_run: bool) -> int:
@@ -754,7 +775,8 @@ def main(argv=None) -> int:
                    help="issue 35's study on this task: MeZO and TRL GRPO cells (--cells), recorded in "
                         "docs/results/rl_study.jsonl")
     p.add_argument("--rescore", action="store_true",
-                   help="with --study: recompute the recorded cells' figures from their run directories (runs nothing)")
+                   help="recompute the recorded cells' figures (--variants, or --study's --cells) from their run "
+                        "directories (runs nothing)")
     p.add_argument("--cells", default=",".join(STUDY_CELLS), help=f"with --study: comma-separated, of {', '.join(STUDY_CELLS)}")
     a = p.parse_args(argv)
     if a.study:
@@ -782,6 +804,8 @@ def main(argv=None) -> int:
     unknown = [v for v in names if v not in VARIANTS]
     if unknown:
         p.error(f"unknown variant(s) {unknown}; known: {', '.join(VARIANTS)} and groups {', '.join(GROUPS)}")
+    if a.rescore:
+        return rescore_sentiment(names, [int(x) for x in a.seeds.split(",")])
     pending = [(v, int(s)) for v in names for s in a.seeds.split(",") if a.rerun or done(records, v, int(s)) is None]
     if a.dry_run:
         print("\n".join(f"{v} seed {s}" for v, s in pending) or "nothing pending")

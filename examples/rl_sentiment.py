@@ -13,6 +13,9 @@ the completions the held-out evaluation scores. The 8 members decode together as
 FZOO-style one (Rademacher z, loss differences divided by the spread of the 8 members' losses, their
 mean taken over the 4 samples) with lr 0.1. ``--num-generations 4 --reward-shaping group`` trains on
 sampled completions with GRPO-style per-prompt shaping instead (benchmarks/rl.py compares the two).
+``--repetition-weight W`` adds a second reward beside positivity, ``repetition`` (sentiment_reward.py:
+minus the share of a completion's word bigrams that repeat an earlier one), weighted W: a guard against
+the loops of positive words a lexicon rewards.
 
     python examples/rl_sentiment.py                      # write the prompts, train, print before -> after
     python examples/rl_sentiment.py --prompts-only       # only write the JSONL files (for `mezo-rl train`)

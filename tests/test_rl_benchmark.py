@@ -66,6 +66,18 @@ def test_machines_are_kept_apart():
     assert any("| M1 |" in r and "| 1 of 1 |" in r for r in rows) and any("| M2 |" in r and "| 0 of 1 |" in r for r in rows)
 
 
+def test_a_cells_sample_completions_are_shown_beside_its_figures():
+    """Records keep the first test prompts' completions before -> after; the tables show two of each cell that
+    has them (records written before they were kept show none)."""
+    before = [{"prompt": f"p{i}", "completion": f"old {i}", rl.REWARD: 0.0} for i in range(5)]
+    after = [{"prompt": f"p{i}", "completion": f"new {i}", rl.REWARD: 0.5} for i in range(5)]
+    kept = rl.sample_pairs(before, after, rl.REWARD)
+    assert [s["after"] for s in kept] == ["new 0", "new 1", "new 2", "new 3"] and kept[0][rl.REWARD] == 0.5
+    records = [dict(_record("mezo", 0, 0.1, 0.2), samples=kept), _record("mezo", 1, 0.1, 0.2)]
+    lines = [line for line in rl.render(records).splitlines() if line.startswith("- mezo seed")]
+    assert lines == ["- mezo seed 0 on M1: 'p0': 'old 0' → 'new 0'", "- mezo seed 0 on M1: 'p1': 'old 1' → 'new 1'"]
+
+
 def test_each_grpo_variant_gets_the_training_time_of_its_mezo_cell(tmp_path):
     records = [dict(_record("mezo", 0, 0.1, 0.2), train_s=800.0),
                dict(_record("mezo-g4-group", 0, 0.1, 0.2), train_s=2000.0)]
