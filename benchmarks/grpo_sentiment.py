@@ -352,9 +352,9 @@ def main(argv=None) -> dict:
 
         def reward_fn(prompts, completions, **kw):
             return spec.fn(prompts=prompts, completions=completions, **kw)
-        reward_fns, weights = [reward_fn], None
 
         reward_fn.__name__ = spec.name
+        reward_fns, weights = [reward_fn], None
         train = task.load_split("train", n=a.num_train, seed=a.seed)
         train_dataset = datasets.Dataset.from_list(
             [{"prompt": ex.messages if ex.messages is not None else ex.prompt, **(ex.columns or {})} for ex in train])

@@ -465,10 +465,6 @@ STUDY_CELLS = {
                                   "TRL GRPO, LoRA r 8, lr 1e-4, beta 0.04 (TRL's default before 0.19; a reference "
                                   "model loaded)"),
     "grpo-full-lr1e-6": ("trl-grpo", ["--peft", "full", "--lr", "1e-6"], "TRL GRPO, every weight, lr 1e-6 (TRL's default)"),
-    "mezo-full-lr1e-3-60steps-guard": ("mezo-rl", _mezo("full", "1e-3", 60, *_BATCHED, "--repetition-weight", "1",
-                                             eval_steps=30),
-                                       "every weight, lr 1e-3, 60 steps of 16, positivity + the `repetition` guard "
-                                       "(weight 1): the 60-step cell with a reward on its repeats instead of a KL"),
     "grpo-full-lr1e-5": ("trl-grpo", ["--peft", "full", "--lr", "1e-5"], "TRL GRPO, every weight, lr 1e-5 (10x)"),
     "grpo-full-lr1e-5-beta0.04": ("trl-grpo", ["--peft", "full", "--lr", "1e-5", "--beta", "0.04"],
                                   "TRL GRPO, every weight, lr 1e-5, beta 0.04 (a reference model loaded)"),

@@ -84,3 +84,18 @@ def test_the_comparison_states_who_wins_over_the_seeds_both_cells_ran():
     last = lines[-1]
     assert "seeds 0, 1, 2" in last and "Mean difference -0.167 (SE over seeds 0.077): GRPO's gain is the larger" in last
     assert rl.study_targets([r for r in rows if r["seed"] == 0])[-1].startswith("- MeZO - GRPO")  # one seed: no line
+
+
+def test_every_mezo_study_cell_is_a_valid_train_command(tmp_path):
+    """A cell whose options `mezo-rl train` does not take would fail only after the runner started it: each MeZO
+    cell's command parses into TrainingArguments (no model loads)."""
+    from mezo_rl.cli.main import build_parser, parse_into
+    from mezo_rl.training.arguments import TrainingArguments
+
+    parser = build_parser()
+    for cell, (tool, _, _) in rl.STUDY_CELLS.items():
+        if tool == "mezo-rl":
+            cmd = rl.study_command("arithmetic", cell, 0, tmp_path / cell)
+            argv = cmd[cmd.index("train"):]
+            ns = parser.parse_args(argv)
+            assert parse_into(TrainingArguments, ns).task == "arithmetic", cell
