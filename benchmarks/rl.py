@@ -124,6 +124,10 @@ VARIANTS = {
                                             "--peft", "full", "--lr", "1e-5", "--repetition-weight", "1"],
                                "TRL GRPOTrainer, every weight, lr 1e-5, positivity + the `repetition` guard (weight 1), "
                                "the training time of the mezo-full-lr1e-3-60steps-guard cell of the same seed"),
+    "grpo-full-lr1e-5-guard-90": ("trl-grpo", ["--num-generations", "4", "--batch-size", "16", "--eval-points", "2",
+                                               "--peft", "full", "--lr", "1e-5", "--repetition-weight", "1"],
+                                  "the grpo-full-lr1e-5-guard cell for the training time of the "
+                                  "mezo-full-lr1e-3-90steps-guard cell of the same seed"),
     "grpo": ("trl-grpo", ["--num-generations", "4", "--batch-size", "16", "--eval-points", "2"],
              "TRL GRPOTrainer, documented settings, the training time of the mezo cell of the same seed "
              "(validated at its start, middle and end, as the mezo cell)"),
@@ -145,7 +149,8 @@ VARIANTS = {
 }
 #: which mezo cell's training seconds a GRPO variant gets as its budget
 GRPO_BUDGET = {"grpo": "mezo", "grpo-long": "mezo-g4-group", "grpo-full-lr1e-5": "mezo-full-lr3e-3",
-               "grpo-full-lr1e-5-guard": "mezo-full-lr1e-3-60steps-guard"}
+               "grpo-full-lr1e-5-guard": "mezo-full-lr1e-3-60steps-guard",
+               "grpo-full-lr1e-5-guard-90": "mezo-full-lr1e-3-90steps-guard"}
 #: the issue's bar for the example: a held-out gain above this many standard errors of the gain, on each seed
 BAR_SE = 3.0
 GROUPS = {"shaping": ["cmp-greedy", "cmp-es4", "cmp-g4-group", "cmp-g4-none"]}
