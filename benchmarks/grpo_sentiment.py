@@ -338,10 +338,9 @@ def main(argv=None) -> dict:
         files = example.write_prompts(pathlib.Path(a.data_dir), out / "prompts", a.num_train, a.num_eval, a.num_test, a.words)
         task = tasks.from_prompts({split: str(path) for split, path in files.items()})
         module = import_path(REWARD_FILE, "sentiment_reward")
-        names = [REWARD, "repetition"] if a.repetition_weight else [REWARD]
-        weights = [1.0, a.repetition_weight] if a.repetition_weight else None
-        objective = rewards.build_objective([f"{REWARD_FILE}:{n}" for n in names], weights=weights)
-        reward_fns = [getattr(module, n) for n in names]
+        refs, weights = example.rewards_of(a.repetition_weight)  # the example's rewards, as mezo-rl trains on them
+        objective = rewards.build_objective(refs, weights=weights)
+        reward_fns = [getattr(module, ref.rsplit(":", 1)[1]) for ref in refs]
         train_rows = [json.loads(line) for line in files["train"].read_text().splitlines() if line.strip()]
         train_dataset = datasets.Dataset.from_list([{"prompt": r["prompt"]} for r in train_rows])
     else:  # a registered prompt task: the subsets `mezo-rl train --num-train/--num-eval/--num-test --seed` reads

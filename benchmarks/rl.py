@@ -72,6 +72,17 @@ def _mezo(peft: str, lr: str, steps: int, *extra: str, eval_steps: int | None = 
 _BATCHED = ("--evaluation", "batched")
 _IN_PLACE = ("--evaluation", "inplace")
 
+
+def _guarded(steps: int, weight: str) -> list[str]:
+    """A guard cell's arguments: every weight, lr 1e-3, members batched, validated every 30 steps, positivity
+    with the example's `repetition` guard at ``weight``."""
+    return _mezo("full", "1e-3", steps, *_BATCHED, "--repetition-weight", weight, eval_steps=30)
+
+
+#: a GRPO sentiment cell's arguments: 4 completions a prompt, 16 a step, validated at its start, middle and end
+_GRPO = ["--num-generations", "4", "--batch-size", "16", "--eval-points", "2"]
+_GRPO_FULL_LR1E5 = [*_GRPO, "--peft", "full", "--lr", "1e-5"]
+
 #: variant -> (tool, extra arguments, what it is). ``mezo`` is the example with its defaults.
 VARIANTS = {
     "mezo": ("mezo-rl", [], "the example's defaults: --peft norm, greedy members, 4 SPSA samples (8 members) in one "
@@ -104,31 +115,25 @@ VARIANTS = {
     "mezo-full-lr1e-3-60steps-beta0.3": ("mezo-rl", _mezo("full", "1e-3", 60, *_BATCHED, "--beta", "0.3", eval_steps=30),
                                          "every weight, lr 1e-3, 60 steps of 16, beta 0.3: between the beta-0 cell "
                                          "(gain with repetition) and beta 1 (no repetition, no gain)"),
-    "mezo-full-lr1e-3-60steps-guard": ("mezo-rl", _mezo("full", "1e-3", 60, *_BATCHED, "--repetition-weight", "1",
-                                             eval_steps=30),
+    "mezo-full-lr1e-3-60steps-guard": ("mezo-rl", _guarded(60, "1"),
                                        "every weight, lr 1e-3, 60 steps of 16, positivity + the `repetition` guard "
                                        "(weight 1): the 60-step cell with a reward on its repeats instead of a KL"),
-    "mezo-full-lr1e-3-90steps-guard": ("mezo-rl", _mezo("full", "1e-3", 90, *_BATCHED, "--repetition-weight", "1",
-                                             eval_steps=30),
+    "mezo-full-lr1e-3-90steps-guard": ("mezo-rl", _guarded(90, "1"),
                                        "the guard cell for 90 steps (validated every 30), as many as the norm "
                                        "example's"),
-    "mezo-full-lr1e-3-90steps-guard2": ("mezo-rl", _mezo("full", "1e-3", 90, *_BATCHED, "--repetition-weight", "2",
-                                              eval_steps=30),
+    "mezo-full-lr1e-3-90steps-guard2": ("mezo-rl", _guarded(90, "2"),
                                         "the 90-step guard cell at guard weight 2: a completion that repeats half its "
                                         "bigrams loses as much as the most positive text gains"),
-    "grpo-full-lr1e-5": ("trl-grpo", ["--num-generations", "4", "--batch-size", "16", "--eval-points", "2",
-                                      "--peft", "full", "--lr", "1e-5"],
+    "grpo-full-lr1e-5": ("trl-grpo", _GRPO_FULL_LR1E5,
                          "TRL GRPOTrainer, every weight, lr 1e-5 (the arithmetic study's best GRPO cell), the training "
                          "time of the mezo-full-lr3e-3 cell of the same seed"),
-    "grpo-full-lr1e-5-guard": ("trl-grpo", ["--num-generations", "4", "--batch-size", "16", "--eval-points", "2",
-                                            "--peft", "full", "--lr", "1e-5", "--repetition-weight", "1"],
+    "grpo-full-lr1e-5-guard": ("trl-grpo", [*_GRPO_FULL_LR1E5, "--repetition-weight", "1"],
                                "TRL GRPOTrainer, every weight, lr 1e-5, positivity + the `repetition` guard (weight 1), "
                                "the training time of the mezo-full-lr1e-3-60steps-guard cell of the same seed"),
-    "grpo-full-lr1e-5-guard-90": ("trl-grpo", ["--num-generations", "4", "--batch-size", "16", "--eval-points", "2",
-                                               "--peft", "full", "--lr", "1e-5", "--repetition-weight", "1"],
+    "grpo-full-lr1e-5-guard-90": ("trl-grpo", [*_GRPO_FULL_LR1E5, "--repetition-weight", "1"],
                                   "the grpo-full-lr1e-5-guard cell for the training time of the "
                                   "mezo-full-lr1e-3-90steps-guard cell of the same seed"),
-    "grpo": ("trl-grpo", ["--num-generations", "4", "--batch-size", "16", "--eval-points", "2"],
+    "grpo": ("trl-grpo", _GRPO,
              "TRL GRPOTrainer, documented settings, the training time of the mezo cell of the same seed "
              "(validated at its start, middle and end, as the mezo cell)"),
     "grpo-long": ("trl-grpo", ["--num-generations", "4", "--batch-size", "16"],

@@ -80,6 +80,14 @@ def write_prompts(data_dir: pathlib.Path, out_dir: pathlib.Path, n_train: int, n
     return files
 
 
+def rewards_of(repetition_weight: float) -> tuple[list[str], list[float] | None]:
+    """The example's rewards (``file.py:function`` references) and their weights: positivity, and beside it the
+    ``repetition`` guard where its weight is > 0 (no weights, i.e. all 1, for positivity alone)."""
+    names = ["positivity", "repetition"] if repetition_weight else ["positivity"]
+    return ([f"{HERE / 'sentiment_reward.py'}:{name}" for name in names],
+            [1.0, repetition_weight] if repetition_weight else None)
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--data-dir", default=os.environ.get("MEZO_RL_DATA"), help="datasets directory (default: $MEZO_RL_DATA)")
@@ -127,12 +135,10 @@ def main():
     if a.prompts_only:
         print("\n".join(str(f) for f in files.values()))
         return
-    rewards = [f"{HERE / 'sentiment_reward.py'}:positivity"]
-    if a.repetition_weight:
-        rewards.append(f"{HERE / 'sentiment_reward.py'}:repetition")
+    rewards, weights = rewards_of(a.repetition_weight)
     args = TrainingArguments(
         model=a.model, task=str(files["train"]), validation_file=str(files["validation"]), test_file=str(files["test"]),
-        reward=rewards, reward_weights=[1.0, a.repetition_weight] if a.repetition_weight else None, peft=a.peft,
+        reward=rewards, reward_weights=weights, peft=a.peft,
         steps=a.steps, batch_size=a.batch_size,
         num_generations=a.num_generations, do_sample=a.do_sample or a.num_generations > 1, temperature=a.temperature,
         lr=a.lr, eps=a.eps, n_spsa=a.n_spsa, estimator=a.estimator, normalize=a.normalize,
