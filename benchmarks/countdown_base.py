@@ -22,7 +22,7 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 from mezo_rl.model.loading import load_model
 from mezo_rl.stats import Moments
 from mezo_rl.training.evaluation import evaluate
-from tasks import get_task
+from mezo_rl.tasks import get_task
 
 
 def main():

@@ -35,8 +35,8 @@ def worker(a) -> None:
     from mezo_rl.model.lm import LanguageModel
     from mezo_rl.model.loading import load_model
     from mezo_rl.engine.optim import MeZO
-    from rewards import build_objective
-    from tasks import get_task
+    from mezo_rl.rewards import build_objective
+    from mezo_rl.tasks import get_task
 
     ctx = DistContext.from_env()
     lm = load_model(a.model, dtype="float32")

@@ -6,7 +6,7 @@ the same batches and the same number of forward passes for each (one process per
         [--configs gaussian rademacher lowrank1 lowrank4 fzoo] [--out runs.jsonl]
     python benchmarks/engine_convergence.py --table runs.jsonl [--step-cost sc.json]
 
-Task examples come from the project's task registry (``tasks.get_task``: paper prompts; a
+Task examples come from the project's task registry (``mezo_rl.tasks.get_task``: paper prompts; a
 ``--n-train`` sample of the train split drawn with seed 0, the same pool for every seed; the
 a ``--n-dev`` sample of the validation split, seed 0). Loss: cross-entropy over the candidates'
 logits at the next-token position after the prompt, using the first token of each candidate
@@ -199,7 +199,7 @@ class LastBlockScorer(Scorer):
 
 
 def run(args) -> None:
-    import tasks
+    from mezo_rl import tasks
     from mezo_rl.model.loading import load_model
     from mezo_rl.engine.optim import MeZO
 

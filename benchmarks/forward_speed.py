@@ -35,7 +35,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import torch
 
-import tasks
+from mezo_rl import tasks
 from mezo_rl.model.loading import load_model
 from mezo_rl.training.outputs import score_requests
 

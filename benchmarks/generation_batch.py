@@ -30,7 +30,7 @@ BASELINE = 16
 
 def workloads(data_dir: pathlib.Path, n_squad: int) -> dict:
     import rl_sentiment
-    from tasks import get_task
+    from mezo_rl.tasks import get_task
 
     with tempfile.TemporaryDirectory() as tmp:
         files = rl_sentiment.write_prompts(data_dir, pathlib.Path(tmp), 1, 1, 200, 6)

@@ -33,7 +33,7 @@ population costs nothing beyond its rows).
 inference (``lm.generate``) on the same M x 16 rows, one process each.
 
 The batch: the first ``--batch`` questions of a seed-0 sample of SQuAD's train split (paper
-prompt, ``tasks.get_task("squad")``), from $MEZO_RL_DATA. The reward: ``squad_f1`` (greedy
+prompt, ``mezo_rl.tasks.get_task("squad")``), from $MEZO_RL_DATA. The reward: ``squad_f1`` (greedy
 decoding, ``--max-new-tokens`` new tokens, stop at a newline), through the same path as training
 (``mezo_rl.training.outputs.objective_outputs``: generate, then score the completions).
 
@@ -63,7 +63,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import torch
 
-import tasks
+from mezo_rl import tasks
 from memory_run import status_kb  # benchmarks/ is on the path when run as a script
 from mezo_rl.model.loading import load_model
 from mezo_rl.engine.noise import NoiseSpec, resolve_backend
@@ -71,7 +71,7 @@ from mezo_rl.engine.optim import BatchedMembers, MeZO
 from mezo_rl.training.outputs import example_columns, objective_outputs
 from mezo_rl.training.defaults import MODE_DEFAULTS, mezo_options
 from mezo_rl.model.peft import apply_peft
-from rewards import build_objective
+from mezo_rl.rewards import build_objective
 from step_cost import timed  # (wall, process CPU) seconds of one call
 
 

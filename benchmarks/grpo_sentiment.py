@@ -326,8 +326,8 @@ def main(argv=None) -> dict:
     import transformers
     from trl import GRPOConfig, GRPOTrainer
 
-    import rewards
-    import tasks
+    from mezo_rl import rewards
+    from mezo_rl import tasks
     from mezo_rl.model.loading import load_model
 
     from mezo_rl.model.peft import apply_peft

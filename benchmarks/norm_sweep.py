@@ -35,7 +35,7 @@ from mezo_rl.training.arguments import TrainingArguments
 from mezo_rl.engine.optim import SCHEDULERS, MeZO, get_scheduler
 from mezo_rl.training.setup import build_model
 from mezo_rl.training.trainer import sample_batch_indices
-from tasks import get_task
+from mezo_rl.tasks import get_task
 
 DEFAULTS = dict(steps=1500, batch_size=64, n_spsa=2, lr=0.02, eps=0.1, objective="accuracy", lr_scheduler="constant")
 OBJECTIVES = ("accuracy", "cross_entropy")

@@ -73,7 +73,7 @@ def trainable(lm):
 def bench_steps(ns):
     from mezo_rl.engine.optim import MeZO
     from mezo_rl.training.defaults import MODE_DEFAULTS, mezo_options
-    from tasks import get_task
+    from mezo_rl.tasks import get_task
 
     batch = get_task("sst2").load_split("train", n=ns.batch_size, seed=0)
     rows = []
@@ -154,7 +154,7 @@ def run_sst2_trainer(mode, ns, out_dir):
 
 
 def bench_sst2(ns):
-    from tasks import get_task
+    from mezo_rl.tasks import get_task
 
     rows = []
     if ns.runner == "loop":

@@ -19,7 +19,7 @@ import torch
 
 from mezo_rl.training.arguments import TrainingArguments
 from mezo_rl.training.setup import build_model, trainable_parameters
-from tasks import get_task
+from mezo_rl.tasks import get_task
 
 
 def margins(lm, examples, batch_size=32) -> np.ndarray:

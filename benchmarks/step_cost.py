@@ -142,11 +142,11 @@ def norm_scoring(args) -> dict:
     """``--norm``: the norm-mode scoring step, candidate logits against the full vocabulary (see above)."""
     import re
 
-    import tasks
+    from mezo_rl import tasks
     from mezo_rl.model.peft import FINAL_NORM
     from mezo_rl.training.defaults import MODE_DEFAULTS, mezo_options
     from mezo_rl.training.outputs import model_outputs, objective_outputs
-    from rewards import build_objective
+    from mezo_rl.rewards import build_objective
 
     lm = load_model("smollm2-135m")
     for name, p in lm.model.named_parameters():

@@ -21,7 +21,7 @@ import torch
 
 from mezo_rl.training.evaluation import evaluate
 from mezo_rl.model.loading import load_model
-from tasks import PAPER_TASKS, get_task
+from mezo_rl.tasks import PAPER_TASKS, get_task
 
 
 def main():

@@ -11,7 +11,7 @@ divided by 2 eps says little about how far to move, only which way (or nothing, 
 is the same at both points).
 
 The best step is picked on SQuAD's validation split: questions from whole articles of the train file that
-no training question uses (``tasks.builtin.SQuAD``), so a step that memorises the training articles' answers
+no training question uses (``mezo_rl.tasks.builtin.SQuAD``), so a step that memorises the training articles' answers
 does not look better there than on the test questions (SQuAD dev).
 
     python examples/optimize_f1.py --steps 20 --num-test 32    # a look: 20 steps, 32 test questions

@@ -31,7 +31,7 @@ import math
 from mezo_rl import Trainer, TrainingArguments
 from mezo_rl.training.callbacks import TrainerCallback
 from mezo_rl.training.outputs import objective_outputs
-from rewards import register_reward
+from mezo_rl.rewards import register_reward
 
 
 @register_reward("gold_probability", higher_is_better=True, needs="scores")

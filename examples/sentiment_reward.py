@@ -17,7 +17,7 @@ bigrams that repeat an earlier bigram of the same completion, so a loop costs re
 """
 from functools import lru_cache
 
-from rewards import register_reward
+from mezo_rl.rewards import register_reward
 
 
 @lru_cache(maxsize=1)

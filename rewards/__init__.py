@@ -1,6 +1,6 @@
 """Rewards and objectives: what MeZO optimises.
 
-The registry (:mod:`rewards.registry`) knows every reward by name; the built-ins are registered on
+The registry (:mod:`mezo_rl.rewards.registry`) knows every reward by name; the built-ins are registered on
 import. :func:`build_objective` turns one or more rewards (with weights) into an
 :class:`Objective` whose ``evaluate(...).loss`` is the scalar the optimizer minimises.
 

@@ -1,10 +1,10 @@
 """Tasks: the paper's 15 tasks with its prompts, user tasks from files, and the task registry.
 
-    >>> from tasks import get_task, list_tasks
+    >>> from mezo_rl.tasks import get_task, list_tasks
     >>> task = get_task("sst2")
     >>> train = task.load_split("train", n=1000, seed=0)     # data from --data-dir / $MEZO_RL_DATA
 
-Verifiable tasks generated from a seed (no data): ``arithmetic`` and ``countdown`` (tasks.verifiable).
+Verifiable tasks generated from a seed (no data): ``arithmetic`` and ``countdown`` (mezo_rl.tasks.verifiable).
 See docs/tasks.md for the prompts, the splits and what is missing from the local data.
 """
 from .base import (KINDS, MASK, PAPER_SIZES, SPLITS, Example, Task, UnknownTaskError, continuation,

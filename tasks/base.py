@@ -4,7 +4,7 @@ A task turns dataset rows into ``Example``s: a prompt plus either candidate cont
 them right: classification, multiple choice) or gold answers (generation). The language model then
 scores the candidates or generates after the prompt; the task knows nothing about models.
 
-    >>> from tasks import get_task
+    >>> from mezo_rl.tasks import get_task
     >>> task = get_task("sst2")
     >>> ex = task.load_split("validation", n=500, seed=0)[0]
     >>> ex.prompt, ex.candidates, ex.label       # ('... It was', [' terrible', ' great'], 1)

@@ -17,7 +17,7 @@ import random
 
 from mezo_rl.errors import UserError
 
-log = logging.getLogger("tasks")
+log = logging.getLogger("mezo_rl.tasks")
 
 
 class TaskFileNotFoundError(UserError, FileNotFoundError):

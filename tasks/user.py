@@ -1,6 +1,6 @@
 """User tasks without code: a data file or a Hugging Face dataset, plus a template.
 
-    >>> from tasks import from_file, from_dataset, register_task
+    >>> from mezo_rl.tasks import from_file, from_dataset, register_task
     >>> task = from_file("reviews.jsonl", template="Review: {text}\\nSentiment:",
     ...                  label_column="label", candidates=["negative", "positive"])
     >>> task = from_file({"train": "qa_train.csv", "test": "qa_test.csv"},

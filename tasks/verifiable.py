@@ -11,14 +11,14 @@ last number of the completion.
 ``countdown``: the task of ES-at-scale (Qiu et al., "Evolution Strategies at Scale", 2025), from
 TinyZero: given numbers and a target, write one expression that uses every number once and equals the
 target. The columns ``numbers`` (a list of int) and ``target`` (an int) feed the reward ``countdown``
-(their published reward: 0.1 x format + 1.0 x correct; see :mod:`rewards.verifiable`), and
+(their published reward: 0.1 x format + 1.0 x correct; see :mod:`mezo_rl.rewards.verifiable`), and
 ``solution`` holds one expression that reaches the target (every puzzle is built from one, so every
 puzzle can be solved).
 
-    >>> from tasks import get_task
+    >>> from mezo_rl.tasks import get_task
     >>> task = get_task("arithmetic")                        # two-digit addition, chat form
     >>> task = get_task("arithmetic", operations="+-*", digits=(1, 2))
-    >>> from tasks.verifiable import CountdownTask
+    >>> from mezo_rl.tasks.verifiable import CountdownTask
     >>> task = CountdownTask(count=4, max_number=50, chat=False)
 
 Options reach the tasks through their constructors (``get_task(name, **options)``, or a

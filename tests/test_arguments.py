@@ -156,7 +156,7 @@ def test_the_reward_defaults_to_the_task_own_metric(task, reward):
 
 def test_a_task_of_prompts_only_needs_a_reward_and_a_code_task_takes_its_metric_once_built():
     from mezo_rl.training.setup import reward_refs
-    from tasks import get_task
+    from mezo_rl.tasks import get_task
 
     prompts = TrainingArguments(task="prompts.jsonl")  # a config without a reward is fine: reward_funcs may come later
     assert prompts.reward is None
@@ -172,8 +172,8 @@ def test_a_task_of_prompts_only_needs_a_reward_and_a_code_task_takes_its_metric_
 def test_an_objective_given_as_an_object_is_what_the_configuration_records():
     """Trainer(args, task=..., objective=...) with --reward left to its default: config.json names the rewards
     the run optimised (their weights and normalisation), not the task's metric."""
-    from rewards import build_objective
-    from tasks import get_task
+    from mezo_rl.rewards import build_objective
+    from mezo_rl.tasks import get_task
 
     objective = build_objective(["cross_entropy", "accuracy"], weights=[1.0, 0.5], normalize="std")
     args = TrainingArguments(task="sst2").for_task(get_task("sst2"), objective)

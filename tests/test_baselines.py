@@ -12,8 +12,8 @@ from mezo_rl.cli.baselines import (BaselineArguments, finetune, fit_logistic_reg
                                pick_demonstrations, run_baseline, zero_shot, _ft_loss)
 from mezo_rl.training.evaluation import evaluate
 from mezo_rl.model.lm import LanguageModel
-from rewards import candidate_cross_entropy
-from tasks import Example, get_task
+from mezo_rl.rewards import candidate_cross_entropy
+from mezo_rl.tasks import Example, get_task
 from test_trainer import sst2_like
 
 

@@ -19,7 +19,7 @@ from mezo_rl.training.outputs import model_outputs
 from mezo_rl.training.rundir import load_run
 from mezo_rl.engine.optim import replay_trajectory
 from mezo_rl.engine.trajectory import Trajectory
-from tasks import get_task
+from mezo_rl.tasks import get_task
 from test_distributed import _join, _two_ranks
 from test_population import CANDIDATES, PROMPTS, choice_loss, loss_tolerance
 from test_trainer import make_args, splits, sst2_like, weights
@@ -83,7 +83,7 @@ def test_auto_reads_the_training_prompts(tmp_path, factory):
         args = make_args(tmp_path, reward=["test_len_auto"], **kw)
         return Trainer(args, lm=factory(), task=get_task("sst2"), splits=splits()).optimizer.config["evaluation"]
 
-    from rewards import register_reward, unregister_reward
+    from mezo_rl.rewards import register_reward, unregister_reward
 
     register_reward("test_len_auto", needs="generation")(lambda prompts, completions, **c: [0.0] * len(completions))
     try:  # the SST-2-like prompts are 10-20 tokens long
@@ -110,7 +110,7 @@ def test_a_resumed_run_keeps_the_evaluation_mode_it_ran_with(tmp_path, factory):
     for the other mode is one line."""
     from mezo_rl.errors import ConfigError
     from mezo_rl.training.trainer import Trainer
-    from rewards import register_reward, unregister_reward
+    from mezo_rl.rewards import register_reward, unregister_reward
 
     register_reward("test_len_resume", needs="generation")(lambda prompts, completions, **c: [0.0] * len(completions))
     try:
@@ -150,7 +150,7 @@ def test_a_generation_run_makes_one_batched_decode_per_step_and_matches_the_inpl
     """Greedy completions are discrete: the batched run's members decode the same texts as the in-place
     run's (the perturbed logits agree to float32 rounding, far from any tie here), so every member's
     reward, every step's loss and every update are the same; the batched run decodes once per step."""
-    from rewards import register_reward, unregister_reward
+    from mezo_rl.rewards import register_reward, unregister_reward
 
     @register_reward("test_len_batched", higher_is_better=True, needs="generation")
     def length(prompts, completions, **columns):

@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-import rewards
+from mezo_rl import rewards
 from conftest import make_tiny_causal_lm
 from mezo_rl.errors import ConfigError
 from mezo_rl.model.lm import LanguageModel

@@ -9,8 +9,8 @@ else (one candidate, multi-token candidates) must still be scored as log-likelih
 import pytest
 import torch
 
-import rewards
-import tasks
+from mezo_rl import rewards
+from mezo_rl import tasks
 from conftest import FLOAT32_UNIT_ROUNDOFF, float32_rounding_bound
 from mezo_rl.model.lm import MASK, LanguageModel
 from mezo_rl.training.outputs import model_outputs, objective_outputs, score_requests

@@ -7,8 +7,8 @@ import pathlib
 import pytest
 
 from mezo_rl.errors import ConfigError, UserError
-from tasks import MissingColumnError, from_prompts
-from tasks.user import check_data_task, data_task, data_task_kind, is_data_task
+from mezo_rl.tasks import MissingColumnError, from_prompts
+from mezo_rl.tasks.user import check_data_task, data_task, data_task_kind, is_data_task
 
 datasets = pytest.importorskip("datasets")
 pa = pytest.importorskip("pyarrow")

@@ -11,7 +11,7 @@ from conftest import make_tiny_causal_lm
 from mezo_rl.model.lm import LanguageModel
 from mezo_rl.training.arguments import TrainingArguments
 from mezo_rl.training.trainer import Trainer
-from tasks import Example, get_task
+from mezo_rl.tasks import Example, get_task
 
 
 def examples(n: int, seed: int) -> list[Example]:

@@ -202,7 +202,7 @@ def _objective():
     # random tiny model always continues " was was was was", so it goes through the plumbing but
     # does not move the weights, and "std" warns that it has no spread). normalize="std" fixes each
     # scale from the first global batch, so sq_sums must be all-reduced as well.
-    from rewards import build_objective
+    from mezo_rl.rewards import build_objective
 
     return build_objective(["cross_entropy", "accuracy", brevity], weights=[1.0, 0.0, 0.1], normalize="std")
 
@@ -403,7 +403,7 @@ def test_torchrun_mezo_rl_train_matches_a_single_process_run(tmp_path, tiny_caus
     # each rank scores its shard in other batch shapes, so a mean log-likelihood m may differ by 2 delta, and the
     # cross-entropy logsumexp(m) - m_y (the loss, unnormalised) by twice that. Derived from the train examples.
     from mezo_rl.model.lm import LanguageModel
-    from tasks import get_task
+    from mezo_rl.tasks import get_task
 
     train = get_task("sst2").load_split("train", data_dir=data_dir, n=20, seed=0)
     with torch.no_grad():

@@ -6,8 +6,8 @@ import torch
 
 from mezo_rl.training.evaluation import evaluate
 from mezo_rl.model.lm import LanguageModel
-from rewards.squad import normalize_answer
-from tasks import Example, Task, get_task, with_demonstrations
+from mezo_rl.rewards.squad import normalize_answer
+from mezo_rl.tasks import Example, Task, get_task, with_demonstrations
 
 
 class ListTask(Task):
@@ -153,7 +153,7 @@ def test_a_user_metric_is_both_a_training_reward_and_an_evaluation_metric(tmp_pa
     from mezo_rl.training.outputs import objective_outputs
     from mezo_rl.training.arguments import TrainingArguments
     from mezo_rl.training.trainer import Trainer
-    from rewards import build_objective, register_reward, unregister_reward
+    from mezo_rl.rewards import build_objective, register_reward, unregister_reward
 
     @register_reward("test_weighted_margin", higher_is_better=True, needs="scores")
     def weighted_margin(prompts, candidate_scores, labels, weight):

@@ -153,7 +153,7 @@ def test_a_code_task_of_prompts_gets_the_prompt_defaults_and_resumes(tmp_path, t
     data = tmp_path / "prompts.jsonl"
     data.write_text("".join(json.dumps({"prompt": p}) + "\n" for p in PROMPTS[:12]))  # a step sees the 10 train rows
     code = tmp_path / "my_task.py"
-    code.write_text(f"from tasks import from_prompts\n\ndef build():\n    return from_prompts({str(data)!r})\n")
+    code.write_text(f"from mezo_rl.tasks import from_prompts\n\ndef build():\n    return from_prompts({str(data)!r})\n")
     reward = tmp_path / "my_reward.py"
     reward.write_text("def reward_len(completions, **kwargs):\n    return [-abs(20 - len(c)) for c in completions]\n")
     run = tmp_path / "run"

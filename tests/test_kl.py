@@ -94,9 +94,9 @@ def test_kl_sums():
 def test_evaluate_reports_kl_on_a_prompt_task(tiny_causal_lm, tmp_path):
     import json
 
-    import rewards
+    from mezo_rl import rewards
     from mezo_rl.training.evaluation import evaluate
-    from tasks import from_prompts
+    from mezo_rl.tasks import from_prompts
 
     model, tok = tiny_causal_lm
     path = tmp_path / "p.jsonl"

@@ -9,8 +9,8 @@ import torch
 
 from fake_scores import scores
 from mezo_rl.errors import UserError
-from rewards import build_objective, normalize_answer
-from rewards.objective import RewardError
+from mezo_rl.rewards import build_objective, normalize_answer
+from mezo_rl.rewards.objective import RewardError
 
 
 def length(prompts, completions, **kwargs):

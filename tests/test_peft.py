@@ -14,7 +14,7 @@ from mezo_rl.training.defaults import MODE_DEFAULTS, mezo_options
 from mezo_rl.model.peft import apply_peft, export_model, load_adapter, peft_config
 from mezo_rl.training.rundir import load_run
 from mezo_rl.training.trainer import Trainer
-from tasks import Example, get_task
+from mezo_rl.tasks import Example, get_task
 
 METHODS = ("lora", "prefix")
 TEXT = "the movie was good and the acting was bad ."

@@ -15,7 +15,7 @@ import pytest
 from fake_scores import scores
 from mezo_rl.cli import main as cli
 from mezo_rl.training.arguments import BaselineArguments, EvalRunArguments, TrainingArguments
-from rewards import build_objective
+from mezo_rl.rewards import build_objective
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-import rewards
+from mezo_rl import rewards
 from conftest import make_tiny_causal_lm
 from mezo_rl.model.lm import LanguageModel
 from mezo_rl.training.arguments import TrainingArguments

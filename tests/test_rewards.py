@@ -8,9 +8,9 @@ import sys
 import pytest
 import torch
 
-import rewards
+from mezo_rl import rewards
 from fake_scores import Scores, scores
-from rewards import (
+from mezo_rl.rewards import (
     UnknownRewardError,
     describe,
     describe_rewards,

@@ -9,7 +9,7 @@ import math
 
 import pytest
 
-import rewards
+from mezo_rl import rewards
 from conftest import make_tiny_causal_lm
 from mezo_rl.training.arguments import TrainingArguments
 from mezo_rl.errors import ConfigError, UserError
@@ -19,8 +19,8 @@ from mezo_rl.model.lm import LanguageModel
 from mezo_rl.training.outputs import ChatTemplateError, model_outputs
 from mezo_rl.training.rundir import read_samples
 from mezo_rl.training.trainer import RewardsSilentError, Trainer
-from tasks import from_prompts
-from tasks.user import MissingColumnError, TaskDataError
+from mezo_rl.tasks import from_prompts
+from mezo_rl.tasks.user import MissingColumnError, TaskDataError
 
 WORDS = ["the movie was", "a film about", "the acting is", "this story has", "the plot was", "an ending that"]
 

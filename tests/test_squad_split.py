@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tasks import get_task
+from mezo_rl.tasks import get_task
 
 
 @pytest.mark.slow  # the real SQuAD files

@@ -6,8 +6,8 @@ slow, run the same checks on the real data directory."""
 
 import pytest
 
-import tasks
-from tasks import (KINDS, PAPER_TASKS, Example, UnknownTaskError, get_task, list_tasks, register_task,
+from mezo_rl import tasks
+from mezo_rl.tasks import (KINDS, PAPER_TASKS, Example, UnknownTaskError, get_task, list_tasks, register_task,
                    sample_per_class, with_demonstrations)
 
 
@@ -205,7 +205,7 @@ def test_k_per_class_and_lmbff_files(files):
 
 
 def test_missing_files_are_reported_with_a_warning_or_an_error(data_dir, tmp_path, caplog, monkeypatch):
-    with caplog.at_level("WARNING", logger="tasks"):
+    with caplog.at_level("WARNING", logger="mezo_rl.tasks"):
         tasks.data._warned.clear()
         get_task("boolq").load_split("train", data_dir)
     assert "BoolQ train file is missing" in caplog.text
@@ -297,7 +297,7 @@ def test_without_a_data_directory_the_hub_is_tried(monkeypatch):
 def test_tasks_are_found_by_module_path_and_unknown_names_are_user_errors():
     from mezo_rl.errors import UnknownNameError
 
-    task = get_task("tasks.builtin:SST2")  # a Task subclass by import path, as rewards are
+    task = get_task("mezo_rl.tasks.builtin:SST2")  # a Task subclass by import path, as rewards are
     assert task.kind == "classification" and task.load_split is not None
     with pytest.raises(UnknownNameError):
         get_task("sst-2")

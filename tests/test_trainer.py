@@ -17,7 +17,7 @@ from mezo_rl.training.arguments import TrainingArguments, parse_max_memory
 from mezo_rl.training.rundir import load_run
 from mezo_rl.training.setup import param_groups, trainable_parameters
 from mezo_rl.training.trainer import Trainer, sample_batch_indices
-from tasks import Example, get_task
+from mezo_rl.tasks import Example, get_task
 
 WORDS_POS = ["good", "great", "fun", "warm", "bright"]
 WORDS_NEG = ["bad", "terrible", "dull", "cold", "sad"]
@@ -136,7 +136,7 @@ def test_resume_refuses_changed_arguments(tmp_path, factory):
 
 
 def test_plus_and_minus_see_the_same_batch_and_sampling_seed(tmp_path, factory):
-    from rewards import register_reward, unregister_reward
+    from mezo_rl.rewards import register_reward, unregister_reward
 
     seen = []
 

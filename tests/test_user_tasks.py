@@ -10,9 +10,9 @@ import json
 import pytest
 
 from mezo_rl.errors import ConfigError, UserError
-from tasks import (MissingColumnError, TaskDataError, TaskFileNotFoundError, from_dataset, from_file, get_task,
+from mezo_rl.tasks import (MissingColumnError, TaskDataError, TaskFileNotFoundError, from_dataset, from_file, get_task,
                    register_task)
-from tasks.user import check_template_options
+from mezo_rl.tasks.user import check_template_options
 
 ROWS = [{"text": f"review {i}", "label": i % 2, "stars": "positive" if i % 2 else "negative"} for i in range(20)]
 
@@ -172,7 +172,7 @@ def test_dataset_directory_of_data_files_and_its_errors(offline_cache):
 
 
 def test_command_line_options_pick_and_check_a_data_task(review_file, tmp_path):
-    from tasks.user import check_data_task, data_task, is_data_task
+    from mezo_rl.tasks.user import check_data_task, data_task, is_data_task
 
     opts = {"template": "{text} It was", "label_column": "label", "candidates": ["bad", "good"]}
     registered = ["sst2"]

@@ -1,4 +1,4 @@
-"""Verifiable tasks (tasks.verifiable) and their rewards (rewards.verifiable): generators deterministic in the
+"""Verifiable tasks (mezo_rl.tasks.verifiable) and their rewards (mezo_rl.rewards.verifiable): generators deterministic in the
 seed, disjoint splits, solvable Countdown puzzles, the rewards on hand-written completions, hostile input,
 bad options as one-line errors. No model needed."""
 
@@ -9,13 +9,13 @@ from fractions import Fraction
 
 import pytest
 
-import rewards
+from mezo_rl import rewards
 from mezo_rl.errors import ConfigError, UserError
-from rewards import build_objective, get_reward
-from rewards.verifiable import (ExpressionError, answer_contents, countdown_format_score, evaluate_expression,
+from mezo_rl.rewards import build_objective, get_reward
+from mezo_rl.rewards.verifiable import (ExpressionError, answer_contents, countdown_format_score, evaluate_expression,
                                 last_number)
-from tasks import KINDS, SPLITS, ArithmeticTask, CountdownTask, get_task, list_tasks
-from tasks.verifiable import PAPER_PROMPT, VARIANTS, countdown_prompt
+from mezo_rl.tasks import KINDS, SPLITS, ArithmeticTask, CountdownTask, get_task, list_tasks
+from mezo_rl.tasks.verifiable import PAPER_PROMPT, VARIANTS, countdown_prompt
 
 
 def splits(task):

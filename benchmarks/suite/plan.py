@@ -204,7 +204,7 @@ def build_argv(model: str, protocol: TaskProtocol, method: str, seed: int, setti
 def test_split_size(task: str, data_dir: Optional[str] = None) -> Optional[int]:
     """Number of examples in the task's test split (None if it cannot be read here)."""
     try:
-        from tasks import get_task
+        from mezo_rl.tasks import get_task
 
         return len(get_task(task).load_split("test", data_dir=data_dir))
     except Exception:  # noqa: BLE001 -- only an optimisation / a label; the cell itself reports errors

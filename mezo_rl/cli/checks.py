@@ -10,7 +10,7 @@ kind and the model (generation rewards need a causal LM). Every failure is a
 
 Errors raised by a user's own task code while its data is read name the task and the split
 (:func:`load_splits`); a user's reward that fails names the reward and the example
-(``rewards.objective.RewardError``).
+(``mezo_rl.rewards.objective.RewardError``).
 """
 from __future__ import annotations
 
@@ -24,9 +24,9 @@ from mezo_rl.training.evaluation import prompt_metrics
 from mezo_rl.training.outputs import ChatTemplateError
 from mezo_rl.training.setup import TaskCodeError, load_splits, resolve_task, reward_refs, user_code
 from mezo_rl.training.trl_inputs import check_replayable_reward
-from rewards import build_objective, get_reward
-from tasks import SPLITS
-from tasks.data import data_root
+from mezo_rl.rewards import build_objective, get_reward
+from mezo_rl.tasks import SPLITS
+from mezo_rl.tasks.data import data_root
 
 __all__ = ["TaskCodeError", "user_code", "resolve_task", "check_rewards", "check_objective", "check_reward_fit",
            "check_output_dir", "check_run_dir", "check_training", "load_splits"]

@@ -59,9 +59,9 @@ from mezo_rl.model.peft import PEFT_METHODS
 from mezo_rl.training.rundir import load_run, save_model
 from mezo_rl.training.runguard import RunLock
 from mezo_rl.training.trainer import Trainer, TrainingInterrupted
-import rewards
-from rewards import describe_rewards
-from tasks import get_task, list_tasks
+from mezo_rl import rewards
+from mezo_rl.rewards import describe_rewards
+from mezo_rl.tasks import get_task, list_tasks
 
 
 class UsageError(ConfigError):

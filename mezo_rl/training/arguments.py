@@ -216,7 +216,7 @@ class ModelArguments(Arguments):
 
 @dataclass
 class DataTaskArguments(Arguments):
-    """How a data file or a Hugging Face dataset becomes a task (``tasks.user``); shared by every command."""
+    """How a data file or a Hugging Face dataset becomes a task (``mezo_rl.tasks.user``); shared by every command."""
 
     template: Optional[str] = option(None, "data file/dataset tasks: the prompt, with {column} fields, e.g. '{text} It was'")
     prompt_column: Optional[str] = option(None, "prompt-only tasks (no gold answer; the rewards judge the completions): the column holding each prompt, text or a list of chat messages (default: prompt)")
@@ -290,7 +290,7 @@ class PeftArguments(Arguments):
 
 @dataclass
 class DataArguments(Arguments):
-    # None: the tasks layer decides (tasks.data.data_root: $MEZO_RL_DATA, else the Hugging Face datasets)
+    # None: the tasks layer decides (mezo_rl.tasks.data.data_root: $MEZO_RL_DATA, else the Hugging Face datasets)
     data_dir: Optional[str] = option(None, "directory with the datasets (default: $MEZO_RL_DATA)")
     num_train: int = option(1000, "training examples sampled from the train split (paper: 1000)", min=1)
     num_eval: int = option(200, "validation examples, sampled from the train split outside the training examples where the task has no validation file (paper: 500)", min=1)
@@ -491,7 +491,7 @@ class MeZOConfig(OutputArguments, EvalArguments, GenerationArguments, ComputeArg
     def task_kind(self) -> Optional[str]:
         """The kind of ``--task`` where the options alone tell it: a data file or dataset
         (:meth:`data_task_kind`), or a registered task's name; None for a code task."""
-        from tasks import get_task, list_tasks
+        from mezo_rl.tasks import get_task, list_tasks
 
         kind = self.data_task_kind()
         if kind is None and isinstance(self.task, str) and self.task in list_tasks():
@@ -501,7 +501,7 @@ class MeZOConfig(OutputArguments, EvalArguments, GenerationArguments, ComputeArg
     def task_metrics(self) -> Optional[list[str]]:
         """The metrics of ``--task`` where the options alone tell them (a registered task's own, a data file's
         or dataset's from its kind); None for a code task."""
-        from tasks import get_task, list_tasks, metrics_of_kind
+        from mezo_rl.tasks import get_task, list_tasks, metrics_of_kind
 
         if self.__dict__.get("_task_metrics") is not None:  # the metrics of the task object the run was given
             return self._task_metrics
@@ -515,8 +515,8 @@ class MeZOConfig(OutputArguments, EvalArguments, GenerationArguments, ComputeArg
         prompt template), from the options alone; None for a registered or code task."""
         if self.__dict__.get("_task_kind") is not None:  # the kind of the task object the run was given (resolve)
             return self._task_kind
-        from tasks import list_tasks
-        from tasks.user import data_task_kind
+        from mezo_rl.tasks import list_tasks
+        from mezo_rl.tasks.user import data_task_kind
 
         return data_task_kind(self.task, data_task_options(self), list_tasks())
 

@@ -12,12 +12,12 @@
   policy to it over the completions (exact over the vocabulary, :mod:`mezo_rl.training.kl`).
 
 Every metric comes with its standard error over the examples (``<metric>/se``) and ``n``. The metric
-functions are the rewards of the same names (``rewards.get_reward``), so evaluation and
+functions are the rewards of the same names (``mezo_rl.rewards.get_reward``), so evaluation and
 training objectives agree.
 
     >>> from mezo_rl.model.loading import load_model
     >>> from mezo_rl.training.evaluation import evaluate
-    >>> from tasks import get_task
+    >>> from mezo_rl.tasks import get_task
     >>> task = get_task("sst2")
     >>> metrics = evaluate(load_model("smollm2-135m"), task, task.load_split("validation", n=200))
     >>> sorted(metrics)                  # the task's metrics (mean over the examples) and their count
@@ -30,8 +30,8 @@ import json
 import torch
 from tqdm.auto import tqdm
 
-import rewards
-import tasks
+from mezo_rl import rewards
+from mezo_rl import tasks
 from mezo_rl.stats import Moments
 from mezo_rl.training.kl import KL, KLSums, completion_kl
 from mezo_rl.training.outputs import example_columns, model_outputs, prompt_texts

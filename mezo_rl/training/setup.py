@@ -19,7 +19,7 @@ from typing import Callable, Optional, TypeVar
 
 import torch
 
-import rewards
+from mezo_rl import rewards
 from mezo_rl.engine.optim import MeZO, get_scheduler
 from mezo_rl.errors import ConfigError, UnknownNameError, UserError, first_line
 from mezo_rl.model.loading import load_model
@@ -30,8 +30,8 @@ from mezo_rl.training.distributed import check_no_offload
 from mezo_rl.training.member_evaluation import evaluation_options
 from mezo_rl.training.outputs import example_columns
 from mezo_rl.training.trl_inputs import check_replayable_reward
-from tasks import get_task, list_tasks
-from tasks.user import check_data_task, data_task, is_data_task
+from mezo_rl.tasks import get_task, list_tasks
+from mezo_rl.tasks.user import check_data_task, data_task, is_data_task
 
 __all__ = ["TaskCodeError", "user_code", "resolve_task", "load_splits", "task_and_splits", "reward_refs", "build_objective",
            "build_model", "freeze_unmatched", "param_groups", "trainable_parameters", "build_optimizer"]

@@ -9,7 +9,7 @@ One training step (Algorithm 1 of Malladi et al., 2023):
    batch, and for sampled generation the same sampling seed), then hands every member's output to
    the fitness function, which all-reduces their statistics and returns each member's loss (with
    ``--reward-shaping group``, after centring each prompt's rewards across the members:
-   ``rewards.group_shape``); the engine applies ``-lr * projected_grad * z`` in place;
+   ``mezo_rl.rewards.group_shape``); the engine applies ``-lr * projected_grad * z`` in place;
 3. every ``eval_steps`` steps the model is evaluated on the validation examples and the best step
    is remembered. At the end the best weights (the first ``best_step`` steps of the trajectory,
    replayed from the base model) are evaluated on the test examples.
@@ -30,7 +30,7 @@ from typing import Any, Callable, Optional
 import numpy as np
 import torch
 
-import rewards
+from mezo_rl import rewards
 from mezo_rl.engine.optim import spread
 from mezo_rl.engine.trajectory import STATUS
 from mezo_rl.errors import ConfigError, UserError

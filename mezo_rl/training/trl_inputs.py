@@ -11,7 +11,7 @@ configuration the run records (``config.json``) and the objects it runs with:
   ``mezo-rl train --config RUN/config.json`` imports it again; one that cannot be imported (a lambda, a
   function defined inside another, or one in the running script) still trains, and the run says it
   cannot be replayed from its config alone (summary.json ``config_replayable: false`` and why);
-- ``train_dataset`` / ``eval_dataset``: ``datasets`` objects or a path (``tasks.user``); the run's
+- ``train_dataset`` / ``eval_dataset``: ``datasets`` objects or a path (``mezo_rl.tasks.user``); the run's
   defaults follow the task's kind (a prompt task gets the prompt tasks' run length), and an
   ``IterableDataset`` needs ``max_steps``, since a stream has no length (as in TRL);
 - ``peft_config``: a ``peft.LoraConfig`` (``peft="lora"``, its ``r`` and ``lora_alpha``) or a
@@ -25,12 +25,12 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
-import rewards
+from mezo_rl import rewards
 from mezo_rl.errors import ConfigError
 from mezo_rl.model.lm import LanguageModel
 from mezo_rl.training.arguments import DATA_TASK_FIELDS, MeZOConfig
-from rewards.registry import REGISTRY
-from tasks.user import data_task, is_dataset_object, is_iterable_dataset
+from mezo_rl.rewards.registry import REGISTRY
+from mezo_rl.tasks.user import data_task, is_dataset_object, is_iterable_dataset
 
 __all__ = ["Inputs", "resolve_inputs", "reward_reference", "unreplayable_reason", "check_replayable_reward"]
 

@@ -6,7 +6,7 @@ It reads the candidates' scores, so a step generates nothing for it."""
 import os
 import signal
 
-from rewards import register_reward
+from mezo_rl.rewards import register_reward
 
 VARIABLE = "MEZO_RL_TEST_SIGINT_AT_CALL"
 

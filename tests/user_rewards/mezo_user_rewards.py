@@ -3,7 +3,7 @@
 `tests/test_rewards.py` puts this directory on sys.path, which makes the dist-info's entry points
 (group "mezo_rl.rewards") visible to importlib.metadata exactly as for a pip-installed package.
 """
-from rewards import register_reward
+from mezo_rl.rewards import register_reward
 
 
 def keyword_bonus(prompts, completions, keyword, **kwargs):

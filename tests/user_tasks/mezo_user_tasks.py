@@ -1,6 +1,6 @@
 """Test fixture: a user's tasks in code, found as "mezo_user_tasks:arithmetic" / "path/to/mezo_user_tasks.py:..."
 or through the ``mezo_rl.tasks`` entry point this package declares (see the dist-info beside it)."""
-from tasks import Example, Task
+from mezo_rl.tasks import Example, Task
 
 
 class Arithmetic(Task):
