@@ -75,17 +75,19 @@ def run_one(name: str, a) -> dict:
     """Train configuration ``name`` in this process; returns its record."""
     import torch
 
-    from mezo_rl.training.arguments import TrainingArguments
-    from mezo_rl.training.trainer import Trainer
+    from mezo_rl.training.arguments import MeZOConfig
+    from mezo_rl.training.trainer import MeZOTrainer
 
     out = pathlib.Path(a.out) / name
-    args = TrainingArguments(
+    args = MeZOConfig(
         model=a.model, task="squad", reward=["squad_f1"], **CONFIGS[name],
-        steps=10**6, eval_steps=10**6, eval_batch_size=a.eval_batch_size, lr_scheduler="constant",
+        steps=10**6, eval_steps=10**6, eval_batch_size=a.eval_batch_size, lr_scheduler_type="constant",
         num_train=1000, num_eval=a.num_eval, num_test=a.num_test, max_new_tokens=16, seed=a.seed,
         data_dir=a.data_dir, device_map=a.device_map, output_dir=str(out), progress=False,
     )
-    s = Trainer(args, callbacks=[TimeBudget(a.budget, a.validate_every)]).train()
+    trainer = MeZOTrainer(args=args, callbacks=[TimeBudget(a.budget, a.validate_every)])
+    trainer.train()
+    s = trainer.summary
     se = lambda split: s[split].get("squad_f1/se")  # noqa: E731
     return {
         "config": name, **CONFIGS[name], "seed": a.seed, "device": a.device_map or "cpu",

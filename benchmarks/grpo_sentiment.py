@@ -213,7 +213,7 @@ def newline_token_ids(tokenizer) -> list[int]:
 
 class Scorer:
     """mezo-rl's own evaluation of the current weights of ``model`` on a split: the same call, batch
-    size, token limit, decoding and autocast context as ``mezo_rl.training.trainer.Trainer.evaluate``."""
+    size, token limit, decoding and autocast context as ``mezo_rl.training.trainer.MeZOTrainer.evaluate``."""
 
     def __init__(self, task, objective, splits: dict, max_new_tokens: int):
         self.task, self.objective, self.splits, self.max_new_tokens = task, objective, splits, max_new_tokens

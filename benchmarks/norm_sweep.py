@@ -31,7 +31,7 @@ import pathlib
 import numpy as np
 import torch
 
-from mezo_rl.training.arguments import TrainingArguments
+from mezo_rl.training.arguments import MeZOConfig
 from mezo_rl.engine.optim import SCHEDULERS, MeZO, get_scheduler
 from mezo_rl.training.setup import build_model
 from mezo_rl.training.trainer import sample_batch_indices
@@ -94,7 +94,7 @@ def run(cfg, seed, n_train, y_train, n_test, y_test, gains, heads, at=()):
 
 def compute_features(model, seeds, have):
     """The test split's and each seed's 1000 training examples' n(x), labels, the label rows, the gains."""
-    lm = build_model(TrainingArguments(model=model, peft="norm"))
+    lm = build_model(MeZOConfig(model=model, peft="norm"))
     task = get_task("sst2")
     test = task.load_split("test")
     n_test, heads = normalised_features(lm, test)

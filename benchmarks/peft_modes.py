@@ -11,7 +11,7 @@ one plain forward of the same batch. step - 2 x forward is what perturbing and u
 
 ``sst2``: for each mode, validation accuracy before and after ``--steps`` MeZO steps with the
 per-mode hyperparameters (``mezo_rl.training.defaults.MODE_DEFAULTS``), batch 16 (Table 16), constant lr, through the
-project's Trainer (``--runner trainer``, default) or a minimal loop over lm.score (``--runner loop``).
+project's MeZOTrainer (``--runner trainer``, default) or a minimal loop over lm.score (``--runner loop``).
 
 Both print a markdown table and write JSON to ``--out``.
 """
@@ -133,16 +133,18 @@ def run_sst2_loop(mode, ns, train, val):
 
 
 def run_sst2_trainer(mode, ns, out_dir):
-    from mezo_rl.training.arguments import TrainingArguments
-    from mezo_rl.training.trainer import Trainer
+    from mezo_rl.training.arguments import MeZOConfig
+    from mezo_rl.training.trainer import MeZOTrainer
 
-    args = TrainingArguments(model=ns.model, task="sst2", reward=["cross_entropy"], peft=mode,
+    args = MeZOConfig(model=ns.model, task="sst2", reward=["cross_entropy"], peft=mode,
                              steps=ns.steps, batch_size=ns.batch_size, num_train=ns.num_train, num_eval=ns.num_eval,
                              num_test=0, seed=ns.seed, dtype=ns.dtype, autocast=ns.autocast,
-                             eval_steps=ns.steps, metric_for_best="accuracy", progress=False,
+                             eval_steps=ns.steps, metric_for_best_model="accuracy", progress=False,
                              output_dir=os.path.join(out_dir, mode))
     t = time.perf_counter()
-    summary = Trainer(args).train()
+    trainer = MeZOTrainer(args=args)
+    trainer.train()
+    summary = trainer.summary
     wall = time.perf_counter() - t
     with open(os.path.join(args.output_dir, "metrics.jsonl")) as f:
         records = [json.loads(line) for line in f if line.strip()]

@@ -17,7 +17,7 @@ import argparse
 import numpy as np
 import torch
 
-from mezo_rl.training.arguments import TrainingArguments
+from mezo_rl.training.arguments import MeZOConfig
 from mezo_rl.training.setup import build_model, trainable_parameters
 from mezo_rl.tasks import get_task
 
@@ -43,7 +43,7 @@ def main() -> None:
     train = task.load_split("train", n=1000, seed=0)[:96]
     y_train = np.array([e.label for e in train])
     for i, mode in enumerate(a.modes.split(",")):
-        lm = build_model(TrainingArguments(model=a.model, peft="none" if mode == "full" else mode))
+        lm = build_model(MeZOConfig(model=a.model, peft="none" if mode == "full" else mode))
         if i == 0 and not a.no_test:
             test = task.load_split("test")
             m, y = margins(lm, test), np.array([e.label for e in test])

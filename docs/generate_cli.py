@@ -19,7 +19,7 @@ WIDTH_COLUMNS = "110"
 HEADER = """# `mezo-rl` command reference
 
 Generated from the parser by `python docs/generate_cli.py` (`mezo-rl COMMAND --help`). Options of
-`train`, `eval`, `compare` and `baseline` are dataclass fields (`mezo_rl.training.arguments`: `TrainingArguments`,
+`train`, `eval`, `compare` and `baseline` are dataclass fields (`mezo_rl.training.arguments`: `MeZOConfig`,
 `EvalRunArguments`, `BaselineArguments`); each is also accepted with underscores (`--num_train`), and in a
 `--config` YAML/JSON file (the command line wins). Booleans take `--flag` / `--no-flag`; `--reward` and
 `--candidates` are repeatable or comma-separated. `python -m mezo_rl` is the same command as `mezo-rl`.
@@ -58,11 +58,11 @@ def cli_markdown() -> str:
 
 
 def train_table() -> str:
-    """The table of `mezo-rl train` options: one row per TrainingArguments field."""
-    from mezo_rl.training.arguments import TrainingArguments
+    """The table of `mezo-rl train` options: one row per MeZOConfig field."""
+    from mezo_rl.training.arguments import MeZOConfig
 
     rows = [TABLE_HEAD, "|---|---|---|"]
-    for f in dataclasses.fields(TrainingArguments):
+    for f in dataclasses.fields(MeZOConfig):
         default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
         meaning = f.metadata.get("help", "")
         if "choices" in f.metadata and not all(str(c) in meaning for c in f.metadata["choices"]):

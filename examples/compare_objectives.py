@@ -14,7 +14,7 @@ them.
 """
 import argparse
 
-from mezo_rl.training.arguments import TrainingArguments
+from mezo_rl.training.arguments import MeZOConfig
 from mezo_rl.cli.compare import compare, objective_variants
 
 
@@ -26,7 +26,7 @@ def main():
     p.add_argument("--data-dir", default=None)
     p.add_argument("--output-dir", default="runs/compare-sst2")
     a = p.parse_args()
-    base = TrainingArguments(task=a.task, steps=a.steps, data_dir=a.data_dir, output_dir=a.output_dir)
+    base = MeZOConfig(task=a.task, steps=a.steps, data_dir=a.data_dir, output_dir=a.output_dir)
     summaries = compare(objective_variants(base, a.objectives), a.output_dir)
     for name, s in summaries.items():
         m = s["metric_for_best"]

@@ -27,9 +27,9 @@ import argparse
 import json
 
 from mezo_rl.engine.optim import SCHEDULERS
-from mezo_rl.training.arguments import TrainingArguments
+from mezo_rl.training.arguments import MeZOConfig
 from mezo_rl.cli.plots import results_line
-from mezo_rl.training.trainer import Trainer, TrainingInterrupted
+from mezo_rl.training.trainer import MeZOTrainer, TrainingInterrupted
 
 
 def main():
@@ -57,16 +57,18 @@ def main():
     p.add_argument("--output-dir", default="runs/optimize-f1")
     p.add_argument("--resume", action="store_true", help="continue the run in --output-dir from its checkpoint")
     a = p.parse_args()
-    args = TrainingArguments(
+    args = MeZOConfig(
         model="smollm2-135m", task="squad", reward=["squad_f1"], peft="prefix",
-        noise="rademacher", normalize="std", n_spsa=a.n_spsa, lr=a.lr, eps=a.eps, lr_scheduler=a.lr_scheduler,
+        noise="rademacher", normalize="std", n_spsa=a.n_spsa, lr=a.lr, eps=a.eps, lr_scheduler_type=a.lr_scheduler,
         reward_shaping=a.reward_shaping,
         steps=a.steps, batch_size=a.batch_size, eval_steps=min(a.eval_every, a.steps) or 1, eval_batch_size=a.eval_batch_size,
         num_train=1000, num_eval=a.num_eval, num_test=a.num_test, max_new_tokens=16, seed=a.seed,
         data_dir=a.data_dir, output_dir=a.output_dir, resume=a.resume,
     )
     try:
-        s = Trainer(args).train()
+        trainer = MeZOTrainer(args=args)
+        trainer.train()
+        s = trainer.summary
     except TrainingInterrupted as err:  # Ctrl-C / SIGTERM: the checkpoint is written, say how to go on
         raise SystemExit(f"{err}; checkpoint in {err.output_dir}: run the same command with --resume to continue")
     print(json.dumps({k: s[k] for k in ("initial_validation", "validation", "initial_test", "test", "best_step")}

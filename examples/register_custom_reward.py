@@ -28,7 +28,7 @@ from __future__ import annotations
 import argparse
 import math
 
-from mezo_rl import Trainer, TrainingArguments
+from mezo_rl import MeZOTrainer, MeZOConfig
 from mezo_rl.training.callbacks import TrainerCallback
 from mezo_rl.training.outputs import objective_outputs
 from mezo_rl.rewards import register_reward
@@ -85,14 +85,14 @@ def main():
     p.add_argument("--seed", type=int, default=0)
     a = p.parse_args()
 
-    args = TrainingArguments(
+    args = MeZOConfig(
         model="smollm2-135m", task="sst2",
         reward=["gold_probability", "accuracy"], reward_weights=[1.0, 0.0],
         peft=a.peft, lr=a.lr, eps=a.eps, steps=a.steps, batch_size=a.batch_size,
         num_train=1000, num_test=a.held_out, output_dir=a.output_dir, seed=a.seed, progress=True,
     )
     probe = HeldOutReward()
-    trainer = Trainer(args, callbacks=[probe])
+    trainer = MeZOTrainer(args=args, callbacks=[probe])
     print(f"objective: {trainer.objective}")
     trainer.train()
 

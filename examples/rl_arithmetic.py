@@ -22,8 +22,8 @@ Measured figures (this example's settings and TRL's GRPO beside them): docs/resu
 import argparse
 
 from mezo_rl.cli.plots import results_line
-from mezo_rl.training.arguments import TrainingArguments
-from mezo_rl.training.trainer import Trainer, TrainingInterrupted
+from mezo_rl.training.arguments import MeZOConfig
+from mezo_rl.training.trainer import MeZOTrainer, TrainingInterrupted
 
 
 def main(argv=None):
@@ -42,13 +42,15 @@ def main(argv=None):
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--resume", action="store_true")
     a = p.parse_args(argv)
-    args = TrainingArguments(
+    args = MeZOConfig(
         model=a.model, task=a.task, reward=["exact_answer"], peft=a.peft, max_steps=a.max_steps,
         learning_rate=a.learning_rate, beta=a.beta, max_completion_length=a.max_completion_length,
         num_train=a.num_train, num_eval=a.num_eval, num_test=a.num_test, eval_batch_size=64,
         log_completions=a.num_test, seed=a.seed, output_dir=a.output_dir, resume=a.resume)
     try:
-        summary = Trainer(args).train()
+        trainer = MeZOTrainer(args=args)
+        trainer.train()
+        summary = trainer.summary
     except TrainingInterrupted as err:  # Ctrl-C / SIGTERM: the checkpoint is written, say how to go on
         raise SystemExit(f"{err}; checkpoint in {err.output_dir}: run the same command with --resume to continue")
     print(results_line(summary))

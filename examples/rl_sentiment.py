@@ -42,9 +42,9 @@ import os
 import pathlib
 import random
 
-from mezo_rl.training.arguments import TrainingArguments
+from mezo_rl.training.arguments import MeZOConfig
 from mezo_rl.cli.plots import results_line
-from mezo_rl.training.trainer import Trainer, TrainingInterrupted
+from mezo_rl.training.trainer import MeZOTrainer, TrainingInterrupted
 
 HERE = pathlib.Path(__file__).resolve().parent
 PREFIX = "Movie review: "
@@ -136,7 +136,7 @@ def main():
         print("\n".join(str(f) for f in files.values()))
         return
     rewards, weights = rewards_of(a.repetition_weight)
-    args = TrainingArguments(
+    args = MeZOConfig(
         model=a.model, task=str(files["train"]), validation_file=str(files["validation"]), test_file=str(files["test"]),
         reward=rewards, reward_weights=weights, peft=a.peft,
         steps=a.steps, batch_size=a.batch_size,
@@ -147,7 +147,9 @@ def main():
         evaluation=a.evaluation,
         output_dir=str(out / "run"), resume=a.resume)
     try:
-        summary = Trainer(args).train()
+        trainer = MeZOTrainer(args=args)
+        trainer.train()
+        summary = trainer.summary
     except TrainingInterrupted as err:  # Ctrl-C / SIGTERM: the checkpoint is written, say how to go on
         raise SystemExit(f"{err}; checkpoint in {err.output_dir}: run the same command with --resume to continue")
     print(results_line(summary))

@@ -25,8 +25,7 @@ _EXPORTS = {
     "get_scheduler": "mezo_rl.engine.optim", "replay_trajectory": "mezo_rl.engine.optim",
     "Trajectory": "mezo_rl.engine.trajectory",
     "LanguageModel": "mezo_rl.model.lm", "load_model": "mezo_rl.model.loading",
-    "MeZOConfig": "mezo_rl.training.arguments", "TrainingArguments": "mezo_rl.training.arguments",
-    "MeZOTrainer": "mezo_rl.training.trainer", "Trainer": "mezo_rl.training.trainer",
+    "MeZOConfig": "mezo_rl.training.arguments", "MeZOTrainer": "mezo_rl.training.trainer",
 }
 
 __all__ = list(_EXPORTS)

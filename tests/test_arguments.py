@@ -5,7 +5,7 @@ import dataclasses
 
 import pytest
 
-from mezo_rl.training.arguments import BaselineArguments, EvalRunArguments, TrainingArguments, flags, parse_step
+from mezo_rl.training.arguments import BaselineArguments, EvalRunArguments, MeZOConfig, flags, parse_step
 from mezo_rl.training.defaults import (FIELD_OF, MODE_ALIASES, MODE_DEFAULTS, MODES, PROMPT_TASK_DEFAULTS, PROMPT_TASK_MODE,
                                        mezo_options)
 from mezo_rl.errors import ConfigError
@@ -15,7 +15,7 @@ def _fields(cls) -> dict:
     return {f.name: f for f in dataclasses.fields(cls)}
 
 
-@pytest.mark.parametrize("cls", [TrainingArguments, BaselineArguments, EvalRunArguments])
+@pytest.mark.parametrize("cls", [MeZOConfig, BaselineArguments, EvalRunArguments])
 def test_every_declared_choice_minimum_and_bound_is_checked(cls):
     for f in dataclasses.fields(cls):
         opt = flags(f)  # the message names the option as the user may have typed it: --max-steps / --steps
@@ -25,7 +25,7 @@ def test_every_declared_choice_minimum_and_bound_is_checked(cls):
             for choice in f.metadata["choices"]:
                 resolved = MODE_ALIASES.get(choice, choice) if f.name == "peft" else choice  # --peft none is full
                 assert getattr(cls(**{f.name: choice}), f.name) == resolved
-        if "min" in f.metadata:
+        if "min" in f.metadata and (f.name, f.metadata["min"] - 1) != ("max_steps", -1):  # -1: transformers' "unset"
             with pytest.raises(ValueError, match=f"{opt}: got {f.metadata['min'] - 1}, accepted: an integer >= "):
                 cls(**{f.name: f.metadata["min"] - 1})
             assert getattr(cls(**{f.name: f.metadata["min"]}), f.name) == f.metadata["min"]
@@ -49,16 +49,16 @@ def test_the_issue_bad_values_and_combinations_are_refused():
                             (dict(max_steps=True), r"--max-steps / --steps: got True \(bool\), expected an integer"),
                             (dict(reward=["accuracy"], reward_weights=[1, 2]), "--reward-weights: got 2 weights for 1 rewards")):
         with pytest.raises(ConfigError, match=message):
-            TrainingArguments(**kwargs)
-    assert TrainingArguments(temperature=0.0).temperature == 0.0  # unused without --do-sample
-    assert TrainingArguments(learning_rate=1, reward_weights=[2]).learning_rate == 1.0 and TrainingArguments(reward_weights=[2]).reward_weights == [2.0]
+            MeZOConfig(**kwargs)
+    assert MeZOConfig(temperature=0.0).temperature == 0.0  # unused without --do-sample
+    assert MeZOConfig(learning_rate=1, reward_weights=[2]).learning_rate == 1.0 and MeZOConfig(reward_weights=[2]).reward_weights == [2.0]
 
 
 def test_argument_errors_are_config_errors():
     with pytest.raises(ConfigError):
-        TrainingArguments(noise="uniform")
+        MeZOConfig(noise="uniform")
     with pytest.raises(ConfigError, match="--max-memory"):
-        TrainingArguments(max_memory="0=20GiB,oops")
+        MeZOConfig(max_memory="0=20GiB,oops")
 
 
 @pytest.mark.parametrize("cls, names", [
@@ -68,7 +68,7 @@ def test_argument_errors_are_config_errors():
                         "batch_size": "eval_batch_size"}),
 ])
 def test_other_commands_share_the_training_options_defaults(cls, names):
-    train, mine = _fields(TrainingArguments), _fields(cls)
+    train, mine = _fields(MeZOConfig), _fields(cls)
     for name, train_name in names.items():
         assert mine[name].default == train[train_name].default, name
         assert mine[name].metadata.get("choices") == train[train_name].metadata.get("choices"), name
@@ -78,20 +78,20 @@ def test_other_commands_share_the_training_options_defaults(cls, names):
 
 def test_per_mode_defaults_are_resolved_once_and_explicit_values_win():
     for mode in MODES:
-        args = TrainingArguments(peft=mode)
+        args = MeZOConfig(peft=mode)
         assert {k: getattr(args, FIELD_OF.get(k, k)) for k in MODE_DEFAULTS[mode]} == MODE_DEFAULTS[mode]
         assert mezo_options(vars(args)) == mezo_options(MODE_DEFAULTS[mode])
         assert args.eval_steps == max(1, args.max_steps // 5)
-    assert TrainingArguments(peft="none").to_dict() == TrainingArguments(peft="full").to_dict()  # an alias
-    mine = TrainingArguments(max_steps=7, per_device_train_batch_size=3, n_spsa=5, learning_rate=1e-3, normalize="none")
+    assert MeZOConfig(peft="none").to_dict() == MeZOConfig(peft="full").to_dict()  # an alias
+    mine = MeZOConfig(max_steps=7, per_device_train_batch_size=3, n_spsa=5, learning_rate=1e-3, normalize="none")
     assert (mine.max_steps, mine.per_device_train_batch_size, mine.n_spsa, mine.learning_rate, mine.eval_steps) == (7, 3, 5, 1e-3, 1)
     assert mezo_options(vars(mine))["normalize"] is None  # as MeZO takes it
     # what config.json records: no option left to a default that a later version could change
     assert None not in [mine.to_dict()[FIELD_OF.get(k, k)] for k in (*MODE_DEFAULTS["norm"], "eval_steps")]
-    assert TrainingArguments.from_dict(mine.to_dict()).to_dict() == mine.to_dict()
+    assert MeZOConfig.from_dict(mine.to_dict()).to_dict() == mine.to_dict()
     # the values norm resolved stay with dataclasses.replace; a variant built from the given options gets its mode's
     assert dataclasses.replace(mine, peft="prefix").learning_rate == 1e-3
-    assert TrainingArguments(peft="prefix", max_steps=7).learning_rate == MODE_DEFAULTS["prefix"]["lr"]
+    assert MeZOConfig(peft="prefix", max_steps=7).learning_rate == MODE_DEFAULTS["prefix"]["lr"]
 
 
 @pytest.mark.parametrize("task", [dict(task="prompts.jsonl"), dict(task="prompts.csv", prompt_column="question"),
@@ -101,37 +101,37 @@ def test_a_prompt_file_or_dataset_takes_the_prompt_task_run_length(task):
     """A prompt task decodes every prompt per member: it trains PROMPT_TASK_MODE by default, with that mode's
     prompt-task row (not the scoring tasks' run length); every mode normalises the step (a reward on any
     scale); the other task kinds and explicit values are untouched (nothing is read to decide)."""
-    args = TrainingArguments(**task)
+    args = MeZOConfig(**task)
     assert args.peft == PROMPT_TASK_MODE
     expected = {**MODE_DEFAULTS[PROMPT_TASK_MODE], **PROMPT_TASK_DEFAULTS[PROMPT_TASK_MODE]}
     assert {k: getattr(args, FIELD_OF.get(k, k)) for k in expected} == expected
     assert args.max_steps < MODE_DEFAULTS["norm"]["steps"] and args.eval_steps == max(1, args.max_steps // 5)
-    norm = TrainingArguments(**task, peft="norm")  # the sentiment example's row
+    norm = MeZOConfig(**task, peft="norm")  # the sentiment example's row
     assert {k: getattr(norm, FIELD_OF.get(k, k)) for k in MODE_DEFAULTS["norm"]} == {
         **MODE_DEFAULTS["norm"], **PROMPT_TASK_DEFAULTS["norm"]}
-    assert TrainingArguments(**task, max_steps=7, learning_rate=1e-3).to_dict() | {
+    assert MeZOConfig(**task, max_steps=7, learning_rate=1e-3).to_dict() | {
         "max_steps": args.max_steps, "learning_rate": args.learning_rate, "eval_steps": args.eval_steps} == args.to_dict()
-    lora = TrainingArguments(**task, peft="lora")
+    lora = MeZOConfig(**task, peft="lora")
     assert {k: getattr(lora, FIELD_OF.get(k, k)) for k in MODE_DEFAULTS["lora"]} == {
         **MODE_DEFAULTS["lora"], **PROMPT_TASK_DEFAULTS["lora"]} and lora.normalize == "std"
     # config.json holds the resolved values: a resume or --config repeats them whatever the table later says
-    assert TrainingArguments.from_dict(args.to_dict()).to_dict() == args.to_dict()
+    assert MeZOConfig.from_dict(args.to_dict()).to_dict() == args.to_dict()
 
 
 @pytest.mark.parametrize("task", [dict(task="sst2"), dict(task="rows.jsonl", template="{q}", target_column="a"),
                                   dict(task="rows.csv", template="{s} It was", label_column="l", candidates=["bad", "good"]),
                                   dict(task="my_tasks.py:build")])
 def test_scoring_generation_and_code_tasks_keep_the_mode_row(task):
-    args = TrainingArguments(**task)
+    args = MeZOConfig(**task)
     assert args.peft == "norm"
     assert {k: getattr(args, FIELD_OF.get(k, k)) for k in MODE_DEFAULTS["norm"]} == MODE_DEFAULTS["norm"]
 
 
 def test_an_old_config_with_nulls_resolves_to_the_defaults():
-    old = {**TrainingArguments().to_dict(), "peft": "none", "learning_rate": None, "eps": None, "noise": None,
+    old = {**MeZOConfig().to_dict(), "peft": "none", "learning_rate": None, "eps": None, "noise": None,
            "normalize": None, "n_spsa": None, "weight_decay": None, "max_steps": None, "per_device_train_batch_size": None,
            "eval_steps": None}
-    assert TrainingArguments.from_dict(old).to_dict() == TrainingArguments(peft="full").to_dict()
+    assert MeZOConfig.from_dict(old).to_dict() == MeZOConfig(peft="full").to_dict()
 
 
 def test_step_references():
@@ -145,38 +145,38 @@ def test_step_references():
 def test_the_reward_defaults_to_the_task_own_metric(task, reward):
     """`mezo-rl train --task arithmetic` optimises exact_answer, as `--task sst2` optimises accuracy: a given
     --reward wins, and config.json records the resolved one (a resume or --config repeats it)."""
-    args = TrainingArguments(task=task)
+    args = MeZOConfig(task=task)
     assert args.reward == [reward] and "reward" not in args.given_values()
-    assert TrainingArguments.from_dict(args.to_dict()).reward == [reward]
-    assert TrainingArguments(task=task, reward=["cross_entropy"]).reward == ["cross_entropy"]
-    assert TrainingArguments(task=task, reward_weights=[2]).reward_weights == [2.0]
+    assert MeZOConfig.from_dict(args.to_dict()).reward == [reward]
+    assert MeZOConfig(task=task, reward=["cross_entropy"]).reward == ["cross_entropy"]
+    assert MeZOConfig(task=task, reward_weights=[2]).reward_weights == [2.0]
     with pytest.raises(ConfigError, match="--reward-weights: got 2 weights for 1 rewards"):
-        TrainingArguments(task=task, reward_weights=[1, 2])
+        MeZOConfig(task=task, reward_weights=[1, 2])
 
 
 def test_a_task_of_prompts_only_needs_a_reward_and_a_code_task_takes_its_metric_once_built():
     from mezo_rl.training.setup import reward_refs
     from mezo_rl.tasks import get_task
 
-    prompts = TrainingArguments(task="prompts.jsonl")  # a config without a reward is fine: reward_funcs may come later
+    prompts = MeZOConfig(task="prompts.jsonl")  # a config without a reward is fine: reward_funcs may come later
     assert prompts.reward is None
     with pytest.raises(ConfigError, match="--reward: task 'prompts.jsonl' has prompts only.*mezo-rl rewards"):
         reward_refs(prompts)
-    code = TrainingArguments(task="my_tasks.py:build")
+    code = MeZOConfig(task="my_tasks.py:build")
     assert code.reward is None
     assert code.for_task(get_task("arithmetic")).reward == ["exact_answer"]
     assert code.for_task(get_task("sst2")).reward == ["accuracy"]
-    assert TrainingArguments(task="my_tasks.py:build", reward=["positivity"]).for_task(get_task("sst2")).reward == ["positivity"]
+    assert MeZOConfig(task="my_tasks.py:build", reward=["positivity"]).for_task(get_task("sst2")).reward == ["positivity"]
 
 
 def test_an_objective_given_as_an_object_is_what_the_configuration_records():
-    """Trainer(args, task=..., objective=...) with --reward left to its default: config.json names the rewards
+    """MeZOTrainer(args=args, task=..., objective=...) with --reward left to its default: config.json names the rewards
     the run optimised (their weights and normalisation), not the task's metric."""
     from mezo_rl.rewards import build_objective
     from mezo_rl.tasks import get_task
 
     objective = build_objective(["cross_entropy", "accuracy"], weights=[1.0, 0.5], normalize="std")
-    args = TrainingArguments(task="sst2").for_task(get_task("sst2"), objective)
+    args = MeZOConfig(task="sst2").for_task(get_task("sst2"), objective)
     assert (args.reward, args.reward_weights, args.reward_normalize) == (["cross_entropy", "accuracy"], [1.0, 0.5], "std")
-    given = TrainingArguments(task="sst2", reward=["accuracy"]).for_task(get_task("sst2"), objective)
+    given = MeZOConfig(task="sst2", reward=["accuracy"]).for_task(get_task("sst2"), objective)
     assert given.reward == ["accuracy"]  # a reward the user named stays as named

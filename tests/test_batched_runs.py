@@ -1,5 +1,5 @@
 """Batched member evaluation in runs: ``--evaluation``, the trainer's batched closure
-(``Trainer.member_outcomes`` -> ``mezo_rl.training.outputs.objective_outputs``), resume, and data
+(``MeZOTrainer.member_outcomes`` -> ``mezo_rl.training.outputs.objective_outputs``), resume, and data
 parallelism on 2 gloo ranks (every rank evaluates its shard for all members; only scalars cross)."""
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from conftest import make_tiny_causal_lm
-from mezo_rl.training.arguments import TrainingArguments
+from mezo_rl.training.arguments import MeZOConfig
 from mezo_rl.training.member_evaluation import resolve_evaluation
 from mezo_rl.training.distributed import DistContext
 from mezo_rl.model.lm import LanguageModel
@@ -49,14 +49,14 @@ def test_evaluation_option_auto_and_refusals():
     assert resolve_evaluation("auto", scores, "none", "lowrank", low_precision=True) == "batched"
     assert resolve_evaluation("auto", scores, "norm", "rademacher", low_precision=True) == "batched"
     assert resolve_evaluation("auto", scores, "none", "gaussian", low_precision=True) == "inplace"
-    assert TrainingArguments().evaluation == "auto"
+    assert MeZOConfig().evaluation == "auto"
     with pytest.raises(ValueError, match=r"^--evaluation batched perturbs the model's matrices activation-side, which "
                                          r"needs --noise lowrank \(the default of --peft full\), got --noise gaussian; "
                                          r"or use --evaluation inplace$"):
-        TrainingArguments(peft="none", noise="gaussian", evaluation="batched")
-    TrainingArguments(peft="none", noise="gaussian", evaluation="batched", trainable="norm")  # 1-D tensors: fine
+        MeZOConfig(peft="none", noise="gaussian", evaluation="batched")
+    MeZOConfig(peft="none", noise="gaussian", evaluation="batched", trainable="norm")  # 1-D tensors: fine
     with pytest.raises(ValueError, match="accepted: auto, inplace, batched"):
-        TrainingArguments(evaluation="parallel")
+        MeZOConfig(evaluation="parallel")
 
 
 def test_member_outputs_are_model_outputs_per_member(factory):
@@ -77,11 +77,11 @@ def test_member_outputs_are_model_outputs_per_member(factory):
 
 
 def test_auto_reads_the_training_prompts(tmp_path, factory):
-    from mezo_rl.training.trainer import Trainer
+    from mezo_rl.training.trainer import MeZOTrainer
 
     def mode(**kw):
         args = make_args(tmp_path, reward=["test_len_auto"], **kw)
-        return Trainer(args, lm=factory(), task=get_task("sst2"), splits=splits()).optimizer.config["evaluation"]
+        return MeZOTrainer(args=args, lm=factory(), task=get_task("sst2"), splits=splits()).optimizer.config["evaluation"]
 
     from mezo_rl.rewards import register_reward, unregister_reward
 
@@ -94,10 +94,10 @@ def test_auto_reads_the_training_prompts(tmp_path, factory):
 
 
 def test_auto_is_batched_for_bf16_weights(tmp_path, factory):
-    from mezo_rl.training.trainer import Trainer
+    from mezo_rl.training.trainer import MeZOTrainer
 
     def mode(lm, **kw):
-        return Trainer(make_args(tmp_path, **kw), lm=lm, task=get_task("sst2"), splits=splits()).optimizer.config["evaluation"]
+        return MeZOTrainer(args=make_args(tmp_path, **kw), lm=lm, task=get_task("sst2"), splits=splits()).optimizer.config["evaluation"]
 
     bf16 = factory()
     bf16.model.to(torch.bfloat16)
@@ -109,35 +109,37 @@ def test_a_resumed_run_keeps_the_evaluation_mode_it_ran_with(tmp_path, factory):
     pick batched for its short prompts and long decode, but its checkpoint resumes in place. Asking
     for the other mode is one line."""
     from mezo_rl.errors import ConfigError
-    from mezo_rl.training.trainer import Trainer
+    from mezo_rl.training.trainer import MeZOTrainer
     from mezo_rl.rewards import register_reward, unregister_reward
 
     register_reward("test_len_resume", needs="generation")(lambda prompts, completions, **c: [0.0] * len(completions))
     try:
         args = make_args(tmp_path, reward=["test_len_resume"], max_new_tokens=64, steps=2, eval_steps=2,
                          evaluation="inplace")
-        Trainer(args, lm=factory(), lm_factory=factory, task=get_task("sst2"), splits=splits()).train()
-        config = tmp_path / "run" / "config.json"
+        MeZOTrainer(args=args, lm=factory(), lm_factory=factory, task=get_task("sst2"), splits=splits()).train()
+        config = tmp_path / "run" / "training_args.json"
         saved = json.loads(config.read_text())
         del saved["evaluation"]
         config.write_text(json.dumps(saved))
         auto = make_args(tmp_path, reward=["test_len_resume"], max_new_tokens=64, steps=3, eval_steps=2, resume=True)
-        trainer = Trainer(auto, lm=factory(), lm_factory=factory, task=get_task("sst2"), splits=splits())
+        trainer = MeZOTrainer(args=auto, lm=factory(), lm_factory=factory, task=get_task("sst2"), splits=splits())
         assert trainer.optimizer.config["evaluation"] == "inplace"
-        assert trainer.train()["steps"] == 3
+        trainer.train()
+        assert trainer.summary["steps"] == 3
         with pytest.raises(ConfigError, match=r"^--resume: this run's steps were evaluated inplace; resume it with "
                                               r"--evaluation inplace or auto, not --evaluation batched$"):
-            Trainer(make_args(tmp_path, reward=["test_len_resume"], max_new_tokens=64, steps=4, eval_steps=2,
+            MeZOTrainer(args=make_args(tmp_path, reward=["test_len_resume"], max_new_tokens=64, steps=4, eval_steps=2,
                               resume=True, evaluation="batched"), lm=factory(), task=get_task("sst2"), splits=splits())
     finally:
         unregister_reward("test_len_resume")
 
 
 def _train(args, factory):
-    from mezo_rl.training.trainer import Trainer
+    from mezo_rl.training.trainer import MeZOTrainer
 
-    trainer = Trainer(args, lm=factory(), lm_factory=factory, task=get_task("sst2"), splits=splits())
-    return trainer, trainer.train()
+    trainer = MeZOTrainer(args=args, lm=factory(), lm_factory=factory, task=get_task("sst2"), splits=splits())
+    trainer.train()
+    return trainer, trainer.summary
 
 
 def _steps(run_dir):
@@ -168,12 +170,12 @@ def test_a_generation_run_makes_one_batched_decode_per_step_and_matches_the_inpl
                 return generate(prompts, **kw)
 
             lm.generate = spy
-            from mezo_rl.training.trainer import Trainer
+            from mezo_rl.training.trainer import MeZOTrainer
 
             kw = dict(do_sample=True, num_generations=2) if shaping == "group" else {}
             args = make_args(tmp_path, evaluation, reward=["test_len_batched"], steps=3, eval_steps=10, max_new_tokens=4,
                              lr=1e-2, eps=0.1, evaluation=evaluation, reward_shaping=shaping, **kw)
-            trainer = Trainer(args, lm=lm, lm_factory=factory, task=get_task("sst2"), splits=splits())
+            trainer = MeZOTrainer(args=args, lm=lm, lm_factory=factory, task=get_task("sst2"), splits=splits())
             trainer.train()
             runs[evaluation] = trainer
     finally:

@@ -11,8 +11,8 @@ from mezo_rl import rewards
 from conftest import make_tiny_causal_lm
 from mezo_rl.errors import ConfigError
 from mezo_rl.model.lm import LanguageModel
-from mezo_rl.training.arguments import TrainingArguments
-from mezo_rl.training.trainer import Trainer
+from mezo_rl.training.arguments import MeZOConfig
+from mezo_rl.training.trainer import MeZOTrainer
 
 WORDS = ["the movie was", "a film about", "the acting is", "this story has", "the plot was", "an ending that"]
 
@@ -41,11 +41,11 @@ def args_for(tmp_path, name, **kw):
     base = dict(model="tiny", task=str(path), reward=["reward_len"], peft="norm", max_steps=2,
                 per_device_train_batch_size=4, eval_steps=2, autocast="none", progress=False,
                 output_dir=str(tmp_path / name), num_train=20, num_eval=6, num_test=6, max_completion_length=8)
-    return TrainingArguments(**{**base, **kw})
+    return MeZOConfig(**{**base, **kw})
 
 
 def trainer(args, tiny_tokenizer):
-    return Trainer(args, lm=LanguageModel(make_tiny_causal_lm(tiny_tokenizer), tiny_tokenizer),
+    return MeZOTrainer(args=args, lm=LanguageModel(make_tiny_causal_lm(tiny_tokenizer), tiny_tokenizer),
                    lm_factory=lambda: LanguageModel(make_tiny_causal_lm(tiny_tokenizer), tiny_tokenizer))
 
 
@@ -60,7 +60,9 @@ def drift(t):
 def test_kl_is_exactly_zero_at_lr_0(tmp_path, tiny_tokenizer, registered):
     # batched members never perturb the weights in place, so at lr 0 they are the starting weights, bit for bit
     args = args_for(tmp_path, "lr0", learning_rate=0.0, evaluation="batched", do_sample=True)
-    summary = trainer(args, tiny_tokenizer).train()
+    t = trainer(args, tiny_tokenizer)
+    t.train()
+    summary = t.summary
     for split in ("initial_validation", "validation", "test"):
         assert summary[split]["kl"] == 0.0 and summary[split]["kl_tokens"] > 0
 
@@ -74,9 +76,9 @@ def test_beta_pulls_the_policy_back_towards_the_start(tmp_path, tiny_tokenizer, 
         t = trainer(args_for(tmp_path, f"b{beta}", reward=["flat"], learning_rate=30.0, eps=1e-3, beta=beta,
                              n_spsa=1, max_steps=6), tiny_tokenizer)
         drift(t)
-        before = t.evaluate("validation")["kl"]
+        before = t.evaluate()["eval_kl"]
         records = [t.training_step() for _ in range(6)]
-        kl[beta] = t.evaluate("validation")["kl"]
+        kl[beta] = t.evaluate()["eval_kl"]
         assert ("kl" in records[-1]) == (beta > 0)  # logged per step where it is computed anyway
     assert before > 0 and kl[1.0] < 0.9 * kl[0.0]
 
@@ -166,9 +168,9 @@ def test_bad_beta_is_one_line_before_the_model_loads(tmp_path, registered, tiny_
     def no_model():
         raise AssertionError("the model was loaded")
 
-    args = TrainingArguments(model="tiny", task="sst2", reward=["accuracy"], beta=0.1, output_dir=str(tmp_path / "c"))
+    args = MeZOConfig(model="tiny", task="sst2", reward=["accuracy"], beta=0.1, output_dir=str(tmp_path / "c"))
     with pytest.raises(ConfigError, match="prompt task"):
-        Trainer(args, lm_factory=no_model, splits={"train": [1], "validation": [], "test": []})
+        MeZOTrainer(args=args, lm_factory=no_model, splits={"train": [1], "validation": [], "test": []})
 
 
 @pytest.mark.parametrize("value, says", [("abc", "invalid float value: 'abc'"), ("-1", "accepted: a number >= 0"),

@@ -17,19 +17,19 @@ def records(out):
 
 def test_early_stopping_on_a_metric_ends_the_run_and_tests_the_best_step(tmp_path, factory):  # noqa: F811
     # learning rate 0: validation accuracy never improves on the step-0 value, so one evaluation of patience stops
-    args = make_args(tmp_path, steps=12, eval_steps=2, lr=0.0, metric_for_best="accuracy")
+    args = make_args(tmp_path, steps=12, eval_steps=2, lr=0.0, metric_for_best_model="accuracy")
     trainer, summary = train(args, factory, callbacks=[EarlyStoppingCallback(early_stopping_patience=1)])
     assert summary["steps"] == 2 and summary["stopped_early"] is True and summary["best_step"] == 0
     steps = [r["step"] for r in records(tmp_path / "run") if "split" not in r]
     assert steps == [1, 2]
     assert [r["step"] for r in records(tmp_path / "run") if r.get("split") == "test"] == [0, 2]
     ckpt = json.loads((tmp_path / "run" / "checkpoint" / "trainer_state.json").read_text())
-    assert ckpt["step"] == 2  # the checkpoint is where training stopped: --resume would continue from it
+    assert ckpt["global_step"] == 2  # the checkpoint is where training stopped: --resume would continue from it
 
 
 def test_transformers_early_stopping_callback_works_unchanged(tmp_path, factory):  # noqa: F811
     transformers = pytest.importorskip("transformers")
-    args = make_args(tmp_path, steps=12, eval_steps=2, lr=0.0)  # metric_for_best left unset: the task's first metric
+    args = make_args(tmp_path, steps=12, eval_steps=2, lr=0.0, metric_for_best_model="accuracy")  # as transformers asks
     _, summary = train(args, factory, callbacks=[transformers.EarlyStoppingCallback(early_stopping_patience=2)])
     assert summary["steps"] == 4 and summary["stopped_early"] is True
 

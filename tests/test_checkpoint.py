@@ -16,10 +16,10 @@ import numpy as np
 import pytest
 import torch
 
-from mezo_rl.training.arguments import TrainingArguments
+from mezo_rl.training.arguments import MeZOConfig
 from mezo_rl.training.rundir import (CHECKPOINT_DIR, LEGACY_OPTIMIZER_FILE, OPTIMIZER_FILE, OPTIMIZER_TENSORS_FILE, STATE_FILE,
                             TRAJECTORY_FILE, CheckpointError, read_checkpoint, read_trajectory)
-from mezo_rl.training.trainer import Trainer
+from mezo_rl.training.trainer import MeZOTrainer
 from test_cli_errors import assert_one_line_error, run_cli
 from test_trainer import factory, make_args, train  # noqa: F401  (factory: a fixture)
 
@@ -41,7 +41,7 @@ class Payload:
 @pytest.fixture()
 def fixed_clock(monkeypatch):
     # the wall time is measured, not computed: freeze it so that every other byte can be compared
-    monkeypatch.setattr(Trainer, "wall_time", lambda self: 0.0)
+    monkeypatch.setattr(MeZOTrainer, "wall_time", lambda self: 0.0)
 
 
 @pytest.mark.parametrize("variant", [dict(momentum=0.9), dict(adam=True)])

@@ -12,12 +12,12 @@ import sys
 import pytest
 
 from mezo_rl.cli.main import build_parser, main, parse_into
-from mezo_rl.training.arguments import TrainingArguments
+from mezo_rl.training.arguments import MeZOConfig
 
 
 def parse_train(argv, config=None):
     ns = build_parser().parse_args(["train", *argv])
-    return parse_into(TrainingArguments, ns, config)
+    return parse_into(MeZOConfig, ns, config)
 
 
 def test_train_spellings_from_the_issue():
@@ -34,7 +34,7 @@ def test_train_spellings_from_the_issue():
 
 def test_defaults_underscores_and_negated_flags():
     args = parse_train(["--batch_size", "5", "--no-progress"])
-    default = TrainingArguments()
+    default = MeZOConfig()
     assert args.per_device_train_batch_size == 5 and args.progress is False
     assert args.reward == default.reward and args.max_steps == default.max_steps
 
@@ -45,7 +45,7 @@ def test_config_file_then_command_line_wins(tmp_path):
     ns = build_parser().parse_args(["train", "--config", str(cfg), "--steps", "3"])
     from mezo_rl.cli.main import load_config_file
 
-    args = parse_into(TrainingArguments, ns, load_config_file(str(cfg)))
+    args = parse_into(MeZOConfig, ns, load_config_file(str(cfg)))
     assert (args.max_steps, args.per_device_train_batch_size, args.reward, args.learning_rate) == (3, 4, ["cross_entropy"], 1e-7)
 
 
@@ -61,15 +61,27 @@ def test_bad_options_name_the_problem(tmp_path):
     cfg.write_text("stepz: 3\n")
     ns = build_parser().parse_args(["train"])
     with pytest.raises(ConfigError, match="unknown option.*stepz"):
-        parse_into(TrainingArguments, ns, load_config_file(str(cfg)))
+        parse_into(MeZOConfig, ns, load_config_file(str(cfg)))
 
 
 def test_every_training_argument_is_an_option():
     import dataclasses
 
     help_text = build_parser()._subparsers._group_actions[0].choices["train"].format_help()
-    for f in dataclasses.fields(TrainingArguments):
-        assert f"--{f.name.replace('_', '-')}" in help_text
+    for f in dataclasses.fields(MeZOConfig):
+        flag = f.name.replace('_', '-')
+        assert f"--{flag} " in help_text or f"--[no-]{flag} " in help_text
+
+
+def test_train_help_is_one_line_per_option_with_one_default_each():
+    import dataclasses
+
+    help_text = build_parser()._subparsers._group_actions[0].choices["train"].format_help()
+    lines = help_text.splitlines()
+    assert len(lines) <= 120
+    options = [line for line in lines if line.lstrip().startswith("--")]
+    assert len(options) == len(dataclasses.fields(MeZOConfig)) + 1  # + --config
+    assert all(line.count("default") <= 1 for line in options), [line for line in options if line.count("default") > 1]
 
 
 def test_tasks_and_rewards_list(capsys):
@@ -101,7 +113,7 @@ def test_compare_export_and_eval_end_to_end(tmp_path, tiny_model_dir, data_dir, 
         assert (out / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     for run in ("cross_entropy", "accuracy"):
         summary = json.loads((out / run / "summary.json").read_text())
-        assert json.loads((out / run / "config.json").read_text())["reward"] == [run]
+        assert json.loads((out / run / "training_args.json").read_text())["reward"] == [run]
         assert set(summary["initial_validation"]) >= {"accuracy"}
     # same data and seed: both runs start from the same validation accuracy
     starts = {json.loads((out / r / "summary.json").read_text())["initial_validation"]["accuracy"]
@@ -143,7 +155,7 @@ def test_train_command_writes_a_run(tmp_path, tiny_model_dir, data_dir, capsys):
     assert (out / "curves.png").read_bytes()[:4] == b"\x89PNG"
     assert not (out / ".lock").exists()
     assert json.loads((out / "summary.json").read_text())["steps"] == 2
-    assert json.loads((out / "config.json").read_text())["model"] == str(tiny_model_dir)
+    assert json.loads((out / "training_args.json").read_text())["model"] == str(tiny_model_dir)
 
 
 def test_baseline_command(tmp_path, tiny_model_dir, data_dir, capsys):

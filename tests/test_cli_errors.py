@@ -207,21 +207,21 @@ def test_a_fresh_run_into_an_unfinished_run_is_refused_and_the_checkpoint_kept(t
     from conftest import make_tiny_causal_lm
     from mezo_rl.cli import checks
     from mezo_rl.model.lm import LanguageModel
-    from mezo_rl.training.arguments import TrainingArguments
+    from mezo_rl.training.arguments import MeZOConfig
     from test_trainer import make_args, train
 
     run = tmp_path / "run"
     train(make_args(tmp_path, "run", steps=3, eval_steps=3),     # a finished run: step 3 of 3
           lambda: LanguageModel(make_tiny_causal_lm(tiny_tokenizer), tiny_tokenizer))
-    config = json.loads((run / "config.json").read_text())
-    checks.check_output_dir(TrainingArguments(output_dir=str(run)))   # finished: starting over loses nothing
+    config = json.loads((run / "training_args.json").read_text())
+    checks.check_output_dir(MeZOConfig(output_dir=str(run)))   # finished: starting over loses nothing
     config["max_steps"] = 6                                   # now a 6-step run stopped at its step-3 checkpoint
-    (run / "config.json").write_text(json.dumps(config))
+    (run / "training_args.json").write_text(json.dumps(config))
     before = {p: p.read_bytes() for p in run.rglob("*") if p.is_file()}
     rc, _, err = run_cli(["train", "--output-dir", run], capsys)
     assert_one_line_error(rc, err, str(run), "step 3 of 6", "--resume", "--overwrite-output-dir")
     assert {p: p.read_bytes() for p in run.rglob("*") if p.is_file()} == before
-    checks.check_output_dir(TrainingArguments(output_dir=str(run), overwrite_output_dir=True))
+    checks.check_output_dir(MeZOConfig(output_dir=str(run), overwrite_output_dir=True))
 
 
 def test_a_prompt_file_without_a_reward_is_refused_before_anything_loads(tmp_path, out, capsys):

@@ -99,7 +99,7 @@ def check_interrupted_run(err: str, parts: pathlib.Path, steps: int, common: lis
     assert last.startswith("mezo-rl: interrupted at step ") and "--resume" in last, err
     done = int(last.split("interrupted at step ")[1].split()[0])
     state = json.loads((parts / "checkpoint" / "trainer_state.json").read_text())
-    assert state["step"] == done and not (parts / "summary.json").exists()
+    assert state["global_step"] == done and not (parts / "summary.json").exists()
     assert len(step_records(parts)) == done  # the steps logged are the steps kept
     assert not (parts / ".lock").exists()  # released on the way out
     resume = last.split("resume with: ", 1)[1]

@@ -38,7 +38,7 @@ def test_train_on_a_jsonl_file_given_by_path_then_eval_and_report_it(tmp_path, t
     rc, stdout, err = run_cli(["train", "--model", tiny_model_dir, *file_options(reviews), "--reward", "cross_entropy",
                                *FAST, "--output-dir", out], capsys)
     assert rc == 0, err
-    config, summary = (json.loads((out / f).read_text()) for f in ("config.json", "summary.json"))
+    config, summary = (json.loads((out / f).read_text()) for f in ("training_args.json", "summary.json"))
     assert config["task"] == str(reviews) and config["candidates"] == ["negative", "positive"]
     assert summary["steps"] == 2 and summary["validation"]["n"] == 4 and summary["test"]["n"] == 4
     assert stdout.splitlines()[-1].startswith("validation accuracy ") and "(n=4)" in stdout.splitlines()[-1]
@@ -101,7 +101,7 @@ def test_compare_takes_the_task_options(tmp_path, tiny_model_dir, reviews, capsy
                               capsys)
     assert rc == 0, err
     for run in ("cross_entropy", "accuracy"):
-        assert json.loads((tmp_path / "cmp" / run / "config.json").read_text())["task"] == str(reviews)
+        assert json.loads((tmp_path / "cmp" / run / "training_args.json").read_text())["task"] == str(reviews)
     assert "| cross_entropy | cross_entropy | 1 |" in (tmp_path / "cmp" / "comparison.md").read_text()
 
 
@@ -118,7 +118,7 @@ def test_a_reward_failing_mid_run_names_itself_and_leaves_the_checkpoint(reward,
                           "--output-dir", out], capsys)
     assert_one_line_error(rc, err, f"reward '{ref}'", culprit)
     state = json.loads((out / "checkpoint" / "trainer_state.json").read_text())
-    assert state["step"] == 0 and state["initial_validation"] is not None  # the last checkpoint, intact
+    assert state["global_step"] == 0 and state["stateful_callbacks"]["MeZOTrainer"]["initial_validation"] is not None  # the last checkpoint, intact
     assert not (out / "summary.json").exists() and not (out / ".lock").exists()
 
 

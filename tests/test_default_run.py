@@ -9,8 +9,8 @@ import torch
 
 from conftest import make_tiny_causal_lm
 from mezo_rl.model.lm import LanguageModel
-from mezo_rl.training.arguments import TrainingArguments
-from mezo_rl.training.trainer import Trainer
+from mezo_rl.training.arguments import MeZOConfig
+from mezo_rl.training.trainer import MeZOTrainer
 from mezo_rl.tasks import Example, get_task
 
 
@@ -33,12 +33,13 @@ def test_the_trunk_runs_once_per_example_for_the_whole_run(tmp_path, tiny_tokeni
     splits = {"train": examples(24, 0), "validation": examples(12, 1), "test": examples(12, 2)}
     # lr 0: the validation accuracy never improves on step 0's, so the best step is 0 and the run rebuilds the
     # model for it (the path that used to run the trunk over the test split a second time)
-    args = TrainingArguments(model="tiny", task="sst2", reward=["accuracy"], peft="norm", steps=6, batch_size=8,
+    args = MeZOConfig(model="tiny", task="sst2", reward=["accuracy"], peft="norm", steps=6, batch_size=8,
                              eval_steps=3, lr=0.0, autocast="none", progress=False, output_dir=str(tmp_path / "run"),
                              num_train=24, num_eval=12, num_test=12, initial_test=True)
-    trainer = Trainer(args, lm=factory(), lm_factory=factory, task=get_task("sst2"), splits=splits)
+    trainer = MeZOTrainer(args=args, lm=factory(), lm_factory=factory, task=get_task("sst2"), splits=splits)
     assert trainer.lm.trunk_cache_active
-    summary = trainer.train()
+    trainer.train()
+    summary = trainer.summary
     assert summary["best_step"] == 0 and summary["steps"] == 6  # the rebuild happened
     distinct = {ex.prompt for split in splits.values() for ex in split}
     # each example's trunk exactly once; besides, each of the two models built (the run's, the best step's) ran

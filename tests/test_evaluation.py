@@ -151,8 +151,8 @@ def test_a_user_metric_is_both_a_training_reward_and_an_evaluation_metric(tmp_pa
     reported by evaluate(), through the same examples -> model outputs -> objective path."""
     from conftest import FLOAT32_UNIT_ROUNDOFF, float32_rounding_bound, make_tiny_causal_lm, model_reduction_terms
     from mezo_rl.training.outputs import objective_outputs
-    from mezo_rl.training.arguments import TrainingArguments
-    from mezo_rl.training.trainer import Trainer
+    from mezo_rl.training.arguments import MeZOConfig
+    from mezo_rl.training.trainer import MeZOTrainer
     from mezo_rl.rewards import build_objective, register_reward, unregister_reward
 
     @register_reward("test_weighted_margin", higher_is_better=True, needs="scores")
@@ -183,11 +183,11 @@ def test_a_user_metric_is_both_a_training_reward_and_an_evaluation_metric(tmp_pa
         out = objective_outputs(lm, build_objective(["test_weighted_margin"]), exs)
         assert abs(out.components["test_weighted_margin"] - res["test_weighted_margin"]) <= tol
         # as a training reward
-        args = TrainingArguments(model="tiny", task="sst2", reward=["test_weighted_margin"], steps=2, batch_size=4,
+        args = MeZOConfig(model="tiny", task="sst2", reward=["test_weighted_margin"], steps=2, batch_size=4,
                                  eval_steps=2, lr=1e-3, eps=1e-2, autocast="none", progress=False,
                                  output_dir=str(tmp_path / "run"))
         factory = lambda: LanguageModel(make_tiny_causal_lm(tok), tok)
-        trainer = Trainer(args, lm=lm, lm_factory=factory, task=get_task("sst2"),
+        trainer = MeZOTrainer(args=args, lm=lm, lm_factory=factory, task=get_task("sst2"),
                           splits={"train": exs, "validation": exs, "test": []})
         trainer.train()
         records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]

@@ -8,6 +8,7 @@ import json
 import pytest
 
 from mezo_rl.cli.main import main
+from mezo_rl.training.arguments import MeZOConfig
 from mezo_rl.training.model_card import HubPushError, base_model_id, push_to_hub, read_card_metadata
 from test_trainer import factory, make_args, train  # noqa: F401  (factory is a fixture)
 
@@ -16,7 +17,7 @@ def test_save_model_writes_a_card_with_hub_metadata_and_the_runs_results(tmp_pat
     args = make_args(tmp_path, steps=2, eval_steps=2, model="HuggingFaceTB/SmolLM2-135M-Instruct",
                      reward=["cross_entropy", "accuracy"], reward_weights=[1.0, 0.0], save_model=True)
     _, summary = train(args, factory)
-    card = tmp_path / "run" / "model" / "README.md"
+    card = tmp_path / "run" / "README.md"  # save_model writes into the output directory, as transformers
     meta = read_card_metadata(card)
     assert meta["base_model"] == "HuggingFaceTB/SmolLM2-135M-Instruct" and meta["library_name"] == "mezo-rl"
     assert {"mezo-rl", "zeroth-order"} <= set(meta["tags"])
@@ -25,9 +26,9 @@ def test_save_model_writes_a_card_with_hub_metadata_and_the_runs_results(tmp_pat
     before, after = summary["initial_test"]["accuracy"], summary["test"]["accuracy"]
     n = int(summary["test"]["n"])
     assert f"| test | accuracy | {before:.4g} | {after:.4g} | {n} |" in text
-    assert "mezo-rl train --config config.json" in text and "Fine-Tuning Language Models with Just Forward Passes" in text
-    saved = json.loads((tmp_path / "run" / "model" / "mezo_rl_config.json").read_text())
-    assert saved == json.loads((tmp_path / "run" / "config.json").read_text())
+    assert "mezo-rl train --config training_args.json" in text and "Fine-Tuning Language Models with Just Forward Passes" in text
+    saved = json.loads((tmp_path / "run" / "training_args.json").read_text())
+    assert MeZOConfig.from_dict(saved) == args and (tmp_path / "run" / "config.json").is_file()  # the model's config
 
 
 def test_export_writes_the_card_and_an_offline_push_is_one_line(tmp_path, tiny_model_dir, data_dir, capsys, monkeypatch):

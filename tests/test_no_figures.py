@@ -175,7 +175,7 @@ def test_no_measurement_in_error_messages(path):
 
 def test_the_help_texts_are_read():
     where = {w for w, _ in help_texts()}
-    assert {"TrainingArguments.autocast", "mezo-rl train --config", "mezo-rl export --run-dir",
+    assert {"MeZOConfig.autocast", "mezo-rl train --config", "mezo-rl export --run-dir",
             "mezo-rl train"} <= where
 
 

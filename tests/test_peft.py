@@ -7,13 +7,13 @@ import pytest
 import torch
 
 from conftest import assert_float32_close, make_tiny_causal_lm
-from mezo_rl.training.arguments import TrainingArguments
+from mezo_rl.training.arguments import MeZOConfig
 from mezo_rl.training.callbacks import TrainerCallback
 from mezo_rl.model.lm import LanguageModel
 from mezo_rl.training.defaults import MODE_DEFAULTS, mezo_options
 from mezo_rl.model.peft import apply_peft, export_model, load_adapter, peft_config
 from mezo_rl.training.rundir import load_run
-from mezo_rl.training.trainer import Trainer
+from mezo_rl.training.trainer import MeZOTrainer
 from mezo_rl.tasks import Example, get_task
 
 METHODS = ("lora", "prefix")
@@ -286,12 +286,12 @@ def test_trainer_checkpoint_replays_and_exports_the_adapter(tiny_tokenizer, meth
                         label=y, columns={}) for y in labels]
 
     factory = lambda: make_lm(tiny_tokenizer)  # noqa: E731
-    args = TrainingArguments(model="tiny", task="sst2", reward=["cross_entropy"], peft=method, steps=4,
+    args = MeZOConfig(model="tiny", task="sst2", reward=["cross_entropy"], peft=method, steps=4,
                              batch_size=4, eval_steps=2, autocast="none", progress=False, num_train=16,
                              num_eval=8, num_test=0, output_dir=str(tmp_path / "run"))
     splits = {"train": examples(16, 0), "validation": examples(8, 1), "test": []}
     final = KeepFinal()
-    trainer = Trainer(args, lm=factory(), lm_factory=factory, task=get_task("sst2"), splits=splits, callbacks=[final])
+    trainer = MeZOTrainer(args=args, lm=factory(), lm_factory=factory, task=get_task("sst2"), splits=splits, callbacks=[final])
     trainer.train()
     identity = json.loads((tmp_path / "run" / "checkpoint" / "model.json").read_text())
     assert identity["peft"] == peft_config(trainer.lm)

@@ -105,7 +105,7 @@ def test_report_of_an_unfinished_run(run):
 def test_not_a_run_directory_is_a_user_error(tmp_path):
     with pytest.raises(UserError, match=r"does not exist"):
         report(tmp_path / "nope")
-    (tmp_path / "config.json").write_text("{}")
+    (tmp_path / "training_args.json").write_text("{}")
     with pytest.raises(UserError, match=r"not a mezo-rl run directory \(missing metrics.jsonl\)"):
         report(tmp_path)
 

@@ -14,12 +14,12 @@ import pytest
 
 from fake_scores import scores
 from mezo_rl.cli import main as cli
-from mezo_rl.training.arguments import BaselineArguments, EvalRunArguments, TrainingArguments
+from mezo_rl.training.arguments import BaselineArguments, EvalRunArguments, MeZOConfig
 from mezo_rl.rewards import build_objective
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()
-ARGUMENTS = {"train": TrainingArguments, "compare": TrainingArguments, "baseline": BaselineArguments,
+ARGUMENTS = {"train": MeZOConfig, "compare": MeZOConfig, "baseline": BaselineArguments,
              "eval": EvalRunArguments}
 COMPARE_ONLY = ("objective", "variant", "runs", "report_dir")
 

@@ -144,8 +144,8 @@ def test_a_cell_stopped_part_way_continues_from_its_checkpoint(tmp_path, tiny_mo
     not started over: its first 3 steps and their records are kept, and the record says so."""
     from mezo_rl.training.callbacks import TrainerCallback
     from mezo_rl.cli.main import _config, build_parser, parse_into
-    from mezo_rl.training.arguments import TrainingArguments
-    from mezo_rl.training.trainer import Trainer, TrainingInterrupted
+    from mezo_rl.training.arguments import MeZOConfig
+    from mezo_rl.training.trainer import MeZOTrainer, TrainingInterrupted
 
     argv = ["train", "--model", str(tiny_model_dir), "--task", "sst2", "--data-dir", str(data_dir),
             "--reward", "cross_entropy", "--steps", "6", "--eval-steps", "3", "--batch-size", "4", "--num-train", "16",
@@ -161,7 +161,7 @@ def test_a_cell_stopped_part_way_continues_from_its_checkpoint(tmp_path, tiny_mo
 
     ns = build_parser().parse_args(argv + ["--output-dir", str(run_dir)])
     with pytest.raises(TrainingInterrupted):
-        Trainer(parse_into(TrainingArguments, ns, _config(ns)), callbacks=[StopAfter3()]).train()
+        MeZOTrainer(args=parse_into(MeZOConfig, ns, _config(ns)), callbacks=[StopAfter3()]).train()
     first = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert unfinished_run(run_dir)[0] == 3
 

@@ -11,10 +11,10 @@ import torch
 from mezo_rl import rewards
 from conftest import make_tiny_causal_lm
 from mezo_rl.model.lm import LanguageModel
-from mezo_rl.training.arguments import TrainingArguments
+from mezo_rl.training.arguments import MeZOConfig
 from mezo_rl.training.defaults import mode_defaults
 from mezo_rl.training.setup import trainable_parameters
-from mezo_rl.training.trainer import Trainer
+from mezo_rl.training.trainer import MeZOTrainer
 
 STEPS = 2
 WORDS = ["the movie was", "a film about", "the acting is", "this story has", "the plot was", "an ending that"]
@@ -49,13 +49,13 @@ def run(tmp_path, tiny_tokenizer, mode: str, reward: str):
     prompt-task defaults (set: the run's length, 2 SPSA samples so that each step has a spread to normalise by, and
     an eps large enough to change a tiny model's completions); the
     trainable tensors after them and the steps' projected gradients."""
-    args = TrainingArguments(model="tiny", task=str(prompts_file(tmp_path)), reward=[reward], peft=mode,
+    args = MeZOConfig(model="tiny", task=str(prompts_file(tmp_path)), reward=[reward], peft=mode,
                              max_steps=STEPS, per_device_train_batch_size=4, eval_steps=STEPS, autocast="none",
                              progress=False, output_dir=str(tmp_path / f"{mode}-{reward}"), num_train=20, num_eval=6,
                              num_test=6, max_completion_length=8, evaluation="inplace", do_sample=True,
                              n_spsa=2, eps=2.0)
     lm = LanguageModel(make_tiny_causal_lm(tiny_tokenizer), tiny_tokenizer)
-    trainer = Trainer(args, lm=lm)
+    trainer = MeZOTrainer(args=args, lm=lm)
     grads = [trainer.training_step()["projected_grad"] for _ in range(STEPS)]
     return [p.detach().clone() for p in trainable_parameters(trainer.lm.model)], grads, args
 

@@ -11,14 +11,14 @@ import pytest
 
 from mezo_rl import rewards
 from conftest import make_tiny_causal_lm
-from mezo_rl.training.arguments import TrainingArguments
+from mezo_rl.training.arguments import MeZOConfig
 from mezo_rl.errors import ConfigError, UserError
 from mezo_rl.stats import Moments
 from mezo_rl.training.evaluation import distinct_n
 from mezo_rl.model.lm import LanguageModel
 from mezo_rl.training.outputs import ChatTemplateError, model_outputs
 from mezo_rl.training.rundir import read_samples
-from mezo_rl.training.trainer import RewardsSilentError, Trainer
+from mezo_rl.training.trainer import RewardsSilentError, MeZOTrainer
 from mezo_rl.tasks import from_prompts
 from mezo_rl.tasks.user import MissingColumnError, TaskDataError
 
@@ -67,7 +67,7 @@ def args_for(tmp_path, path, **kw):
                 lr=1e-3, eps=1e-2, autocast="none", progress=False, output_dir=str(tmp_path / "run"),
                 num_train=20, num_eval=6, num_test=6, max_new_tokens=8)
     base.update(kw)
-    return TrainingArguments(**base)
+    return MeZOConfig(**base)
 
 
 # -- data -----------------------------------------------------------------------------------------
@@ -120,7 +120,7 @@ def test_bad_prompt_data_is_one_line(tmp_path, factory):
 
 
 @pytest.mark.parametrize("kw, match", [
-    (dict(num_generations=2), "needs --do-sample"),
+    (dict(num_generations=2, do_sample=False), "with --no-do-sample: greedy decoding writes the same"),
     (dict(num_generations=8, do_sample=True), "must divide --per-device-train-batch-size 4"),
     (dict(num_generations=3, do_sample=True), "must divide --per-device-train-batch-size 4"),
     (dict(num_generations=0), "num-generations"),
@@ -128,6 +128,11 @@ def test_bad_prompt_data_is_one_line(tmp_path, factory):
 def test_generation_counts_are_checked(tmp_path, kw, match):
     with pytest.raises(ConfigError, match=match):
         args_for(tmp_path, tmp_path / "p.jsonl", **kw)
+
+
+def test_num_generations_samples_as_in_trl(tmp_path):
+    assert args_for(tmp_path, tmp_path / "p.jsonl", num_generations=2).do_sample is True
+    assert args_for(tmp_path, tmp_path / "p.jsonl").do_sample is False  # one greedy completion per prompt
 
 
 # -- shaping --------------------------------------------------------------------------------------
@@ -169,8 +174,9 @@ def test_a_prompt_run_reports_its_rewards_and_logs_completions(tmp_path, factory
     path = write_jsonl(tmp_path / "p.jsonl", plain_rows())
     args = args_for(tmp_path, path, reward=["reward_len", "reward_topic"], reward_weights=[1.0, 0.5],
                     num_generations=2, do_sample=True, reward_shaping=shaping, log_completions=2)
-    trainer = Trainer(args, lm=factory(), lm_factory=factory)
-    summary = trainer.train()
+    trainer = MeZOTrainer(args=args, lm=factory(), lm_factory=factory)
+    trainer.train()
+    summary = trainer.summary
     val = summary["validation"]
     for key in ("objective", "objective/se", "reward_len", "reward_len/se", "reward_topic", "distinct_2",
                 "completion_chars", "n"):
@@ -189,7 +195,7 @@ def test_a_prompt_run_reports_its_rewards_and_logs_completions(tmp_path, factory
 def test_group_shaping_changes_the_losses_not_the_members(tmp_path, factory, registered):
     path = write_jsonl(tmp_path / "p.jsonl", plain_rows())
     args = args_for(tmp_path, path, num_generations=2, do_sample=True, reward_shaping="group", steps=1)
-    trainer = Trainer(args, lm=factory(), lm_factory=factory)
+    trainer = MeZOTrainer(args=args, lm=factory(), lm_factory=factory)
     batch = trainer.splits["train"][:2]
     outs = [trainer.member_outcomes(batch, None, 3)[0], trainer.member_outcomes(batch, None, 3)[0]]
     losses, record = trainer.member_losses(outs)
@@ -201,7 +207,7 @@ def test_a_reward_with_no_opinion_on_a_whole_batch_is_one_line(tmp_path, factory
     rewards.register_reward("silent", replace=True)(lambda completions, **kw: [None] * len(completions))
     try:
         path = write_jsonl(tmp_path / "p.jsonl", plain_rows())
-        trainer = Trainer(args_for(tmp_path, path, reward=["silent"]), lm=factory(), lm_factory=factory)
+        trainer = MeZOTrainer(args=args_for(tmp_path, path, reward=["silent"]), lm=factory(), lm_factory=factory)
         with pytest.raises(RewardsSilentError, match="returned None .* for every completion"):
             trainer.member_losses(trainer.member_outcomes(trainer.splits["train"][:2], None, 0))
     finally:

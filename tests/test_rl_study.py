@@ -88,9 +88,9 @@ def test_the_comparison_states_who_wins_over_the_seeds_both_cells_ran():
 
 def test_every_mezo_study_cell_is_a_valid_train_command(tmp_path):
     """A cell whose options `mezo-rl train` does not take would fail only after the runner started it: each MeZO
-    cell's command parses into TrainingArguments (no model loads)."""
+    cell's command parses into MeZOConfig (no model loads)."""
     from mezo_rl.cli.main import build_parser, parse_into
-    from mezo_rl.training.arguments import TrainingArguments
+    from mezo_rl.training.arguments import MeZOConfig
 
     parser = build_parser()
     for cell, (tool, _, _) in rl.STUDY_CELLS.items():
@@ -98,4 +98,4 @@ def test_every_mezo_study_cell_is_a_valid_train_command(tmp_path):
             cmd = rl.study_command("arithmetic", cell, 0, tmp_path / cell)
             argv = cmd[cmd.index("train"):]
             ns = parser.parse_args(argv)
-            assert parse_into(TrainingArguments, ns).task == "arithmetic", cell
+            assert parse_into(MeZOConfig, ns).task == "arithmetic", cell

@@ -1,4 +1,4 @@
-"""A run's config.json records every value the run used, and `mezo-rl train --config RUN/config.json`
+"""A run's config.json records every value the run used, and `mezo-rl train --config RUN/training_args.json`
 repeats the run bit for bit (tiny model, hand-made SST-2-style data)."""
 from __future__ import annotations
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from mezo_rl.training.arguments import TrainingArguments
+from mezo_rl.training.arguments import MeZOConfig
 from mezo_rl.errors import ConfigError
 from mezo_rl.training.rundir import load_run
 from mezo_rl.training.setup import trainable_parameters
@@ -32,17 +32,17 @@ def test_a_pattern_that_matches_nothing_is_refused_naming_it(tmp_path, factory):
 
 def test_an_invalid_pattern_is_refused_before_anything_loads():
     with pytest.raises(ConfigError, match=r"--trainable: '\(' is not a regular expression"):
-        TrainingArguments(trainable="(")
+        MeZOConfig(trainable="(")
 
 
 def test_only_the_norm_mode_turns_the_trunk_cache_on(factory):
     from mezo_rl.model.peft import FINAL_NORM
     from mezo_rl.training.setup import build_model
 
-    assert build_model(TrainingArguments(peft="norm"), factory()).trunk_cache_active
+    assert build_model(MeZOConfig(peft="norm"), factory()).trunk_cache_active
     # the same trainable set by --trainable in full mode: the trunk is frozen, yet the cache stays off,
     # so an in-place edit of a frozen weight changes the next score
-    lm = build_model(TrainingArguments(peft="full", trainable=FINAL_NORM), factory())
+    lm = build_model(MeZOConfig(peft="full", trainable=FINAL_NORM), factory())
     assert not lm.trunk_cache_active
     prompts, candidates = ["the movie was great . It was"], [[" great", " terrible"]]
     before = lm.score(prompts, candidates)[0].sum

@@ -1,4 +1,4 @@
-"""Trainer: the MeZO loop wired to a real (tiny) LanguageModel, real tasks and real objectives.
+"""MeZOTrainer: the MeZO loop wired to a real (tiny) LanguageModel, real tasks and real objectives.
 
 The tiny Llama-style model from conftest stands in for SmolLM2; examples are hand-made SST-2-style
 prompts (the sst2 task supplies kind and metrics), so nothing here needs the real data or model.
@@ -13,10 +13,10 @@ import torch
 
 from conftest import make_tiny_causal_lm
 from mezo_rl.model.lm import LanguageModel
-from mezo_rl.training.arguments import TrainingArguments, parse_max_memory
+from mezo_rl.training.arguments import MeZOConfig, parse_max_memory
 from mezo_rl.training.rundir import load_run
 from mezo_rl.training.setup import param_groups, trainable_parameters
-from mezo_rl.training.trainer import Trainer, sample_batch_indices
+from mezo_rl.training.trainer import MeZOTrainer, sample_batch_indices
 from mezo_rl.tasks import Example, get_task
 
 WORDS_POS = ["good", "great", "fun", "warm", "bright"]
@@ -48,12 +48,13 @@ def make_args(tmp_path, name="run", **kw):
                 lr=1e-3, eps=1e-2, autocast="none", progress=False, output_dir=str(tmp_path / name),
                 num_train=24, num_eval=12, num_test=12)
     base.update(kw)
-    return TrainingArguments(**base)
+    return MeZOConfig(**base)
 
 
 def train(args, factory, **kw):
-    trainer = Trainer(args, lm=factory(), lm_factory=factory, task=get_task("sst2"), splits=splits(), **kw)
-    return trainer, trainer.train()
+    trainer = MeZOTrainer(args=args, lm=factory(), lm_factory=factory, task=get_task("sst2"), splits=splits(), **kw)
+    trainer.train()
+    return trainer, trainer.summary
 
 
 def weights(lm):
@@ -85,7 +86,7 @@ def test_outputs_metrics_summary_and_checkpoint(tmp_path, factory):
     assert saved["best_step"] in (0, 3, 6) and saved["steps"] == 6
     assert saved["metrics"]["test/accuracy"] == saved["test"]["accuracy"]
     assert all(isinstance(v, (int, float)) for v in saved["metrics"].values())
-    assert TrainingArguments.from_dict(json.loads((out / "config.json").read_text())) == args
+    assert MeZOConfig.from_dict(json.loads((out / "training_args.json").read_text())) == args
 
     ckpt = out / "checkpoint"
     assert sum(f.stat().st_size for f in ckpt.iterdir()) < 1_000_000
@@ -107,7 +108,9 @@ def test_best_weights_are_the_replayed_trajectory_prefix(tmp_path, factory):
     assert n == 6
     # evaluating the rebuilt best weights reproduces the recorded validation metric
     trainer.lm = load_run(tmp_path / "run", "best", lm=factory())[0]
-    assert trainer.evaluate("validation") == pytest.approx(summary["validation"])
+    got = trainer.evaluate()  # transformers' keys: eval_<metric>, and eval_runtime
+    assert got.pop("eval_runtime") >= 0
+    assert got == pytest.approx({f"eval_{k}": v for k, v in summary["validation"].items()})
 
 
 def test_resume_ends_at_the_same_weights_as_an_uninterrupted_run(tmp_path, factory):
@@ -121,7 +124,7 @@ def test_resume_ends_at_the_same_weights_as_an_uninterrupted_run(tmp_path, facto
                           if "split" not in json.loads(l)]
     assert losses("full") == losses("split")
     # the run directory describes the run as it ended: 6 steps, repeatable with --config
-    config = lambda run: json.loads((tmp_path / run / "config.json").read_text())  # noqa: E731
+    config = lambda run: json.loads((tmp_path / run / "training_args.json").read_text())  # noqa: E731
     assert config("split")["max_steps"] == 6
     assert {k: v for k, v in config("split").items() if k != "output_dir"} == \
         {k: v for k, v in config("full").items() if k != "output_dir"}
@@ -157,7 +160,7 @@ def test_plus_and_minus_see_the_same_batch_and_sampling_seed(tmp_path, factory):
     try:
         args = make_args(tmp_path, reward=["test_len_spy"], steps=3, eval_steps=10, do_sample=True, max_new_tokens=3,
                          evaluation="inplace")  # one closure call per member (batched: tests/test_batched_runs.py)
-        Trainer(args, lm=lm, lm_factory=factory, task=get_task("sst2"), splits=splits()).train()
+        MeZOTrainer(args=args, lm=lm, lm_factory=factory, task=get_task("sst2"), splits=splits()).train()
     finally:
         unregister_reward("test_len_spy")
     assert len(seen) == 6  # two closure calls per step
@@ -192,19 +195,19 @@ def test_batches_are_a_pure_function_of_seed_and_step():
 @pytest.mark.parametrize("bad, match", [
     (dict(reward=[]), "at least one reward"),
     (dict(reward=["accuracy"], reward_weights=[1.0, 2.0]), "one weight per --reward"),
-    (dict(steps=-1), "--steps"),
+    (dict(steps=-2), "--steps"),
     (dict(batch_size=0), "--batch-size"),
     (dict(peft="adapters"), "accepted: norm, full, lora, prefix, none"),
 ])
 def test_bad_arguments_name_the_problem(bad, match):
     with pytest.raises(ValueError, match=match):
-        TrainingArguments(**bad)
+        MeZOConfig(**bad)
 
 
 def test_reward_that_does_not_fit_the_task_fails_before_training(tmp_path, factory):
     args = make_args(tmp_path, reward=["squad_f1"])
     with pytest.raises(ValueError, match="answers"):
-        Trainer(args, lm=factory(), task=get_task("sst2"), splits=splits())
+        MeZOTrainer(args=args, lm=factory(), task=get_task("sst2"), splits=splits())
 
 
 def test_tensorboard_option_writes_event_files(tmp_path, factory):
@@ -228,11 +231,12 @@ def test_masked_lm_trains_on_the_mask_prompt(tmp_path, tiny_masked_lm):
             for k, v in splits().items()}
     factory = lambda: LanguageModel(make_tiny_masked_lm(tok), tok)
     args = make_args(tmp_path, steps=2, eval_steps=2)
-    trainer = Trainer(args, lm=LanguageModel(model, tok), lm_factory=factory, task=get_task("sst2"), splits=data)
-    summary = trainer.train()
+    trainer = MeZOTrainer(args=args, lm=LanguageModel(model, tok), lm_factory=factory, task=get_task("sst2"), splits=data)
+    trainer.train()
+    summary = trainer.summary
     assert summary["steps"] == 2 and 0.0 <= summary["test"]["accuracy"] <= 1.0
     with pytest.raises(ValueError, match="completions"):
-        Trainer(make_args(tmp_path, reward=["squad_f1"]), lm=factory(), task=get_task("squad"),
+        MeZOTrainer(args=make_args(tmp_path, reward=["squad_f1"]), lm=factory(), task=get_task("squad"),
                 splits={k: [Example(prompt="Q?", answers=[" a"])] * 4 for k in ("train", "validation", "test")})
 
 
@@ -245,4 +249,4 @@ def test_max_memory_spec_is_parsed_and_bad_specs_are_named():
 
 def test_autocast_choice_is_validated():
     with pytest.raises(ValueError, match="autocast.*auto, none, bfloat16"):
-        TrainingArguments(autocast="fp8")
+        MeZOConfig(autocast="fp8")

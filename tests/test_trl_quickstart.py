@@ -50,7 +50,7 @@ def test_the_grpo_quickstart_with_two_names_changed(tmp_path, tiny_tokenizer, mo
                           processing_class=tokenizer)
     trainer.train()
     # ---
-    config = json.loads((tmp_path / "out" / "config.json").read_text())
+    config = json.loads((tmp_path / "out" / "training_args.json").read_text())
     assert config["max_steps"] == 90 and config["per_device_train_batch_size"] == 16  # a prompt task's run length
     assert [r["step"] for r in records(tmp_path / "out") if "split" not in r] == list(range(1, 91))
 
@@ -64,10 +64,11 @@ def test_the_quickstart_trains_records_its_reward_and_logs_trls_keys(tmp_path, t
                           train_dataset=dataset, processing_class=tokenizer)
     # the defaults of a prompt task, though the task is an object and args.task says nothing of it
     assert (trainer.args.per_device_train_batch_size, trainer.args.n_spsa) == (16, 4)
-    summary = trainer.train()
+    trainer.train()
+    summary = trainer.summary
     assert summary["steps"] == 3
 
-    config = json.loads((tmp_path / "out" / "config.json").read_text())
+    config = json.loads((tmp_path / "out" / "training_args.json").read_text())
     assert config["reward"] == [f"{__name__}:reward_len"] and config["learning_rate"] == 1e-5
     # an in-memory Dataset cannot be named in a config: the run says so
     assert summary["config_replayable"] is False
@@ -100,7 +101,8 @@ def test_conversational_prompts_reach_trls_format_reward_as_messages(tmp_path, t
                           args=MeZOConfig(output_dir=str(tmp_path / "out"), max_steps=2, per_device_train_batch_size=8,
                                           max_completion_length=16, progress=False),
                           train_dataset=dataset, processing_class=tokenizer)
-    summary = trainer.train()
+    trainer.train()
+    summary = trainer.summary
     assert seen and all(isinstance(c, list) and c[0]["role"] == "assistant" and isinstance(c[0]["content"], str)
                         for c in seen)
     assert 0 <= summary["validation"][f"{__name__}:format_reward_func"] <= 1  # a share of completions in the format
@@ -123,26 +125,30 @@ def test_a_string_model_and_a_data_file_make_a_run_its_config_repeats(tmp_path, 
     data = tmp_path / "prompts.jsonl"
     data.write_text("".join(json.dumps({"prompt": p}) + "\n" for p in PROMPTS))
     first, again = tmp_path / "first", tmp_path / "again"
-    summary = MeZOTrainer(model=str(tiny_model_dir), reward_funcs=my_trl_rewards.reward_len,
+    trainer = MeZOTrainer(model=str(tiny_model_dir), reward_funcs=my_trl_rewards.reward_len,
                           args=MeZOConfig(output_dir=str(first), max_steps=2, per_device_train_batch_size=4, n_spsa=1,
                                           max_completion_length=8, autocast="none", progress=False),
-                          train_dataset=str(data)).train()
-    config = json.loads((first / "config.json").read_text())
+                          train_dataset=str(data))
+    trainer.train()
+    summary = trainer.summary
+    config = json.loads((first / "training_args.json").read_text())
     assert config["reward"] == ["my_trl_rewards:reward_len"] and config["task"] == str(data)
     assert summary["config_replayable"] is True
-    assert main(["train", "--config", str(first / "config.json"), "--output-dir", str(again)]) == 0
+    assert main(["train", "--config", str(first / "training_args.json"), "--output-dir", str(again)]) == 0
     assert (again / "checkpoint" / "trajectory.npz").read_bytes() == (first / "checkpoint" / "trajectory.npz").read_bytes()
 
 
 def test_a_lambda_reward_trains_but_its_config_says_in_one_line_it_cannot_be_replayed(tmp_path, tiny_tokenizer, capsys):
     from mezo_rl.cli.main import main
 
-    summary = MeZOTrainer(model=make_tiny_causal_lm(tiny_tokenizer), reward_funcs=lambda completions, **kw: [1.0] * len(completions),
+    trainer = MeZOTrainer(model=make_tiny_causal_lm(tiny_tokenizer), reward_funcs=lambda completions, **kw: [1.0] * len(completions),
                           args=MeZOConfig(output_dir=str(tmp_path / "run"), max_steps=1, per_device_train_batch_size=4,
                                           max_completion_length=8, progress=False),
-                          train_dataset=Dataset.from_dict({"prompt": PROMPTS}), processing_class=tiny_tokenizer).train()
+                          train_dataset=Dataset.from_dict({"prompt": PROMPTS}), processing_class=tiny_tokenizer)
+    trainer.train()
+    summary = trainer.summary
     assert summary["config_replayable"] is False
     assert any("is a lambda" in why for why in summary["config_not_replayable_because"])
-    assert main(["train", "--config", str(tmp_path / "run" / "config.json"), "--output-dir", str(tmp_path / "b")]) == 2
+    assert main(["train", "--config", str(tmp_path / "run" / "training_args.json"), "--output-dir", str(tmp_path / "b")]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "is a lambda" in err and "the reward must be importable" in err

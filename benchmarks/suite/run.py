@@ -96,7 +96,8 @@ def read_run(cell: Cell, run_dir: pathlib.Path, protocol: TaskProtocol) -> dict:
         out["run_peak_rss_mb"] = summary.get("peak_rss_mb")
         out["trainable_parameters"] = summary.get("trainable_parameters")
         try:
-            cfg = json.loads((run_dir / "config.json").read_text())
+            cfg_file = run_dir / "training_args.json"
+            cfg = json.loads((cfg_file if cfg_file.is_file() else run_dir / "config.json").read_text())
             out["batch"] = cfg.get("per_device_train_batch_size", cfg.get("batch_size"))  # config.json before the TRL names
             out["config"] = {k: cfg.get(k) for k in ("peft", "reward", "learning_rate", "lr", "eps", "noise", "normalize",
                                                       "n_spsa", "momentum", "adam", "per_device_train_batch_size",
@@ -188,8 +189,8 @@ def unfinished_run(run_dir) -> Optional[tuple]:
     from mezo_rl.training import rundir
     if rundir.unfinished_step(run_dir) is None:
         return None
-    state = rundir.TrainerState.load(rundir.checkpoint_dir(run_dir) / rundir.STATE_FILE)
-    return state.step, round(state.wall_time_s, 2)
+    state = rundir.TrainerState.load_from_json(rundir.checkpoint_dir(run_dir) / rundir.STATE_FILE)
+    return state.global_step, round(state.wall_time_s, 2)
 
 
 def _loadavg() -> Optional[float]:

@@ -23,8 +23,8 @@ from mezo_rl.training import rundir
 from mezo_rl.training.evaluation import prompt_metrics
 from mezo_rl.training.outputs import ChatTemplateError
 from mezo_rl.training.setup import TaskCodeError, load_splits, resolve_task, reward_refs, user_code
-from mezo_rl.training.trl_inputs import check_replayable_reward
-from mezo_rl.rewards import build_objective, get_reward
+from mezo_rl.training.trl_inputs import check_replayable_reward, resolve_reward
+from mezo_rl.rewards import build_objective
 from mezo_rl.tasks import SPLITS
 from mezo_rl.tasks.data import data_root
 
@@ -38,7 +38,7 @@ def check_rewards(refs) -> list:
     for ref in refs:
         if isinstance(ref, str):
             check_replayable_reward(ref)
-    return [user_code("--reward", ref, lambda ref=ref: get_reward(ref)) for ref in refs]
+    return [user_code("--reward", ref, lambda ref=ref: resolve_reward(ref)) for ref in refs]
 
 
 def check_objective(args):
@@ -102,7 +102,7 @@ def check_run_dir(run_dir) -> pathlib.Path:
 
 def check_training(args, *, model: bool = True, output: bool = True) -> tuple:
     """Everything ``mezo-rl train`` checks before loading a model; returns what it built on the way,
-    ``(task, objective)``, for the trainer to use (``Trainer(args, task=task, objective=objective)``).
+    ``(task, objective)``, for the trainer to use (``MeZOTrainer(args=args, task=task, objective=objective)``).
 
     ``model=False`` skips the model check (a model object is given), ``output=False`` the output
     directory check (the caller writes elsewhere). The task's data is read only for data-file and
@@ -123,11 +123,11 @@ def check_training(args, *, model: bool = True, output: bool = True) -> tuple:
     if task.kind == "prompts":
         check_prompts(task, args.model if model else None)
         accepted = prompt_metrics(objective)
-        if args.metric_for_best is not None and args.metric_for_best not in accepted:
-            raise ConfigError(f"--metric-for-best {args.metric_for_best!r} is not an evaluation metric of this prompt "
+        if args.metric_for_best_model is not None and args.metric_for_best_model not in accepted:
+            raise ConfigError(f"--metric-for-best-model {args.metric_for_best_model!r} is not an evaluation metric of this prompt "
                               f"task; accepted: {', '.join(accepted)}")
-    elif args.metric_for_best is not None and args.metric_for_best not in task.metrics:
-        raise ConfigError(f"--metric-for-best {args.metric_for_best!r} is not an evaluation metric of task "
+    elif args.metric_for_best_model is not None and args.metric_for_best_model not in task.metrics:
+        raise ConfigError(f"--metric-for-best-model {args.metric_for_best_model!r} is not an evaluation metric of task "
                           f"{args.task!r}; accepted: {', '.join(task.metrics)}")
     return task, objective
 

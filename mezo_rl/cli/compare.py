@@ -10,9 +10,9 @@ reads the runs' ``summary.json`` / ``metrics.jsonl`` and writes
 
 Example (cross-entropy vs accuracy on SST-2, same everything else)::
 
-    from mezo_rl.training.arguments import TrainingArguments
+    from mezo_rl.training.arguments import MeZOConfig
     from mezo_rl.cli.compare import compare, objective_variants
-    base = TrainingArguments(task="sst2", steps=100, output_dir="runs/compare-sst2")
+    base = MeZOConfig(task="sst2", max_steps=100, output_dir="runs/compare-sst2")
     compare(objective_variants(base, ["cross_entropy", "accuracy"]), "runs/compare-sst2")
 """
 from __future__ import annotations
@@ -22,12 +22,12 @@ import os
 import pathlib
 from typing import Callable, Optional
 
-from mezo_rl.training.arguments import TrainingArguments
+from mezo_rl.training.arguments import MeZOConfig
 from mezo_rl.cli.plots import CurvesCallback, load_run_records, objective_text, plot_validation, pyplot
-from mezo_rl.training.trainer import Trainer
+from mezo_rl.training.trainer import MeZOTrainer
 
 
-def objective_variants(base: TrainingArguments, objectives: list[str]) -> dict[str, TrainingArguments]:
+def objective_variants(base: MeZOConfig, objectives: list[str]) -> dict[str, MeZOConfig]:
     """One variant of ``base`` per objective; ``"a+b"`` combines rewards a and b (equal weights)."""
     if not objectives:
         raise ValueError("objective_variants: give at least one objective, e.g. ['cross_entropy', 'accuracy']")
@@ -43,7 +43,7 @@ def objective_variants(base: TrainingArguments, objectives: list[str]) -> dict[s
     return variants
 
 
-def compare(variants: dict[str, TrainingArguments], output_dir: str | os.PathLike,
+def compare(variants: dict[str, MeZOConfig], output_dir: str | os.PathLike,
             lm_factory: Optional[Callable] = None, trainer_kwargs: Optional[dict] = None) -> dict[str, dict]:
     """Train every variant into ``output_dir/<name>`` and write the report; returns name -> summary.
 
@@ -60,8 +60,9 @@ def compare(variants: dict[str, TrainingArguments], output_dir: str | os.PathLik
         lm = lm_factory() if lm_factory is not None else None
         kwargs = dict(trainer_kwargs or {})
         kwargs["callbacks"] = [*kwargs.get("callbacks", []), CurvesCallback()]
-        trainer = Trainer(args, lm=lm, lm_factory=lm_factory, **kwargs)
-        summaries[name] = trainer.train()
+        trainer = MeZOTrainer(args=args, lm=lm, lm_factory=lm_factory, **kwargs)
+        trainer.train()
+        summaries[name] = trainer.summary
         run_dirs[name] = run_dir
         del trainer, lm
     write_report(run_dirs, out)
@@ -80,7 +81,7 @@ def write_report(run_dirs: dict[str, str | os.PathLike], output_dir: str | os.Pa
                  metric: Optional[str] = None) -> dict[str, pathlib.Path]:
     """Write comparison.md and the two PNG plots for finished runs; returns their paths.
 
-    ``metric``: the validation metric to compare (default: each run's ``metric_for_best``).
+    ``metric``: the validation metric to compare (default: each run's ``metric_for_best`` in summary.json).
     """
     out = pathlib.Path(output_dir)
     out.mkdir(parents=True, exist_ok=True)

@@ -2,7 +2,7 @@
 
 Subcommands::
 
-    mezo-rl train     fine-tune with MeZO (options: the fields of TrainingArguments)
+    mezo-rl train     fine-tune with MeZO (options: the fields of MeZOConfig)
     mezo-rl eval      evaluate a model, or a run's best/final weights, on a task split; prints JSON
     mezo-rl export    base model + trajectory -> a save_pretrained directory with its model card (README.md)
     mezo-rl compare   train several objectives/configs on the same data and seed; table + plots
@@ -44,8 +44,8 @@ from mezo_rl.cli import checks, plots
 from mezo_rl.training.setup import load_splits, resolve_task, reward_refs
 
 from mezo_rl.training import rundir
-from mezo_rl.training.arguments import (BaselineArguments, EvalRunArguments, TrainingArguments, data_task_options,
-                               field_aliases, parse_step, unwrap_optional)
+from mezo_rl.training.arguments import (BaselineArguments, EvalRunArguments, MeZOConfig, data_task_options,
+                                       field_aliases, parse_step, unwrap_optional)
 from mezo_rl.training.config import trl_options
 from mezo_rl.training.model_card import push_to_hub, write_model_card
 from mezo_rl.cli.baselines import run_baseline
@@ -58,7 +58,7 @@ from mezo_rl.model.loading import check_model, load_model
 from mezo_rl.model.peft import PEFT_METHODS
 from mezo_rl.training.rundir import load_run, save_model
 from mezo_rl.training.runguard import RunLock
-from mezo_rl.training.trainer import Trainer, TrainingInterrupted
+from mezo_rl.training.trainer import MeZOTrainer, TrainingInterrupted
 from mezo_rl import rewards
 from mezo_rl.rewards import describe_rewards
 from mezo_rl.tasks import get_task, list_tasks
@@ -74,6 +74,33 @@ class ArgumentParser(argparse.ArgumentParser):
 
     def error(self, message):
         raise UsageError(f"{message} (see `{self.prog} --help`)")
+
+
+class OneLineHelp(argparse.HelpFormatter):
+    """``--help`` with one line per option: its dash spelling (the underscore one is accepted, not shown),
+    ``--[no-]flag`` for a boolean, and its help text unwrapped."""
+
+    def __init__(self, prog):
+        super().__init__(prog, max_help_position=38, width=100_000)
+
+    def _format_action_invocation(self, action):
+        if not action.option_strings:
+            return super()._format_action_invocation(action)
+        first = action.option_strings[0]
+        if isinstance(action, argparse.BooleanOptionalAction):
+            return "--[no-]" + first[2:]
+        if action.nargs == 0:
+            return first
+        return f"{first} {self._format_args(action, self._get_default_metavar_for_optional(action))}"
+
+    def _split_lines(self, text, width):
+        return [" ".join(text.split())]
+
+
+TRAIN_DESCRIPTION = ("Fine-tune a model with MeZO. Every option is a field of mezo_rl.MeZOConfig (TRL's GRPOConfig "
+                     "names); --config FILE.yaml gives them as a file, and the command line wins. "
+                     "The fields of GRPOConfig and TrainingArguments that are not options here are accepted in "
+                     "the file (docs/api.md).")
 
 
 # ---------------------------------------------------------------------- dataclass -> argparse
@@ -94,8 +121,9 @@ def add_dataclass_arguments(parser: argparse.ArgumentParser, cls, skip=()) -> No
         names = [spelling for name in (f.name, *f.metadata.get("aliases", ()))
                  for spelling in [f"--{name.replace('_', '-')}"] + ([f"--{name}"] if "_" in name else [])]
         default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
-        aliases = ", ".join(f"--{a.replace('_', '-')}" for a in f.metadata.get("aliases", ()))
-        help_text = f.metadata.get("help", "") + (f"; also {aliases}" if aliases else "") + f" (default: {default})"
+        help_text = f.metadata.get("help", "")
+        if "default" not in help_text:  # one default each: the help text's own, or the field's
+            help_text += f" (default: {','.join(map(str, default)) if isinstance(default, list) else default})"
         kw: dict[str, Any] = dict(dest=f.name, default=argparse.SUPPRESS, help=help_text)
         if "choices" in f.metadata:
             kw["choices"] = f.metadata["choices"]
@@ -106,7 +134,8 @@ def add_dataclass_arguments(parser: argparse.ArgumentParser, cls, skip=()) -> No
             kw.pop("choices", None)
             parser.add_argument(*names, action="append", type=_split_commas(item), metavar=item.__name__.upper(), **kw)
         else:
-            parser.add_argument(*names, type=tp, metavar=tp.__name__.upper(), **kw)
+            metavar = "{" + ",".join(map(str, kw["choices"])) + "}" if "choices" in kw else tp.__name__.upper()
+            parser.add_argument(*names, type=tp, metavar=metavar, **kw)
 
 
 def load_config_file(path: str, flag: str = "--config") -> dict:
@@ -172,7 +201,7 @@ def _model_loading_bars(show: bool):
 
 
 def cmd_train(ns) -> int:
-    args = parse_into(TrainingArguments, ns, _config(ns))
+    args = parse_into(MeZOConfig, ns, _config(ns))
     with _model_loading_bars(args.progress):
         return _train(args)
 
@@ -182,10 +211,10 @@ def _train(args) -> int:
     # options, task, rewards, model, data and output directory: nothing loaded yet
     task, objective = checks.check_training(args)
     with RunLock(args.output_dir) if dist.is_main else contextlib.nullcontext():  # one run per output directory
-        trainer = Trainer(args, task=task, objective=objective, dist=dist, callbacks=[plots.CurvesCallback()])
-        summary = trainer.train()
+        trainer = MeZOTrainer(args=args, task=task, objective=objective, dist=dist, callbacks=[plots.CurvesCallback()])
+        trainer.train()
     if dist.is_main:  # under torchrun, one report
-        _print_summary(summary, args.output_dir)
+        _print_summary(trainer.summary, args.output_dir)
     return 0
 
 
@@ -211,9 +240,9 @@ def _replay_to(lm, run_dir, step) -> int:
     weights at step 0); the step number."""
     ckpt = rundir.checkpoint_dir(pathlib.Path(run_dir))
     trajectory = rundir.read_trajectory(ckpt / rundir.TRAJECTORY_FILE)
-    state = rundir.TrainerState.load(ckpt / rundir.STATE_FILE)
+    state = rundir.TrainerState.load_from_json(ckpt / rundir.STATE_FILE)
     step = parse_step(step)
-    n = {"best": state.best_step, "final": state.step}.get(step, step)
+    n = {"best": state.best_step, "final": state.global_step}.get(step, step)
     if not 0 <= n <= len(trajectory):
         raise ConfigError(f"--step {step!r}: the checkpoint in {run_dir} has steps 0..{len(trajectory)}")
     rundir.replay_prefix(lm, trajectory, n)
@@ -250,7 +279,7 @@ def cmd_eval(ns) -> int:
         lm = load_model(args.model, dtype=args.dtype)
         info = {"model": args.model}
     max_new_tokens = args.max_new_tokens or (run_args.max_completion_length if run_args is not None else
-                                             TrainingArguments().max_completion_length)  # what the run generated
+                                             MeZOConfig().max_completion_length)  # what the run generated
     metrics = evaluate(lm, task, examples, batch_size=args.batch_size, max_new_tokens=max_new_tokens,
                        progress=True, desc=f"{args.split}", objective=objective, reference=reference)
     print(json.dumps({**info, "task": task_args.task, "split": args.split, "n": len(examples),
@@ -282,20 +311,20 @@ def cmd_compare(ns) -> int:
         names = [os.path.basename(os.path.normpath(r)) for r in ns.runs]
         paths = write_report(dict(zip(names, ns.runs)), ns.report_dir or ".")
     else:
-        given = option_values(TrainingArguments, ns, _config(ns))
-        base = TrainingArguments(**given)
+        given = option_values(MeZOConfig, ns, _config(ns))
+        base = MeZOConfig(**given)
         variants = {}
         if ns.objective:
             variants.update(objective_variants(base, [o for part in ns.objective for o in part]))
         for path in ns.variant or []:
             name = os.path.splitext(os.path.basename(path))[0]
             overrides = load_config_file(path, flag="--variant")
-            unknown = sorted(set(overrides) - {f.name for f in dataclasses.fields(TrainingArguments)})
+            unknown = sorted(set(overrides) - {f.name for f in dataclasses.fields(MeZOConfig)})
             if unknown:
                 raise ConfigError(f"--variant {path}: unknown option(s) {unknown}; use `mezo-rl train` option names")
             try:
                 # built from the options given, so a variant in another --peft mode gets that mode's defaults
-                variants[name] = TrainingArguments(**{**given, **overrides, "resume": False})
+                variants[name] = MeZOConfig(**{**given, **overrides, "resume": False})
             except UserError as e:
                 raise ConfigError(f"--variant {path}: {e}") from e
         if len(variants) < 2:
@@ -364,9 +393,10 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     fmt = argparse.ArgumentDefaultsHelpFormatter
 
-    p = sub.add_parser("train", help="fine-tune with MeZO", description=TrainingArguments.__doc__)
+    p = sub.add_parser("train", help="fine-tune with MeZO", description=TRAIN_DESCRIPTION, formatter_class=OneLineHelp,
+                       usage="mezo-rl train [--config FILE] [--OPTION VALUE ...]")
     p.add_argument("--config", help="YAML/JSON file of option values (command-line options win)")
-    add_dataclass_arguments(p, TrainingArguments)
+    add_dataclass_arguments(p, MeZOConfig)
     p.set_defaults(func=cmd_train)
 
     p = sub.add_parser("eval", help="evaluate a model or a run on a task split (prints JSON)",
@@ -396,7 +426,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--variant", action="append", help="a YAML/JSON file of train options overriding the shared ones (repeat)")
     p.add_argument("--runs", nargs="+", help="only write the report for these finished run directories")
     p.add_argument("--report-dir", default=None, help="with --runs: where the report goes (default: .)")
-    add_dataclass_arguments(p, TrainingArguments, skip=("reward", "reward_weights", "resume", "overwrite_output_dir"))
+    add_dataclass_arguments(p, MeZOConfig, skip=("reward", "reward_weights", "resume", "overwrite_output_dir"))
     p.set_defaults(func=cmd_compare)
 
     p = sub.add_parser("baseline", help="zero-shot / ICL / linear probing / Adam fine-tuning",

@@ -5,21 +5,21 @@ field metadata; :class:`Arguments` checks every field against those in one loop,
 ``mezo_rl.cli.main`` turns the same fields into ``--options``. The pieces:
 
 ==========================  =========================================================
-``ModelArguments``          model
+``ModelArguments``          model, trust_remote_code
 ``TaskArguments``           task
 ``DataTaskArguments``       template, prompt_column, label_column, candidates, target_column, validation_file, test_file, dataset_config
 ``ObjectiveArguments``      reward, reward_weights, reward_normalize, reward_shaping, beta
-``PeftArguments``           peft, lora_r, lora_alpha, num_prefix_tokens
+``PeftArguments``           peft, lora_r, lora_alpha, lora_target_modules, lora_modules_to_save, lora_dropout, ...
 ``DataArguments``           data_dir, num_train, num_eval, num_test
-``MeZOArguments``           max_steps, per_device_train_batch_size, learning_rate, eps, weight_decay, lr_scheduler, ...
+``MeZOArguments``           max_steps, per_device_train_batch_size, learning_rate, eps, weight_decay, lr_scheduler_type, ...
 ``SeedArguments``           seed
 ``ComputeArguments``        dtype, autocast, device_map, max_memory
-``GenerationArguments``     max_completion_length, num_generations, do_sample, temperature
-``EvalArguments``           eval_steps, metric_for_best, initial_test, eval_batch_size, logging_steps
-``OutputArguments``         output_dir, resume, overwrite_output_dir, save_model, report_to, progress
+``GenerationArguments``     max_completion_length, max_prompt_length, num_generations, do_sample, temperature, ...
+``EvalArguments``           eval_strategy, eval_steps, metric_for_best_model, greater_is_better, load_best_model_at_end, ...
+``OutputArguments``         output_dir, resume, overwrite_output_dir, save_model, push_to_hub, report_to, progress, ...
 ==========================  =========================================================
 
-:class:`MeZOConfig` (``mezo-rl train``; also named ``TrainingArguments``) inherits all of them and stays one
+:class:`MeZOConfig` (``mezo-rl train``) inherits all of them and stays one
 flat dataclass.
 ``mezo-rl baseline`` (:class:`BaselineArguments`) and ``mezo-rl eval`` (:class:`EvalRunArguments`)
 reuse single fields with :func:`shared`, so a default or a help text lives in one place, and inherit
@@ -43,7 +43,11 @@ from mezo_rl.training.config import trl_options
 from mezo_rl.training.member_evaluation import check_evaluation
 from mezo_rl.training.reporting import check_report_to
 from mezo_rl.engine.noise import NOISES as NOISE_KINDS
-from mezo_rl.engine.optim import ESTIMATORS, EVALUATIONS, ON_NONFINITE, SCHEDULERS
+from mezo_rl.engine.optim import ESTIMATORS, EVALUATIONS, ON_NONFINITE
+
+#: ``lr_scheduler_type``: the schedules of ``transformers.get_scheduler`` that need no more than warmup and length
+LR_SCHEDULERS = ("constant", "constant_with_warmup", "linear", "cosine", "cosine_with_restarts", "polynomial")
+
 
 def option(default: Any = dataclasses.MISSING, help: str = "", *, choices=None, min: Optional[int] = None,
            gt: Optional[float] = None, ge: Optional[float] = None, lt: Optional[float] = None,
@@ -81,27 +85,29 @@ def field_aliases(cls) -> dict[str, str]:
 
 
 def canonical_options(cls, values: dict) -> dict:
-    """``values`` (keywords, or a config file's keys) under ``cls``'s field names: an earlier name becomes its
-    field's (both given: ConfigError); a TRL option that maps onto a field becomes it and a TRL option
-    with no meaning for MeZO is one line saying why (:mod:`mezo_rl.training.config`)."""
+    """``values`` (keywords, or a config file's keys) under ``cls``'s field names: the fields of TRL's
+    ``GRPOConfig`` and transformers' ``TrainingArguments`` that ``cls`` does not have are handled by
+    :func:`mezo_rl.training.config.trl_options` (mapped onto a field, named in one warning line, or refused);
+    names known to none of them are refused together, in one line."""
     fields = {f.name for f in dataclasses.fields(cls)}
     out: dict = {}
-    for key, value in trl_options(values, fields).items():
+    for key, value in trl_options(values, fields | set(field_aliases(cls))).items():
         name = field_aliases(cls).get(key, key)
         if name != key and name in values:
             raise ConfigError(f"{flag(name)} and {flag(key)} (its earlier name) are both given; give {flag(name)} only")
         out[name] = value
     unknown = [k for k in out if k not in fields]
     if unknown:
-        close = difflib.get_close_matches(unknown[0], sorted(fields), n=1)
-        raise ConfigError(f"unknown {cls.__name__} field {unknown[0]!r}"
-                          + (f"; did you mean {close[0]!r}?" if close else f"; accepted: {sorted(fields)}"))
+        hints = [f"{k!r} (did you mean {close[0]!r}?)" if close else repr(k)
+                 for k in unknown for close in [difflib.get_close_matches(k, sorted(fields), n=1, cutoff=0.8)]]
+        raise ConfigError(f"unknown {cls.__name__} field{'s' if len(unknown) > 1 else ''} {', '.join(hints)}; "
+                          f"accepted: the fields of {cls.__name__}, GRPOConfig and TrainingArguments")
     return out
 
 
-def accepts_aliases(cls):
-    """Class decorator (over ``@dataclass``): the constructor also takes the fields' earlier names and the TRL
-    options of :func:`canonical_options`."""
+def accepts_trl_options(cls):
+    """Class decorator (over ``@dataclass``): the constructor also takes the fields of TRL's ``GRPOConfig`` and
+    transformers' ``TrainingArguments`` (:func:`canonical_options`)."""
     init = cls.__init__
 
     @functools.wraps(init)
@@ -212,6 +218,7 @@ class Arguments:
 @dataclass
 class ModelArguments(Arguments):
     model: str = option("smollm2-135m", "short name (smollm2-135m; gemma3-270m with its package, see README), hub id, local directory or .gguf file")
+    trust_remote_code: bool = option(False, "let from_pretrained run the model repository's own code")
 
 
 @dataclass
@@ -272,14 +279,25 @@ class ObjectiveArguments(Arguments):
 
 @dataclass
 class PeftArguments(Arguments):
-    peft: Optional[str] = option(None, "what MeZO trains: norm (the final normalisation layer's gains; the default), full (every weight: full fine-tuning; also accepted as none; the default for a prompt task), lora (low-rank adapters) or prefix (prefix-tuning)", choices=[*MODES, *MODE_ALIASES])
+    peft: Optional[str] = option(None, "what MeZO trains: norm (the final normalisation layer's gains; the default), full (every weight: full fine-tuning; the default for a prompt task), lora (low-rank adapters) or prefix (prefix-tuning)", choices=[*MODES, *MODE_ALIASES])
     lora_r: int = option(8, "LoRA rank (paper: 8)", min=1)
     lora_alpha: int = option(16, "LoRA alpha (paper: 16)", min=1)
+    lora_target_modules: Optional[list[str]] = option(None, "the linear layers LoRA wraps (names, or all-linear; default: "
+                                                            "q_proj,v_proj, the paper's)")
+    lora_modules_to_save: Optional[list[str]] = option(None, "modules trained in full beside the LoRA adapter (names)")
+    lora_dropout: float = option(0.0, "accepted at 0 only: MeZO's +eps and -eps passes must see the same function",
+                                 ge=0)
     num_prefix_tokens: int = option(5, "prefix-tuning length (paper: 5)", min=1)
     trainable: Optional[str] = option(None, "train only the parameters whose names match this regular expression (re.search; the others are frozen), e.g. 'norm' for the normalisation weights (LN-tuning); default: all of them (the adapter's with --peft)")
 
     def __post_init__(self):
+        for name in ("lora_target_modules", "lora_modules_to_save"):  # TRL's LoraConfig takes one name as a string
+            if isinstance(getattr(self, name), str):
+                setattr(self, name, [n.strip() for n in getattr(self, name).split(",") if n.strip()])
         super().__post_init__()
+        if self.lora_dropout:
+            raise ConfigError(f"--lora-dropout: got {self.lora_dropout!r}, accepted: 0 (MeZO compares the loss at +eps "
+                              f"and -eps, and dropout would make the two passes different functions)")
         if self.trainable is not None:
             try:
                 re.compile(self.trainable)
@@ -299,17 +317,25 @@ class DataArguments(Arguments):
 
 @dataclass
 class MeZOArguments(Arguments):
-    max_steps: Optional[int] = option(None, f"training steps (TRL's max_steps; paper: 20000) {_per_mode('steps')}", min=0,
+    max_steps: Optional[int] = option(None, f"training steps (paper: 20000; -1 or unset with --num-train-epochs: "
+                                            f"from the epochs) {_per_mode('steps')}", min=0,
                                       aliases=("steps",))
+    num_train_epochs: Optional[float] = option(None, "with --max-steps unset: run this many passes' worth of "
+                                                     "--num-train examples (batches are drawn with replacement)", gt=0)
     per_device_train_batch_size: Optional[int] = option(None, f"completions per step on each process: examples, or "
                                                         f"prompts x --num-generations (TRL's per_device_train_batch_size; "
                                                         f"paper: 16) {_per_mode('batch_size')}", min=1,
                                                         aliases=("batch_size",))
+    gradient_accumulation_steps: int = option(1, "a step's batch is this many per-device batches (MeZO sees them all "
+                                                 "at +eps and -eps, then steps once)", min=1)
     learning_rate: Optional[float] = option(None, f"learning rate; with --normalize std the length of each sign step "
                                                   f"{_per_mode('lr')}", ge=0, aliases=("lr",))
     eps: Optional[float] = option(None, f"perturbation scale {_per_mode('eps')}; with the paper's 1e-3 the accuracy of a batch is the same at +eps and -eps", gt=0)
     weight_decay: Optional[float] = option(None, f"decoupled weight decay, biases and norm weights exempt {_per_mode('weight_decay')}", ge=0)
-    lr_scheduler: str = option("constant", "constant (paper) or linear", choices=SCHEDULERS)
+    lr_scheduler_type: str = option("constant", "the learning-rate schedule, as in transformers (constant: the paper)",
+                                    choices=LR_SCHEDULERS)
+    warmup_steps: float = option(0.0, "linear warmup: steps, or a fraction of --max-steps when < 1 (as in transformers; "
+                                      "constant ignores it, constant_with_warmup, linear and cosine use it)", ge=0)
     n_spsa: Optional[int] = option(None, f"SPSA samples per step (Appendix B.1) {_per_mode('n_spsa')}", min=1)
     noise: Optional[str] = option(None, f"perturbation distribution: gaussian, rademacher (+-1) or lowrank (z = B A^T / sqrt(rank) per matrix, LOZO) {_per_mode('noise')}", choices=NOISE_KINDS)
     rank: int = option(1, "rank of --noise lowrank", min=1)
@@ -341,17 +367,32 @@ class ComputeArguments(Arguments):
 
 @dataclass
 class GenerationArguments(Arguments):
-    max_completion_length: int = option(32, "the most tokens a completion has, in training and evaluation (TRL's "
-                                            "max_completion_length)", min=1, aliases=("max_new_tokens",))
-    num_generations: int = option(1, "completions per prompt in a training step (TRL's num_generations; > 1 needs --do-sample); --per-device-train-batch-size counts completions, so a step sees per_device_train_batch_size / num_generations prompts", min=1)
-    do_sample: bool = option(False, "sample completions during training (same seed at +eps and -eps) instead of greedy decoding")
-    temperature: float = option(1.0, "sampling temperature when --do-sample (> 0)")
+    max_completion_length: int = option(32, "the most tokens a completion has, in training and evaluation", min=1,
+                                        aliases=("max_new_tokens",))
+    max_prompt_length: Optional[int] = option(None, "keep only the last N tokens of a longer prompt (default: whole "
+                                                    "prompts)", min=1)
+    num_generations: int = option(1, "completions per prompt in a training step, sampled as in TRL; "
+                                     "--per-device-train-batch-size counts completions", min=1)
+    do_sample: Optional[bool] = option(None, "sample completions in training (the same seed at +eps and -eps); "
+                                             "default: with --num-generations > 1")
+    temperature: float = option(1.0, "sampling temperature (> 0)")
+    top_p: float = option(1.0, "sampling: accepted at 1.0 only (LanguageModel.generate draws from the whole "
+                               "distribution)")
+    top_k: Optional[int] = option(None, "sampling: accepted unset or 0 only (LanguageModel.generate draws from the "
+                                        "whole distribution)")
+    repetition_penalty: float = option(1.0, "accepted at 1.0 only (LanguageModel.generate applies no penalty)")
 
     def __post_init__(self):
         super().__post_init__()
+        if self.do_sample is None:  # TRL samples its num_generations completions
+            self.do_sample = self.num_generations > 1
         if self.num_generations > 1 and not self.do_sample:
-            raise ConfigError(f"--num-generations {self.num_generations} needs --do-sample: greedy decoding writes the same "
-                              f"completion every time")
+            raise ConfigError(f"--num-generations {self.num_generations} with --no-do-sample: greedy decoding writes the "
+                              f"same completion every time; leave out --no-do-sample")
+        for name, neutral in (("top_p", 1.0), ("top_k", 0), ("repetition_penalty", 1.0)):
+            if getattr(self, name) not in (None, neutral):
+                raise ConfigError(f"{flag(name)}: got {getattr(self, name)!r}, accepted: {neutral} (LanguageModel.generate "
+                                  f"samples from softmax(logits / temperature), so another value would not be honoured)")
         if self.do_sample and not self.temperature > 0:
             raise ConfigError(f"--do-sample needs --temperature > 0, got {self.temperature!r} "
                               f"(for greedy decoding leave out --do-sample)")
@@ -359,12 +400,20 @@ class GenerationArguments(Arguments):
 
 @dataclass
 class EvalArguments(Arguments):
-    eval_steps: Optional[int] = option(None, "evaluate on validation every N steps (default: steps/5, at least 1, as in the paper)", min=1)
-    metric_for_best: Optional[str] = option(None, "validation metric that picks the best step (default: the task's first metric)")
+    eval_strategy: str = option("steps", "steps: validate at the start, every --eval-steps and at the end; no: never "
+                                         "(the final step is the best)", choices=["steps", "no"])
+    eval_steps: Optional[int] = option(None, "validate every N steps (default: max_steps/5, at least 1, as in the paper)", min=1)
+    metric_for_best_model: Optional[str] = option(None, "validation metric that picks the best step (default: the task's first metric)")
+    greater_is_better: Optional[bool] = option(None, "the best step has the highest --metric-for-best-model (default: "
+                                                     "yes, unless that metric is a loss)")
+    load_best_model_at_end: bool = option(True, "end with the best step's weights (tested, saved); "
+                                                "--no-load-best-model-at-end: the final step's")
     initial_test: bool = option(True, "also evaluate the untrained model on the test examples (summary.json: initial_test)")
     eval_batch_size: int = option(16, "examples per forward pass: in evaluation, and in a training step's scoring or generation (per member); generation decodes that many prompts of similar length together", min=1)
     logging_steps: int = option(1, "write a metrics.jsonl record every N steps", min=1)
     log_completions: int = option(16, "prompt tasks: completions of each evaluation written to samples/<split>-step<N>.jsonl (0: none; TRL's true: 16)", min=0)
+    num_completions_to_print: Optional[int] = option(None, "prompt tasks: print this many completions of each "
+                                                           "evaluation", min=0)
 
 
 @dataclass
@@ -373,9 +422,16 @@ class OutputArguments(Arguments):
     resume: bool = option(False, "continue the run in --output-dir from its checkpoint")
     overwrite_output_dir: bool = option(False, "start over in an --output-dir that holds an unfinished run "
                                         "(without it, such a directory is refused: --resume continues it)")
-    save_model: bool = option(False, "also write the best weights with save_pretrained into OUTPUT_DIR/model")
+    save_model: bool = option(False, "at the end, write the weights with save_pretrained into OUTPUT_DIR")
     save_steps: Optional[int] = option(None, "also write the checkpoint every N steps (TRL's save_steps; it is always "
                                              "written at each evaluation and at the end)", min=1)
+    save_total_limit: Optional[int] = option(None, "checkpoints kept: a run keeps one (its trajectory replays any "
+                                                   "step), which any limit allows", min=1)
+    push_to_hub: bool = option(False, "at the end, save the weights and upload them to --hub-model-id")
+    hub_model_id: Optional[str] = option(None, "the Hub repository of --push-to-hub (default: OUTPUT_DIR's name)")
+    hub_private_repo: Optional[bool] = option(None, "create the Hub repository private")
+    hub_token: Optional[str] = option(None, "the Hub token of --push-to-hub (never written to the run directory)")
+    logging_dir: Optional[str] = option(None, "report_to tensorboard: its directory (default: OUTPUT_DIR/tensorboard)")
     run_name: Optional[str] = option(None, "the run's name in trackio / wandb (TRL's run_name; default: the output "
                                            "directory's name)")
     report_to: list[str] = option(help="where metrics go besides metrics.jsonl, as in TRL: none, tensorboard "
@@ -392,19 +448,19 @@ class OutputArguments(Arguments):
 
 # ---------------------------------------------------------------------- per command
 # Base classes are listed last-first: a dataclass puts the fields of its last base first.
-@accepts_aliases
+@accepts_trl_options
 @dataclass
 class MeZOConfig(OutputArguments, EvalArguments, GenerationArguments, ComputeArguments, SeedArguments,
                         MeZOArguments, DataArguments, PeftArguments, ObjectiveArguments, DataTaskArguments, TaskArguments,
                         ModelArguments):
     """Everything a training run needs, shaped like TRL's ``GRPOConfig``: where a field means what a
-    ``GRPOConfig`` field means it has TRL's name (``learning_rate``, ``max_steps``,
-    ``per_device_train_batch_size``, ``num_generations``, ``max_completion_length``, ``temperature``,
-    ``reward_weights``, ``logging_steps``, ``eval_steps``, ``output_dir``, ``seed``, ``report_to``,
-    ``log_completions``; ``bf16=True`` sets ``autocast="bfloat16"``); a ``GRPOConfig`` field with no meaning
-    for MeZO is refused in one line saying why (docs/rl.md has the table). ``TrainingArguments`` is this
-    class under its earlier name, and the earlier field names (``lr``, ``steps``, ``batch_size``,
-    ``max_new_tokens``) are still accepted. Each field is also a ``mezo-rl train`` option (``--field-name``).
+    ``GRPOConfig`` / ``transformers.TrainingArguments`` field means it has that name (``learning_rate``,
+    ``max_steps``, ``per_device_train_batch_size``, ``gradient_accumulation_steps``, ``num_train_epochs``,
+    ``lr_scheduler_type``, ``warmup_steps``, ``num_generations``, ``max_completion_length``, ...). Every other
+    field of those two classes is taken too (:mod:`mezo_rl.training.config`): one that maps onto a field
+    becomes it (``bf16=True``: ``autocast="bfloat16"``), the ones with no meaning for MeZO are named in one
+    warning line saying why, and a few whose effect would be silently missing are refused in one line.
+    Each field is also a ``mezo-rl train`` option (``--field-name``).
 
     Defaults are chosen so that ``mezo-rl train`` (SmolLM2-135M, SST-2, accuracy reward) finishes in
     minutes on a 2-core CPU and visibly moves validation accuracy. The paper's OPT settings
@@ -416,15 +472,18 @@ class MeZOConfig(OutputArguments, EvalArguments, GenerationArguments, ComputeArg
     ``PROMPT_TASK_DEFAULTS`` over the mode's row) and ``eval_steps`` are filled in here, once: the fields
     hold every value the run uses, and ``config.json`` records them, so
     ``MeZOConfig.from_dict(config)`` (``mezo-rl train --config RUN/config.json``) repeats the run.
-    ``peft="none"`` becomes ``"full"``. To build a variant in another mode, build it from the options
+    To build a variant in another mode, build it from the options
     you gave (``dataclasses.replace`` keeps the values this mode resolved).
     """
 
     def __post_init__(self):
+        if self.max_steps == -1:  # transformers' "unset"
+            self.max_steps = None
         super().__post_init__()
         kind = self.task_kind()
         mode_given = self.peft is not None
         self.peft = MODE_ALIASES.get(self.peft, self.peft) if mode_given else default_mode(kind)
+        steps_given = self.max_steps is not None
         resolved = [FIELD_OF.get(k, k) for k in MODE_DEFAULTS[self.peft]] + ["eval_steps"]
         object.__setattr__(self, "_defaulted", tuple(k for k in resolved if getattr(self, k) is None)
                            + (() if mode_given else ("peft",)) + (() if self.reward is not None else ("reward",)))
@@ -434,12 +493,16 @@ class MeZOConfig(OutputArguments, EvalArguments, GenerationArguments, ComputeArg
         for key, default in mode_defaults(self.peft, kind).items():
             if getattr(self, FIELD_OF.get(key, key)) is None:
                 setattr(self, FIELD_OF.get(key, key), default)
+        if self.num_train_epochs is not None and not steps_given:  # epochs over the training examples
+            self.max_steps = max(1, math.ceil(self.num_train_epochs * self.num_train / self.prompts_per_step))
         if self.eval_steps is None:
             self.eval_steps = max(1, self.max_steps // 5)
-        if self.num_generations > self.per_device_train_batch_size or self.per_device_train_batch_size % self.num_generations:
+        batch = self.per_device_train_batch_size * self.gradient_accumulation_steps
+        if self.num_generations > batch or batch % self.num_generations:
+            times = f" x --gradient-accumulation-steps {self.gradient_accumulation_steps}" if batch != self.per_device_train_batch_size else ""
             raise ConfigError(f"--num-generations {self.num_generations} must divide --per-device-train-batch-size "
-                              f"{self.per_device_train_batch_size} (the completions of a step: "
-                              f"per_device_train_batch_size / num_generations prompts, num_generations each)")
+                              f"{self.per_device_train_batch_size}{times} (the completions of a step: that many / "
+                              f"num_generations prompts, num_generations each)")
         check_report_to(self.report_to)  # an unknown name or a missing package: one line, before anything loads
         check_evaluation(self.evaluation, self.peft, self.noise, self.trainable)
 
@@ -478,15 +541,16 @@ class MeZOConfig(OutputArguments, EvalArguments, GenerationArguments, ComputeArg
         again = type(self).resolve(values, task_kind=task.kind, task_metrics=list(task.metrics))
         return self if again.to_dict() == self.to_dict() else again
 
-    # transformers' names, read by callbacks written for transformers (EarlyStoppingCallback)
     @property
-    def metric_for_best_model(self) -> Optional[str]:
-        """``metric_for_best``, or the metric the trainer picks the best step by when it is left unset."""
-        return self.metric_for_best or self.__dict__.get("_metric_for_best")
+    def prompts_per_step(self) -> int:
+        """The prompts (examples) of a training step: its completions over ``num_generations``."""
+        return self.per_device_train_batch_size * self.gradient_accumulation_steps // self.num_generations
 
-    greater_is_better = True        # the best step has the highest validation metric
-    load_best_model_at_end = True   # the best step's weights are the ones tested and saved
-    eval_strategy = save_strategy = logging_strategy = "steps"
+    def to_dict(self) -> dict:
+        """The field values, without ``hub_token`` (a secret: never written to the run directory)."""
+        return {k: v for k, v in dataclasses.asdict(self).items() if k != "hub_token"}
+
+    save_strategy = logging_strategy = "steps"  # transformers' names, read by callbacks written for transformers
 
     def task_kind(self) -> Optional[str]:
         """The kind of ``--task`` where the options alone tell it: a data file or dataset
@@ -520,8 +584,6 @@ class MeZOConfig(OutputArguments, EvalArguments, GenerationArguments, ComputeArg
 
         return data_task_kind(self.task, data_task_options(self), list_tasks())
 
-
-TrainingArguments = MeZOConfig  # the earlier name: the same class
 
 METHODS = ("zero-shot", "icl", "lp", "ft")
 

@@ -5,9 +5,10 @@ The trainer calls, in order: ``on_init_end`` (end of ``__init__``), ``on_train_b
 :func:`mezo_rl.training.reporting.train_logs`), and after each evaluation ``on_evaluate``
 (``metrics=``: ``eval_<metric>``) and ``on_log``; ``on_save`` after each checkpoint; ``on_train_end``.
 
-``args`` is the run's :class:`~mezo_rl.training.arguments.MeZOConfig`; ``state`` a :class:`CallbackState`
-(``global_step``, ``max_steps``, ``best_metric``, ``best_global_step``, ``log_history``,
-``is_world_process_zero``, as in ``transformers.TrainerState``); ``control`` a :class:`TrainerControl`.
+``args`` is the run's :class:`~mezo_rl.training.arguments.MeZOConfig`; ``state`` the trainer's
+:class:`~mezo_rl.training.rundir.TrainerState` (``transformers.TrainerState``'s fields: ``global_step``,
+``max_steps``, ``best_metric``, ``best_global_step``, ``log_history``, ``is_world_process_zero``, ...);
+``control`` a :class:`TrainerControl`.
 The keywords are ``trainer`` (the :class:`~mezo_rl.training.trainer.MeZOTrainer`), ``model`` (the
 ``PreTrainedModel`` being trained), ``processing_class`` (its tokenizer), ``optimizer`` and
 ``lr_scheduler``, plus ``logs`` / ``metrics`` where the event has them.
@@ -22,12 +23,12 @@ any class with these methods is called the same way (``transformers.EarlyStoppin
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Optional
 
 from tqdm.auto import tqdm
 
-__all__ = ["TrainerCallback", "TrainerControl", "CallbackState", "CallbackHandler", "ProgressCallback",
+__all__ = ["TrainerCallback", "TrainerControl", "CallbackHandler", "ProgressCallback",
            "EarlyStoppingCallback", "EVENTS"]
 
 EVENTS = ("on_init_end", "on_train_begin", "on_step_begin", "on_step_end", "on_log", "on_evaluate", "on_save",
@@ -47,26 +48,6 @@ class TrainerControl:
 
     def _new_step(self) -> None:
         self.should_save = self.should_evaluate = self.should_log = False
-
-
-@dataclass
-class CallbackState:
-    """The trainer's progress as a callback reads it (``transformers.TrainerState``'s names)."""
-
-    global_step: int = 0
-    max_steps: int = 0
-    logging_steps: int = 1
-    eval_steps: int = 1
-    save_steps: int = 1
-    epoch: Optional[float] = None  # MeZO draws batches with replacement: no epochs
-    best_metric: Optional[float] = None
-    best_global_step: Optional[int] = None
-    log_history: list = field(default_factory=list)
-    is_world_process_zero: bool = True
-    is_local_process_zero: bool = True
-    is_hyper_param_search: bool = False
-    trial_name: Optional[str] = None
-    stateful_callbacks: dict = field(default_factory=dict)
 
 
 class TrainerCallback:
@@ -148,7 +129,7 @@ class ProgressCallback(TrainerCallback):
 
 
 class EarlyStoppingCallback(TrainerCallback):
-    """Stop training when the validation metric that picks the best step (``metric_for_best``, or
+    """Stop training when the validation metric that picks the best step (``metric_for_best_model``, or
     ``metric``) has not improved by more than ``threshold`` for ``patience`` evaluations in a row
     (``transformers.EarlyStoppingCallback``'s rule). The best step's weights are still the ones tested."""
 
@@ -168,7 +149,9 @@ class EarlyStoppingCallback(TrainerCallback):
         value = (metrics or {}).get(key)
         if value is None:
             return
-        if self.best is None or value > self.best + self.threshold:
+        better = (value > self.best + self.threshold if args.greater_is_better is not False
+                  else value < self.best - self.threshold) if self.best is not None else True
+        if better:
             self.best, self.waited = value, 0
         else:
             self.waited += 1

@@ -5,7 +5,7 @@ the directory to the Hub.
 do on every save. Its YAML header carries ``base_model`` (the hub id of the model the run started from),
 ``library_name: mezo-rl``, ``tags`` (``mezo-rl``, ``zeroth-order``, the PEFT mode) and ``datasets`` (where
 the task is a hub dataset); the body the rewards and their weights, each metric before -> after with
-its number of examples, the best step, the command that repeats the run from its ``config.json``, and
+its number of examples, the best step, the command that repeats the run from its ``training_args.json``, and
 the citation of the MeZO paper.
 
 :func:`push_to_hub` uploads a saved directory through ``huggingface_hub``; offline (``HF_HUB_OFFLINE=1``,
@@ -76,7 +76,7 @@ def _results(summary: dict) -> list[str]:
 
 def model_card(config: dict, summary: Optional[dict] = None, step: Optional[int] = None,
                name: Optional[str] = None) -> str:
-    """The card of a run whose ``config.json`` is ``config`` and ``summary.json`` is ``summary`` (None: still
+    """The card of a run whose ``training_args.json`` is ``config`` and ``summary.json`` is ``summary`` (None: still
     training), for the weights after ``step`` steps."""
     base = base_model_id(str(config.get("model", "")))
     task = str(config.get("task", ""))
@@ -105,21 +105,21 @@ def model_card(config: dict, summary: Optional[dict] = None, step: Optional[int]
     body += ["## Training", "", "| option | value |", "|---|---|",
              *[f"| `{k}` | `{v}` |" for k, v in settings.items()], "",
              "Repeat the run from its configuration (every option, resolved):", "",
-             "```bash", "mezo-rl train --config config.json", "```", "",
-             "<details><summary>config.json</summary>", "", "```json", json.dumps(config, indent=2, sort_keys=True),
+             "```bash", "mezo-rl train --config training_args.json", "```", "",
+             "<details><summary>training_args.json</summary>", "", "```json", json.dumps(config, indent=2, sort_keys=True),
              "```", "", "</details>", "",
              "## Citation", "", "```bibtex", CITATION, "```", ""]
     return "\n".join(header + [""] + body)
 
 
 def write_model_card(out_dir, config: dict, summary: Optional[dict] = None, step: Optional[int] = None) -> pathlib.Path:
-    """Write ``out_dir/README.md`` (and ``out_dir/config.json``'s copy as ``mezo_rl_config.json``, which the
-    card's command repeats)."""
+    """Write ``out_dir/README.md`` and the run's configuration as ``training_args.json`` (the file a run directory
+    keeps it in), which the card's command repeats."""
     out = pathlib.Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     path = out / MODEL_CARD_FILE
     path.write_text(model_card(config, summary, step))
-    (out / "mezo_rl_config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
+    (out / "training_args.json").write_text(json.dumps({**config, "resume": False}, indent=2, sort_keys=True) + "\n")
     return path
 
 

@@ -229,7 +229,8 @@ def _config(args) -> dict:
 
 
 class TensorBoardReporter(_Reporter):
-    """Scalars to ``OUTPUT_DIR/tensorboard`` (``torch.utils.tensorboard``; the ``tensorboard`` extra)."""
+    """Scalars to ``logging_dir`` (default ``OUTPUT_DIR/tensorboard``; ``torch.utils.tensorboard``; the
+    ``tensorboard`` extra)."""
 
     def __init__(self, log_dir=None):
         self.log_dir, self.writer = log_dir, None
@@ -237,7 +238,8 @@ class TensorBoardReporter(_Reporter):
     def open(self, args):
         from torch.utils.tensorboard import SummaryWriter
 
-        self.writer = SummaryWriter(str(self.log_dir or pathlib.Path(args.output_dir) / "tensorboard"))
+        self.writer = SummaryWriter(str(self.log_dir or getattr(args, "logging_dir", None)
+                                        or pathlib.Path(args.output_dir) / "tensorboard"))
 
     def write(self, logs, step):
         for key, value in logs.items():

@@ -2,7 +2,7 @@
 
 ::
 
-    config.json          the resolved TrainingArguments
+    training_args.json   the resolved MeZOConfig
     metrics.jsonl        one JSON object per logged step and per evaluation
     summary.json         initial_validation, validation (best step), test, best_step, wall_time_s, metrics
     checkpoint/          model.json (base model identity + PEFT config), trajectory.npz,
@@ -10,7 +10,9 @@
                          Adam buffers, only when the run has them), trainer_state.json (TrainerState)
     samples/             prompt tasks: <split>-step<N>.jsonl, the first completions of each evaluation
     completions/         the same as <split>-step<N>.parquet tables (TRL's log_completions; needs pyarrow)
-    model/               full weights (save_pretrained) and README.md (the model card), only with ``save_model=True``
+    config.json, model.safetensors, tokenizer files, README.md (the model card): the weights, with
+                         ``save_model=True`` or ``trainer.save_model()``
+    trainer_state.json   ``trainer.save_state()``; <split>_results.json, all_results.json: ``trainer.save_metrics``
     tensorboard/         only with ``report_to`` tensorboard
 
 The checkpoint is tiny (a few bytes per step): the base model plus the step log is enough to
@@ -47,10 +49,10 @@ from mezo_rl.engine.optim import replay_trajectory
 from mezo_rl.engine.trajectory import Trajectory
 from mezo_rl.errors import ConfigError, UserError, first_line
 from mezo_rl.model.peft import PEFT_METHODS, export_model, peft_config
-from mezo_rl.training.arguments import TrainingArguments, parse_step
+from mezo_rl.training.arguments import MeZOConfig, parse_step
 from mezo_rl.training.setup import build_model, trainable_parameters
 
-CONFIG_FILE = "config.json"
+CONFIG_FILE = "training_args.json"  # the run's MeZOConfig (config.json is the saved model's, as transformers)
 METRICS_FILE = "metrics.jsonl"
 SUMMARY_FILE = "summary.json"
 CHECKPOINT_DIR = "checkpoint"
@@ -80,32 +82,69 @@ def _one_line(e: BaseException) -> str:
 
 @dataclass
 class TrainerState:
-    """What the Trainer knows beyond the weights, saved as ``checkpoint/trainer_state.json`` with
-    :func:`dataclasses.asdict` (one new field: one line here)."""
+    """What the Trainer knows beyond the weights, with ``transformers.TrainerState``'s fields and JSON layout
+    (``save_to_json`` / ``load_from_json``; ``checkpoint/trainer_state.json``), so callbacks written for
+    transformers read it unchanged; then the run's own (the validations it keeps, the objective's frozen
+    scales). One new field: one line here."""
 
-    step: int = 0
-    best_step: int = 0
-    best_value: Optional[float] = None
+    epoch: float = 0.0  # examples drawn / train examples (batches are drawn with replacement across steps)
+    global_step: int = 0
+    max_steps: int = 0
+    logging_steps: int = 1
+    eval_steps: int = 1
+    save_steps: int = 1
+    train_batch_size: Optional[int] = None
+    num_train_epochs: float = 0
+    num_input_tokens_seen: int = 0
+    total_flos: float = 0.0  # not counted (transformers counts the backward pass's; MeZO has none)
+    log_history: list = dataclasses.field(default_factory=list)
+    best_metric: Optional[float] = None
+    best_global_step: Optional[int] = None
+    best_model_checkpoint: Optional[str] = None
+    is_local_process_zero: bool = True
+    is_world_process_zero: bool = True
+    is_hyper_param_search: bool = False
+    trial_name: Optional[str] = None
+    trial_params: Optional[dict] = None
+    stateful_callbacks: dict = dataclasses.field(default_factory=dict)
+    # the run's own (_OWN_FIELDS)
     best_validation: Optional[dict] = None
     initial_validation: Optional[dict] = None
     initial_test: Optional[dict] = None
     last_validation: Optional[dict] = None
     wall_time_s: float = 0.0  # up to the last save
-    last_eval_step: Optional[int] = None  # the step of the last validation (None in checkpoints older than it)
+    last_eval_step: Optional[int] = None  # the step of the last validation
+    loss_sum: float = 0.0  # the training steps' losses summed (TrainOutput.training_loss: their mean)
     objective: Optional[dict] = None  # Objective.state_dict(): the frozen normalisation scales
 
+    @property
+    def best_step(self) -> int:
+        """The best step (0, the starting weights, until a validation beats them)."""
+        return self.best_global_step or 0
+
     @classmethod
-    def load(cls, path: str | os.PathLike) -> "TrainerState":
+    def load_from_json(cls, path: str | os.PathLike) -> "TrainerState":
         """Read ``trainer_state.json``; :class:`CheckpointError` if it is missing or not a TrainerState."""
         path = pathlib.Path(path)
         saved = read_json(path)
         try:
-            return cls(**saved)
-        except TypeError as e:  # not a mapping, or fields this version does not know
+            own = saved.get("stateful_callbacks", {}).pop(_OWN_KEY, {})
+            return cls(**saved, **own)
+        except (TypeError, AttributeError) as e:  # not a mapping, or fields this version does not know
             raise _unreadable(path, f"not a trainer state ({_one_line(e)})") from None
 
-    def save(self, path: str | os.PathLike) -> None:
-        write_json(pathlib.Path(path), dataclasses.asdict(self))
+    def save_to_json(self, path: str | os.PathLike) -> None:
+        """transformers' layout, which ``transformers.TrainerState.load_from_json`` reads: its fields at the top,
+        the run's own under ``stateful_callbacks["MeZOTrainer"]``."""
+        saved = dataclasses.asdict(self)
+        own = {f.name: saved.pop(f.name) for f in dataclasses.fields(self) if f.name in _OWN_FIELDS}
+        saved["stateful_callbacks"] = {**saved["stateful_callbacks"], _OWN_KEY: own}
+        write_json(pathlib.Path(path), saved)
+
+
+_OWN_KEY = "MeZOTrainer"
+_OWN_FIELDS = ("best_validation", "initial_validation", "initial_test", "last_validation", "wall_time_s",
+               "last_eval_step", "loss_sum", "objective")
 
 
 # ---------------------------------------------------------------------- JSON
@@ -148,15 +187,15 @@ def append_jsonl(path: pathlib.Path, record: dict) -> None:
         f.write(json.dumps(json_safe(record)) + "\n")
 
 
-def read_args(run_dir: str | os.PathLike) -> TrainingArguments:
+def read_args(run_dir: str | os.PathLike) -> MeZOConfig:
     config = pathlib.Path(run_dir) / CONFIG_FILE
     if not config.is_file():
         raise ConfigError(f"{str(run_dir)!r} is not a mezo-rl run directory (no {CONFIG_FILE}); "
                           f"give the --output-dir of a `mezo-rl train` run")
-    return TrainingArguments.from_dict(read_json(config))
+    return MeZOConfig.from_dict(read_json(config))
 
 
-def model_identity(args: TrainingArguments, lm) -> dict:
+def model_identity(args: MeZOConfig, lm) -> dict:
     """What the checkpoint needs besides the trajectory: the base model and the adapter."""
     return {"model": args.model, "dtype": args.dtype, "peft": peft_config(lm) if args.peft in PEFT_METHODS else None,
             "parameters": sum(p.numel() for p in trainable_parameters(lm.model)),
@@ -190,7 +229,7 @@ def save_checkpoint(run_dir: pathlib.Path, state: TrainerState, identity: dict, 
     (trajectory if trajectory is not None else optimizer.trajectory).save(tmp / TRAJECTORY_FILE)
     write_optimizer_state(tmp, optimizer_state if optimizer_state is not None else optimizer.state_dict(),
                           scheduler.state_dict())
-    state.save(tmp / STATE_FILE)
+    state.save_to_json(tmp / STATE_FILE)
     if ckpt.is_dir():
         shutil.rmtree(old, ignore_errors=True)
         os.replace(ckpt, old)
@@ -276,11 +315,11 @@ def read_checkpoint(run_dir: str | os.PathLike, *, tensors: bool = True) -> tupl
     """``(trainer state, optimizer state dict, scheduler state dict)`` from ``run_dir``'s checkpoint,
     each file checked; ``tensors=False`` checks the optimizer's buffers without reading them."""
     ckpt = checkpoint_dir(run_dir)
-    state = TrainerState.load(ckpt / STATE_FILE)
+    state = TrainerState.load_from_json(ckpt / STATE_FILE)
     trajectory = read_trajectory(ckpt / TRAJECTORY_FILE)
-    if len(trajectory) != state.step:
+    if len(trajectory) != state.global_step:
         raise _unreadable(ckpt / TRAJECTORY_FILE, f"inconsistent: it has {len(trajectory)} steps, "
-                                                  f"{STATE_FILE} says {state.step}")
+                                                  f"{STATE_FILE} says {state.global_step}")
     optimizer_state, scheduler_state = read_optimizer_state(ckpt, trajectory, tensors=tensors)
     return state, optimizer_state, scheduler_state
 
@@ -308,7 +347,7 @@ def unfinished_step(run_dir: str | os.PathLike) -> Optional[tuple[int, int]]:
     if not (state.is_file() and config.is_file()):
         return None
     try:
-        step = int(json.loads(state.read_text())["step"])
+        step = int(json.loads(state.read_text())["global_step"])
         saved = json.loads(config.read_text())
         steps = int(saved["max_steps"] if "max_steps" in saved else saved["steps"])  # "steps": before the TRL names
     except (ValueError, KeyError, TypeError, OSError):   # unreadable: not ours to judge; the run itself will say
@@ -316,7 +355,7 @@ def unfinished_step(run_dir: str | os.PathLike) -> Optional[tuple[int, int]]:
     return (step, steps) if step < steps else None
 
 
-def check_resumable(run_dir: pathlib.Path, args: TrainingArguments) -> None:
+def check_resumable(run_dir: pathlib.Path, args: MeZOConfig) -> None:
     """Raise ``ValueError`` naming every argument that differs from the run's ``config.json``."""
     saved, mine = read_args(run_dir).to_dict(), args.to_dict()
     differ = {k: (saved.get(k), mine[k]) for k in mine if k not in RESUME_MAY_CHANGE and saved.get(k) != mine[k]}
@@ -363,9 +402,9 @@ def load_run(run_dir: str | os.PathLike, step: str | int = "best", lm=None):
     args = read_args(run)
     ckpt = checkpoint_dir(run)
     trajectory = read_trajectory(ckpt / TRAJECTORY_FILE)
-    state = TrainerState.load(ckpt / STATE_FILE)
+    state = TrainerState.load_from_json(ckpt / STATE_FILE)
     step = parse_step(step)
-    n = {"best": state.best_step, "final": state.step}.get(step, step)
+    n = {"best": state.best_step, "final": state.global_step}.get(step, step)
     if not 0 <= n <= len(trajectory):
         raise ConfigError(f"step {step!r}: the checkpoint in {run} has steps 0..{len(trajectory)}")
     lm = build_model(args, lm)

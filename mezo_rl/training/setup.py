@@ -14,27 +14,31 @@ The trainer calls these in this order; ``mezo-rl`` calls the first ones while it
 """
 from __future__ import annotations
 
+import math
 import re
 from typing import Callable, Optional, TypeVar
 
 import torch
 
 from mezo_rl import rewards
-from mezo_rl.engine.optim import MeZO, get_scheduler
+import dataclasses
+
+from mezo_rl.engine.optim import MeZO
 from mezo_rl.errors import ConfigError, UnknownNameError, UserError, first_line
 from mezo_rl.model.loading import load_model
 from mezo_rl.model.peft import FINAL_NORM, PEFT_METHODS, apply_peft
-from mezo_rl.training.arguments import TrainingArguments, data_task_options, parse_max_memory
+from mezo_rl.training.arguments import MeZOConfig, data_task_options, parse_max_memory
 from mezo_rl.training.defaults import mezo_options
 from mezo_rl.training.distributed import check_no_offload
 from mezo_rl.training.member_evaluation import evaluation_options
-from mezo_rl.training.outputs import example_columns
-from mezo_rl.training.trl_inputs import check_replayable_reward
+from mezo_rl.training.outputs import example_columns, prompt_texts
+from mezo_rl.training.trl_inputs import check_replayable_reward, resolve_reward, with_trl_keywords
 from mezo_rl.tasks import get_task, list_tasks
 from mezo_rl.tasks.user import check_data_task, data_task, is_data_task
 
 __all__ = ["TaskCodeError", "user_code", "resolve_task", "load_splits", "task_and_splits", "reward_refs", "build_objective",
-           "build_model", "freeze_unmatched", "param_groups", "trainable_parameters", "build_optimizer"]
+           "build_model", "freeze_unmatched", "param_groups", "trainable_parameters", "build_optimizer",
+           "lr_scheduler", "truncate_prompts", "lora_targets", "train_modules"]
 
 T = TypeVar("T")
 
@@ -93,7 +97,7 @@ def load_splits(task, task_ref: str, sizes: dict, data_dir, seed: int) -> dict:
     return out
 
 
-def task_and_splits(args: TrainingArguments, task=None, splits=None) -> tuple:
+def task_and_splits(args: MeZOConfig, task=None, splits=None) -> tuple:
     """The task ``args.task`` names (or ``task``) and its train / validation / test examples (or ``splits``)."""
     task = task if task is not None else resolve_task(args)
     if splits is None:
@@ -108,7 +112,7 @@ def task_and_splits(args: TrainingArguments, task=None, splits=None) -> tuple:
 
 
 # ---------------------------------------------------------------------- the objective
-def reward_refs(args: TrainingArguments) -> list:
+def reward_refs(args: MeZOConfig) -> list:
     """``args.reward``: given, or its task's own metric (``defaults.default_reward``); one line for a run that
     has neither (a task of prompts only, given no reward)."""
     if args.reward is None:
@@ -118,14 +122,19 @@ def reward_refs(args: TrainingArguments) -> list:
     return list(args.reward)
 
 
-def build_objective(args: TrainingArguments, task, splits, objective=None):
-    """The objective of ``args.reward`` / ``reward_weights`` / ``reward_normalize`` (or ``objective``), checked
-    against the task's kind and the train examples' columns."""
+def build_objective(args: MeZOConfig, task, splits, objective=None, context=None):
+    """The objective of ``args.reward`` / ``reward_weights`` / ``reward_normalize`` (or ``objective``; a reward
+    model's path or hub id among them is loaded: ``trl_inputs.resolve_reward``), checked against the task's
+    kind and the train examples' columns. ``context``: a ``trl_inputs.RewardContext``, with which the rewards
+    that name TRL's extra keywords (``completion_ids``, ``trainer_state``, ``log_extra``, ``log_metric``) get them."""
     if objective is None:
         refs = reward_refs(args)
         for ref in refs:
             check_replayable_reward(ref)
-        objective = rewards.build_objective(refs, weights=args.reward_weights, normalize=args.reward_normalize)
+        specs = [resolve_reward(ref, trust_remote_code=args.trust_remote_code) for ref in refs]
+        objective = rewards.build_objective(specs, weights=args.reward_weights, normalize=args.reward_normalize)
+    if context is not None:
+        with_trl_keywords(objective, context)
     objective.check_columns(example_columns(splits["train"]), task_kind=task.kind)
     return objective
 
@@ -155,7 +164,7 @@ def trainable_parameters(model: torch.nn.Module) -> list[torch.Tensor]:
     return [p for g in param_groups(model, 0.0) for p in g["params"]]
 
 
-def build_model(args: TrainingArguments, lm=None):
+def build_model(args: MeZOConfig, lm=None):
     """Load the base model (unless ``lm`` is given) and set it up for what ``args.peft`` trains.
 
     - ``norm``: every weight but the final normalisation layer's gains is frozen, and the model's
@@ -170,19 +179,47 @@ def build_model(args: TrainingArguments, lm=None):
     ``args.trainable`` then freezes the trainable weights its pattern does not match.
     """
     if lm is None:
+        remote = {"trust_remote_code": True} if args.trust_remote_code else {}
         lm = load_model(args.model, dtype=args.dtype, device_map=args.device_map,
-                        max_memory=parse_max_memory(args.max_memory), batch_size=args.eval_batch_size)
+                        max_memory=parse_max_memory(args.max_memory), batch_size=args.eval_batch_size, **remote)
         if args.device_map is not None:
             check_no_offload(lm.model)  # weights offloaded to disk cannot be perturbed in place
     if args.peft == "norm":
         freeze_unmatched(lm.model, FINAL_NORM, what="--peft norm (the final normalisation layer)")
         lm.enable_trunk_cache()  # the norm mode's trunk cache (see above)
     elif args.peft in PEFT_METHODS:
+        targets = {} if args.lora_target_modules is None else {"target_modules": lora_targets(lm.model, args.lora_target_modules)}
         lm = apply_peft(lm, args.peft, r=args.lora_r, alpha=args.lora_alpha,
-                        num_prefix_tokens=args.num_prefix_tokens, seed=args.seed)
+                        num_prefix_tokens=args.num_prefix_tokens, seed=args.seed, **targets)
+        if args.lora_modules_to_save:
+            train_modules(lm.model, args.lora_modules_to_save)
     if args.trainable is not None:
         freeze_unmatched(lm.model, args.trainable, what=f"--trainable {args.trainable!r}")
     return lm
+
+
+def lora_targets(model: torch.nn.Module, names: list[str]) -> list[str]:
+    """LoRA's target layer names; ``all-linear`` is every linear layer but the output head, as peft reads it."""
+    if names not in (["all-linear"], "all-linear"):
+        return list(names)
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    return sorted({n.rsplit(".", 1)[-1] for n, m in model.named_modules()
+                   if isinstance(m, torch.nn.Linear) and m is not head and "." in n})
+
+
+def train_modules(model: torch.nn.Module, names: list[str]) -> None:
+    """Train every weight of the modules named ``names`` (the last part of the module name, as peft's
+    ``modules_to_save``) beside an adapter; one line when a name matches no module."""
+    found = set()
+    for module_name, module in model.named_modules():
+        leaf = module_name.rsplit(".", 1)[-1]
+        if leaf in names:
+            found.add(leaf)
+            for p in module.parameters():
+                p.requires_grad_(True)
+    missing = [n for n in names if n not in found]
+    if missing:
+        raise ConfigError(f"--lora-modules-to-save {missing}: no module of that name in {type(model).__name__}")
 
 
 def freeze_unmatched(model: torch.nn.Module, pattern: str, what: str) -> None:
@@ -201,7 +238,7 @@ def freeze_unmatched(model: torch.nn.Module, pattern: str, what: str) -> None:
 
 
 # ---------------------------------------------------------------------- the optimizer
-def build_optimizer(args: TrainingArguments, lm, needs, train=(), recorded: Optional[str] = None) -> tuple:
+def build_optimizer(args: MeZOConfig, lm, needs, train=(), recorded: Optional[str] = None) -> tuple:
     """MeZO over ``lm``'s trainable tensors with the run's options (every value resolved in ``args``), and
     its lr schedule. ``needs``: what the objective asks of the model; with ``train``, the training
     examples, ``--evaluation auto`` also weighs their prompts' length; ``recorded``: the mode a resumed
@@ -211,4 +248,33 @@ def build_optimizer(args: TrainingArguments, lm, needs, train=(), recorded: Opti
                      lowrank_interval=args.lowrank_interval, estimator=args.estimator, momentum=args.momentum,
                      adam=args.adam, seed=args.seed, on_nonfinite=args.on_nonfinite,
                      **evaluation_options(args, needs, lm, train, recorded))
-    return optimizer, get_scheduler(args.lr_scheduler, optimizer, max(args.max_steps, 1))
+    return optimizer, lr_scheduler(args, optimizer)
+
+
+def lr_scheduler(args: MeZOConfig, optimizer):
+    """``args.lr_scheduler_type`` over ``args.max_steps`` steps with ``args.warmup_steps`` of warmup (a fraction of
+    the run when < 1), built by ``transformers.get_scheduler``, as a ``Trainer`` builds it. The trajectory
+    records the lr of every step, so a replay needs no scheduler."""
+    from transformers import get_scheduler
+
+    total = max(args.max_steps, 1)
+    warmup = math.ceil(args.warmup_steps * total) if args.warmup_steps < 1 else int(args.warmup_steps)
+    return get_scheduler(args.lr_scheduler_type, optimizer, num_warmup_steps=warmup, num_training_steps=total)
+
+
+def truncate_prompts(splits: dict, lm, max_prompt_length) -> dict:
+    """Each example's prompt cut to its last ``max_prompt_length`` tokens (chat messages rendered with the
+    chat template first, as the model reads them), as TRL truncates from the left; ``splits`` unchanged
+    when it is None."""
+    if max_prompt_length is None:
+        return splits
+    def cut(ex):
+        if not lm.is_causal:
+            return ex
+        text = prompt_texts(lm, [ex])[0]
+        ids = lm.tokenizer(text, add_special_tokens=False)["input_ids"]
+        if len(ids) <= max_prompt_length:
+            return ex
+        return dataclasses.replace(ex, prompt=lm.tokenizer.decode(ids[-max_prompt_length:]), messages=None)
+
+    return {split: [cut(ex) for ex in examples] for split, examples in splits.items()}

@@ -19,7 +19,9 @@ examples -> model outputs -> objective: :mod:`mezo_rl.training.outputs`; hooks: 
 """
 from __future__ import annotations
 
+import dataclasses
 import gc
+import json
 import math
 import pathlib
 import resource
@@ -36,8 +38,9 @@ from mezo_rl.engine.trajectory import STATUS
 from mezo_rl.errors import ConfigError, UserError
 from mezo_rl.stats import Moments
 from mezo_rl.training import rundir
-from mezo_rl.training.arguments import MeZOConfig, TrainingArguments
-from mezo_rl.training.callbacks import CallbackHandler, CallbackState, ProgressCallback, TrainerCallback, TrainerControl
+from mezo_rl.training.arguments import MeZOConfig, data_task_options
+from mezo_rl.training.config import resume_path
+from mezo_rl.training.callbacks import CallbackHandler, ProgressCallback, TrainerCallback, TrainerControl
 from mezo_rl.training.distributed import DistContext
 from mezo_rl.training.evaluation import OBJECTIVE, evaluate
 from mezo_rl.training.kl import KL, KLSums, StartingPoint, completion_kl, member_kls
@@ -46,10 +49,12 @@ from mezo_rl.training.rundir import TrainerState
 from mezo_rl.training.model_card import push_to_hub, write_model_card
 from mezo_rl.training.reporting import completion_stats, eval_logs, reporters, train_logs, write_completions_table
 from mezo_rl.training.runguard import InterruptGuard
-from mezo_rl.training.setup import build_model, build_objective, build_optimizer, task_and_splits, trainable_parameters
-from mezo_rl.training.trl_inputs import resolve_inputs
+from mezo_rl.training.setup import (build_model, build_objective, build_optimizer, task_and_splits, trainable_parameters,
+                                    truncate_prompts)
+from mezo_rl.training.trl_inputs import RewardContext, resolve_inputs
+from mezo_rl.tasks.user import data_task, is_dataset_object
 
-__all__ = ["MeZOTrainer", "Trainer", "TrainingInterrupted", "RewardsSilentError", "sample_batch_indices", "primary_metric", "peak_rss_mb"]
+__all__ = ["MeZOTrainer", "TrainingInterrupted", "RewardsSilentError", "sample_batch_indices", "primary_metric", "peak_rss_mb"]
 
 
 def peak_rss_mb() -> float:
@@ -78,8 +83,21 @@ def default_metric_for_best(task, rewards) -> str:
 def primary_metric(metrics: dict, name: str) -> str:
     """``name``, checked against an evaluation's metrics (one line naming those it has)."""
     if name not in metrics:
-        raise ConfigError(f"metric_for_best={name!r} is not among the evaluation metrics {sorted(metrics)}")
+        raise ConfigError(f"metric_for_best_model={name!r} is not among the evaluation metrics {sorted(metrics)}")
     return name
+
+
+def greater_is_better(name: str, given: Optional[bool]) -> bool:
+    """Whether a higher value of the validation metric ``name`` is better: ``given``, else (as transformers
+    decides) not for a loss, nor for a reward registered as lower-is-better."""
+    if given is not None:
+        return given
+    if name.endswith("loss"):
+        return False
+    try:
+        return rewards.get_reward(name).higher_is_better is not False
+    except Exception:  # noqa: BLE001 - not a reward name (objective, distinct_2, ...): higher is better
+        return True
 
 
 def _num(x):
@@ -104,7 +122,7 @@ class RewardsSilentError(UserError, ValueError):
 
 
 class TrainingInterrupted(KeyboardInterrupt):
-    """Ctrl-C or SIGTERM stopped :meth:`Trainer.train`; a checkpoint at ``step`` (the last completed
+    """Ctrl-C or SIGTERM stopped :meth:`MeZOTrainer.train`; a checkpoint at ``step`` (the last completed
     step) was written to ``output_dir``, from which ``--resume`` continues bit-identically."""
 
     def __init__(self, step: int, steps: int, output_dir, signal_name: Optional[str] = None):
@@ -113,42 +131,47 @@ class TrainingInterrupted(KeyboardInterrupt):
 
 
 class MeZOTrainer:
-    """Fine-tunes a model against rewards with MeZO; shaped like TRL's ``GRPOTrainer``::
+    """Fine-tunes a model against rewards with MeZO; shaped like TRL's ``GRPOTrainer`` and transformers' ``Trainer``::
 
         trainer = MeZOTrainer(model="smollm2-135m", reward_funcs=reward_len, train_dataset=dataset,
                               args=MeZOConfig(output_dir="out", learning_rate=1e-1))
-        summary = trainer.train()   # initial_validation, validation (best step), test, ...
+        out = trainer.train()       # transformers' TrainOutput(global_step, training_loss, metrics)
+        trainer.evaluate()          # {"eval_<metric>": ...}
+        trainer.save_model()        # a from_pretrained directory with its model card, in args.output_dir
 
     ``model`` (a short name, hub id or path, or a ``PreTrainedModel`` with ``processing_class``, its
-    tokenizer), ``reward_funcs`` (callables, registered names or ``module:function`` paths),
-    ``train_dataset`` / ``eval_dataset`` (``datasets`` objects or a path) and ``peft_config`` (a
-    ``peft.LoraConfig``) are what ``GRPOTrainer`` takes (:mod:`mezo_rl.training.trl_inputs`); each left out
-    comes from ``args`` (a :class:`~mezo_rl.training.arguments.MeZOConfig`). ``callbacks``: Hugging Face
-    callbacks (:mod:`mezo_rl.training.callbacks`). ``Trainer`` is this class under its earlier name, and
-    its earlier call ``Trainer(args, lm=..., task=..., ...)`` works too::
+    tokenizer), ``reward_funcs`` (callables, registered names, ``module:function`` paths, or
+    sequence-classification reward models with ``reward_processing_classes``), ``train_dataset`` /
+    ``eval_dataset`` (``datasets`` objects or a path) and ``peft_config`` (a ``peft.LoraConfig``) are what
+    ``GRPOTrainer`` takes (:mod:`mezo_rl.training.trl_inputs`); each left out comes from ``args`` (a
+    :class:`~mezo_rl.training.arguments.MeZOConfig`). ``callbacks``: Hugging Face callbacks
+    (:mod:`mezo_rl.training.callbacks`); ``trainer.state`` is a
+    :class:`~mezo_rl.training.rundir.TrainerState` (``global_step``, ``log_history``, ``best_metric``, ...).
 
-        args = MeZOConfig(model="smollm2-135m", task="sst2", reward=["accuracy"], max_steps=200)
-        summary = MeZOTrainer(args=args).train()
-
-    ``lm``: a :class:`mezo_rl.model.lm.LanguageModel` (the base model; the PEFT adapter, if any, is applied
-    here). ``task``: a ``tasks`` Task. ``objective``: a ``rewards.Objective`` (default: built from
-    ``args.reward`` / ``reward_weights`` / ``reward_normalize``). ``splits``: pre-loaded examples
-    ``{"train": [...], "validation": [...], "test": [...]}`` instead of loading them from the task.
-    ``lm_factory``: a zero-argument callable returning a fresh base model; used to rebuild the
-    best weights at the end (default: ``load_model(args.model)``).
+    Keywords for what is already built: ``lm``, a :class:`mezo_rl.model.lm.LanguageModel` (the base model;
+    the PEFT adapter, if any, is applied here); ``task``, a ``mezo_rl.tasks`` Task; ``objective``, a
+    ``mezo_rl.rewards.Objective``; ``splits``, pre-loaded examples ``{"train": [...], "validation": [...],
+    "test": [...]}``; ``lm_factory``, a zero-argument callable returning a fresh base model, used to rebuild
+    the best weights at the end (default: ``load_model(args.model)``).
     """
 
     def __init__(self, model=None, reward_funcs=None, args: Optional[MeZOConfig] = None, train_dataset=None,
-                 eval_dataset=None, processing_class=None, callbacks: Optional[list[TrainerCallback]] = None,
-                 peft_config=None, *, lm=None, task=None, objective=None, splits=None,
-                 lm_factory: Optional[Callable[[], Any]] = None, dist=None):
+                 eval_dataset=None, processing_class=None, reward_processing_classes=None,
+                 callbacks: Optional[list[TrainerCallback]] = None, optimizers=(None, None), quantization_config=None,
+                 peft_config=None, *,
+                 lm=None, task=None, objective=None, splits=None, lm_factory: Optional[Callable[[], Any]] = None,
+                 dist=None):
         t_init = time.perf_counter()
-        if isinstance(model, MeZOConfig):  # the earlier call: Trainer(args, lm=..., task=...)
-            if args is not None:
-                raise ConfigError("two configurations given (the first argument and args=); give one")
-            model, args = None, model
+        if isinstance(model, MeZOConfig):
+            raise ConfigError("MeZOTrainer's first argument is the model; give the configuration as args=MeZOConfig(...)")
+        if any(o is not None for o in optimizers):
+            raise ConfigError("optimizers: MeZO is the optimizer (its variants are MeZOConfig fields: estimator, "
+                              "momentum, adam; the schedule: lr_scheduler_type, warmup_steps); leave it out")
+        if quantization_config is not None:
+            raise ConfigError("quantization_config: MeZO perturbs the weights in place by eps * z, which quantised "
+                              "weights cannot hold; load the model in float32 or bfloat16 (dtype)")
         front = resolve_inputs(args if args is not None else MeZOConfig(), model, reward_funcs, train_dataset,
-                               eval_dataset, processing_class, peft_config)
+                               eval_dataset, processing_class, peft_config, reward_processing_classes)
         args = front.args
         lm, lm_factory = (lm, lm_factory) if lm is not None else (front.lm, lm_factory or front.lm_factory)
         task = task if task is not None else front.task
@@ -163,10 +186,12 @@ class MeZOTrainer:
             raise ConfigError(f"--beta penalises the KL of generated completions: it needs a prompt task, and task "
                               f"{args.task!r} is {self.task.kind}; leave --beta at 0")
         self.args = args = args.for_task(self.task, objective)  # the task's defaults (kind, metric), however given
-        self.objective = build_objective(args, self.task, self.splits, objective)                # rewards
-        object.__setattr__(args, "_metric_for_best",
-                           args.metric_for_best or default_metric_for_best(self.task, self.objective.names))
+        self.reward_context = RewardContext()  # TRL's reward keywords: completion_ids, trainer_state, log_*
+        self.objective = build_objective(args, self.task, self.splits, objective, self.reward_context)  # rewards
+        self.metric_for_best = args.metric_for_best_model or default_metric_for_best(self.task, self.objective.names)
+        self.greater_is_better = greater_is_better(self.metric_for_best, args.greater_is_better)
         self.lm = build_model(args, lm)                                                     # model and adapter
+        self.splits = truncate_prompts(self.splits, self.lm, args.max_prompt_length)        # max_prompt_length
         self.start = self._starting_point()                                   # the reference of kl and --beta
         self.objective.check_compatible(bool(self.lm.is_causal))
         recorded = rundir.recorded_evaluation(args.output_dir) if args.resume else None
@@ -180,20 +205,31 @@ class MeZOTrainer:
                 self.callback_handler.add(ProgressCallback())
         self.callbacks = self.callback_handler.callbacks
         self.control = TrainerControl()
-        self.callback_state = CallbackState(is_world_process_zero=self.dist.is_main,
-                                            is_local_process_zero=self.dist.is_main)
-        self.state = TrainerState()
+        self.state = self._new_state()
         self.trajectory = None  # the run's Trajectory, set when training ends (also opt.trajectory while training)
         self._t_start = time.perf_counter()
         self._guard = InterruptGuard()  # inactive (no signal handlers) outside train()
         # where this process's time goes (the summary's time_s): the setup (data, model, optimizer), the frozen
         # trunk (--peft norm), the steps and the evaluations
         self.seconds = {"load": time.perf_counter() - t_init, "trunk": 0.0, "steps": 0.0, "evaluations": 0.0}
+        self.reward_context.trainer = self
         self._event("on_init_end")
 
     @property
     def step(self) -> int:
-        return self.state.step
+        return self.state.global_step
+
+    def _new_state(self, saved: Optional[TrainerState] = None) -> TrainerState:
+        """The trainer state (``saved``: a checkpoint's) with this run's settings and this process's rank."""
+        a = self.args
+        state = saved if saved is not None else TrainerState()
+        state.max_steps, state.logging_steps, state.eval_steps = a.max_steps, a.logging_steps, a.eval_steps
+        state.save_steps, state.train_batch_size = a.save_steps or a.eval_steps, a.per_device_train_batch_size
+        state.num_train_epochs = a.num_train_epochs or 0
+        state.is_world_process_zero = state.is_local_process_zero = self.dist.is_main
+        if state.best_model_checkpoint:  # saved relative to the run directory
+            state.best_model_checkpoint = str(self.output_dir / rundir.CHECKPOINT_DIR)
+        return state
 
     @property
     def model(self):
@@ -210,13 +246,9 @@ class MeZOTrainer:
 
     def _event(self, event: str, **kwargs) -> TrainerControl:
         """Call every callback's ``event`` with (args, state, control) and the trainer's objects."""
-        a, s, view = self.args, self.state, self.callback_state
-        view.global_step, view.max_steps = s.step, a.max_steps
-        view.logging_steps, view.eval_steps, view.save_steps = a.logging_steps, a.eval_steps, a.save_steps or a.eval_steps
-        view.best_metric, view.best_global_step = s.best_value, (s.best_step if s.best_value is not None else None)
         lm = getattr(self, "lm", None)
         self.control = self.callback_handler.call(
-            event, a, view, self.control, trainer=self, model=lm.model if lm is not None else None,
+            event, self.args, self.state, self.control, trainer=self, model=lm.model if lm is not None else None,
             processing_class=lm.tokenizer if lm is not None else None, optimizer=getattr(self, "optimizer", None),
             lr_scheduler=getattr(self, "scheduler", None), **kwargs)
         return self.control
@@ -312,15 +344,17 @@ class MeZOTrainer:
     def training_step(self) -> dict:
         """One MeZO step on the batch of ``self.step``; returns the metrics.jsonl record."""
         a, train = self.args, self.splits["train"]
-        prompts = a.per_device_train_batch_size // a.num_generations
-        batch = [train[i] for i in sample_batch_indices(len(train), prompts, a.seed, self.step)]
+        batch = [train[i] for i in sample_batch_indices(len(train), a.prompts_per_step, a.seed, self.step)]
         sample_seed = int(np.random.default_rng([a.seed, self.step, 1]).integers(2**31 - 1))
         rewards_logged: dict = {}
+        self.reward_context.take_metrics(), self.reward_context.take_extra()  # this step's logs only (log_extra:
+        # a training batch's columns are not kept; an evaluation's go to its samples)
 
         def fitness(outcomes):
             losses, record = self.member_losses(outcomes)
             rewards_logged.update(record)
             rewards_logged.update(completion_stats(self.objective, outcomes, self.lm.tokenizer))  # TRL's step keys
+            rewards_logged.update(self.reward_context.take_metrics())  # what the rewards logged (log_metric)
             return losses
 
         bytes_before, lr, t0 = self.dist.bytes_communicated, self.optimizer.param_groups[0]["lr"], time.perf_counter()
@@ -341,7 +375,9 @@ class MeZOTrainer:
                 return out
         res = self.optimizer.step(closure, fitness=fitness)
         self.scheduler.step()
-        self.state.step += 1
+        self.state.global_step += 1
+        self.state.epoch = self.step * len(batch) / len(train)
+        self.state.loss_sum += _num(res.loss) if _num(res.loss) is not None and math.isfinite(_num(res.loss)) else 0.0
         record = {"step": self.step, "loss": _num(res.loss), "loss_plus": _num(res.loss_plus),
                   "loss_minus": _num(res.loss_minus), "projected_grad": _num(res.projected_grads), "lr": lr,
                   "skipped": bool(res.skipped), **rewards_logged}
@@ -350,34 +386,64 @@ class MeZOTrainer:
         return record
 
     # -------------------------------------------------------------- evaluation
-    def evaluate(self, split: str = "validation") -> dict:
-        """Task metrics of the current weights on ``split`` (``mezo_rl.training.evaluation.evaluate``); a prompt
-        task's are the run's rewards, and the first ``--log-completions`` completions are written to
-        ``samples/<split>-step<N>.jsonl``."""
+    def evaluate(self, eval_dataset=None, ignore_keys=None, metric_key_prefix: str = "eval") -> dict:
+        """The current weights' metrics on the validation examples, or on ``eval_dataset`` (a ``datasets``
+        object read with the run's data options, or a list of ``Example``), as transformers' ``Trainer.evaluate``
+        returns them: every key prefixed ``<metric_key_prefix>_`` (``eval_accuracy``), with
+        ``<prefix>_runtime``; callbacks get ``on_evaluate``."""
+        examples, split = self.splits["validation"], "validation"
+        if eval_dataset is not None:
+            examples, split = self._examples_of(eval_dataset), metric_key_prefix
+        t0 = time.perf_counter()
+        metrics = self._metrics(examples, split)
+        logs = {f"{metric_key_prefix}_{k}": v for k, v in metrics.items() if k not in (ignore_keys or ())}
+        logs[f"{metric_key_prefix}_runtime"] = time.perf_counter() - t0
+        self._event("on_evaluate", metrics=logs)
+        return logs
+
+    def _examples_of(self, dataset) -> list:
+        if isinstance(dataset, (list, tuple)):
+            return list(dataset)
+        if not is_dataset_object(dataset):
+            raise ConfigError(f"eval_dataset: got a {type(dataset).__name__}; accepted: a datasets Dataset or a list "
+                              f"of mezo_rl.tasks.Example")
+        task = data_task(dataset, data_task_options(self.args))
+        return [ex for split in ("train", "validation", "test") for ex in task.examples(split)]
+
+    def _metrics(self, examples, split: str) -> dict:
+        """Task metrics of the current weights on ``examples`` (``mezo_rl.training.evaluation.evaluate``); a
+        prompt task's are the run's rewards, and the first ``--log-completions`` completions are written to
+        ``samples/<split>-step<N>.jsonl`` (``--num-completions-to-print`` of them printed)."""
         a = self.args
         samples: list[dict] = []
+        keep_n = max(a.log_completions, a.num_completions_to_print or 0)
 
         def keep(examples, outputs, values):
+            extra = self.reward_context.take_extra()  # the columns the rewards added (log_extra)
             for i in range(len(outputs.texts or [])):
-                if len(samples) < a.log_completions:
+                if len(samples) < keep_n:
                     samples.append({"step": self.step, "split": split, "prompt": outputs.prompts[i],
-                                    "completion": outputs.texts[i], **{k: v[i] for k, v in values.items()}})
+                                    "completion": outputs.texts[i], **{k: v[i] for k, v in values.items()},
+                                    **{k: v[i] for k, v in extra.items() if i < len(v)}})
 
         prompts_task = self.task.kind == "prompts"
         with self._guard.interruptible(), autocast(a.autocast, self.lm.device.type):
-            metrics = evaluate(self.lm, self.task, self.splits[split], batch_size=a.eval_batch_size,
+            metrics = evaluate(self.lm, self.task, examples, batch_size=a.eval_batch_size,
                                max_new_tokens=a.max_completion_length, progress=a.progress and self.dist.is_main,
                                desc=f"{split} (step {self.step})", objective=self.objective if prompts_task else None,
                                reference=self.start if prompts_task else None,
-                               on_batch=keep if prompts_task and a.log_completions else None)
+                               on_batch=keep if prompts_task and keep_n else None)
         if samples and self.dist.is_main:
-            rundir.write_samples(self.output_dir, split, self.step, samples)
-            write_completions_table(self.output_dir, split, self.step, samples)
+            if a.log_completions:
+                rundir.write_samples(self.output_dir, split, self.step, samples[:a.log_completions])
+                write_completions_table(self.output_dir, split, self.step, samples[:a.log_completions])
+            for sample in samples[:a.num_completions_to_print or 0]:
+                print(f"[{split} step {self.step}] {json.dumps(sample['prompt'])} -> {json.dumps(sample['completion'])}")
         return {k: float(v) for k, v in metrics.items()}
 
     def _evaluate_and_log(self, split: str) -> dict:
         t0 = time.perf_counter()
-        metrics = self.evaluate(split) if self.splits[split] else {}
+        metrics = self._metrics(self.splits[split], split) if self.splits[split] else {}
         self.seconds["evaluations"] += time.perf_counter() - t0
         record = {"step": self.step, "split": split, "metrics": metrics, "seconds": time.perf_counter() - t0,
                   "wall_time_s": self.wall_time(), "peak_rss_mb": peak_rss_mb()}
@@ -388,13 +454,18 @@ class MeZOTrainer:
                                                 **eval_logs(record, self.objective.names)})
         return metrics
 
+    def _better(self, value: float) -> bool:
+        best = self.state.best_metric
+        return best is None or (value > best if self.greater_is_better else value < best)
+
     def _validate(self) -> dict:
         s = self.state
         s.last_validation = metrics = self._evaluate_and_log("validation")
         s.last_eval_step = self.step
-        value = metrics[primary_metric(metrics, self.args.metric_for_best_model)]
-        if s.best_value is None or value > s.best_value:
-            s.best_value, s.best_step, s.best_validation = value, self.step, metrics
+        value = metrics[primary_metric(metrics, self.metric_for_best)]
+        if self._better(value):
+            s.best_metric, s.best_global_step, s.best_validation = value, self.step, metrics
+            s.best_model_checkpoint = str(self.output_dir / rundir.CHECKPOINT_DIR)  # replays the best step
         return metrics
 
     # -------------------------------------------------------------- files
@@ -407,7 +478,9 @@ class MeZOTrainer:
             rundir.append_jsonl(self.output_dir / rundir.METRICS_FILE, record)
         logs = eval_logs(record, self.objective.names) if "split" in record else train_logs(record)
         if logs:
-            self.callback_state.log_history.append({**logs, "step": self.step})
+            # the state's history without timings: a resumed run's checkpoint holds the bytes of an uninterrupted one's
+            kept = {k: v for k, v in logs.items() if not k.endswith(("runtime", "_per_second", "seconds", "_time"))}
+            self.state.log_history.append({**kept, "epoch": self.state.epoch, "step": self.step})
             self._event("on_log", logs=logs)
 
     def save_checkpoint(self) -> None:
@@ -418,7 +491,10 @@ class MeZOTrainer:
                                        self.optimizer, self.scheduler)
 
     def _state_to_save(self) -> TrainerState:
-        return TrainerState(**{**vars(self.state), "wall_time_s": self.wall_time(), "objective": self.objective.state_dict()})
+        # best_model_checkpoint relative to the run directory: the checkpoint's bytes do not depend on where it is
+        best = rundir.CHECKPOINT_DIR if self.state.best_model_checkpoint else None
+        return dataclasses.replace(self.state, wall_time_s=self.wall_time(), objective=self.objective.state_dict(),
+                                   best_model_checkpoint=best)
 
     def _save_interrupted(self) -> None:
         """The checkpoint after Ctrl-C / SIGTERM: the state at the last completed step.
@@ -447,7 +523,7 @@ class MeZOTrainer:
     def _resume(self) -> None:
         """Restore a run from its checkpoint: replay the trajectory, restore optimizer and best step."""
         rundir.check_resumable(self.output_dir, self.args)
-        self.state = rundir.load_checkpoint(self.output_dir, self.optimizer, self.scheduler)
+        self.state = self._new_state(rundir.load_checkpoint(self.output_dir, self.optimizer, self.scheduler))
         rundir.replay_prefix(self.lm, self.optimizer.trajectory, self.step)
         self.objective.load_state_dict(self.state.objective)
         if self.dist.is_main:
@@ -488,18 +564,31 @@ class MeZOTrainer:
         self._warm_trunk_cache(("test",))  # all that is left to score (nothing, once the cache is adopted)
 
     # -------------------------------------------------------------- main loop
-    def train(self) -> dict:
-        """Run the training loop; returns (and writes) the summary."""
-        a, s = self.args, self.state
+    def train(self, resume_from_checkpoint=None, trial=None, ignore_keys_for_eval=None):
+        """Run the training loop, as transformers' ``Trainer.train``: returns a ``TrainOutput(global_step,
+        training_loss, metrics)`` (``metrics``: ``train_runtime``, ``train_loss``, ..., the best step's
+        validation as ``eval_<metric>``, its test as ``test_<metric>``) and writes summary.json (the same
+        results, by split: ``trainer.summary``). ``resume_from_checkpoint``: True, or this run's output
+        directory (or its checkpoint/), continues the run there bit for bit."""
+        from transformers.trainer_utils import TrainOutput
+
+        if trial is not None:
+            raise ConfigError("train(trial=...): hyperparameter search is not offered; build one MeZOConfig per trial")
+        if resume_from_checkpoint not in (None, False) and not self.args.resume:
+            resume_path(resume_from_checkpoint, self.args.output_dir)  # this run's own directory, or one line
+            self.args = dataclasses.replace(self.args, resume=True)
+            recorded = rundir.recorded_evaluation(self.args.output_dir)  # the member evaluation the run used
+            self.optimizer, self.scheduler = build_optimizer(self.args, self.lm, self.objective.needs,
+                                                             self.splits["train"], recorded)
+        a = self.args
         self._t_start = time.perf_counter()
         if self.dist.is_main:
             self.output_dir.mkdir(parents=True, exist_ok=True)
         if a.resume:
             self._resume()
-            s = self.state
         elif self.dist.is_main:
             (self.output_dir / rundir.METRICS_FILE).write_text("")
-        if self.dist.is_main:  # the run as it now goes on (a resume may change --steps and a few others)
+        if self.dist.is_main:  # the run as it now goes on (a resume may change --max-steps and a few others)
             rundir.write_json(self.output_dir / rundir.CONFIG_FILE, dict(a.to_dict(), resume=False))
         # replicas must start from identical weights, all of them (with LoRA/prefix the frozen base too)
         self.dist.check_same_weights(list(self.lm.model.named_parameters()))
@@ -510,23 +599,45 @@ class MeZOTrainer:
             with self._guard:
                 self._train_loop()
                 self.save_checkpoint()
-                return self._finish()
+                summary = self._finish()
         except KeyboardInterrupt:
             self._save_interrupted()
             raise TrainingInterrupted(self.step, a.max_steps, self.output_dir, self._guard.signal_name) from None
+        return TrainOutput(self.step, summary["train_loss"], self.train_metrics(summary))
+
+    def train_metrics(self, summary: dict) -> dict:
+        """``TrainOutput.metrics`` from the summary: transformers' ``train_*`` keys, then each evaluation's
+        metrics under its prefix (``eval_``: the best step's validation; ``test_``; ``initial_eval_``,
+        ``initial_test_``, ``final_eval_``)."""
+        runtime = summary["wall_time_s"]
+        samples = summary["steps"] * self.args.per_device_train_batch_size * self.args.gradient_accumulation_steps
+        metrics = {"train_runtime": runtime, "train_loss": summary["train_loss"],
+                   "train_samples_per_second": samples / runtime if runtime else 0.0,
+                   "train_steps_per_second": summary["steps"] / runtime if runtime else 0.0,
+                   "total_flos": 0.0, "epoch": self.state.epoch, "best_global_step": summary["best_step"]}
+        for split, prefix in (("validation", "eval"), ("test", "test"), ("initial_validation", "initial_eval"),
+                              ("initial_test", "initial_test"), ("final_validation", "final_eval")):
+            metrics.update({f"{prefix}_{k}": v for k, v in (summary[split] or {}).items()})
+        return metrics
 
     def _finish(self) -> dict:
-        """The best step's weights on the test examples, and the summary."""
+        """The best step's weights (``load_best_model_at_end``; else the final step's) on the test examples,
+        and the summary."""
         a, s = self.args, self.state
         self.trajectory, final_step = self.optimizer.trajectory, self.step
-        self._restore_best()
+        if a.load_best_model_at_end:
+            self._restore_best()
+        tested = s.best_step if a.load_best_model_at_end else final_step
         test = self._evaluate_and_log("test")
         summary = {
-            "initial_validation": s.initial_validation, "validation": s.best_validation, "test": test,
-            "initial_test": s.initial_test, "final_validation": s.last_validation, "best_step": s.best_step,
+            "initial_validation": s.initial_validation,
+            "validation": s.best_validation if a.load_best_model_at_end else s.last_validation, "test": test,
+            "initial_test": s.initial_test, "final_validation": s.last_validation, "best_step": tested,
             "steps": final_step, "wall_time_s": self.wall_time(), "peak_rss_mb": peak_rss_mb(),
+            "train_loss": s.loss_sum / final_step if final_step else 0.0,
             "time_s": {k: round(v, 3) for k, v in self.seconds.items()},  # this process's: load, trunk, steps, evaluations
-            "metric_for_best": primary_metric(s.initial_validation, a.metric_for_best_model),
+            "metric_for_best": (primary_metric(s.initial_validation, self.metric_for_best)
+                                if s.initial_validation else self.metric_for_best),
             "trainable_parameters": sum(p.numel() for p in trainable_parameters(self.lm.model)),
             "stopped_early": final_step < a.max_steps,  # a callback stopped training (control.should_training_stop)
             "config_replayable": not self.not_replayable,
@@ -536,11 +647,14 @@ class MeZOTrainer:
         summary["metrics"] = {f"{split}/{k}": v for split in ("initial_validation", "validation", "test",
                                                               "initial_test", "final_validation")
                               for k, v in (summary[split] or {}).items()}
+        self.summary = summary
         if self.dist.is_main:
             with self._guard.deferred():
                 rundir.write_json(self.output_dir / rundir.SUMMARY_FILE, summary)
-            if a.save_model:  # after summary.json: the model card reports the run's results
-                self.save_model(self.output_dir / "model")
+            if a.save_model or a.push_to_hub:  # after summary.json: the model card reports the run's results
+                self.save_model()
+            if a.push_to_hub:
+                self.push_to_hub()
         self._event("on_train_end", summary=summary)
         return summary
 
@@ -548,13 +662,14 @@ class MeZOTrainer:
         """Initial evaluation, then steps with evaluations and checkpoints, up to ``args.max_steps``."""
         a, s = self.args, self.state
         self._warm_trunk_cache()
-        if s.initial_validation is None:
+        validating = a.eval_strategy != "no"
+        if s.initial_validation is None and validating:
             s.initial_validation = self._validate()
             if a.initial_test and self.splits["test"]:
                 s.initial_test = self._evaluate_and_log("test")
             self.save_checkpoint()
         eval_steps = a.eval_steps
-        if self.step and s.last_eval_step not in (None, self.step) and (self.step % eval_steps == 0 or self.step == a.max_steps):
+        if validating and self.step and s.last_eval_step not in (None, self.step) and (self.step % eval_steps == 0 or self.step == a.max_steps):
             self._validate()  # stopped during this step's evaluation: do it now, as an uninterrupted run did
             self.save_checkpoint()
         while self.step < a.max_steps and not self.control.should_training_stop:
@@ -567,29 +682,68 @@ class MeZOTrainer:
                 self._log(record)
             self._event("on_step_end", record=record)
             stop = self.control.should_training_stop  # a callback ends training here: validated and saved first
-            if self.step % eval_steps == 0 or self.step == a.max_steps or stop or self.control.should_evaluate:
+            if validating and (self.step % eval_steps == 0 or self.step == a.max_steps or stop
+                               or self.control.should_evaluate):
                 self._validate()
+                self.save_checkpoint()
+                self._event("on_save")
+            elif not validating and (self.step == a.max_steps or stop):  # eval_strategy "no": the final step is the best
+                s.best_global_step = self.step
                 self.save_checkpoint()
                 self._event("on_save")
             elif self.control.should_save or (a.save_steps and self.step % a.save_steps == 0):
                 self.save_checkpoint()
                 self._event("on_save")
 
-    def save_model(self, out_dir=None) -> pathlib.Path:
-        """Write the current weights (``mezo_rl.training.rundir.save_model``: LoRA merged, prefix as adapter files)
-        and their model card (``README.md`` with Hub metadata: :mod:`mezo_rl.training.model_card`; the results
-        once the run has its summary.json). ``out_dir``: default ``OUTPUT_DIR/model``."""
-        out = pathlib.Path(out_dir) if out_dir is not None else self.output_dir / "model"
+    def save_model(self, output_dir=None, _internal_call: bool = False) -> pathlib.Path:
+        """Write the current weights as a ``from_pretrained`` directory (``mezo_rl.training.rundir.save_model``:
+        LoRA merged, prefix as adapter files) with their model card (``README.md`` with Hub metadata:
+        :mod:`mezo_rl.training.model_card`; the results once the run has its summary.json), into ``output_dir``
+        (default: ``args.output_dir``, as transformers)."""
+        out = pathlib.Path(output_dir) if output_dir is not None else self.output_dir
         rundir.save_model(self.lm, self.args.peft, out)
         summary_path = self.output_dir / rundir.SUMMARY_FILE
         summary = rundir.read_json(summary_path) if summary_path.is_file() else None
-        write_model_card(out, self.args.to_dict(), summary, step=self.state.best_step if summary else self.step)
+        write_model_card(out, self.args.to_dict(), summary,
+                         step=summary["best_step"] if summary else self.step)
         return out
 
-    def push_to_hub(self, repo_id: str, *, private: Optional[bool] = None, token: Optional[str] = None) -> str:
-        """Save the model with its card (``OUTPUT_DIR/model``) and upload that directory to the Hub repository
-        ``repo_id`` (``huggingface_hub``); offline, one line says why and everything stays on disk."""
-        return push_to_hub(self.save_model(), repo_id, private=private, token=token)
+    def push_to_hub(self, commit_message: Optional[str] = None, blocking: bool = True, token: Optional[str] = None,
+                    revision: Optional[str] = None, **kwargs) -> str:
+        """Save the model with its card into ``args.output_dir`` and upload that directory to the Hub
+        repository ``args.hub_model_id`` (default: the output directory's name), as transformers'
+        ``Trainer.push_to_hub``; offline, one line says why and everything stays on disk."""
+        a = self.args
+        repo_id = a.hub_model_id or self.output_dir.absolute().name
+        return push_to_hub(self.save_model(), repo_id, private=a.hub_private_repo, token=token or a.hub_token)
 
+    def log_metrics(self, split: str, metrics: dict) -> None:
+        """Print ``metrics`` as transformers' ``Trainer.log_metrics`` does (main process only)."""
+        if not self.dist.is_main:
+            return
+        print(f"***** {split} metrics *****")
+        shown = {k: (f"{v:.4g}" if isinstance(v, float) else v) for k, v in metrics.items()}
+        k_width = max((len(str(k)) for k in shown), default=0)
+        v_width = max((len(str(v)) for v in shown.values()), default=0)
+        for key in sorted(shown):
+            print(f"  {key: <{k_width}} = {shown[key]:>{v_width}}")
 
-Trainer = MeZOTrainer  # the earlier name: the same class
+    def save_metrics(self, split: str, metrics: dict, combined: bool = True) -> None:
+        """Write ``metrics`` to ``OUTPUT_DIR/<split>_results.json`` and, ``combined``, merge them into
+        ``all_results.json``, as transformers' ``Trainer.save_metrics`` (main process only)."""
+        if not self.dist.is_main:
+            return
+        self.output_dir.mkdir(parents=True, exist_ok=True)
+        rundir.write_json(self.output_dir / f"{split}_results.json", metrics)
+        if combined:
+            path = self.output_dir / "all_results.json"
+            rundir.write_json(path, {**(rundir.read_json(path) if path.is_file() else {}), **metrics})
+
+    def save_state(self) -> None:
+        """Write ``trainer.state`` to ``OUTPUT_DIR/trainer_state.json``, as transformers' ``Trainer.save_state``."""
+        if self.dist.is_main:
+            self.output_dir.mkdir(parents=True, exist_ok=True)
+            self.state.save_to_json(self.output_dir / rundir.STATE_FILE)
+
+    def is_world_process_zero(self) -> bool:
+        return self.dist.is_main
