@@ -81,8 +81,8 @@ def run_one(name: str, a) -> dict:
     out = pathlib.Path(a.out) / name
     args = MeZOConfig(
         model=a.model, task="squad", reward=["squad_f1"], **CONFIGS[name],
-        steps=10**6, eval_steps=10**6, eval_batch_size=a.eval_batch_size, lr_scheduler_type="constant",
-        num_train=1000, num_eval=a.num_eval, num_test=a.num_test, max_new_tokens=16, seed=a.seed,
+        max_steps=10**6, eval_steps=10**6, eval_batch_size=a.eval_batch_size, lr_scheduler_type="constant",
+        num_train=1000, num_eval=a.num_eval, num_test=a.num_test, max_completion_length=16, seed=a.seed,
         data_dir=a.data_dir, device_map=a.device_map, output_dir=str(out), progress=False,
     )
     trainer = MeZOTrainer(args=args, callbacks=[TimeBudget(a.budget, a.validate_every)])

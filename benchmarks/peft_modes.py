@@ -137,7 +137,7 @@ def run_sst2_trainer(mode, ns, out_dir):
     from mezo_rl.training.trainer import MeZOTrainer
 
     args = MeZOConfig(model=ns.model, task="sst2", reward=["cross_entropy"], peft=mode,
-                             steps=ns.steps, batch_size=ns.batch_size, num_train=ns.num_train, num_eval=ns.num_eval,
+                             max_steps=ns.steps, per_device_train_batch_size=ns.batch_size, num_train=ns.num_train, num_eval=ns.num_eval,
                              num_test=0, seed=ns.seed, dtype=ns.dtype, autocast=ns.autocast,
                              eval_steps=ns.steps, metric_for_best_model="accuracy", progress=False,
                              output_dir=os.path.join(out_dir, mode))

@@ -101,7 +101,7 @@ def main(argv=None) -> int:
     ap.add_argument("--eval-batch-size", type=int, default=None, help="passed to every cell")
     ap.add_argument("--method-args", action="append", default=[], metavar="METHOD='--opt v ...'",
                     help="extra options appended to one method's command (later options win), e.g. "
-                         "mezo-full='--lr 2e-5'; part of the cell's key")
+                         "mezo-full='--learning-rate 2e-5'; part of the cell's key")
     ap.add_argument("--results", default=None, help=f"JSONL of cell records (default: {os.path.relpath(DEFAULT_RESULTS, REPO)})")
     ap.add_argument("--out-md", default=None, help=f"the report (default: {os.path.relpath(DEFAULT_MD, REPO)}); "
                     "plots go into a folder of the same name without .md")

@@ -65,8 +65,8 @@ REWARD = "positivity"
 def _mezo(peft: str, lr: str, steps: int, *extra: str, eval_steps: int | None = None) -> list[str]:
     """A MeZO cell's arguments (``mezo-rl train`` and the sentiment example take the same): 16 prompts a step,
     4 SPSA samples, the normalised step; validated every ``eval_steps`` (default: at the start and the end)."""
-    return ["--peft", peft, "--lr", lr, "--steps", str(steps), "--eval-steps", str(eval_steps or steps),
-            "--batch-size", "16", "--n-spsa", "4", "--normalize", "std", *extra]
+    return ["--peft", peft, "--learning-rate", lr, "--max-steps", str(steps), "--eval-steps", str(eval_steps or steps),
+            "--per-device-train-batch-size", "16", "--n-spsa", "4", "--normalize", "std", *extra]
 
 
 _BATCHED = ("--evaluation", "batched")
@@ -87,7 +87,7 @@ _GRPO_FULL_LR1E5 = [*_GRPO, "--peft", "full", "--lr", "1e-5"]
 VARIANTS = {
     "mezo": ("mezo-rl", [], "the example's defaults: --peft norm, greedy members, 4 SPSA samples (8 members) in one "
                             "batched decode, lr 0.1"),
-    "mezo-g4-group": ("mezo-rl", ["--num-generations", "4", "--reward-shaping", "group", "--lr", "0.05", "--n-spsa", "2",
+    "mezo-g4-group": ("mezo-rl", ["--num-generations", "4", "--reward-shaping", "group", "--learning-rate", "0.05", "--n-spsa", "2",
                                   "--evaluation", "inplace"],
                       "4 sampled completions per prompt (GRPO's G), group shaping, 2 SPSA samples, lr 0.05 "
                       "(the example's defaults before 2026-11-25)"),
@@ -139,16 +139,16 @@ VARIANTS = {
     "grpo-long": ("trl-grpo", ["--num-generations", "4", "--batch-size", "16"],
                   "TRL GRPOTrainer, documented settings, the training time of the mezo-g4-group cell of the same seed"),
     # the sampling / shaping comparison (benchmarks/README.md "RL on prompts"): 40 steps at the norm mode's lr
-    "cmp-greedy": ("mezo-rl", ["--steps", "40", "--eval-steps", "20", "--num-eval", "100", "--lr", "0.02",
+    "cmp-greedy": ("mezo-rl", ["--max-steps", "40", "--eval-steps", "20", "--num-eval", "100", "--learning-rate", "0.02",
                                "--num-generations", "1", "--reward-shaping", "none", "--n-spsa", "2"],
                    "greedy, 1 completion per prompt, two-point n=2, normalize std"),
-    "cmp-g4-group": ("mezo-rl", ["--steps", "40", "--eval-steps", "20", "--num-eval", "100", "--lr", "0.02",
+    "cmp-g4-group": ("mezo-rl", ["--max-steps", "40", "--eval-steps", "20", "--num-eval", "100", "--learning-rate", "0.02",
                                  "--num-generations", "4", "--reward-shaping", "group", "--n-spsa", "2"],
                      "4 sampled completions per prompt, per-prompt group shaping"),
-    "cmp-g4-none": ("mezo-rl", ["--steps", "40", "--eval-steps", "20", "--num-eval", "100", "--lr", "0.02",
+    "cmp-g4-none": ("mezo-rl", ["--max-steps", "40", "--eval-steps", "20", "--num-eval", "100", "--learning-rate", "0.02",
                                 "--num-generations", "4", "--reward-shaping", "none", "--n-spsa", "2"],
                     "4 sampled completions per prompt, mean reward"),
-    "cmp-es4": ("mezo-rl", ["--steps", "40", "--eval-steps", "20", "--num-eval", "100", "--lr", "0.02",
+    "cmp-es4": ("mezo-rl", ["--max-steps", "40", "--eval-steps", "20", "--num-eval", "100", "--learning-rate", "0.02",
                             "--num-generations", "1", "--reward-shaping", "none", "--estimator", "es", "--n-spsa", "4",
                             "--normalize", "std"], "ES-at-scale: 4 one-sided members, z-scored rewards, greedy"),
 }
@@ -490,7 +490,7 @@ def study_command(task: str, cell: str, seed: int, out_dir: pathlib.Path) -> lis
              for k, v in STUDY_SIZES.items() for i in (0, 1)]
     if tool == "mezo-rl":
         return [sys.executable, "-m", "mezo_rl", "train", "--task", task, "--reward", t["reward"],
-                "--max-new-tokens", str(t["max_new_tokens"]), "--eval-batch-size", "64", "--log-completions", "200",
+                "--max-completion-length", str(t["max_new_tokens"]), "--eval-batch-size", "64", "--log-completions", "200",
                 "--seed", str(seed), *sizes, *extra, "--output-dir", str(out_dir / "run")]
     return [sys.executable, str(GRPO), "--task", task, "--reward", t["reward"], "--output-dir", str(out_dir),
             "--seed", str(seed), "--max-completion-length", str(t["max_new_tokens"]), "--num-generations", "4",

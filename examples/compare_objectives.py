@@ -21,12 +21,12 @@ from mezo_rl.cli.compare import compare, objective_variants
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--objectives", nargs="+", default=["cross_entropy", "accuracy", "accuracy+cross_entropy"])
-    p.add_argument("--steps", type=int, default=None, help="default: mezo-rl train's")
+    p.add_argument("--max-steps", type=int, default=None, help="default: mezo-rl train's")
     p.add_argument("--task", default="sst2")
     p.add_argument("--data-dir", default=None)
     p.add_argument("--output-dir", default="runs/compare-sst2")
     a = p.parse_args()
-    base = MeZOConfig(task=a.task, steps=a.steps, data_dir=a.data_dir, output_dir=a.output_dir)
+    base = MeZOConfig(task=a.task, max_steps=a.max_steps, data_dir=a.data_dir, output_dir=a.output_dir)
     summaries = compare(objective_variants(base, a.objectives), a.output_dir)
     for name, s in summaries.items():
         m = s["metric_for_best"]

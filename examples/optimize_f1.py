@@ -14,10 +14,10 @@ The best step is picked on SQuAD's validation split: questions from whole articl
 no training question uses (``mezo_rl.tasks.builtin.SQuAD``), so a step that memorises the training articles' answers
 does not look better there than on the test questions (SQuAD dev).
 
-    python examples/optimize_f1.py --steps 20 --num-test 32    # a look: 20 steps, 32 test questions
+    python examples/optimize_f1.py --max-steps 20 --num-test 32    # a look: 20 steps, 32 test questions
     python examples/optimize_f1.py                             # the full run (about an hour on 2 CPU cores)
-    python examples/optimize_f1.py --n-spsa 2 --reward-shaping group --lr 6e-2 --lr-scheduler linear \
-        --steps 80                                             # 2 SPSA samples, per-question shaping
+    python examples/optimize_f1.py --n-spsa 2 --reward-shaping group --learning-rate 6e-2 --lr-scheduler linear \
+        --max-steps 80                                             # 2 SPSA samples, per-question shaping
     python examples/optimize_f1.py --resume                    # continue a stopped run
 
 Measured runs, their figures and commands: benchmarks/README.md, "SQuAD F1 as the objective". Needs the data directory (MEZO_RL_DATA
@@ -34,15 +34,15 @@ from mezo_rl.training.trainer import MeZOTrainer, TrainingInterrupted
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--steps", type=int, default=160, help="MeZO steps (default 160: ~70 minutes of steps)")
-    p.add_argument("--batch-size", type=int, default=16, help="questions per step (paper: 16)")
-    p.add_argument("--lr", type=float, default=2e-2, help="length of each sign step")
+    p.add_argument("--max-steps", type=int, default=160, help="MeZO steps (default 160: ~70 minutes of steps)")
+    p.add_argument("--per-device-train-batch-size", type=int, default=16, help="questions per step (paper: 16)")
+    p.add_argument("--learning-rate", type=float, default=2e-2, help="length of each sign step")
     p.add_argument("--eps", type=float, default=1e-1, help="perturbation scale (paper, prefix: 1e-1)")
     p.add_argument("--n-spsa", type=int, default=1,
                    help="SPSA samples per step (each costs two more batched decodes; default 1). With 2 the "
-                   "step at the same --lr is ~1/3 as long (measured): raise --lr with it")
+                   "step at the same --learning-rate is ~1/3 as long (measured): raise --learning-rate with it")
     p.add_argument("--lr-scheduler", choices=SCHEDULERS, default="constant",
-                   help="constant step length, or linear decay to 0 over --steps")
+                   help="constant step length, or linear decay to 0 over --max-steps")
     p.add_argument("--reward-shaping", choices=["none", "group"], default="none",
                    help="group: each question's F1 z-scored across the step's members, so every question whose "
                         "answer changes between members weighs the same, however much F1 it moves")
@@ -59,10 +59,10 @@ def main():
     a = p.parse_args()
     args = MeZOConfig(
         model="smollm2-135m", task="squad", reward=["squad_f1"], peft="prefix",
-        noise="rademacher", normalize="std", n_spsa=a.n_spsa, lr=a.lr, eps=a.eps, lr_scheduler_type=a.lr_scheduler,
+        noise="rademacher", normalize="std", n_spsa=a.n_spsa, learning_rate=a.learning_rate, eps=a.eps, lr_scheduler_type=a.lr_scheduler,
         reward_shaping=a.reward_shaping,
-        steps=a.steps, batch_size=a.batch_size, eval_steps=min(a.eval_every, a.steps) or 1, eval_batch_size=a.eval_batch_size,
-        num_train=1000, num_eval=a.num_eval, num_test=a.num_test, max_new_tokens=16, seed=a.seed,
+        max_steps=a.max_steps, per_device_train_batch_size=a.per_device_train_batch_size, eval_steps=min(a.eval_every, a.max_steps) or 1, eval_batch_size=a.eval_batch_size,
+        num_train=1000, num_eval=a.num_eval, num_test=a.num_test, max_completion_length=16, seed=a.seed,
         data_dir=a.data_dir, output_dir=a.output_dir, resume=a.resume,
     )
     try:

@@ -12,7 +12,7 @@ watched but not optimised.
 
     export MEZO_RL_DATA=/path/to/data HF_HUB_OFFLINE=1
     python examples/register_custom_reward.py                 # mezo-rl train's defaults: MeZO on the final norm
-    python examples/register_custom_reward.py --peft prefix --steps 100
+    python examples/register_custom_reward.py --peft prefix --max-steps 100
 
 The reward is measured before and after training on the whole SST-2 test split (872 reviews the
 run never trains or selects on), with its standard error. Measured: benchmarks/README.md,
@@ -75,10 +75,10 @@ class HeldOutReward(TrainerCallback):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--steps", type=int, default=None, help="default: mezo-rl train's for --peft")
-    p.add_argument("--batch-size", type=int, default=None, help="default: mezo-rl train's for --peft")
+    p.add_argument("--max-steps", type=int, default=None, help="default: mezo-rl train's for --peft")
+    p.add_argument("--per-device-train-batch-size", type=int, default=None, help="default: mezo-rl train's for --peft")
     p.add_argument("--peft", default="norm", choices=["norm", "full", "lora", "prefix"])
-    p.add_argument("--lr", type=float, default=None, help="default: mezo-rl train's for --peft")
+    p.add_argument("--learning-rate", type=float, default=None, help="default: mezo-rl train's for --peft")
     p.add_argument("--eps", type=float, default=None, help="default: mezo-rl train's for --peft")
     p.add_argument("--held-out", type=int, default=1000, help="test examples for the before/after reward (SST-2 has 872)")
     p.add_argument("--output-dir", default="runs/custom_reward")
@@ -88,7 +88,7 @@ def main():
     args = MeZOConfig(
         model="smollm2-135m", task="sst2",
         reward=["gold_probability", "accuracy"], reward_weights=[1.0, 0.0],
-        peft=a.peft, lr=a.lr, eps=a.eps, steps=a.steps, batch_size=a.batch_size,
+        peft=a.peft, learning_rate=a.learning_rate, eps=a.eps, max_steps=a.max_steps, per_device_train_batch_size=a.per_device_train_batch_size,
         num_train=1000, num_test=a.held_out, output_dir=a.output_dir, seed=a.seed, progress=True,
     )
     probe = HeldOutReward()

@@ -26,7 +26,7 @@ The same run from the command line, once the prompts are written:
     mezo-rl train --task runs/rl_sentiment/prompts/train.jsonl \\
         --validation-file runs/rl_sentiment/prompts/validation.jsonl \\
         --test-file runs/rl_sentiment/prompts/test.jsonl \\
-        --reward examples/sentiment_reward.py:positivity --max-new-tokens 24 --num-train 1000 \\
+        --reward examples/sentiment_reward.py:positivity --max-completion-length 24 --num-train 1000 \\
         --num-eval 64 --num-test 200 --eval-steps 30 --eval-batch-size 64 --log-completions 200 \\
         --output-dir runs/rl_sentiment/run
 
@@ -93,11 +93,11 @@ def main():
     p.add_argument("--data-dir", default=os.environ.get("MEZO_RL_DATA"), help="datasets directory (default: $MEZO_RL_DATA)")
     p.add_argument("--output-dir", default="runs/rl_sentiment", help="prompts/ and run/ go here")
     p.add_argument("--model", default="smollm2-135m")
-    p.add_argument("--steps", type=int, default=None, help="training steps (default: a prompt task's, 90 in norm mode)")
-    p.add_argument("--batch-size", type=int, default=None, help="completions per step (default: a prompt task's, 16 in norm mode)")
+    p.add_argument("--max-steps", type=int, default=None, help="training steps (default: a prompt task's, 90 in norm mode)")
+    p.add_argument("--per-device-train-batch-size", type=int, default=None, help="completions per step (default: a prompt task's, 16 in norm mode)")
     p.add_argument("--num-generations", type=int, default=1, help="completions per prompt (> 1 samples; 1: greedy)")
-    p.add_argument("--peft", default="norm", help="what MeZO trains (norm, none, lora, prefix)")
-    p.add_argument("--lr", type=float, default=None, help="length of each sign step of the norm gains (default: a prompt task's, 0.1 in norm mode)")
+    p.add_argument("--peft", default="norm", help="what MeZO trains (norm, full, lora, prefix)")
+    p.add_argument("--learning-rate", type=float, default=None, help="length of each sign step of the norm gains (default: a prompt task's, 0.1 in norm mode)")
     p.add_argument("--eps", type=float, default=None, help="perturbation scale (default: the --peft mode's)")
     p.add_argument("--n-spsa", type=int, default=None,
                    help="SPSA samples per step, 2 members each, decoded together (default: a prompt task's, 4 in norm mode)")
@@ -111,7 +111,7 @@ def main():
                         "a completion's repeated word bigrams); 0 (the default): positivity alone")
     p.add_argument("--do-sample", action="store_true")
     p.add_argument("--temperature", type=float, default=1.0)
-    p.add_argument("--max-new-tokens", type=int, default=24)
+    p.add_argument("--max-completion-length", type=int, default=24)
     p.add_argument("--words", type=int, default=6, help="words of each review kept as the prompt")
     p.add_argument("--num-train", type=int, default=1000)
     p.add_argument("--num-eval", type=int, default=64)
@@ -139,10 +139,10 @@ def main():
     args = MeZOConfig(
         model=a.model, task=str(files["train"]), validation_file=str(files["validation"]), test_file=str(files["test"]),
         reward=rewards, reward_weights=weights, peft=a.peft,
-        steps=a.steps, batch_size=a.batch_size,
+        max_steps=a.max_steps, per_device_train_batch_size=a.per_device_train_batch_size,
         num_generations=a.num_generations, do_sample=a.do_sample or a.num_generations > 1, temperature=a.temperature,
-        lr=a.lr, eps=a.eps, n_spsa=a.n_spsa, estimator=a.estimator, normalize=a.normalize,
-        reward_shaping=a.reward_shaping, beta=a.beta, max_new_tokens=a.max_new_tokens, num_train=a.num_train, num_eval=a.num_eval,
+        learning_rate=a.learning_rate, eps=a.eps, n_spsa=a.n_spsa, estimator=a.estimator, normalize=a.normalize,
+        reward_shaping=a.reward_shaping, beta=a.beta, max_completion_length=a.max_completion_length, num_train=a.num_train, num_eval=a.num_eval,
         num_test=a.num_test, eval_steps=a.eval_steps, eval_batch_size=a.eval_batch_size, seed=a.seed, log_completions=a.log_completions,
         evaluation=a.evaluation,
         output_dir=str(out / "run"), resume=a.resume)

@@ -5,8 +5,8 @@ import dataclasses
 
 import pytest
 
-from mezo_rl.training.arguments import BaselineArguments, EvalRunArguments, MeZOConfig, flags, parse_step
-from mezo_rl.training.defaults import (FIELD_OF, MODE_ALIASES, MODE_DEFAULTS, MODES, PROMPT_TASK_DEFAULTS, PROMPT_TASK_MODE,
+from mezo_rl.training.arguments import BaselineArguments, EvalRunArguments, MeZOConfig, flag, parse_step
+from mezo_rl.training.defaults import (FIELD_OF, MODE_DEFAULTS, MODES, PROMPT_TASK_DEFAULTS, PROMPT_TASK_MODE,
                                        mezo_options)
 from mezo_rl.errors import ConfigError
 
@@ -18,13 +18,12 @@ def _fields(cls) -> dict:
 @pytest.mark.parametrize("cls", [MeZOConfig, BaselineArguments, EvalRunArguments])
 def test_every_declared_choice_minimum_and_bound_is_checked(cls):
     for f in dataclasses.fields(cls):
-        opt = flags(f)  # the message names the option as the user may have typed it: --max-steps / --steps
+        opt = flag(f.name)  # the message names the option as the user types it: --max-steps
         if "choices" in f.metadata:
             with pytest.raises(ValueError, match=f"{opt}: got 'bogus', accepted: " + ", ".join(f.metadata["choices"])):
                 cls(**{f.name: "bogus"})
             for choice in f.metadata["choices"]:
-                resolved = MODE_ALIASES.get(choice, choice) if f.name == "peft" else choice  # --peft none is full
-                assert getattr(cls(**{f.name: choice}), f.name) == resolved
+                assert getattr(cls(**{f.name: choice}), f.name) == choice
         if "min" in f.metadata and (f.name, f.metadata["min"] - 1) != ("max_steps", -1):  # -1: transformers' "unset"
             with pytest.raises(ValueError, match=f"{opt}: got {f.metadata['min'] - 1}, accepted: an integer >= "):
                 cls(**{f.name: f.metadata["min"] - 1})
@@ -41,12 +40,12 @@ def test_every_declared_choice_minimum_and_bound_is_checked(cls):
 
 def test_the_issue_bad_values_and_combinations_are_refused():
     for kwargs, message in ((dict(eps=0), "--eps: got 0.0, accepted: a number > 0"),
-                            (dict(learning_rate=-1), "--learning-rate / --lr: got -1.0, accepted: a number >= 0"),
+                            (dict(learning_rate=-1), "--learning-rate: got -1.0, accepted: a number >= 0"),
                             (dict(reward_normalize="minmax"), "--reward-normalize: got 'minmax', accepted: std"),
-                            (dict(max_completion_length=0), "--max-completion-length / --max-new-tokens: got 0, accepted: an integer >= 1"),
+                            (dict(max_completion_length=0), "--max-completion-length: got 0, accepted: an integer >= 1"),
                             (dict(do_sample=True, temperature=0.0), "--do-sample needs --temperature > 0"),
                             (dict(eps="1e-3"), r"--eps: got '1e-3' \(str\), expected a number"),  # a quoted YAML value
-                            (dict(max_steps=True), r"--max-steps / --steps: got True \(bool\), expected an integer"),
+                            (dict(max_steps=True), r"--max-steps: got True \(bool\), expected an integer"),
                             (dict(reward=["accuracy"], reward_weights=[1, 2]), "--reward-weights: got 2 weights for 1 rewards")):
         with pytest.raises(ConfigError, match=message):
             MeZOConfig(**kwargs)
@@ -82,7 +81,8 @@ def test_per_mode_defaults_are_resolved_once_and_explicit_values_win():
         assert {k: getattr(args, FIELD_OF.get(k, k)) for k in MODE_DEFAULTS[mode]} == MODE_DEFAULTS[mode]
         assert mezo_options(vars(args)) == mezo_options(MODE_DEFAULTS[mode])
         assert args.eval_steps == max(1, args.max_steps // 5)
-    assert MeZOConfig(peft="none").to_dict() == MeZOConfig(peft="full").to_dict()  # an alias
+    with pytest.raises(ConfigError, match="--peft: got 'none', accepted: norm, full, lora, prefix"):
+        MeZOConfig(peft="none")  # one name per mode: full
     mine = MeZOConfig(max_steps=7, per_device_train_batch_size=3, n_spsa=5, learning_rate=1e-3, normalize="none")
     assert (mine.max_steps, mine.per_device_train_batch_size, mine.n_spsa, mine.learning_rate, mine.eval_steps) == (7, 3, 5, 1e-3, 1)
     assert mezo_options(vars(mine))["normalize"] is None  # as MeZO takes it
@@ -128,7 +128,7 @@ def test_scoring_generation_and_code_tasks_keep_the_mode_row(task):
 
 
 def test_an_old_config_with_nulls_resolves_to_the_defaults():
-    old = {**MeZOConfig().to_dict(), "peft": "none", "learning_rate": None, "eps": None, "noise": None,
+    old = {**MeZOConfig().to_dict(), "peft": "full", "learning_rate": None, "eps": None, "noise": None,
            "normalize": None, "n_spsa": None, "weight_decay": None, "max_steps": None, "per_device_train_batch_size": None,
            "eval_steps": None}
     assert MeZOConfig.from_dict(old).to_dict() == MeZOConfig(peft="full").to_dict()

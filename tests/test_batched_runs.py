@@ -53,8 +53,8 @@ def test_evaluation_option_auto_and_refusals():
     with pytest.raises(ValueError, match=r"^--evaluation batched perturbs the model's matrices activation-side, which "
                                          r"needs --noise lowrank \(the default of --peft full\), got --noise gaussian; "
                                          r"or use --evaluation inplace$"):
-        MeZOConfig(peft="none", noise="gaussian", evaluation="batched")
-    MeZOConfig(peft="none", noise="gaussian", evaluation="batched", trainable="norm")  # 1-D tensors: fine
+        MeZOConfig(peft="full", noise="gaussian", evaluation="batched")
+    MeZOConfig(peft="full", noise="gaussian", evaluation="batched", trainable="norm")  # 1-D tensors: fine
     with pytest.raises(ValueError, match="accepted: auto, inplace, batched"):
         MeZOConfig(evaluation="parallel")
 
@@ -87,8 +87,8 @@ def test_auto_reads_the_training_prompts(tmp_path, factory):
 
     register_reward("test_len_auto", needs="generation")(lambda prompts, completions, **c: [0.0] * len(completions))
     try:  # the SST-2-like prompts are 10-20 tokens long
-        assert mode(max_new_tokens=4) == "inplace" and mode(max_new_tokens=64) == "batched"
-        assert mode(max_new_tokens=64, evaluation="inplace") == "inplace"
+        assert mode(max_completion_length=4) == "inplace" and mode(max_completion_length=64) == "batched"
+        assert mode(max_completion_length=64, evaluation="inplace") == "inplace"
     finally:
         unregister_reward("test_len_auto")
 
@@ -114,21 +114,21 @@ def test_a_resumed_run_keeps_the_evaluation_mode_it_ran_with(tmp_path, factory):
 
     register_reward("test_len_resume", needs="generation")(lambda prompts, completions, **c: [0.0] * len(completions))
     try:
-        args = make_args(tmp_path, reward=["test_len_resume"], max_new_tokens=64, steps=2, eval_steps=2,
+        args = make_args(tmp_path, reward=["test_len_resume"], max_completion_length=64, max_steps=2, eval_steps=2,
                          evaluation="inplace")
         MeZOTrainer(args=args, lm=factory(), lm_factory=factory, task=get_task("sst2"), splits=splits()).train()
         config = tmp_path / "run" / "training_args.json"
         saved = json.loads(config.read_text())
         del saved["evaluation"]
         config.write_text(json.dumps(saved))
-        auto = make_args(tmp_path, reward=["test_len_resume"], max_new_tokens=64, steps=3, eval_steps=2, resume=True)
+        auto = make_args(tmp_path, reward=["test_len_resume"], max_completion_length=64, max_steps=3, eval_steps=2, resume=True)
         trainer = MeZOTrainer(args=auto, lm=factory(), lm_factory=factory, task=get_task("sst2"), splits=splits())
         assert trainer.optimizer.config["evaluation"] == "inplace"
         trainer.train()
         assert trainer.summary["steps"] == 3
         with pytest.raises(ConfigError, match=r"^--resume: this run's steps were evaluated inplace; resume it with "
                                               r"--evaluation inplace or auto, not --evaluation batched$"):
-            MeZOTrainer(args=make_args(tmp_path, reward=["test_len_resume"], max_new_tokens=64, steps=4, eval_steps=2,
+            MeZOTrainer(args=make_args(tmp_path, reward=["test_len_resume"], max_completion_length=64, max_steps=4, eval_steps=2,
                               resume=True, evaluation="batched"), lm=factory(), task=get_task("sst2"), splits=splits())
     finally:
         unregister_reward("test_len_resume")
@@ -173,8 +173,8 @@ def test_a_generation_run_makes_one_batched_decode_per_step_and_matches_the_inpl
             from mezo_rl.training.trainer import MeZOTrainer
 
             kw = dict(do_sample=True, num_generations=2) if shaping == "group" else {}
-            args = make_args(tmp_path, evaluation, reward=["test_len_batched"], steps=3, eval_steps=10, max_new_tokens=4,
-                             lr=1e-2, eps=0.1, evaluation=evaluation, reward_shaping=shaping, **kw)
+            args = make_args(tmp_path, evaluation, reward=["test_len_batched"], max_steps=3, eval_steps=10, max_completion_length=4,
+                             learning_rate=1e-2, eps=0.1, evaluation=evaluation, reward_shaping=shaping, **kw)
             trainer = MeZOTrainer(args=args, lm=lm, lm_factory=factory, task=get_task("sst2"), splits=splits())
             trainer.train()
             runs[evaluation] = trainer
@@ -193,8 +193,8 @@ def test_a_generation_run_makes_one_batched_decode_per_step_and_matches_the_inpl
 def test_a_batched_run_resumes_and_replays_bit_identically(tmp_path, factory):
     kw = dict(evaluation="batched", reward=["cross_entropy"])
     _train(make_args(tmp_path, "full", **kw), factory)
-    _train(make_args(tmp_path, "split", steps=3, **kw), factory)
-    _train(make_args(tmp_path, "split", steps=6, resume=True, **kw), factory)
+    _train(make_args(tmp_path, "split", max_steps=3, **kw), factory)
+    _train(make_args(tmp_path, "split", max_steps=6, resume=True, **kw), factory)
     a, _, _ = load_run(tmp_path / "full", "final", lm=factory())
     b, _, _ = load_run(tmp_path / "split", "final", lm=factory())
     assert all(torch.equal(x, y) for x, y in zip(weights(a), weights(b)))

@@ -17,7 +17,7 @@ def records(out):
 
 def test_early_stopping_on_a_metric_ends_the_run_and_tests_the_best_step(tmp_path, factory):  # noqa: F811
     # learning rate 0: validation accuracy never improves on the step-0 value, so one evaluation of patience stops
-    args = make_args(tmp_path, steps=12, eval_steps=2, lr=0.0, metric_for_best_model="accuracy")
+    args = make_args(tmp_path, max_steps=12, eval_steps=2, learning_rate=0.0, metric_for_best_model="accuracy")
     trainer, summary = train(args, factory, callbacks=[EarlyStoppingCallback(early_stopping_patience=1)])
     assert summary["steps"] == 2 and summary["stopped_early"] is True and summary["best_step"] == 0
     steps = [r["step"] for r in records(tmp_path / "run") if "split" not in r]
@@ -29,7 +29,7 @@ def test_early_stopping_on_a_metric_ends_the_run_and_tests_the_best_step(tmp_pat
 
 def test_transformers_early_stopping_callback_works_unchanged(tmp_path, factory):  # noqa: F811
     transformers = pytest.importorskip("transformers")
-    args = make_args(tmp_path, steps=12, eval_steps=2, lr=0.0, metric_for_best_model="accuracy")  # as transformers asks
+    args = make_args(tmp_path, max_steps=12, eval_steps=2, learning_rate=0.0, metric_for_best_model="accuracy")  # as transformers asks
     _, summary = train(args, factory, callbacks=[transformers.EarlyStoppingCallback(early_stopping_patience=2)])
     assert summary["steps"] == 4 and summary["stopped_early"] is True
 
@@ -60,7 +60,7 @@ def test_a_transformers_callback_subclass_gets_args_state_control_and_steers_the
         def on_evaluate(self, args, state, control, metrics=None, **kwargs):
             seen.append(("evaluate", state.global_step, "eval_accuracy" in metrics))
 
-    _, summary = train(make_args(tmp_path, steps=3, eval_steps=3), factory, callbacks=[Steer()])
+    _, summary = train(make_args(tmp_path, max_steps=3, eval_steps=3), factory, callbacks=[Steer()])
     assert seen[0] == ("begin", 0, 3, True)
     assert ("evaluate", 1, True) in seen and ("save", 1) in seen and ("save", 2) in seen and ("save", 3) in seen
     assert ("log", 1, ["rewards/cross_entropy/mean", "rewards/cross_entropy/std"]) in seen
@@ -76,7 +76,7 @@ def test_save_steps_writes_the_checkpoint_between_evaluations(tmp_path, factory)
         def on_save(self, args, state, control, **kwargs):
             saved.append(state.global_step)
 
-    train(make_args(tmp_path, steps=6, eval_steps=6, save_steps=2), factory, callbacks=[Saves])  # a class is instantiated
+    train(make_args(tmp_path, max_steps=6, eval_steps=6, save_steps=2), factory, callbacks=[Saves])  # a class is instantiated
     assert saved == [2, 4, 6]
 
 

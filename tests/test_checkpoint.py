@@ -47,9 +47,9 @@ def fixed_clock(monkeypatch):
 @pytest.mark.parametrize("variant", [dict(momentum=0.9), dict(adam=True)])
 def test_a_resumed_run_writes_the_bytes_of_an_uninterrupted_one(tmp_path, factory, fixed_clock, variant):
     common = dict(eval_steps=2, **variant)
-    train(make_args(tmp_path, "whole", steps=4, **common), factory)
-    train(make_args(tmp_path, "parts", steps=2, **common), factory)
-    train(make_args(tmp_path, "parts", steps=4, resume=True, **common), factory)
+    train(make_args(tmp_path, "whole", max_steps=4, **common), factory)
+    train(make_args(tmp_path, "parts", max_steps=2, **common), factory)
+    train(make_args(tmp_path, "parts", max_steps=4, resume=True, **common), factory)
     whole, parts = (files(tmp_path / run / CHECKPOINT_DIR) for run in ("whole", "parts"))
     assert sorted(whole) == sorted([OPTIMIZER_FILE, OPTIMIZER_TENSORS_FILE, STATE_FILE, TRAJECTORY_FILE, "model.json"])
     for name in whole:
@@ -59,7 +59,7 @@ def test_a_resumed_run_writes_the_bytes_of_an_uninterrupted_one(tmp_path, factor
 @pytest.fixture()
 def plain_run(tmp_path, factory):
     """A finished 2-step run of plain MeZO (no optimizer buffers)."""
-    train(make_args(tmp_path, "plain", steps=2, eval_steps=2), factory)
+    train(make_args(tmp_path, "plain", max_steps=2, eval_steps=2), factory)
     return tmp_path / "plain"
 
 
@@ -103,7 +103,7 @@ def momentum_run(tmp_path_factory, tiny_tokenizer):
 
     tmp = tmp_path_factory.mktemp("momentum")
     make = lambda: LanguageModel(make_tiny_causal_lm(tiny_tokenizer), tiny_tokenizer)  # noqa: E731
-    train(make_args(tmp, "run", steps=2, eval_steps=2, momentum=0.9), make)
+    train(make_args(tmp, "run", max_steps=2, eval_steps=2, momentum=0.9), make)
     return tmp / "run"
 
 
@@ -124,13 +124,13 @@ def test_a_damaged_checkpoint_file_gets_one_line_and_is_left_as_it_is(tmp_path, 
 def test_resume_from_a_damaged_checkpoint_is_one_line_on_the_command_line(tmp_path, tiny_model_dir, data_dir,
                                                                           capsys):
     out = tmp_path / "run"
-    argv = ["train", "--model", tiny_model_dir, "--task", "sst2", "--data-dir", data_dir, "--steps", "1",
-            "--batch-size", "2", "--num-train", "8", "--num-eval", "4", "--num-test", "2", "--lr", "1e-3",
-            "--autocast", "none", "--no-progress", "--peft", "none", "--output-dir", out]
+    argv = ["train", "--model", tiny_model_dir, "--task", "sst2", "--data-dir", data_dir, "--max-steps", "1",
+            "--per-device-train-batch-size", "2", "--num-train", "8", "--num-eval", "4", "--num-test", "2", "--learning-rate", "1e-3",
+            "--autocast", "none", "--no-progress", "--peft", "full", "--output-dir", out]
     assert run_cli(argv, capsys)[0] == 0
     optimizer = out / CHECKPOINT_DIR / OPTIMIZER_FILE
     optimizer.write_text(optimizer.read_text()[:40])
     before = files(out)
-    rc, _, err = run_cli([*argv[:-2], "--steps", "2", "--resume", "--output-dir", out], capsys)
+    rc, _, err = run_cli([*argv[:-2], "--max-steps", "2", "--resume", "--output-dir", out], capsys)
     assert_one_line_error(rc, err, optimizer)
     assert files(out) == before

@@ -23,7 +23,7 @@ def parse_train(argv, config=None):
 def test_train_spellings_from_the_issue():
     args = parse_train([
         "--model", "m", "--task", "rte", "--reward", "accuracy", "--reward", "cross_entropy",
-        "--reward-weights", "1,0.5", "--steps", "7", "--batch-size", "3", "--lr", "2e-6", "--eps", "0.01",
+        "--reward-weights", "1,0.5", "--max-steps", "7", "--per-device-train-batch-size", "3", "--learning-rate", "2e-6", "--eps", "0.01",
         "--eval-steps", "2", "--seed", "5", "--output-dir", "o", "--data-dir", "d", "--resume",
     ])
     assert (args.model, args.task, args.max_steps, args.per_device_train_batch_size, args.eval_steps, args.seed) == \
@@ -33,7 +33,7 @@ def test_train_spellings_from_the_issue():
 
 
 def test_defaults_underscores_and_negated_flags():
-    args = parse_train(["--batch_size", "5", "--no-progress"])
+    args = parse_train(["--per_device_train_batch_size", "5", "--no-progress"])
     default = MeZOConfig()
     assert args.per_device_train_batch_size == 5 and args.progress is False
     assert args.reward == default.reward and args.max_steps == default.max_steps
@@ -41,8 +41,8 @@ def test_defaults_underscores_and_negated_flags():
 
 def test_config_file_then_command_line_wins(tmp_path):
     cfg = tmp_path / "c.yaml"
-    cfg.write_text("steps: 11\nbatch-size: 4\nreward: [cross_entropy]\nlr: 1.0e-7\n")
-    ns = build_parser().parse_args(["train", "--config", str(cfg), "--steps", "3"])
+    cfg.write_text("max_steps: 11\nper-device-train-batch-size: 4\nreward: [cross_entropy]\nlearning_rate: 1.0e-7\n")
+    ns = build_parser().parse_args(["train", "--config", str(cfg), "--max-steps", "3"])
     from mezo_rl.cli.main import load_config_file
 
     args = parse_into(MeZOConfig, ns, load_config_file(str(cfg)))
@@ -81,7 +81,7 @@ def test_train_help_is_one_line_per_option_with_one_default_each():
     assert len(lines) <= 120
     options = [line for line in lines if line.lstrip().startswith("--")]
     assert len(options) == len(dataclasses.fields(MeZOConfig)) + 1  # + --config
-    assert all(line.count("default") <= 1 for line in options), [line for line in options if line.count("default") > 1]
+    assert all(line.count("(default") <= 1 for line in options), [line for line in options if line.count("(default") > 1]
 
 
 def test_tasks_and_rewards_list(capsys):
@@ -103,8 +103,8 @@ def test_python_dash_m_entry_point():
 def test_compare_export_and_eval_end_to_end(tmp_path, tiny_model_dir, data_dir, capsys):
     out = tmp_path / "cmp"
     common = ["--model", str(tiny_model_dir), "--task", "sst2", "--data-dir", str(data_dir),
-              "--steps", "2", "--eval-steps", "1", "--batch-size", "4", "--num-train", "16", "--num-eval", "8",
-              "--num-test", "8", "--lr", "1e-3", "--eps", "1e-2", "--autocast", "none", "--no-progress"]
+              "--max-steps", "2", "--eval-steps", "1", "--per-device-train-batch-size", "4", "--num-train", "16", "--num-eval", "8",
+              "--num-test", "8", "--learning-rate", "1e-3", "--eps", "1e-2", "--autocast", "none", "--no-progress"]
     assert main(["compare", *common, "--objective", "cross_entropy", "--objective", "accuracy",
                  "--output-dir", str(out)]) == 0
     table = (out / "comparison.md").read_text()
@@ -141,8 +141,8 @@ def test_compare_export_and_eval_end_to_end(tmp_path, tiny_model_dir, data_dir, 
 def test_train_command_writes_a_run(tmp_path, tiny_model_dir, data_dir, capsys):
     out = tmp_path / "run"
     cfg = tmp_path / "train.yaml"
-    cfg.write_text(f"model: {tiny_model_dir}\ntask: sst2\nreward: [cross_entropy]\nsteps: 2\nbatch_size: 4\n"
-                   f"num_train: 16\nnum_eval: 8\nnum_test: 8\nautocast: none\nprogress: false\nlr: 1.0e-3\n")
+    cfg.write_text(f"model: {tiny_model_dir}\ntask: sst2\nreward: [cross_entropy]\nmax_steps: 2\nper_device_train_batch_size: 4\n"
+                   f"num_train: 16\nnum_eval: 8\nnum_test: 8\nautocast: none\nprogress: false\nlearning_rate: 1.0e-3\n")
     assert main(["train", "--config", str(cfg), "--data-dir", str(data_dir), "--output-dir", str(out)]) == 0
     lines = capsys.readouterr().out.splitlines()
     summary = json.loads((out / "summary.json").read_text())

@@ -50,15 +50,15 @@ MISSING_MODEL = "/nonexistent/model-dir"
 
 @pytest.mark.parametrize("argv, culprits", [
     (["--eps", "0"], ["--eps", "0"]),
-    (["--lr", "-1"], ["--lr", "-1"]),
+    (["--learning-rate", "-1"], ["--learning-rate", "-1"]),
     (["--reward-normalize", "minmax"], ["--reward-normalize", "minmax", "std"]),
-    (["--max-new-tokens", "0"], ["--max-new-tokens", "0"]),
+    (["--max-completion-length", "0"], ["--max-completion-length", "0"]),
     (["--do-sample", "--temperature", "0"], ["--temperature", "--do-sample"]),
-    (["--steps", "-3"], ["--steps", "-3"]),
+    (["--max-steps", "-3"], ["--max-steps", "-3"]),
     (["--peft", "adapters"], ["--peft", "adapters", "lora"]),
     (["--reward", "accuracy", "--reward-weights", "1,2"], ["--reward-weights"]),
     (["--stepz", "3"], ["--stepz"]),
-    (["--steps", "many"], ["--steps", "many"]),
+    (["--max-steps", "many"], ["--max-steps", "many"]),
 ])
 def test_bad_options_are_refused_before_anything_loads(argv, culprits, out, capsys):
     # the model and the data do not exist: the option is refused first, so neither is looked at
@@ -78,7 +78,7 @@ def test_bad_options_are_refused_before_anything_loads(argv, culprits, out, caps
     (["--task", "missing.jsonl", "--template", "{text}", "--target-column", "y"], ["missing.jsonl"]),
     (["--template", "{text} It was"], ["--template"]),  # a template for a built-in task
     (["--task", "reviews.jsonl", "--label-column", "label"], ["--template"]),
-    (["--metric-for-best", "f1"], ["--metric-for-best", "'f1'", "accuracy"]),
+    (["--metric-for-best-model", "f1"], ["--metric-for-best-model", "'f1'", "accuracy"]),
 ])
 def test_unknown_names_and_missing_files_are_refused(argv, culprits, out, capsys, monkeypatch, tmp_path):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
@@ -178,7 +178,7 @@ def test_a_second_run_on_the_same_output_directory_is_refused(tmp_path, tiny_mod
     with RunLock(busy):
         before = sorted(p.name for p in busy.iterdir())
         rc, _, err = run_cli(["train", "--output-dir", busy, "--model", tiny_model_dir, "--data-dir", data_dir,
-                              "--steps", "1", "--no-progress"], capsys)
+                              "--max-steps", "1", "--no-progress"], capsys)
         assert_one_line_error(rc, err, str(busy), "in use by another mezo-rl run", f"pid {os.getpid()}")
         assert sorted(p.name for p in busy.iterdir()) == before  # nothing written beside the holder's lock
 
@@ -211,7 +211,7 @@ def test_a_fresh_run_into_an_unfinished_run_is_refused_and_the_checkpoint_kept(t
     from test_trainer import make_args, train
 
     run = tmp_path / "run"
-    train(make_args(tmp_path, "run", steps=3, eval_steps=3),     # a finished run: step 3 of 3
+    train(make_args(tmp_path, "run", max_steps=3, eval_steps=3),     # a finished run: step 3 of 3
           lambda: LanguageModel(make_tiny_causal_lm(tiny_tokenizer), tiny_tokenizer))
     config = json.loads((run / "training_args.json").read_text())
     checks.check_output_dir(MeZOConfig(output_dir=str(run)))   # finished: starting over loses nothing

@@ -38,8 +38,8 @@ def train_argv(model_dir, data_dir, reward: str, steps: int, eval_steps: int) ->
     """A short run on the tiny model; ``reward`` is a weight-0 extra reward called in every step's members."""
     return ["--model", str(model_dir), "--task", "sst2", "--data-dir", str(data_dir),
             "--reward", "cross_entropy", "--reward", reward, "--reward-weights", "1,0",
-            "--steps", str(steps), "--eval-steps", str(eval_steps), "--batch-size", "4", "--n-spsa", "2",
-            "--num-train", "16", "--num-eval", "4", "--num-test", "4", "--lr", "1e-3", "--eps", "1e-2",
+            "--max-steps", str(steps), "--eval-steps", str(eval_steps), "--per-device-train-batch-size", "4", "--n-spsa", "2",
+            "--num-train", "16", "--num-eval", "4", "--num-test", "4", "--learning-rate", "1e-3", "--eps", "1e-2",
             "--autocast", "none", "--no-progress", "--seed", "3"]
 
 

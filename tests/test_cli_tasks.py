@@ -14,8 +14,8 @@ from test_cli_errors import assert_one_line_error, run_cli
 TESTS = pathlib.Path(__file__).parent
 USER_TASKS = TESTS / "user_tasks"
 WORDS = {1: ["good", "great", "fun", "warm"], 0: ["bad", "terrible", "dull", "cold"]}
-FAST = ["--steps", "2", "--eval-steps", "1", "--batch-size", "4", "--num-train", "16", "--num-eval", "4",
-        "--num-test", "4", "--lr", "1e-3", "--eps", "1e-2", "--autocast", "none", "--no-progress"]
+FAST = ["--max-steps", "2", "--eval-steps", "1", "--per-device-train-batch-size", "4", "--num-train", "16", "--num-eval", "4",
+        "--num-test", "4", "--learning-rate", "1e-3", "--eps", "1e-2", "--autocast", "none", "--no-progress"]
 
 
 @pytest.fixture()
@@ -96,7 +96,7 @@ def test_a_hugging_face_dataset_directory_with_the_same_options(tmp_path, tiny_m
 
 
 def test_compare_takes_the_task_options(tmp_path, tiny_model_dir, reviews, capsys):
-    rc, stdout, err = run_cli(["compare", "--model", tiny_model_dir, *file_options(reviews), *FAST, "--steps", "1",
+    rc, stdout, err = run_cli(["compare", "--model", tiny_model_dir, *file_options(reviews), *FAST, "--max-steps", "1",
                                "--objective", "cross_entropy", "--objective", "accuracy", "--output-dir", tmp_path / "cmp"],
                               capsys)
     assert rc == 0, err

@@ -33,8 +33,8 @@ def test_the_trunk_runs_once_per_example_for_the_whole_run(tmp_path, tiny_tokeni
     splits = {"train": examples(24, 0), "validation": examples(12, 1), "test": examples(12, 2)}
     # lr 0: the validation accuracy never improves on step 0's, so the best step is 0 and the run rebuilds the
     # model for it (the path that used to run the trunk over the test split a second time)
-    args = MeZOConfig(model="tiny", task="sst2", reward=["accuracy"], peft="norm", steps=6, batch_size=8,
-                             eval_steps=3, lr=0.0, autocast="none", progress=False, output_dir=str(tmp_path / "run"),
+    args = MeZOConfig(model="tiny", task="sst2", reward=["accuracy"], peft="norm", max_steps=6, per_device_train_batch_size=8,
+                             eval_steps=3, learning_rate=0.0, autocast="none", progress=False, output_dir=str(tmp_path / "run"),
                              num_train=24, num_eval=12, num_test=12, initial_test=True)
     trainer = MeZOTrainer(args=args, lm=factory(), lm_factory=factory, task=get_task("sst2"), splits=splits)
     assert trainer.lm.trunk_cache_active

@@ -386,8 +386,8 @@ def test_torchrun_mezo_rl_train_matches_a_single_process_run(tmp_path, tiny_caus
     model.save_pretrained(tmp_path / "model")
     tokenizer.save_pretrained(tmp_path / "model")
     common = ["--model", str(tmp_path / "model"), "--task", "sst2", "--data-dir", str(data_dir),
-              "--reward", "cross_entropy", "--steps", "3", "--batch-size", "5", "--num-train", "20",
-              "--num-eval", "8", "--num-test", "8", "--lr", "1e-3", "--autocast", "none", "--no-progress"]
+              "--reward", "cross_entropy", "--max-steps", "3", "--per-device-train-batch-size", "5", "--num-train", "20",
+              "--num-eval", "8", "--num-test", "8", "--learning-rate", "1e-3", "--autocast", "none", "--no-progress"]
     _run_cli(["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"],
              common + ["--output-dir", str(tmp_path / "two")])
     _run_cli([], common + ["--output-dir", str(tmp_path / "one")])

@@ -183,8 +183,8 @@ def test_a_user_metric_is_both_a_training_reward_and_an_evaluation_metric(tmp_pa
         out = objective_outputs(lm, build_objective(["test_weighted_margin"]), exs)
         assert abs(out.components["test_weighted_margin"] - res["test_weighted_margin"]) <= tol
         # as a training reward
-        args = MeZOConfig(model="tiny", task="sst2", reward=["test_weighted_margin"], steps=2, batch_size=4,
-                                 eval_steps=2, lr=1e-3, eps=1e-2, autocast="none", progress=False,
+        args = MeZOConfig(model="tiny", task="sst2", reward=["test_weighted_margin"], max_steps=2, per_device_train_batch_size=4,
+                                 eval_steps=2, learning_rate=1e-3, eps=1e-2, autocast="none", progress=False,
                                  output_dir=str(tmp_path / "run"))
         factory = lambda: LanguageModel(make_tiny_causal_lm(tok), tok)
         trainer = MeZOTrainer(args=args, lm=lm, lm_factory=factory, task=get_task("sst2"),

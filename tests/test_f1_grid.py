@@ -27,7 +27,7 @@ def test_the_budget_asks_for_validations_by_seconds_of_steps_and_stops_at_its_en
 
 
 def test_a_run_stopped_by_the_budget_validates_and_tests_its_best_step(tmp_path, factory):  # noqa: F811
-    args = make_args(tmp_path, steps=50, eval_steps=50)
+    args = make_args(tmp_path, max_steps=50, eval_steps=50)
     _, summary = train(args, factory, callbacks=[TimeBudget(budget=0.0, validate_every=1e9)])
     assert summary["steps"] == 1 and summary["stopped_early"] is True
     assert summary["test"]["n"] > 0 and summary["final_validation"] is not None

@@ -39,15 +39,17 @@ def test_one_name_per_thing_the_earlier_aliases_are_gone():
         assert not hasattr(mezo_rl, earlier) and earlier not in mezo_rl.__all__
 
 
-def test_trl_names_and_the_earlier_names_are_one_field():
+def test_one_name_per_field_trls_and_the_earlier_names_are_refused(capsys):
     trl = MeZOConfig(learning_rate=1e-3, max_steps=7, per_device_train_batch_size=4, max_completion_length=9)
-    old = MeZOConfig(lr=1e-3, steps=7, batch_size=4, max_new_tokens=9)
-    assert trl.to_dict() == old.to_dict()
-    for spelling in (["--learning-rate", "1e-3", "--max-steps", "7", "--per-device-train-batch-size", "4",
-                      "--max-completion-length", "9"],
-                     ["--lr", "1e-3", "--steps", "7", "--batch-size", "4", "--max-new-tokens", "9"]):
-        ns = build_parser().parse_args(["train", *spelling])
-        assert parse_into(MeZOConfig, ns).to_dict() == trl.to_dict()
+    ns = build_parser().parse_args(["train", "--learning-rate", "1e-3", "--max-steps", "7",
+                                    "--per-device-train-batch-size", "4", "--max-completion-length", "9"])
+    assert parse_into(MeZOConfig, ns).to_dict() == trl.to_dict()
+    with pytest.raises(ConfigError, match="unknown MeZOConfig fields 'lr' \\(now 'learning_rate'\\), 'steps' "
+                                          "\\(now 'max_steps'\\), 'batch_size' \\(now 'per_device_train_batch_size'\\)"):
+        MeZOConfig(lr=1e-3, steps=7, batch_size=4, max_new_tokens=9)
+    for old in ("--lr", "--steps", "--batch-size", "--max-new-tokens"):  # not even as an abbreviation
+        assert main(["train", old, "1", "--model", NOT_A_MODEL]) == 2
+        assert f"unrecognized arguments: {old} 1" in capsys.readouterr().err
     assert MeZOConfig(bf16=True).autocast == "bfloat16" and MeZOConfig(bf16=False).autocast == "none"
     assert MeZOConfig(lr_scheduler_type="linear").lr_scheduler_type == "linear"
     assert MeZOConfig(log_completions=False).log_completions == 0

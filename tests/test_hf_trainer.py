@@ -22,7 +22,7 @@ def _trainer(args, factory, **kw):  # noqa: F811
 def test_train_returns_a_train_output_and_state_is_a_trainer_state(tmp_path, factory):  # noqa: F811
     from transformers.trainer_utils import TrainOutput
 
-    trainer = _trainer(make_args(tmp_path, steps=4, eval_steps=2), factory)
+    trainer = _trainer(make_args(tmp_path, max_steps=4, eval_steps=2), factory)
     out = trainer.train()
     assert isinstance(out, TrainOutput) and out.global_step == 4 == trainer.state.global_step
     records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
@@ -42,7 +42,7 @@ def test_train_returns_a_train_output_and_state_is_a_trainer_state(tmp_path, fac
 
 
 def test_evaluate_prefixes_its_keys_and_takes_an_eval_dataset(tmp_path, factory):  # noqa: F811
-    trainer = _trainer(make_args(tmp_path, steps=1), factory)
+    trainer = _trainer(make_args(tmp_path, max_steps=1), factory)
     got = trainer.evaluate()
     assert set(got) == {"eval_accuracy", "eval_accuracy/se", "eval_n", "eval_runtime"}
     assert got["eval_n"] == len(splits()["validation"])
@@ -54,7 +54,7 @@ def test_evaluate_prefixes_its_keys_and_takes_an_eval_dataset(tmp_path, factory)
 def test_save_model_writes_a_from_pretrained_directory_into_output_dir(tmp_path, factory):  # noqa: F811
     from transformers import AutoModelForCausalLM
 
-    trainer = _trainer(make_args(tmp_path, steps=2, eval_steps=2), factory)
+    trainer = _trainer(make_args(tmp_path, max_steps=2, eval_steps=2), factory)
     trainer.train()
     out = trainer.save_model()
     assert out == tmp_path / "run" and (out / "README.md").is_file() and (out / "training_args.json").is_file()
@@ -67,10 +67,10 @@ def test_save_model_writes_a_from_pretrained_directory_into_output_dir(tmp_path,
 
 def test_push_to_hub_defaults_its_repo_to_the_output_directory_or_hub_model_id(tmp_path, factory, monkeypatch):  # noqa: F811
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # nothing leaves the machine: the one-line refusal names the repo
-    trainer = _trainer(make_args(tmp_path, "my-run", steps=1), factory)
+    trainer = _trainer(make_args(tmp_path, "my-run", max_steps=1), factory)
     with pytest.raises(HubPushError, match="push_to_hub 'my-run'"):
         trainer.push_to_hub()
-    trainer = _trainer(make_args(tmp_path, "my-run", steps=1, hub_model_id="me/mezo-sst2"), factory)
+    trainer = _trainer(make_args(tmp_path, "my-run", max_steps=1, hub_model_id="me/mezo-sst2"), factory)
     with pytest.raises(HubPushError, match="push_to_hub 'me/mezo-sst2'"):
         trainer.push_to_hub()
 
@@ -78,7 +78,7 @@ def test_push_to_hub_defaults_its_repo_to_the_output_directory_or_hub_model_id(t
 def test_log_metrics_save_metrics_and_save_state_as_transformers(tmp_path, factory, capsys):  # noqa: F811
     from transformers import TrainerState
 
-    trainer = _trainer(make_args(tmp_path, steps=2, eval_steps=1), factory)
+    trainer = _trainer(make_args(tmp_path, max_steps=2, eval_steps=1), factory)
     out = trainer.train()
     capsys.readouterr()
     trainer.log_metrics("train", out.metrics)
@@ -96,20 +96,20 @@ def test_log_metrics_save_metrics_and_save_state_as_transformers(tmp_path, facto
 
 
 def test_train_resume_from_checkpoint_continues_the_run(tmp_path, factory):  # noqa: F811
-    _trainer(make_args(tmp_path, "split", steps=2, eval_steps=2), factory).train()
-    resumed = _trainer(make_args(tmp_path, "split", steps=4, eval_steps=2), factory)
+    _trainer(make_args(tmp_path, "split", max_steps=2, eval_steps=2), factory).train()
+    resumed = _trainer(make_args(tmp_path, "split", max_steps=4, eval_steps=2), factory)
     out = resumed.train(resume_from_checkpoint=str(tmp_path / "split" / "checkpoint"))
-    whole = _trainer(make_args(tmp_path, "whole", steps=4, eval_steps=2), factory)
+    whole = _trainer(make_args(tmp_path, "whole", max_steps=4, eval_steps=2), factory)
     whole.train()
     assert out.global_step == 4
     for a, b in zip(resumed.model.parameters(), whole.model.parameters()):
         assert torch.equal(a, b)
     with pytest.raises(ValueError, match="resumes from the checkpoint in its own output_dir"):
-        _trainer(make_args(tmp_path, "other", steps=4), factory).train(resume_from_checkpoint=str(tmp_path / "split"))
+        _trainer(make_args(tmp_path, "other", max_steps=4), factory).train(resume_from_checkpoint=str(tmp_path / "split"))
 
 
 def test_the_first_argument_is_the_model_and_a_config_there_is_one_line(tmp_path, factory):  # noqa: F811
-    args = make_args(tmp_path, steps=1)
+    args = make_args(tmp_path, max_steps=1)
     with pytest.raises(ValueError, match="give the configuration as args="):
         MeZOTrainer(args, lm=factory(), task=get_task("sst2"), splits=splits())
     with pytest.raises(ValueError, match="optimizers: MeZO is the optimizer"):

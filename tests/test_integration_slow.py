@@ -40,7 +40,7 @@ def test_train_a_few_steps_on_smollm2_offline(tmp_path, shared_data_dir, monkeyp
     from mezo_rl.training.rundir import load_run
 
     out = tmp_path / "run"
-    assert main(["train", "--steps", "3", "--eval-steps", "3", "--batch-size", "8", "--num-train", "64",
+    assert main(["train", "--max-steps", "3", "--eval-steps", "3", "--per-device-train-batch-size", "8", "--num-train", "64",
                  "--num-eval", "16", "--num-test", "16", "--data-dir", str(shared_data_dir),
                  "--output-dir", str(out), "--no-progress", "--save-model"]) == 0
     summary = json.loads((out / "summary.json").read_text())
@@ -68,13 +68,13 @@ def test_optimize_f1_example_runs_and_resumes_on_smollm2(tmp_path, shared_data_d
     import re
 
     out = tmp_path / "f1"
-    tiny = ["--batch-size", "2", "--num-eval", "4", "--num-test", "4", "--eval-every", "1",
+    tiny = ["--per-device-train-batch-size", "2", "--num-eval", "4", "--num-test", "4", "--eval-every", "1",
             "--data-dir", str(shared_data_dir), "--output-dir", str(out)]
-    first = _run_example("optimize_f1.py", "--steps", "1", *tiny)
+    first = _run_example("optimize_f1.py", "--max-steps", "1", *tiny)
     assert first.returncode == 0, first.stderr[-2000:]
     assert re.search(r"validation squad_f1 [\d.]+ -> [\d.]+ \(n=4\), test squad_f1 [\d.]+ -> [\d.]+ \(n=4\), "
                      r"best step [01] of 1", first.stdout), first.stdout[-1000:]
-    more = _run_example("optimize_f1.py", "--steps", "2", "--resume", *tiny)
+    more = _run_example("optimize_f1.py", "--max-steps", "2", "--resume", *tiny)
     assert more.returncode == 0, more.stderr[-2000:]
     records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     steps = [r["step"] for r in records if "split" not in r]
@@ -90,8 +90,8 @@ def test_rl_sentiment_example_runs_on_smollm2(tmp_path, shared_data_dir):
     reward before -> after with its SE, completions logged for the report."""
     pytest.importorskip("vaderSentiment")
     out = tmp_path / "rl"
-    done = _run_example("rl_sentiment.py", "--steps", "2", "--eval-steps", "2", "--batch-size", "8",
-                        "--num-train", "16", "--num-eval", "4", "--num-test", "4", "--max-new-tokens", "16",
+    done = _run_example("rl_sentiment.py", "--max-steps", "2", "--eval-steps", "2", "--per-device-train-batch-size", "8",
+                        "--num-train", "16", "--num-eval", "4", "--num-test", "4", "--max-completion-length", "16",
                         "--log-completions", "4", "--data-dir", str(shared_data_dir), "--output-dir", str(out))
     assert done.returncode == 0, done.stderr[-2000:]
     assert "test objective:" in done.stdout and "n = 4" in done.stdout, done.stdout[-1000:]

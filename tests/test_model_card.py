@@ -14,7 +14,7 @@ from test_trainer import factory, make_args, train  # noqa: F401  (factory is a 
 
 
 def test_save_model_writes_a_card_with_hub_metadata_and_the_runs_results(tmp_path, factory):  # noqa: F811
-    args = make_args(tmp_path, steps=2, eval_steps=2, model="HuggingFaceTB/SmolLM2-135M-Instruct",
+    args = make_args(tmp_path, max_steps=2, eval_steps=2, model="HuggingFaceTB/SmolLM2-135M-Instruct",
                      reward=["cross_entropy", "accuracy"], reward_weights=[1.0, 0.0], save_model=True)
     _, summary = train(args, factory)
     card = tmp_path / "run" / "README.md"  # save_model writes into the output directory, as transformers

@@ -286,8 +286,8 @@ def test_trainer_checkpoint_replays_and_exports_the_adapter(tiny_tokenizer, meth
                         label=y, columns={}) for y in labels]
 
     factory = lambda: make_lm(tiny_tokenizer)  # noqa: E731
-    args = MeZOConfig(model="tiny", task="sst2", reward=["cross_entropy"], peft=method, steps=4,
-                             batch_size=4, eval_steps=2, autocast="none", progress=False, num_train=16,
+    args = MeZOConfig(model="tiny", task="sst2", reward=["cross_entropy"], peft=method, max_steps=4,
+                             per_device_train_batch_size=4, eval_steps=2, autocast="none", progress=False, num_train=16,
                              num_eval=8, num_test=0, output_dir=str(tmp_path / "run"))
     splits = {"train": examples(16, 0), "validation": examples(8, 1), "test": []}
     final = KeepFinal()

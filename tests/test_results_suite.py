@@ -53,8 +53,8 @@ def test_key_depends_on_every_setting_but_not_on_where_the_run_writes():
     other_steps = build_argv("smollm2-135m", TASKS["sst2"], "mezo-full", 0, s, 400)
     assert k != cell_key("smollm2-135m", "sst2", "mezo-full", 0, other_steps)
     extra = build_argv("smollm2-135m", TASKS["sst2"], "mezo-full", 0,
-                          Settings(method_args={"mezo-full": ["--lr", "2e-5"]}), 200)
-    assert extra[-2:] == ["--lr", "2e-5"]
+                          Settings(method_args={"mezo-full": ["--learning-rate", "2e-5"]}), 200)
+    assert extra[-2:] == ["--learning-rate", "2e-5"]
     assert k != cell_key("smollm2-135m", "sst2", "mezo-full", 0, extra)
     # seeds of one setting share a variant; a changed setting is another variant
     assert variant_of(base) == variant_of(build_argv("smollm2-135m", TASKS["sst2"], "mezo-full", 2, s, 200))
@@ -80,14 +80,15 @@ def test_plan_same_data_for_every_method_and_the_right_objective():
         assert option(c.argv, "--num-test") == str(p.num_test)
         assert option(c.argv, "--seed") == str(c.seed)
         # ... and generates answers of the same length limit (the CLI default on classification)
-        assert option(c.argv, "--max-new-tokens") == (str(p.max_new_tokens) if p.max_new_tokens else None)
+        flag = "--max-new-tokens" if c.argv[0] == "baseline" else "--max-completion-length"
+        assert option(c.argv, flag) == (str(p.max_new_tokens) if p.max_new_tokens else None)
     metric_sst2 = by[("sst2", "mezo-metric")][0].argv
     metric_squad = by[("squad", "mezo-metric")][0].argv
     assert option(metric_sst2, "--reward") == "accuracy" and option(metric_sst2, "--peft") == "norm"
     # the final norm runs its own length whatever --steps says; the accuracy objective is `mezo-rl train`'s
     # default run, at its default length; on classification only
     assert sorted(c.steps for c in by[("sst2", "mezo-metric")]) == [MODE_DEFAULTS["norm"]["steps"]] * 2
-    assert option(metric_sst2, "--batch-size") == str(MODE_DEFAULTS["norm"]["batch_size"])
+    assert option(metric_sst2, "--per-device-train-batch-size") == str(MODE_DEFAULTS["norm"]["batch_size"])
     assert sorted(c.steps for c in by[("sst2", "mezo-norm")]) == [NORM["steps"]] * 2
     assert option(by[("sst2", "mezo-norm")][0].argv, "--reward") == "cross_entropy"
     assert ("squad", "mezo-norm") not in by
@@ -104,10 +105,10 @@ def test_plan_same_data_for_every_method_and_the_right_objective():
 def test_a_task_s_own_method_options_come_before_the_command_line_s():
     squad = build_argv("smollm2-135m", TASKS["squad"], "mezo-lora", 0, Settings(), 200)
     sst2 = build_argv("smollm2-135m", TASKS["sst2"], "mezo-lora", 0, Settings(), 200)
-    assert squad[-2:] == ["--lr", "1e-3"] and sst2[-2:] != ["--lr", "1e-3"]     # SQuAD's LoRA lr, not SST-2's
+    assert squad[-2:] == ["--learning-rate", "1e-3"] and sst2[-2:] != ["--learning-rate", "1e-3"]     # SQuAD's LoRA lr, not SST-2's
     mine = build_argv("smollm2-135m", TASKS["squad"], "mezo-lora", 0,
-                         Settings(method_args={"mezo-lora": ["--lr", "5e-4"]}), 200)
-    assert mine[-4:] == ["--lr", "1e-3", "--lr", "5e-4"]                       # --method-args still wins
+                         Settings(method_args={"mezo-lora": ["--learning-rate", "5e-4"]}), 200)
+    assert mine[-4:] == ["--learning-rate", "1e-3", "--learning-rate", "5e-4"]                       # --method-args still wins
 
 
 def test_pending_skips_finished_cells_and_retries_failed_ones(tmp_path):
@@ -148,8 +149,8 @@ def test_a_cell_stopped_part_way_continues_from_its_checkpoint(tmp_path, tiny_mo
     from mezo_rl.training.trainer import MeZOTrainer, TrainingInterrupted
 
     argv = ["train", "--model", str(tiny_model_dir), "--task", "sst2", "--data-dir", str(data_dir),
-            "--reward", "cross_entropy", "--steps", "6", "--eval-steps", "3", "--batch-size", "4", "--num-train", "16",
-            "--num-eval", "4", "--num-test", "4", "--lr", "1e-3", "--eps", "1e-2", "--autocast", "none",
+            "--reward", "cross_entropy", "--max-steps", "6", "--eval-steps", "3", "--per-device-train-batch-size", "4", "--num-train", "16",
+            "--num-eval", "4", "--num-test", "4", "--learning-rate", "1e-3", "--eps", "1e-2", "--autocast", "none",
             "--no-progress", "--seed", "3"]
     cell = Cell("tiny", "sst2", "mezo-full", 3, 6, argv)
     run_dir = cell_run_dir(tmp_path, cell)
@@ -348,7 +349,7 @@ def test_the_same_method_on_two_models_is_one_row_with_a_column_per_model(tmp_pa
 def test_step_variants_of_a_method_are_rows_in_order_of_steps(tmp_path):
     path = tmp_path / "cells.jsonl"
     for steps in (12000, 1500, 20000):   # "12000" < "1500" < "20000" as text
-        argv = _train_argv("mezo-norm", 0) + ["--steps", str(steps)]
+        argv = _train_argv("mezo-norm", 0) + ["--max-steps", str(steps)]
         append_record(path, _rec("sst2", "mezo-norm", value=0.75, argv=argv, steps=steps, batch=64))
     md = render(path, tmp_path / "results.md", tasks=["sst2"]).read_text()
     rows = [l.split(" | ")[0] for l in md.splitlines() if l.startswith("| MeZO final norm (CE)")]
@@ -359,7 +360,7 @@ def test_variants_with_the_same_steps_are_labelled_by_the_options_that_differ(tm
     path = tmp_path / "cells.jsonl"
     for lr in ("0.003", "0.0001"):
         for seed in (0, 1):
-            argv = _train_argv("mezo-lora", seed) + ["--lr", lr]
+            argv = _train_argv("mezo-lora", seed) + ["--learning-rate", lr]
             append_record(path, _rec("sst2", "mezo-lora", seed=seed, value=0.6, argv=argv, steps=200, batch=16))
     md = render(path, tmp_path / "results.md", tasks=["sst2"]).read_text()
     rows = [l.split(" | ")[0] for l in md.splitlines() if l.startswith("| MeZO LoRA (CE)")]

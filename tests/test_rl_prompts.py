@@ -63,9 +63,9 @@ def registered():
 
 
 def args_for(tmp_path, path, **kw):
-    base = dict(model="tiny", task=str(path), reward=["reward_len"], peft="none", steps=4, batch_size=4, eval_steps=2,
-                lr=1e-3, eps=1e-2, autocast="none", progress=False, output_dir=str(tmp_path / "run"),
-                num_train=20, num_eval=6, num_test=6, max_new_tokens=8)
+    base = dict(model="tiny", task=str(path), reward=["reward_len"], peft="full", max_steps=4, per_device_train_batch_size=4, eval_steps=2,
+                learning_rate=1e-3, eps=1e-2, autocast="none", progress=False, output_dir=str(tmp_path / "run"),
+                num_train=20, num_eval=6, num_test=6, max_completion_length=8)
     base.update(kw)
     return MeZOConfig(**base)
 
@@ -194,7 +194,7 @@ def test_a_prompt_run_reports_its_rewards_and_logs_completions(tmp_path, factory
 
 def test_group_shaping_changes_the_losses_not_the_members(tmp_path, factory, registered):
     path = write_jsonl(tmp_path / "p.jsonl", plain_rows())
-    args = args_for(tmp_path, path, num_generations=2, do_sample=True, reward_shaping="group", steps=1)
+    args = args_for(tmp_path, path, num_generations=2, do_sample=True, reward_shaping="group", max_steps=1)
     trainer = MeZOTrainer(args=args, lm=factory(), lm_factory=factory)
     batch = trainer.splits["train"][:2]
     outs = [trainer.member_outcomes(batch, None, 3)[0], trainer.member_outcomes(batch, None, 3)[0]]

@@ -13,7 +13,7 @@ def test_config_json_has_no_nulls_and_repeats_the_run(tmp_path, tiny_model_dir, 
     first, again = tmp_path / "first", tmp_path / "again"
     # every per-mode option left to its default (--peft norm: lr, eps, noise, normalize, n_spsa, weight decay)
     assert main(["train", "--model", str(tiny_model_dir), "--task", "sst2", "--data-dir", str(data_dir),
-                 "--steps", "3", "--batch-size", "4", "--num-train", "16", "--num-eval", "4", "--num-test", "4",
+                 "--max-steps", "3", "--per-device-train-batch-size", "4", "--num-train", "16", "--num-eval", "4", "--num-test", "4",
                  "--autocast", "none", "--no-progress", "--output-dir", str(first)]) == 0
     config = json.loads((first / CONFIG_FILE).read_text())
     assert config["peft"] == "norm" and None not in [config[FIELD_OF.get(k, k)] for k in MODE_DEFAULTS["norm"]]

@@ -44,8 +44,8 @@ def factory(tiny_tokenizer):
 
 
 def make_args(tmp_path, name="run", **kw):
-    base = dict(model="tiny", task="sst2", reward=["cross_entropy"], peft="none", steps=6, batch_size=4, eval_steps=3,
-                lr=1e-3, eps=1e-2, autocast="none", progress=False, output_dir=str(tmp_path / name),
+    base = dict(model="tiny", task="sst2", reward=["cross_entropy"], peft="full", max_steps=6, per_device_train_batch_size=4, eval_steps=3,
+                learning_rate=1e-3, eps=1e-2, autocast="none", progress=False, output_dir=str(tmp_path / name),
                 num_train=24, num_eval=12, num_test=12)
     base.update(kw)
     return MeZOConfig(**base)
@@ -115,8 +115,8 @@ def test_best_weights_are_the_replayed_trajectory_prefix(tmp_path, factory):
 
 def test_resume_ends_at_the_same_weights_as_an_uninterrupted_run(tmp_path, factory):
     full_trainer, _ = train(make_args(tmp_path, "full"), factory)
-    train(make_args(tmp_path, "split", steps=3), factory)                  # "interrupted" after 3 steps
-    resumed, _ = train(make_args(tmp_path, "split", steps=6, resume=True), factory)
+    train(make_args(tmp_path, "split", max_steps=3), factory)                  # "interrupted" after 3 steps
+    resumed, _ = train(make_args(tmp_path, "split", max_steps=6, resume=True), factory)
     a, _, _ = load_run(tmp_path / "full", "final", lm=factory())
     b, _, _ = load_run(tmp_path / "split", "final", lm=factory())
     assert all(torch.equal(x, y) for x, y in zip(weights(a), weights(b)))
@@ -131,11 +131,11 @@ def test_resume_ends_at_the_same_weights_as_an_uninterrupted_run(tmp_path, facto
 
 
 def test_resume_refuses_changed_arguments(tmp_path, factory):
-    train(make_args(tmp_path, steps=3), factory)
+    train(make_args(tmp_path, max_steps=3), factory)
     with pytest.raises(ValueError, match="learning_rate: saved 0.001 vs now 0.002"):
-        train(make_args(tmp_path, steps=6, lr=2e-3, resume=True), factory)
+        train(make_args(tmp_path, max_steps=6, learning_rate=2e-3, resume=True), factory)
     # how many examples share a forward pass changes the speed, not the run: a resume may change it
-    train(make_args(tmp_path, steps=6, eval_batch_size=3, resume=True), factory)
+    train(make_args(tmp_path, max_steps=6, eval_batch_size=3, resume=True), factory)
 
 
 def test_plus_and_minus_see_the_same_batch_and_sampling_seed(tmp_path, factory):
@@ -158,7 +158,7 @@ def test_plus_and_minus_see_the_same_batch_and_sampling_seed(tmp_path, factory):
 
     lm.generate = recording_generate
     try:
-        args = make_args(tmp_path, reward=["test_len_spy"], steps=3, eval_steps=10, do_sample=True, max_new_tokens=3,
+        args = make_args(tmp_path, reward=["test_len_spy"], max_steps=3, eval_steps=10, do_sample=True, max_completion_length=3,
                          evaluation="inplace")  # one closure call per member (batched: tests/test_batched_runs.py)
         MeZOTrainer(args=args, lm=lm, lm_factory=factory, task=get_task("sst2"), splits=splits()).train()
     finally:
@@ -195,9 +195,9 @@ def test_batches_are_a_pure_function_of_seed_and_step():
 @pytest.mark.parametrize("bad, match", [
     (dict(reward=[]), "at least one reward"),
     (dict(reward=["accuracy"], reward_weights=[1.0, 2.0]), "one weight per --reward"),
-    (dict(steps=-2), "--steps"),
-    (dict(batch_size=0), "--batch-size"),
-    (dict(peft="adapters"), "accepted: norm, full, lora, prefix, none"),
+    (dict(max_steps=-2), "--max-steps"),
+    (dict(per_device_train_batch_size=0), "--per-device-train-batch-size"),
+    (dict(peft="adapters"), "accepted: norm, full, lora, prefix"),
 ])
 def test_bad_arguments_name_the_problem(bad, match):
     with pytest.raises(ValueError, match=match):
@@ -214,7 +214,7 @@ def test_tensorboard_option_writes_event_files(tmp_path, factory):
     pytest.importorskip("tensorboard")
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    train(make_args(tmp_path, steps=2, eval_steps=2, report_to=["tensorboard"]), factory)
+    train(make_args(tmp_path, max_steps=2, eval_steps=2, report_to=["tensorboard"]), factory)
     acc = EventAccumulator(str(tmp_path / "run" / "tensorboard"))
     acc.Reload()
     tags = acc.Tags()["scalars"]  # transformers' dashboard names: train/..., eval/... (validation), test/...
@@ -230,7 +230,7 @@ def test_masked_lm_trains_on_the_mask_prompt(tmp_path, tiny_masked_lm):
                         mask_prompt=ex.prompt + " [MASK] .", mask_candidates=["terrible", "great"]) for ex in v]
             for k, v in splits().items()}
     factory = lambda: LanguageModel(make_tiny_masked_lm(tok), tok)
-    args = make_args(tmp_path, steps=2, eval_steps=2)
+    args = make_args(tmp_path, max_steps=2, eval_steps=2)
     trainer = MeZOTrainer(args=args, lm=LanguageModel(model, tok), lm_factory=factory, task=get_task("sst2"), splits=data)
     trainer.train()
     summary = trainer.summary

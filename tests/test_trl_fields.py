@@ -93,7 +93,7 @@ def test_honoured_fields_change_the_config():
 def test_the_schedule_is_transformers_cosine_with_warmup(tmp_path, factory):  # noqa: F811
     from test_trainer import make_args, train
 
-    args = make_args(tmp_path, steps=4, eval_steps=4, lr_scheduler_type="cosine", warmup_ratio=0.5)
+    args = make_args(tmp_path, max_steps=4, eval_steps=4, lr_scheduler_type="cosine", warmup_ratio=0.5)
     train(args, factory)
     records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     lrs = [r["lr"] for r in records if "split" not in r]
@@ -104,14 +104,14 @@ def test_the_schedule_is_transformers_cosine_with_warmup(tmp_path, factory):  # 
 def test_best_step_strategy_fields(tmp_path, factory):  # noqa: F811
     from test_trainer import make_args, train
 
-    _, lowest = train(make_args(tmp_path, "low", steps=4, eval_steps=1, lr=1e-1, metric_for_best_model="accuracy",
+    _, lowest = train(make_args(tmp_path, "low", max_steps=4, eval_steps=1, learning_rate=1e-1, metric_for_best_model="accuracy",
                                 greater_is_better=False), factory)
     validations = [json.loads(line) for line in (tmp_path / "low" / "metrics.jsonl").read_text().splitlines()]
     accs = {r["step"]: r["metrics"]["accuracy"] for r in validations if r.get("split") == "validation"}
     assert lowest["validation"]["accuracy"] == min(accs.values())
-    _, final = train(make_args(tmp_path, "final", steps=3, eval_steps=1, load_best_model_at_end=False), factory)
+    _, final = train(make_args(tmp_path, "final", max_steps=3, eval_steps=1, load_best_model_at_end=False), factory)
     assert final["best_step"] == 3
-    _, none = train(make_args(tmp_path, "none", steps=2, eval_strategy="no"), factory)
+    _, none = train(make_args(tmp_path, "none", max_steps=2, eval_strategy="no"), factory)
     records = [json.loads(line) for line in (tmp_path / "none" / "metrics.jsonl").read_text().splitlines()]
     assert not [r for r in records if r.get("split") == "validation"] and none["best_step"] == 2
 

@@ -50,7 +50,7 @@ TASKS = {
     # SQuAD's projected gradients are ~3x SST-2's); 1e-3 reached test F1 32.2 (benchmarks/README.md)
     "squad": TaskProtocol("squad", "SQuAD", num_eval=100, num_test=200, metric="squad_f1",
                           metric_reward="squad_f1", icl_demos=2, kind="generation", max_new_tokens=16,
-                          method_args=(("mezo-lora", ("--lr", "1e-3")),)),
+                          method_args=(("mezo-lora", ("--learning-rate", "1e-3")),)),
 }
 
 
@@ -62,7 +62,7 @@ class Method:
     kinds: tuple = ("classification", "generation")
     mezo: bool = False
     # train: peft, reward (None = the task's metric_reward), lr, eps, batch
-    peft: str = "none"
+    peft: str = "full"
     reward: Optional[str] = "cross_entropy"
     lr: Optional[float] = None
     eps: Optional[float] = None
@@ -182,10 +182,10 @@ def build_argv(model: str, protocol: TaskProtocol, method: str, seed: int, setti
               "--seed", str(seed)]
     if settings.eval_batch_size:
         common += ["--eval-batch-size", str(settings.eval_batch_size)]
-    if p.max_new_tokens:
-        common += ["--max-new-tokens", str(p.max_new_tokens)]
     if m.command == "baseline":
         argv = ["baseline", "--method", m.name] + common
+        if p.max_new_tokens:
+            argv += ["--max-new-tokens", str(p.max_new_tokens)]
         if m.name == "icl":
             argv += ["--num-demonstrations", str(p.icl_demos)]
         if m.name == "ft":
@@ -194,10 +194,10 @@ def build_argv(model: str, protocol: TaskProtocol, method: str, seed: int, setti
                 argv += ["--ft-max-steps", str(settings.ft_max_steps)]
     else:
         batch = settings.batch_size or m.batch
-        argv = ["train"] + common + ["--num-eval", str(p.num_eval), "--peft", m.peft,
-                                     "--reward", m.reward or p.metric_reward, "--lr", _fmt(m.lr), "--eps", _fmt(m.eps),
-                                     "--steps", str(steps), "--batch-size", str(batch), *m.extra,
-                                     "--no-initial-test", "--no-progress"]
+        argv = ["train"] + common + (["--max-completion-length", str(p.max_new_tokens)] if p.max_new_tokens else [])
+        argv += ["--num-eval", str(p.num_eval), "--peft", m.peft, "--reward", m.reward or p.metric_reward,
+                 "--learning-rate", _fmt(m.lr), "--eps", _fmt(m.eps), "--max-steps", str(steps),
+                 "--per-device-train-batch-size", str(batch), *m.extra, "--no-initial-test", "--no-progress"]
     return argv + list(dict(p.method_args).get(method, ())) + list(settings.method_args.get(method, ()))
 
 

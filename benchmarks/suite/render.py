@@ -10,6 +10,9 @@ from .records import latest_by_key, load_records
 from .stats import Group, aggregate
 from .verdicts import TOLERANCE, Z, verdicts
 
+#: how a variant's label names an option (the short name the results page has always used)
+_LABELS = {"--learning-rate": "lr", "--per-device-train-batch-size": "batch-size"}
+
 
 def row_labels(groups: list[Group]) -> dict:
     """A row label per (task, method, variant): the method's label, plus, where a method was run with
@@ -26,8 +29,8 @@ def row_labels(groups: list[Group]) -> dict:
         for v, g in vs.items():
             label = base
             if len(vs) > 1:
-                parts = [(f"{opts[v][k]} steps" if k == "--steps" else f"{k[2:]} {opts[v][k]}".rstrip())
-                         for k in sorted(differ, key=lambda k: k != "--steps") if k in opts[v]]
+                parts = [(f"{opts[v][k]} steps" if k == "--max-steps" else f"{_LABELS.get(k, k[2:])} {opts[v][k]}".rstrip())
+                         for k in sorted(differ, key=lambda k: k != "--max-steps") if k in opts[v]]
                 label += ", " + ", ".join(parts) if parts else f" [{v}]"
             labels[(task, method, v)] = label
     return labels

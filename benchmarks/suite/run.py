@@ -104,7 +104,7 @@ def read_run(cell: Cell, run_dir: pathlib.Path, protocol: TaskProtocol) -> dict:
                                                       "batch_size", "max_steps", "steps", "eval_steps", "dtype",
                                                       "autocast") if k in cfg}
         except (OSError, ValueError):
-            out["batch"] = int(option(cell.argv, "--batch-size", 0)) or None
+            out["batch"] = int(option(cell.argv, "--per-device-train-batch-size", 0)) or None
         out["curve"] = validation_curve(run_dir / "metrics.jsonl", protocol.metric)
     value = out["metrics"].get(protocol.metric)
     if value is None:

@@ -44,8 +44,8 @@ from mezo_rl.cli import checks, plots
 from mezo_rl.training.setup import load_splits, resolve_task, reward_refs
 
 from mezo_rl.training import rundir
-from mezo_rl.training.arguments import (BaselineArguments, EvalRunArguments, MeZOConfig, data_task_options,
-                                       field_aliases, parse_step, unwrap_optional)
+from mezo_rl.training.arguments import (BaselineArguments, EvalRunArguments, MeZOConfig, data_task_options, parse_step,
+                                       unwrap_optional)
 from mezo_rl.training.config import trl_options
 from mezo_rl.training.model_card import push_to_hub, write_model_card
 from mezo_rl.cli.baselines import run_baseline
@@ -70,7 +70,12 @@ class UsageError(ConfigError):
 
 class ArgumentParser(argparse.ArgumentParser):
     """argparse, with its errors raised as :class:`UsageError` (one line, through ``main``) instead of
-    printing the usage and exiting."""
+    printing the usage and exiting; an option is only its full name (no abbreviations: ``--lr`` is not
+    ``--lr-scheduler-type``)."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
 
     def error(self, message):
         raise UsageError(f"{message} (see `{self.prog} --help`)")
@@ -118,8 +123,7 @@ def add_dataclass_arguments(parser: argparse.ArgumentParser, cls, skip=()) -> No
         if f.name in skip:
             continue
         tp = unwrap_optional(hints[f.name])
-        names = [spelling for name in (f.name, *f.metadata.get("aliases", ()))
-                 for spelling in [f"--{name.replace('_', '-')}"] + ([f"--{name}"] if "_" in name else [])]
+        names = [f"--{f.name.replace('_', '-')}"] + ([f"--{f.name}"] if "_" in f.name else [])
         default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
         help_text = f.metadata.get("help", "")
         if "default" not in help_text:  # one default each: the help text's own, or the field's
@@ -167,9 +171,7 @@ def option_values(cls, ns: argparse.Namespace, config: Optional[dict] = None, sk
     """The options of ``cls`` given in the config file, then on the command line (``ns``, which wins)."""
     fields = {f.name for f in dataclasses.fields(cls)} - set(skip)
     values = {}
-    config = {k: v for k, v in (config or {}).items() if k not in field_aliases(cls)} | {
-        field_aliases(cls)[k]: v for k, v in (config or {}).items() if k in field_aliases(cls)}
-    config = trl_options(config, fields)
+    config = trl_options(config or {}, fields)
     unknown = sorted(set(config or {}) - fields)
     if unknown:
         raise ConfigError(f"config file: unknown option(s) {unknown}; accepted: {sorted(fields)}")

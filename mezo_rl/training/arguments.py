@@ -36,7 +36,7 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from mezo_rl.training.defaults import (FIELD_OF, MODE_ALIASES, MODE_DEFAULTS, MODES, PROMPT_TASK_DEFAULTS, default_mode,
+from mezo_rl.training.defaults import (FIELD_OF, MODE_DEFAULTS, MODES, PROMPT_TASK_DEFAULTS, default_mode,
                                        default_reward, mode_defaults)
 from mezo_rl.errors import ConfigError
 from mezo_rl.training.config import trl_options
@@ -49,15 +49,18 @@ from mezo_rl.engine.optim import ESTIMATORS, EVALUATIONS, ON_NONFINITE
 LR_SCHEDULERS = ("constant", "constant_with_warmup", "linear", "cosine", "cosine_with_restarts", "polynomial")
 
 
+#: earlier field names -> TRL's, named in the error that refuses them (they are not accepted)
+RENAMED = {"lr": "learning_rate", "steps": "max_steps", "batch_size": "per_device_train_batch_size",
+           "max_new_tokens": "max_completion_length", "lr_scheduler": "lr_scheduler_type",
+           "metric_for_best": "metric_for_best_model"}
+
+
 def option(default: Any = dataclasses.MISSING, help: str = "", *, choices=None, min: Optional[int] = None,
            gt: Optional[float] = None, ge: Optional[float] = None, lt: Optional[float] = None,
-           default_factory: Any = dataclasses.MISSING, aliases: tuple[str, ...] = ()):
+           default_factory: Any = dataclasses.MISSING):
     """A dataclass field with its ``--help`` text and what it accepts in the metadata: ``choices``,
-    an integer ``min``, or number bounds ``gt`` (>), ``ge`` (>=), ``lt`` (<). ``aliases``: the field's
-    earlier names, still accepted as keywords, config-file keys and ``--options`` (:func:`canonical_options`)."""
+    an integer ``min``, or number bounds ``gt`` (>), ``ge`` (>=), ``lt`` (<)."""
     metadata: dict[str, Any] = {"help": help}
-    if aliases:
-        metadata["aliases"] = tuple(aliases)
     if choices is not None:
         metadata["choices"] = list(choices)
     for key, bound in (("min", min), ("gt", gt), ("ge", ge), ("lt", lt)):
@@ -74,31 +77,17 @@ def flag(name: str) -> str:
 _BOUNDS = {"gt": (lambda v, b: v > b, ">"), "ge": (lambda v, b: v >= b, ">="), "lt": (lambda v, b: v < b, "<")}
 
 
-def flags(f: dataclasses.Field) -> str:
-    """How an error names the option of field ``f``: ``--learning-rate / --lr`` (with its earlier names)."""
-    return " / ".join(flag(n) for n in (f.name, *f.metadata.get("aliases", ())))
-
-
-def field_aliases(cls) -> dict[str, str]:
-    """``{earlier name: field name}`` of the dataclass ``cls`` (its fields' ``aliases``)."""
-    return {alias: f.name for f in dataclasses.fields(cls) for alias in f.metadata.get("aliases", ())}
-
-
 def canonical_options(cls, values: dict) -> dict:
     """``values`` (keywords, or a config file's keys) under ``cls``'s field names: the fields of TRL's
     ``GRPOConfig`` and transformers' ``TrainingArguments`` that ``cls`` does not have are handled by
     :func:`mezo_rl.training.config.trl_options` (mapped onto a field, named in one warning line, or refused);
     names known to none of them are refused together, in one line."""
     fields = {f.name for f in dataclasses.fields(cls)}
-    out: dict = {}
-    for key, value in trl_options(values, fields | set(field_aliases(cls))).items():
-        name = field_aliases(cls).get(key, key)
-        if name != key and name in values:
-            raise ConfigError(f"{flag(name)} and {flag(key)} (its earlier name) are both given; give {flag(name)} only")
-        out[name] = value
+    out = trl_options(values, fields)
     unknown = [k for k in out if k not in fields]
     if unknown:
-        hints = [f"{k!r} (did you mean {close[0]!r}?)" if close else repr(k)
+        hints = [f"{k!r} (now {RENAMED[k]!r})" if RENAMED.get(k) in fields else
+                 f"{k!r} (did you mean {close[0]!r}?)" if close else repr(k)
                  for k in unknown for close in [difflib.get_close_matches(k, sorted(fields), n=1, cutoff=0.8)]]
         raise ConfigError(f"unknown {cls.__name__} field{'s' if len(unknown) > 1 else ''} {', '.join(hints)}; "
                           f"accepted: the fields of {cls.__name__}, GRPOConfig and TrainingArguments")
@@ -190,15 +179,15 @@ class Arguments:
             value = getattr(self, f.name)
             if value is None:
                 continue
-            value = _check_type(f.name, value, hints[f.name], flags(f))
+            value = _check_type(f.name, value, hints[f.name], flag(f.name))
             setattr(self, f.name, value)
             if "choices" in f.metadata and value not in f.metadata["choices"]:
-                raise ConfigError(f"{flags(f)}: got {value!r}, accepted: {', '.join(map(str, f.metadata['choices']))}")
+                raise ConfigError(f"{flag(f.name)}: got {value!r}, accepted: {', '.join(map(str, f.metadata['choices']))}")
             if "min" in f.metadata and value < f.metadata["min"]:
-                raise ConfigError(f"{flags(f)}: got {value!r}, accepted: an integer >= {f.metadata['min']}")
+                raise ConfigError(f"{flag(f.name)}: got {value!r}, accepted: an integer >= {f.metadata['min']}")
             for key, (ok, sign) in _BOUNDS.items():
                 if key in f.metadata and not (math.isfinite(value) and ok(value, f.metadata[key])):
-                    raise ConfigError(f"{flags(f)}: got {value!r}, accepted: a number {sign} {f.metadata[key]:g}")
+                    raise ConfigError(f"{flag(f.name)}: got {value!r}, accepted: a number {sign} {f.metadata[key]:g}")
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -279,7 +268,7 @@ class ObjectiveArguments(Arguments):
 
 @dataclass
 class PeftArguments(Arguments):
-    peft: Optional[str] = option(None, "what MeZO trains: norm (the final normalisation layer's gains; the default), full (every weight: full fine-tuning; the default for a prompt task), lora (low-rank adapters) or prefix (prefix-tuning)", choices=[*MODES, *MODE_ALIASES])
+    peft: Optional[str] = option(None, "what MeZO trains: norm (the final normalisation layer's gains; the default), full (every weight: full fine-tuning; the default for a prompt task), lora (low-rank adapters) or prefix (prefix-tuning)", choices=MODES)
     lora_r: int = option(8, "LoRA rank (paper: 8)", min=1)
     lora_alpha: int = option(16, "LoRA alpha (paper: 16)", min=1)
     lora_target_modules: Optional[list[str]] = option(None, "the linear layers LoRA wraps (names, or all-linear; default: "
@@ -318,18 +307,16 @@ class DataArguments(Arguments):
 @dataclass
 class MeZOArguments(Arguments):
     max_steps: Optional[int] = option(None, f"training steps (paper: 20000; -1 or unset with --num-train-epochs: "
-                                            f"from the epochs) {_per_mode('steps')}", min=0,
-                                      aliases=("steps",))
+                                            f"from the epochs) {_per_mode('steps')}", min=0)
     num_train_epochs: Optional[float] = option(None, "with --max-steps unset: run this many passes' worth of "
                                                      "--num-train examples (batches are drawn with replacement)", gt=0)
     per_device_train_batch_size: Optional[int] = option(None, f"completions per step on each process: examples, or "
                                                         f"prompts x --num-generations (TRL's per_device_train_batch_size; "
-                                                        f"paper: 16) {_per_mode('batch_size')}", min=1,
-                                                        aliases=("batch_size",))
+                                                        f"paper: 16) {_per_mode('batch_size')}", min=1)
     gradient_accumulation_steps: int = option(1, "a step's batch is this many per-device batches (MeZO sees them all "
                                                  "at +eps and -eps, then steps once)", min=1)
     learning_rate: Optional[float] = option(None, f"learning rate; with --normalize std the length of each sign step "
-                                                  f"{_per_mode('lr')}", ge=0, aliases=("lr",))
+                                                  f"{_per_mode('lr')}", ge=0)
     eps: Optional[float] = option(None, f"perturbation scale {_per_mode('eps')}; with the paper's 1e-3 the accuracy of a batch is the same at +eps and -eps", gt=0)
     weight_decay: Optional[float] = option(None, f"decoupled weight decay, biases and norm weights exempt {_per_mode('weight_decay')}", ge=0)
     lr_scheduler_type: str = option("constant", "the learning-rate schedule, as in transformers (constant: the paper)",
@@ -367,8 +354,7 @@ class ComputeArguments(Arguments):
 
 @dataclass
 class GenerationArguments(Arguments):
-    max_completion_length: int = option(32, "the most tokens a completion has, in training and evaluation", min=1,
-                                        aliases=("max_new_tokens",))
+    max_completion_length: int = option(32, "the most tokens a completion has, in training and evaluation", min=1)
     max_prompt_length: Optional[int] = option(None, "keep only the last N tokens of a longer prompt (default: whole "
                                                     "prompts)", min=1)
     num_generations: int = option(1, "completions per prompt in a training step, sampled as in TRL; "
@@ -482,7 +468,7 @@ class MeZOConfig(OutputArguments, EvalArguments, GenerationArguments, ComputeArg
         super().__post_init__()
         kind = self.task_kind()
         mode_given = self.peft is not None
-        self.peft = MODE_ALIASES.get(self.peft, self.peft) if mode_given else default_mode(kind)
+        self.peft = self.peft if mode_given else default_mode(kind)
         steps_given = self.max_steps is not None
         resolved = [FIELD_OF.get(k, k) for k in MODE_DEFAULTS[self.peft]] + ["eval_steps"]
         object.__setattr__(self, "_defaulted", tuple(k for k in resolved if getattr(self, k) is None)
@@ -510,7 +496,8 @@ class MeZOConfig(OutputArguments, EvalArguments, GenerationArguments, ComputeArg
     def given_values(self) -> dict:
         """The field values, without those this configuration filled in from the per-mode defaults (which
         :meth:`resolve` fills in again)."""
-        return {k: v for k, v in self.to_dict().items() if k not in getattr(self, "_defaulted", ())}
+        values = {**self.to_dict(), "hub_token": self.hub_token}  # the secret too: this object's, never written
+        return {k: v for k, v in values.items() if k not in getattr(self, "_defaulted", ())}
 
     @classmethod
     def resolve(cls, values: dict, task_kind: Optional[str] = None,
@@ -601,7 +588,7 @@ class BaselineArguments(DataTaskArguments):
     seed: int = shared(SeedArguments, "seed", help="seed for data sampling, demonstrations and ft batches")
     dtype: str = shared(ComputeArguments, "dtype")
     eval_batch_size: int = shared(EvalArguments, "eval_batch_size")
-    max_new_tokens: int = shared(GenerationArguments, "max_completion_length", aliases=())
+    max_new_tokens: int = shared(GenerationArguments, "max_completion_length")
     num_demonstrations: int = option(32, "icl: demonstrations in the context (paper: 32)", min=1)
     lp_l2: float = option(1.0, "lp: L2 penalty of the logistic regression (on standardised features)")
     ft_lr: float = option(1e-5, "ft: Adam learning rate (paper: 1e-5, 5e-5, 8e-5)")

@@ -1,6 +1,6 @@
 """The defaults of ``mezo-rl train`` that depend on what MeZO trains (``--peft``): one table.
 
-:class:`~mezo_rl.training.arguments.TrainingArguments` fills every one of these options left unset from its
+:class:`~mezo_rl.training.arguments.MeZOConfig` fills every one of these options left unset from its
 mode's row when it is built, so its fields (and a run's ``config.json``) hold every value the run
 used, and ``mezo-rl train --config RUN/config.json`` repeats the run. Every other option has one
 default, in its field's declaration (:mod:`mezo_rl.training.arguments`).
@@ -11,13 +11,11 @@ from __future__ import annotations
 
 from typing import Mapping
 
-__all__ = ["MODES", "MODE_ALIASES", "MODE_DEFAULTS", "PROMPT_TASK_DEFAULTS", "DEFAULT_MODE", "PROMPT_TASK_MODE",
+__all__ = ["MODES", "MODE_DEFAULTS", "PROMPT_TASK_DEFAULTS", "DEFAULT_MODE", "PROMPT_TASK_MODE",
            "MEZO_OPTIONS", "FIELD_OF", "default_mode", "default_reward", "mode_defaults", "mezo_options"]
 
 #: what ``--peft`` accepts: the final normalisation layer's gains, every weight, or an adapter
 MODES = ("norm", "full", "lora", "prefix")
-#: other spellings of a mode, resolved when the arguments are built (``none``: full fine-tuning)
-MODE_ALIASES = {"none": "full"}
 
 # Why these values: prefix takes the paper's OPT grid (Table 16); full and LoRA take an lr (and full
 # an eps) sized for a run of this CLI's length, as the paper's are meant for runs a hundred times longer.
@@ -99,6 +97,6 @@ def mezo_options(values: Mapping) -> dict:
     training arguments as a dict), ``normalize`` as MeZO takes it (``"none"`` -> None)."""
     out = {k: values[k] if k in values else values[FIELD_OF[k]] for k in MEZO_OPTIONS}
     # with a KL penalty (beta > 0) the trainer normalises the reward part of each loss itself and adds the
-    # penalty after it (mezo_rl.training.trainer.Trainer.member_losses): the engine takes the losses as they are
+    # penalty after it (mezo_rl.training.trainer.MeZOTrainer.member_losses): the engine takes the losses as they are
     out["normalize"] = None if out["normalize"] == "none" or values.get("beta") else out["normalize"]
     return out

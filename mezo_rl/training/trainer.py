@@ -73,7 +73,7 @@ def sample_batch_indices(n_examples: int, batch_size: int, seed: int, step: int)
 
 
 def default_metric_for_best(task, rewards) -> str:
-    """The validation metric that picks the best step when ``metric_for_best`` is unset: a labelled task's
+    """The validation metric that picks the best step when ``metric_for_best_model`` is unset: a labelled task's
     first metric; a prompt task's own metric where the run's ``rewards`` (names) include it (arithmetic's
     ``exact_answer`` under its default reward), else the weighted ``objective`` of the rewards it was given."""
     first = task.metrics[0] if task.metrics else OBJECTIVE

@@ -1,13 +1,16 @@
 """What :class:`~mezo_rl.training.trainer.MeZOTrainer`'s TRL-shaped arguments become.
 
-``MeZOTrainer(model, reward_funcs, args, train_dataset, eval_dataset, processing_class, callbacks,
-peft_config)`` takes what ``trl.GRPOTrainer`` takes. :func:`resolve_inputs` turns those into the one
+``MeZOTrainer(model, reward_funcs, args, train_dataset, eval_dataset, processing_class,
+reward_processing_classes, callbacks, optimizers, quantization_config, peft_config)`` takes what
+``trl.GRPOTrainer`` takes. :func:`resolve_inputs` turns those into the one
 configuration the run records (``training_args.json``) and the objects it runs with:
 
 - ``model``: a short name, hub id or path (``args.model``), or a ``PreTrainedModel`` (wrapped with
   ``processing_class``, or the tokenizer saved beside it; ``args.model`` records its ``name_or_path``);
-- ``reward_funcs``: a callable, a registered name, a ``module:function`` / ``file.py:function`` path, or a
-  list of these. A callable is recorded as ``module:qualname`` (a registered one by its name), so
+- ``reward_funcs``: a callable, a registered name, a ``module:function`` / ``file.py:function`` path, a
+  sequence-classification reward model (an object, a local directory or a hub id; its tokenizer from
+  ``reward_processing_classes`` or beside it), or a list of these; a function that names TRL's
+  ``completion_ids``, ``trainer_state``, ``log_extra`` or ``log_metric`` gets them (:class:`TRLReward`). A callable is recorded as ``module:qualname`` (a registered one by its name), so
   ``mezo-rl train --config RUN/training_args.json`` imports it again; one that cannot be imported (a lambda, a
   function defined inside another, or one in the running script) still trains, and the run says it
   cannot be replayed from its config alone (summary.json ``config_replayable: false`` and why);
