@@ -144,7 +144,7 @@ def test_a_grpo_notebook_config_runs_with_two_names_changed(tmp_path, tiny_token
         lr_scheduler_type="cosine", optim="adamw_8bit", logging_steps=1, bf16=False, fp16=False,
         per_device_train_batch_size=2, gradient_accumulation_steps=1, num_generations=2, max_prompt_length=16,
         max_completion_length=6, num_train_epochs=1, max_steps=2, save_steps=250, max_grad_norm=0.1,
-        report_to="none", output_dir=str(tmp_path / "outputs"), disable_tqdm=True,
+        report_to="none", output_dir=str(tmp_path / "outputs"), disable_tqdm=True, num_completions_to_print=2,
     )
     dataset = Dataset.from_dict({"prompt": [f"Tell me about the number {i} and" for i in range(12)]})
     model = make_tiny_causal_lm(tiny_tokenizer)
@@ -153,5 +153,30 @@ def test_a_grpo_notebook_config_runs_with_two_names_changed(tmp_path, tiny_token
                               args=training_args, train_dataset=dataset)
         out = trainer.train()
     assert out.global_step == 2 and trainer.state.global_step == 2
+    printed = [line for line in capsys.readouterr().out.splitlines() if line.startswith("[validation step ")]
+    steps = {line.split("]")[0] for line in printed}  # num_completions_to_print at each validation (0, 1, 2)
+    assert steps == {"[validation step 0", "[validation step 1", "[validation step 2"} and " -> " in printed[0]
     assert len(_warnings(caplog)) <= 1
     assert {"adam_beta1", "optim", "max_grad_norm"} <= set(_warnings(caplog)[0].replace(",", " ").split())
+
+
+def test_max_prompt_length_keeps_the_last_tokens_of_a_longer_prompt(tiny_tokenizer):
+    from conftest import make_tiny_causal_lm
+    from mezo_rl.model.lm import LanguageModel
+    from mezo_rl.tasks import Example
+    from mezo_rl.training.setup import truncate_prompts
+
+    lm = LanguageModel(make_tiny_causal_lm(tiny_tokenizer), tiny_tokenizer)
+    long, short = Example(prompt="the movie was good and the acting was warm and bright . It was"), Example(prompt="fun")
+    kept = truncate_prompts({"train": [long, short]}, lm, 4)["train"]
+    ids = tiny_tokenizer(long.prompt, add_special_tokens=False)["input_ids"]
+    assert tiny_tokenizer(kept[0].prompt, add_special_tokens=False)["input_ids"] == ids[-4:] and kept[1] is short
+    assert truncate_prompts({"train": [long]}, lm, None)["train"][0] is long
+
+
+def test_hub_token_is_used_but_never_written(tmp_path):
+    from mezo_rl.tasks import get_task
+
+    args = MeZOConfig(hub_token="hf_secret", output_dir=str(tmp_path))
+    assert "hub_token" not in args.to_dict() and "hf_secret" not in json.dumps(args.to_dict())
+    assert args.for_task(get_task("arithmetic")).hub_token == "hf_secret"  # re-resolved for a task: kept
