@@ -198,3 +198,43 @@ def test_the_readme_reward_example_is_a_working_reward(tmp_path):
     out = margin.evaluate(prompts=["a", "b"], candidate_scores=scores([-1.0, -3.0], [-2.0, -0.5, -1.0]), labels=[0, 2])
     (values,) = out.values.values()
     assert values == pytest.approx([2.0, -0.5])
+
+
+def test_the_readme_is_a_first_page():
+    """A new user's page: short, and with no measured figure (figures live behind its links, beside their
+    commands: docs/results.md, docs/mezo-or-grpo.md, benchmarks/README.md)."""
+    from test_no_figures import FIGURES
+
+    assert len(README.splitlines()) <= 150
+    prose = re.sub(r"^```.*?^```", "", README, flags=re.M | re.S)
+    found = [(kind, line) for line in prose.splitlines() for kind, p in FIGURES.items() if p.search(line)]
+    assert not found, f"README.md states figures; link to the page that has them instead: {found}"
+    assert "docs/mezo-or-grpo.md" in README
+
+
+def slug(heading: str) -> str:
+    """GitHub's anchor of a Markdown heading: lower case, punctuation dropped, spaces to dashes."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+LINKED = [ROOT / "README.md", ROOT / "DEVELOPERS.md", ROOT / "benchmarks" / "README.md",
+          *sorted((ROOT / "docs").glob("*.md"))]
+
+
+@pytest.mark.parametrize("path", LINKED, ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_relative_link_in_the_docs_resolves(path):
+    """Each `[text](target)` that is not a URL names a file of the repository, and its `#anchor` a heading."""
+    text = re.sub(r"^```.*?^```", "", path.read_text(), flags=re.M | re.S)
+    broken = []
+    for target in re.findall(r"\]\(([^)\s]+)\)", text):
+        if re.match(r"[a-z]+:", target):
+            continue
+        file, _, anchor = target.partition("#")
+        dest = (path.parent / file).resolve() if file else path
+        if not dest.exists():
+            broken.append(target)
+        elif anchor and dest.suffix == ".md":
+            headings = re.findall(r"^#+ (.+)$", re.sub(r"^```.*?^```", "", dest.read_text(), flags=re.M | re.S), re.M)
+            if anchor not in {slug(h) for h in headings}:
+                broken.append(target)
+    assert not broken, f"{path.relative_to(ROOT)} links to what does not exist: {broken}"
