@@ -61,6 +61,8 @@ CASES = {
                                    dict(noise="lowrank", eps=0.3)),
     "linear weights and biases": (lambda t, m: (make_tiny_causal_lm(t, attention_bias=True, mlp_bias=True), t),
                                   r"layers\.1\.(self_attn|mlp)\.", dict(noise="lowrank", eps=0.3)),
+    "biases only, gaussian": (lambda t, m: (make_tiny_causal_lm(t, attention_bias=True, mlp_bias=True), t),
+                              r"\.bias$", dict(noise="gaussian", n_spsa=2, eps=1.0)),
     "final norm, rademacher, trunk cache": (lambda t, m: (make_tiny_causal_lm(t), t), "norm-cache",
                                             dict(noise="rademacher", normalize="std", n_spsa=2, eps=1.0)),
     "lora, gaussian (dense deltas)": (lambda t, m: (make_tiny_causal_lm(t), t), "lora",
