@@ -15,18 +15,19 @@ models is bound by launches, not arithmetic (docs/engine.md, "How members are ba
 ``nn.Linear`` (and transformers' ``Conv1D``) weights and ``nn.Embedding`` weights with low-rank noise
     Activation side. For W [m, n] the weight-side noise is ``z = B A^T / sqrt(r)`` (exactly the factors
     :meth:`mezo_rl.engine.noise.NoiseSpec.factors` draws for that tensor, seed and index), so member k
-    computes ``x W^T + sign_k eps / sqrt(r) * (x A) B^T``: the rank-r correction of every member is two
-    batched products over the member axis (``x A`` [M, N, r], then times ``B^T``, plus each member's
-    bias), and one matrix product over all members' rows, which reads W once, accumulates ``x W^T`` onto
-    it. The first product's form is chosen per device (:data:`PRODUCT_FORMS`). Layers reading the same
-    input (q/k/v, gate/up) share its member and row views. An embedding adds the rows of z gathered by
-    token id, ``B[id] A^T * sign_k eps / sqrt(r)``, for all members in one gather and one product. A tied
-    output head shares its factors with the embedding.
+    computes ``x W^T + sign_k eps / sqrt(r) * (x A) B^T``: one matrix product over all members' rows
+    reads W once (``x W^T`` and the layer's own bias), and each member's rank-r correction is added in
+    place by two batched operators over the member axis (``x A`` [M, N, r], then times ``B^T``); a
+    perturbed bias adds each member's delta. The first product's form is chosen per device
+    (:data:`PRODUCT_FORMS`). Layers reading the same input (q/k/v, gate/up) share its member and row
+    views. An embedding adds the rows of z gathered by token id, ``B[id] A^T * sign_k eps / sqrt(r)``,
+    for all members in one gather and one product. A tied output head shares its factors with the
+    embedding.
 ``nn.Linear`` / ``Conv1D`` weights with element-wise noise (gaussian, rademacher)
     Each member's own weight ``W + sign_k eps z`` (M copies of the tensor: meant for adapters such as
     LoRA's A and B; refused where the copies would be a sizeable part of the model), one batched product.
 Linear / Conv1D biases
-    Each member's bias ``b + sign_k eps z`` [M, 1, out], added to its rows within the batched products.
+    Each member's delta ``sign_k eps z`` [M, 1, out], added to its rows in one broadcast operator.
 Modules that take per-member tensors themselves (``accepts_member_params = True``, e.g. the prefix)
     Get ``module.member_params = {name: [M, *shape] perturbed copies}`` for the duration of the pass.
 Any other module with trainable tensors (norm gains, ...)
@@ -288,7 +289,10 @@ class MemberPlan:
             if kinds - {"lowrank"}:
                 drawn = {s: spec.sample(p, s, idx) for s in seeds}
                 delta = torch.stack([drawn[m.seed] for m in members]) * coef.view(-1, *([1] * p.dim()))
-                entry["copies"] = p.detach().unsqueeze(0) + delta.to(p.dtype)  # each member's tensor [M, *shape]
+                delta = delta.to(p.dtype)
+                if "bias" in kinds:
+                    entry["delta"] = delta                                  # each member's perturbation [M, *shape]
+                entry["copies"] = p.detach().unsqueeze(0) + delta          # each member's tensor [M, *shape]
             out[id(p)] = entry
         return out
 
@@ -324,10 +328,8 @@ class MemberPlan:
         kind = roles.get("weight")
         n_out = W.shape[1] if conv else W.shape[0]
         wt = W if conv else W.t()  # [in, out], a view made once per pass
-        if "bias" in roles:
-            bias3 = tensors[id(mod.bias)]["copies"][:, None, :]  # each member's bias [M, 1, out]
-        else:
-            bias3 = None if mod.bias is None else mod.bias.view(1, 1, -1)
+        bias = mod.bias  # the layer's own bias, added within the weight's product
+        delta3 = tensors[id(bias)]["delta"][:, None, :] if "bias" in roles else None  # each member's [M, 1, out]
         transposed = False
         if kind == "lowrank":
             w = tensors[id(W)]
@@ -336,9 +338,11 @@ class MemberPlan:
             transposed = product_form(W.device) == "transposed"
             left = left.transpose(1, 2).contiguous() if transposed else left  # [M, r, in] or [M, in, r]
             rank1 = right_t.shape[1] == 1
+            cast = {right_t.dtype: right_t}
         elif kind == "dense":
             copies = tensors[id(W)]["copies"]                               # each member's weight
             per_member = copies if conv else copies.transpose(1, 2)         # [M, in, out]
+            dense_bias = None if bias is None else (bias.view(1, 1, -1) if delta3 is None else bias + delta3)
 
         def forward(x, *args, **kwargs):
             if args or kwargs:
@@ -346,21 +350,23 @@ class MemberPlan:
             self._blocks(mod, x.shape[0])
             xm, x2 = self._views(x, transposed)
             shape = (*x.shape[:-1], n_out)
-            autocast = torch.is_autocast_enabled(x.device.type)
             if kind == "dense":  # each member's own (small) weight: one batched product
-                out3 = torch.bmm(xm, per_member) if bias3 is None else torch.baddbmm(bias3, xm, per_member)
+                out3 = torch.bmm(xm, per_member) if dense_bias is None else torch.baddbmm(dense_bias, xm, per_member)
                 return out3.view(shape)
-            if kind is None:  # only the biases are perturbed
-                out3 = _main(x2, W, wt, None, conv, autocast).view(M, -1, n_out)
-                return out3.add_(bias3).view(shape)
-            # the rank-r correction of every member: (x left) [M, N, r], times right^T, plus the biases ...
-            xa = _member_product(xm, left, transposed, rank1)
-            if rank1:
-                corr = xa * right_t if bias3 is None else torch.addcmul(bias3, xa, right_t)
-            else:
-                corr = torch.bmm(xa, right_t) if bias3 is None else torch.baddbmm(bias3, xa, right_t)
-            # ... then the weight's product over all rows at once, accumulated onto it: W is read once
-            return _main(x2, W, wt, corr.view(-1, n_out), conv, autocast).view(shape)
+            # the weight's product over all members' rows at once (W read once, as plain inference reads it) ...
+            out2 = _main(x2, W, wt, bias, conv, torch.is_autocast_enabled(x.device.type))
+            out3 = out2.view(M, -1, n_out)
+            if kind == "lowrank":  # ... plus each member's rank-r correction (x left) right^T, in place
+                xa = _member_product(xm, left, transposed, rank1)
+                if rank1:
+                    out3.addcmul_(xa, right_t)
+                else:
+                    if out3.dtype not in cast:
+                        cast[out3.dtype] = right_t.to(out3.dtype)
+                    out3.baddbmm_(xa.to(out3.dtype), cast[out3.dtype])
+            if delta3 is not None:
+                out3.add_(delta3)
+            return out2.view(shape)
 
         return forward
 
@@ -465,14 +471,12 @@ def _member_product(xm, left, transposed: bool, rank1: bool):
     return xa_t.view(xm.shape[0], -1, 1) if rank1 else xa_t.transpose(1, 2)
 
 
-def _main(x2, W, wt, corr2, conv: bool, autocast: bool):
-    """``x2 W^T (+ corr2)`` over all rows (Conv1D: ``x2 W``). Under autocast through ``F.linear``, whose cast
-    of the weight autocast caches; otherwise one ``addmm`` on the transposed view made once per pass."""
+def _main(x2, W, wt, bias, conv: bool, autocast: bool):
+    """``x2 W^T + bias`` over all rows (Conv1D: ``x2 W + bias``). Under autocast through ``F.linear``, whose cast
+    of the weight autocast caches; otherwise one ``mm`` / ``addmm`` on the transposed view made once per pass."""
     if autocast and not conv:
-        return torch.nn.functional.linear(x2, W, corr2)
-    if corr2 is None:
-        return torch.mm(x2, wt)
-    return torch.addmm(corr2, x2, wt)
+        return torch.nn.functional.linear(x2, W, bias)
+    return torch.mm(x2, wt) if bias is None else torch.addmm(bias, x2, wt)
 
 
 def _vmapped(mod, orig, copies, args, M, b):
