@@ -277,18 +277,24 @@ class MemberPlan:
     def _draw(self, spec, members, entries) -> dict[int, dict]:
         """Per trainable tensor, this step's per-member factors (low-rank) or perturbations (others)."""
         seeds = sorted({m.seed for m in members})
-        out = {}
+        out, coefs = {}, {}  # each member's sign * eps per (eps, device), and its broadcast shapes, made once a step
         for idx, p, group in entries:
             kinds, entry = self.kinds[id(p)], {}
-            coef = torch.tensor([m.sign * group["eps"] for m in members], dtype=torch.float32, device=p.device)
+            key = (group["eps"], p.device)
+            if key not in coefs:
+                coefs[key] = torch.tensor([m.sign * group["eps"] for m in members], dtype=torch.float32, device=p.device)
+            coef = coefs[key]
             if "lowrank" in kinds:
                 drawn = {s: spec.factors(p, s, idx) for s in seeds}
-                scale = (coef / math.sqrt(spec.rank))[:, None, None]
+                if (key, "scale") not in coefs:
+                    coefs[(key, "scale")] = (coef / math.sqrt(spec.rank))[:, None, None]
                 entry["b"] = torch.stack([drawn[m.seed][0] for m in members]).to(p.dtype)         # [M, m, r]
-                entry["a"] = (torch.stack([drawn[m.seed][1] for m in members]) * scale).to(p.dtype)  # [M, n, r]
+                entry["a"] = (torch.stack([drawn[m.seed][1] for m in members]) * coefs[(key, "scale")]).to(p.dtype)
             if kinds - {"lowrank"}:
                 drawn = {s: spec.sample(p, s, idx) for s in seeds}
-                delta = torch.stack([drawn[m.seed] for m in members]) * coef.view(-1, *([1] * p.dim()))
+                if (key, p.dim()) not in coefs:
+                    coefs[(key, p.dim())] = coef.view(-1, *([1] * p.dim()))
+                delta = torch.stack([drawn[m.seed] for m in members]) * coefs[(key, p.dim())]
                 delta = delta.to(p.dtype)
                 if "bias" in kinds:
                     entry["delta"] = delta                                  # each member's perturbation [M, *shape]
