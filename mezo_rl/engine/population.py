@@ -324,7 +324,7 @@ class MemberPlan:
         else:
             xm = x.reshape(M, -1, n_in)
             xm = xm.transpose(1, 2) if transposed else xm
-        x2 = x.reshape(-1, n_in)
+        x2 = x if x.dim() == 2 else x.reshape(-1, n_in)
         self._input = (x, x._version, transposed, xm, x2)
         return xm, x2
 
@@ -372,7 +372,7 @@ class MemberPlan:
                     out3.baddbmm_(xa.to(out3.dtype), cast[out3.dtype])
             if delta3 is not None:
                 out3.add_(delta3)
-            return out2.view(shape)
+            return out2 if x.dim() == 2 else out2.view(shape)
 
         return forward
 
