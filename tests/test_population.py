@@ -61,6 +61,8 @@ CASES = {
                                    dict(noise="lowrank", eps=0.3)),
     "linear weights and biases": (lambda t, m: (make_tiny_causal_lm(t, attention_bias=True, mlp_bias=True), t),
                                   r"layers\.1\.(self_attn|mlp)\.", dict(noise="lowrank", eps=0.3)),
+    "biases only, gaussian": (lambda t, m: (make_tiny_causal_lm(t, attention_bias=True, mlp_bias=True), t),
+                              r"\.bias$", dict(noise="gaussian", n_spsa=2, eps=1.0)),
     "final norm, rademacher, trunk cache": (lambda t, m: (make_tiny_causal_lm(t), t), "norm-cache",
                                             dict(noise="rademacher", normalize="std", n_spsa=2, eps=1.0)),
     "lora, gaussian (dense deltas)": (lambda t, m: (make_tiny_causal_lm(t), t), "lora",
@@ -329,3 +331,63 @@ def test_sampled_generation_of_members_equals_the_weight_side_members(tiny_token
         texts[evaluation] = got
     assert texts["batched"] == texts["inplace"]
     assert len({tuple(t) for t in texts["batched"]}) > 1  # the members' perturbations changed the samples
+
+
+# ---------------------------------------------------------------------------- M = 2, 8, 32; generic modules
+@pytest.mark.parametrize("form", ["cpu", "direct"])
+@pytest.mark.parametrize("n_spsa", [1, 4, 16])
+def test_batched_members_match_the_weight_side_members_at_every_M(tiny_tokenizer, monkeypatch, form, n_spsa):
+    """M = 2, 8, 32 members (low-rank matrices, biases, norm gains, the tied embedding), each product form:
+    every member's loss within the float32 bound of the in-place member's (the central test's bound)."""
+    from mezo_rl.engine.population import PRODUCT_FORMS
+
+    if form == "direct":
+        monkeypatch.setitem(PRODUCT_FORMS, "cpu", "direct")
+    options = dict(noise="lowrank", n_spsa=n_spsa, eps=0.3)
+    make = lambda: LanguageModel(make_tiny_causal_lm(tiny_tokenizer, attention_bias=True), tiny_tokenizer, batch_size=3)
+    lm_a, lm_b = make(), make()
+    inplace, scores, _ = run_steps(lm_a, PROMPTS, options, "inplace", steps=1)
+    batched, _, opt = run_steps(lm_b, PROMPTS, options, "batched", steps=1)
+    tol = loss_tolerance(lm_a, PROMPTS, scores, 1)
+    assert len(batched[0].values) == 2 * n_spsa == opt.members_per_step
+    assert max(abs(x - y) for x, y in zip(inplace[0].values, batched[0].values)) <= tol
+    assert len(set(batched[0].values)) == 2 * n_spsa  # every member saw its own perturbation
+
+
+class Tilt(torch.nn.Module):
+    """Not a norm: the final norm's output tilted by a trainable vector (batched under torch.func.vmap)."""
+
+    def __init__(self, norm):
+        super().__init__()
+        self.norm = norm
+        self.tilt = torch.nn.Parameter(torch.linspace(-0.5, 0.5, norm.weight.shape[0]))
+
+    def forward(self, x):
+        return self.norm(x) * (1 + torch.tanh(self.tilt))
+
+
+class TiltItem(Tilt):
+    """The same, reading a Python number off its tensor (what vmap cannot batch: one call per member)."""
+
+    def forward(self, x):
+        return self.norm(x) * (1 + torch.tanh(self.tilt) * float(self.tilt.abs().max() > 0))
+
+
+@pytest.mark.parametrize("kind", [Tilt, TiltItem])
+def test_other_modules_with_trainable_tensors_evaluate_every_member(tiny_tokenizer, kind):
+    def make():
+        model = make_tiny_causal_lm(tiny_tokenizer)
+        model.model.norm = kind(model.model.norm)
+        for name, p in model.named_parameters():
+            p.requires_grad_(name.endswith("tilt"))
+        return LanguageModel(model, tiny_tokenizer, batch_size=3)
+
+    options = dict(noise="gaussian", n_spsa=2, eps=1.0)
+    lm_a, lm_b = make(), make()
+    inplace, scores, _ = run_steps(lm_a, PROMPTS, options, "inplace", steps=1)
+    batched, _, opt = run_steps(lm_b, PROMPTS, options, "batched", steps=1)
+    tol = loss_tolerance(lm_a, PROMPTS, scores, 1)
+    assert max(abs(x - y) for x, y in zip(inplace[0].values, batched[0].values)) <= tol
+    assert len(set(batched[0].values)) == 4
+    plan = opt.member_evaluation.plan
+    assert plan._vmappable.get(lm_b.model.model.norm, True) is (kind is Tilt)  # vmap, or per member where it cannot

@@ -8,22 +8,33 @@ in one pass instead: every batch the model sees holds M*b rows in member-major l
 [k*b, (k+1)*b) belong to member k), and every module that holds a trainable tensor adds member k's
 perturbation to its own output rows of that block. What each module does (:class:`MemberPlan`):
 
+Every module adds all M members' perturbations in a number of dispatched ops that does not depend on M
+(no per-member Python loop): on a GPU every op is a kernel launch, and a population step of small
+models is bound by launches, not arithmetic (docs/engine.md, "How members are batched").
+
 ``nn.Linear`` (and transformers' ``Conv1D``) weights and ``nn.Embedding`` weights with low-rank noise
     Activation side. For W [m, n] the weight-side noise is ``z = B A^T / sqrt(r)`` (exactly the factors
     :meth:`mezo_rl.engine.noise.NoiseSpec.factors` draws for that tensor, seed and index), so member k
-    computes ``x W^T + sign_k eps / sqrt(r) * (x A) B^T``: one batched matmul over all members' rows
-    reads W once, and each member adds a rank-r correction (two small batched matmuls, added in place
-    to the layer's output). An embedding adds the rows of z gathered by token id,
-    ``B[id] A^T * sign_k eps / sqrt(r)``. A tied output head shares its factors with the embedding.
+    computes ``x W^T + sign_k eps / sqrt(r) * (x A) B^T``: one matrix product over all members' rows
+    reads W once (``x W^T`` and the layer's own bias), and each member's rank-r correction is added in
+    place by two batched operators over the member axis (``x A`` [M, N, r], then times ``B^T``); a
+    perturbed bias adds each member's delta. The first product's form is chosen per device
+    (:data:`PRODUCT_FORMS`). Layers reading the same input (q/k/v, gate/up) share its member and row
+    views. An embedding adds the rows of z gathered by token id, ``B[id] A^T * sign_k eps / sqrt(r)``,
+    for all members in one gather and one product. A tied output head shares its factors with the
+    embedding.
 ``nn.Linear`` / ``Conv1D`` weights with element-wise noise (gaussian, rademacher)
-    A dense per-member delta ``sign_k eps z`` of the weight's shape (M copies of the tensor: meant for
-    adapters such as LoRA's A and B; refused where the copies would be a sizeable part of the model).
+    Each member's own weight ``W + sign_k eps z`` (M copies of the tensor: meant for adapters such as
+    LoRA's A and B; refused where the copies would be a sizeable part of the model), one batched product.
 Linear / Conv1D biases
-    The per-member delta ``sign_k eps z`` [M, out] added to each member's rows.
+    Each member's delta ``sign_k eps z`` [M, 1, out], added to its rows in one broadcast operator.
 Modules that take per-member tensors themselves (``accepts_member_params = True``, e.g. the prefix)
     Get ``module.member_params = {name: [M, *shape] perturbed copies}`` for the duration of the pass.
 Any other module with trainable tensors (norm gains, ...)
-    Runs once per member block, with that member's perturbed copies swapped in for its own tensors.
+    RMSNorm-like and ``nn.LayerNorm`` modules run once, each row given its member's gain (and bias) as a
+    broadcast [rows, 1, ..., H] tensor built once per pass and batch shape. Any other module runs once
+    under ``torch.func.vmap`` over the members, its tensors swapped for their per-member copies; a module
+    whose ops vmap cannot batch runs once per member block instead.
 
 The factors and deltas are drawn once per step (when the pass starts) and reused by every forward of
 the closure (every decoding step). Within the closure, ``BatchedMembers.paused()`` gives a block where the
@@ -42,7 +53,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-__all__ = ["Member", "MemberPlan", "BatchedMembers", "step_members"]
+__all__ = ["Member", "MemberPlan", "BatchedMembers", "step_members", "PRODUCT_FORMS", "product_form"]
 
 
 @dataclass(frozen=True)
@@ -138,6 +149,8 @@ class MemberPlan:
         self.module, self.members = module, members
         self._rows = None
         self._live = None  # within applied(): (the step's drawn tensors, what _install patched)
+        self._input = None  # the last linear input seen and its member / row views (MemberPlan._views)
+        self._vmappable: dict[nn.Module, bool] = {}  # generic modules torch.func.vmap could not batch
         by_id = {id(p): (idx, p, group) for idx, p, group in entries}
         owners: dict[int, list[tuple[str, nn.Module, str]]] = {}
         for mod_name, mod in module.named_modules():
@@ -250,8 +263,8 @@ class MemberPlan:
             raise
         return patched, taking
 
-    @staticmethod
-    def _uninstall(installed) -> None:
+    def _uninstall(self, installed) -> None:
+        self._input = None
         patched, taking = installed
         for mod in taking:
             mod.member_params = None
@@ -264,21 +277,28 @@ class MemberPlan:
     def _draw(self, spec, members, entries) -> dict[int, dict]:
         """Per trainable tensor, this step's per-member factors (low-rank) or perturbations (others)."""
         seeds = sorted({m.seed for m in members})
-        out = {}
+        out, coefs = {}, {}  # each member's sign * eps per (eps, device), and its broadcast shapes, made once a step
         for idx, p, group in entries:
             kinds, entry = self.kinds[id(p)], {}
-            coef = torch.tensor([m.sign * group["eps"] for m in members], dtype=torch.float32, device=p.device)
+            key = (group["eps"], p.device)
+            if key not in coefs:
+                coefs[key] = torch.tensor([m.sign * group["eps"] for m in members], dtype=torch.float32, device=p.device)
+            coef = coefs[key]
             if "lowrank" in kinds:
                 drawn = {s: spec.factors(p, s, idx) for s in seeds}
-                scale = (coef / math.sqrt(spec.rank))[:, None, None]
+                if (key, "scale") not in coefs:
+                    coefs[(key, "scale")] = (coef / math.sqrt(spec.rank))[:, None, None]
                 entry["b"] = torch.stack([drawn[m.seed][0] for m in members]).to(p.dtype)         # [M, m, r]
-                entry["a"] = (torch.stack([drawn[m.seed][1] for m in members]) * scale).to(p.dtype)  # [M, n, r]
+                entry["a"] = (torch.stack([drawn[m.seed][1] for m in members]) * coefs[(key, "scale")]).to(p.dtype)
             if kinds - {"lowrank"}:
                 drawn = {s: spec.sample(p, s, idx) for s in seeds}
-                delta = torch.stack([drawn[m.seed] for m in members]) * coef.view(-1, *([1] * p.dim()))
-                entry["delta"] = delta.to(p.dtype)                                                # [M, *shape]
-                if kinds & {"member", "generic"}:
-                    entry["copies"] = p.detach().unsqueeze(0) + entry["delta"]
+                if (key, p.dim()) not in coefs:
+                    coefs[(key, p.dim())] = coef.view(-1, *([1] * p.dim()))
+                delta = torch.stack([drawn[m.seed] for m in members]) * coefs[(key, p.dim())]
+                delta = delta.to(p.dtype)
+                if "bias" in kinds:
+                    entry["delta"] = delta                                  # each member's perturbation [M, *shape]
+                entry["copies"] = p.detach().unsqueeze(0) + delta          # each member's tensor [M, *shape]
             out[id(p)] = entry
         return out
 
@@ -291,41 +311,79 @@ class MemberPlan:
         self._rows = n
         return n // self.members
 
-    def _linear_forward(self, mod, roles, tensors):
-        orig, M, conv = mod.forward, self.members, _is_conv1d(mod)
-        w = tensors.get(id(mod.weight)) if "weight" in roles else None
-        bias = tensors[id(mod.bias)]["delta"] if "bias" in roles else None
-        kind = roles.get("weight")
-        cast = {}
+    def _views(self, x, transposed: bool):
+        """``(xm, x2)``: a linear layer's input by member (``x3`` [M, N, in], or its transpose [M, in, N] for
+        the transposed product form) and by row (``x2`` [M*N, in]); shared by the layers that read the same
+        tensor (q/k/v, gate/up) until it changes."""
+        last = self._input
+        if last is not None and last[0] is x and last[1] == x._version and last[2] == transposed:
+            return last[3], last[4]
+        M, n_in = self.members, x.shape[-1]
+        if transposed and x.is_contiguous():
+            xm = x.as_strided((M, n_in, x.numel() // (M * n_in)), (x.numel() // M, 1, n_in))
+        else:
+            xm = x.reshape(M, -1, n_in)
+            xm = xm.transpose(1, 2) if transposed else xm
+        x2 = x if x.dim() == 2 else x.reshape(-1, n_in)
+        self._input = (x, x._version, transposed, xm, x2)
+        return xm, x2
 
-        def as_(t, dtype, key):
-            if t.dtype == dtype:
-                return t
-            if key not in cast:
-                cast[key] = t.to(dtype)
-            return cast[key]
+    def _linear_forward(self, mod, roles, tensors):
+        """Every member's rows of a Linear / Conv1D in a fixed number of ops, whatever M (module docstring)."""
+        M, conv, W = self.members, _is_conv1d(mod), mod.weight
+        kind = roles.get("weight")
+        n_out = W.shape[1] if conv else W.shape[0]
+        wt = W if conv else W.t()  # [in, out], a view made once per pass
+        bias = mod.bias  # the layer's own bias, added within the weight's product
+        delta3 = tensors[id(bias)]["delta"][:, None, :] if "bias" in roles else None  # each member's [M, 1, out]
+        transposed = False
+        if kind == "lowrank":
+            w = tensors[id(W)]
+            left, right = (w["b"], w["a"]) if conv else (w["a"], w["b"])  # W^T = left right^T / x W^T gains (x left) right^T
+            right_t = right.transpose(1, 2).contiguous()                    # [M, r, out]
+            transposed = product_form(W.device) == "transposed"
+            left = left.transpose(1, 2).contiguous() if transposed else left  # [M, r, in] or [M, in, r]
+            rank1 = right_t.shape[1] == 1
+            cast = {right_t.dtype: right_t}
+        elif kind == "dense":
+            copies = tensors[id(W)]["copies"]                               # each member's weight
+            per_member = copies if conv else copies.transpose(1, 2)         # [M, in, out]
+            dense_bias = None if bias is None else (bias.view(1, 1, -1) if delta3 is None else bias + delta3)
 
         def forward(x, *args, **kwargs):
-            out = orig(x, *args, **kwargs)
+            if args or kwargs:
+                raise ValueError(f"evaluation='batched': {self.names[mod]} was called with more than its input")
             self._blocks(mod, x.shape[0])
-            out3 = out.reshape(M, -1, out.shape[-1])
-            x3 = x.reshape(M, -1, x.shape[-1]).to(out.device, out.dtype)
-            if kind == "lowrank":
-                # Linear: W [out, in] = B A^T: x W^T gains (x A) B^T. Conv1D: W [in, out]: x W gains (x B) A^T.
-                left, right = (w["b"], w["a"]) if conv else (w["a"], w["b"])
-                _add_product_(out3, _per_member_mm(x3, as_(left, out.dtype, "left")), as_(right, out.dtype, "right"))
-            elif kind == "dense":
-                d = as_(w["delta"], out.dtype, "dense")
-                out3.baddbmm_(x3, d if conv else d.transpose(1, 2))
-            if bias is not None:
-                out3.add_(as_(bias, out.dtype, "bias")[:, None, :])
-            return out3.view(out.shape)
+            xm, x2 = self._views(x, transposed)
+            shape = (*x.shape[:-1], n_out)
+            if kind == "dense":  # each member's own (small) weight: one batched product
+                out3 = torch.bmm(xm, per_member) if dense_bias is None else torch.baddbmm(dense_bias, xm, per_member)
+                return out3.view(shape)
+            # the weight's product over all members' rows at once (W read once, as plain inference reads it) ...
+            out2 = _main(x2, W, wt, bias, conv, torch.is_autocast_enabled(x.device.type))
+            out3 = out2.view(M, -1, n_out)
+            if kind == "lowrank":  # ... plus each member's rank-r correction (x left) right^T, in place
+                xa = _member_product(xm, left, transposed, rank1)
+                if rank1:
+                    out3.addcmul_(xa, right_t)
+                else:
+                    if out3.dtype not in cast:
+                        cast[out3.dtype] = right_t.to(out3.dtype)
+                    out3.baddbmm_(xa.to(out3.dtype), cast[out3.dtype])
+            if delta3 is not None:
+                out3.add_(delta3)
+            return out2 if x.dim() == 2 else out2.view(shape)
 
         return forward
 
     def _embedding_forward(self, mod, w):
         orig, M = mod.forward, self.members
         scale = getattr(mod, "embed_scale", None) if type(mod).forward is not nn.Embedding.forward else None
+        b, a_t = w["b"], w["a"].transpose(1, 2)  # z[id] = B[id] A^T: rows of B [M, V, r], A^T [M, r, H]
+        if scale is not None:
+            a_t = a_t * scale.to(a_t.dtype) if isinstance(scale, torch.Tensor) else a_t * scale
+        a_t = a_t.contiguous()
+        r = b.shape[-1]
 
         def forward(ids, *args, **kwargs):
             out = orig(ids, *args, **kwargs)
@@ -334,23 +392,37 @@ class MemberPlan:
                 ids = ids.expand(self._rows, *ids.shape[1:])
                 out = out.expand(self._rows, *out.shape[1:]).contiguous()
             self._blocks(mod, ids.shape[0])
-            out3 = out.reshape(M, -1, out.shape[-1])
-            b, a = w["b"].to(out.dtype), w["a"].to(out.dtype)  # z[id] = B[id] A^T
-            rows = torch.gather(b, 1, ids.reshape(M, -1, 1).expand(-1, -1, b.shape[-1]).to(b.device))
-            if scale is not None:
-                rows = rows * scale.to(out.dtype) if isinstance(scale, torch.Tensor) else rows * scale
-            _add_product_(out3, rows, a)
-            return out3.view(out.shape)
+            out3 = out.view(M, -1, out.shape[-1])
+            rows = torch.gather(b, 1, ids.reshape(M, -1, 1).expand(-1, -1, r))  # [M, N, r]
+            rows, right = rows.to(out.dtype), a_t.to(out.dtype)
+            out3.addcmul_(rows, right) if r == 1 else out3.baddbmm_(rows, right)
+            return out
 
         return forward
 
     def _generic_forward(self, mod, roles, tensors):
+        """A module holding other trainable tensors (norm gains, ...), every member in one pass."""
         orig, M = mod.forward, self.members
         copies = {name: tensors[id(getattr(mod, name))]["copies"] for name in roles}
-        # An RMSNorm scales its normalised input by its gain, element-wise along the last dimension: it
-        # runs once on a [M, rows/M, ..., H] view with gains of shape [M, 1, ..., 1, H], which broadcast
-        # to every row of their member (instead of one call per member).
-        rowwise = type(mod).__name__.endswith("RMSNorm") and all(c.dim() == 2 for c in copies.values())
+        # Norms scale (and shift) each row's normalised input by a gain along the last dimension: given each
+        # row its own member's gain ([rows, 1, ..., H], built once per pass and batch shape), the module
+        # runs once as it always does. Any other module runs once under torch.func.vmap over the members.
+        per_row: dict = {}
+        last = {name: c.shape[-1] for name, c in copies.items()}
+        if type(mod).__name__.endswith("RMSNorm") and all(c.dim() == 2 for c in copies.values()):
+            how = "rmsnorm"
+        elif (isinstance(mod, nn.LayerNorm) and type(mod).forward is nn.LayerNorm.forward
+              and len(mod.normalized_shape) == 1):
+            how = "layernorm"
+        else:
+            how = "vmap"
+
+        def rows_of(name, value, n, ndim):
+            key = (name, n, ndim)
+            if key not in per_row:
+                v = value if value.dim() == 2 else value.expand(M, -1)
+                per_row[key] = v.repeat_interleave(n // M, 0).view(n, *([1] * (ndim - 2)), v.shape[-1])
+            return per_row[key]
 
         def forward(*args, **kwargs):
             first = next((t for t in (*args, *kwargs.values()) if isinstance(t, torch.Tensor)), None)
@@ -358,42 +430,94 @@ class MemberPlan:
                 raise ValueError(f"evaluation='batched': {self.names[mod]} was called without a tensor argument")
             n = first.shape[0]
             b = self._blocks(mod, n)
-            if rowwise and len(args) == 1 and not kwargs and first.shape[-1] == next(iter(copies.values())).shape[-1]:
+            simple = len(args) == 1 and not kwargs and first.dim() >= 2
+            if how == "rmsnorm" and simple and all(first.shape[-1] == h for h in last.values()):
                 saved = {name: mod._parameters[name] for name in copies}
                 try:
                     for name, c in copies.items():
-                        mod._parameters[name] = c.view(M, *([1] * (first.dim() - 1)), c.shape[-1])
-                    return orig(first.reshape(M, b, *first.shape[1:])).reshape(first.shape)
+                        mod._parameters[name] = rows_of(name, c, n, first.dim())
+                    return orig(first)
                 finally:
                     mod._parameters.update(saved)
-            cut = lambda t, k: t[k * b:(k + 1) * b] if isinstance(t, torch.Tensor) and t.dim() and t.shape[0] == n else t
-            outs = []
-            for k in range(M):
-                saved = {name: mod._parameters[name] for name in copies}
+            if how == "layernorm" and simple and first.shape[-1] == mod.normalized_shape[0]:
+                y = torch.nn.functional.layer_norm(first, mod.normalized_shape, None, None, mod.eps)
+                weight = None if mod.weight is None else rows_of("weight", copies.get("weight", mod.weight), n, first.dim())
+                bias = None if mod.bias is None else rows_of("bias", copies.get("bias", mod.bias), n, first.dim())
+                if weight is None:
+                    return y if bias is None else y + bias
+                return y * weight if bias is None else torch.addcmul(bias, y, weight)
+            if how == "vmap" and not kwargs and self._vmappable.get(mod, True):
                 try:
-                    for name, c in copies.items():
-                        mod._parameters[name] = c[k]
-                    outs.append(orig(*(cut(t, k) for t in args), **{key: cut(t, k) for key, t in kwargs.items()}))
-                finally:
-                    mod._parameters.update(saved)
-            return _cat(outs, self.names[mod])
+                    return _vmapped(mod, orig, copies, args, M, b)
+                except (RuntimeError, NotImplementedError, ValueError):
+                    self._vmappable[mod] = False  # an op vmap cannot batch: one call per member, below
+            return _per_member(mod, orig, copies, args, kwargs, M, b, self.names[mod])
 
         return forward
 
 
-def _per_member_mm(x3, left):
-    """[x3[k] @ left[k] for each member k]: [M, N, r]. A matrix product per member: on CPUs torch.bmm with
-    r = 1 columns is several times slower than M plain products (a GEMV each)."""
-    return torch.stack([torch.mm(x3[k], left[k]) for k in range(x3.shape[0])])
+#: the form of the members' rank-r product ``x left`` per device type (benchmarks/README.md, "The engine at
+#: device speed"): ``"direct"``, one batched product ``bmm(x, left)`` [M, N, in] x [M, in, r]; ``"transposed"``,
+#: ``bmm(left^T, x^T)`` [M, r, in] x [M, in, N], the same numbers through a BLAS layout that CPUs run several
+#: times faster for one column (one more view op).
+PRODUCT_FORMS = {"cpu": "transposed"}
 
 
-def _add_product_(out3, xa, right) -> None:
-    """``out3 += xa @ right^T`` in place, per member: out3 [M, N, out], xa [M, N, r], right [M, out, r].
-    Rank 1 (the default) is an outer product: one broadcast multiply-add, cheaper than a batched matmul."""
-    if xa.shape[-1] == 1:
-        out3.addcmul_(xa, right.transpose(1, 2))
-    else:
-        out3.baddbmm_(xa, right.transpose(1, 2))
+def product_form(device) -> str:
+    """``"direct"`` or ``"transposed"``: the form of the members' rank-r product on ``device`` (:data:`PRODUCT_FORMS`)."""
+    return PRODUCT_FORMS.get(torch.device(device).type, "direct")
+
+
+def _member_product(xm, left, transposed: bool, rank1: bool):
+    """``x3[k] @ left[k]`` for every member k, [M, N, r]: from ``xm = x3`` [M, N, in] and ``left`` [M, in, r], or
+    (transposed) from ``xm = x3^T`` [M, in, N] and ``left^T`` [M, r, in]."""
+    if not transposed:
+        return torch.bmm(xm, left)
+    xa_t = torch.bmm(left, xm)  # [M, r, N]
+    return xa_t.view(xm.shape[0], -1, 1) if rank1 else xa_t.transpose(1, 2)
+
+
+def _main(x2, W, wt, bias, conv: bool, autocast: bool):
+    """``x2 W^T + bias`` over all rows (Conv1D: ``x2 W + bias``). Under autocast through ``F.linear``, whose cast
+    of the weight autocast caches; otherwise one ``mm`` / ``addmm`` on the transposed view made once per pass."""
+    if autocast and not conv:
+        return torch.nn.functional.linear(x2, W, bias)
+    return torch.mm(x2, wt) if bias is None else torch.addmm(bias, x2, wt)
+
+
+def _vmapped(mod, orig, copies, args, M, b):
+    """One call of ``orig`` under ``torch.func.vmap`` over the members: tensor arguments of ``M*b`` rows split
+    into [M, b, ...], the module's tensors swapped for their per-member copies."""
+    n = M * b
+    dims = tuple(0 if isinstance(t, torch.Tensor) and t.dim() and t.shape[0] == n else None for t in args)
+    split = [t.view(M, b, *t.shape[1:]) if d == 0 else t for t, d in zip(args, dims)]
+
+    def one(params, *inputs):
+        saved = {name: mod._parameters[name] for name in params}
+        try:
+            mod._parameters.update(params)
+            return orig(*inputs)
+        finally:
+            mod._parameters.update(saved)
+
+    out = torch.func.vmap(one, in_dims=(0, *dims))(copies, *split)
+    return torch.utils._pytree.tree_map(lambda t: t.reshape(n, *t.shape[2:]) if isinstance(t, torch.Tensor) else t, out)
+
+
+def _per_member(mod, orig, copies, args, kwargs, M, b, name):
+    """One call of ``orig`` per member block, with that member's copies swapped in (modules vmap cannot batch)."""
+    n = M * b
+    cut = lambda t, k: t[k * b:(k + 1) * b] if isinstance(t, torch.Tensor) and t.dim() and t.shape[0] == n else t
+    outs = []
+    for k in range(M):
+        saved = {pname: mod._parameters[pname] for pname in copies}
+        try:
+            for pname, c in copies.items():
+                mod._parameters[pname] = c[k]
+            outs.append(orig(*(cut(t, k) for t in args), **{key: cut(t, k) for key, t in kwargs.items()}))
+        finally:
+            mod._parameters.update(saved)
+    return _cat(outs, name)
 
 
 def _cat(outs, name):

@@ -1,0 +1,363 @@
+"""The engine at device speed: random weights of a real architecture, no download, one process.
+
+    python benchmarks/device_speed.py --device cuda --arch smollm2-135m
+    python benchmarks/device_speed.py --device cpu --arch smollm2-135m --count-ops --prompts 4 --new-tokens 8
+
+Prints, with the project's own ``LanguageModel``, ``MeZO`` and ``BatchedMembers``:
+- population decode / plain inference of the same M x prompts rows at each M (greedy; the batched
+  members' closure, and the whole step with its noise draw and update), as a speed ratio
+  (plain time / population time: 1 is as fast as plain inference);
+- a scoring step / two forward passes (prompts x score-tokens tokens), low-rank and Gaussian noise;
+- an in-place generation step / two decodes;
+- peak memory of inference, the MeZO scoring step and backprop + AdamW on the same batch (CUDA:
+  ``torch.cuda.max_memory_allocated``; CPU: the process's peak RSS, reset between parts);
+- with ``--count-ops``, the same comparisons in dispatched aten ops (``mezo_rl.opcount.OpCounter``):
+  population ops / plain ops, step ops / forward ops.
+
+Bad input is one line and exit status 2 before anything loads. Results: benchmarks/README.md, "The
+engine at device speed".
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+ARCHS = {
+    # SmolLM2-135M(-Instruct): LlamaConfig, tied embeddings
+    "smollm2-135m": dict(hidden_size=576, num_hidden_layers=30, num_attention_heads=9, num_key_value_heads=3,
+                         intermediate_size=1536, vocab_size=49152, tie_word_embeddings=True),
+    # SmolLM2-1.7B's shape
+    "smollm2-1.7b": dict(hidden_size=2048, num_hidden_layers=24, num_attention_heads=32, num_key_value_heads=32,
+                         intermediate_size=8192, vocab_size=49152, tie_word_embeddings=True),
+    # a 7B Llama's shape (Llama-2-7B)
+    "llama-7b": dict(hidden_size=4096, num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=32,
+                     intermediate_size=11008, vocab_size=32000, tie_word_embeddings=False),
+    # a tiny Llama, for the tests of this script
+    "tiny": dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                 intermediate_size=64, vocab_size=512, tie_word_embeddings=True),
+}
+SECTIONS = ("decode", "score", "inplace", "memory")
+
+
+def parse(argv):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--device", default="cpu", help="cpu or cuda")
+    ap.add_argument("--arch", default="smollm2-135m", help=f"one of {', '.join(ARCHS)}")
+    ap.add_argument("--members", default="2,8,32", help="population sizes M, comma-separated positive even numbers")
+    ap.add_argument("--count-ops", action="store_true", help="also count dispatched aten ops")
+    ap.add_argument("--no-time", action="store_true", help="op counts (and memory) only: skip the timings")
+    ap.add_argument("--prompts", type=int, default=16)
+    ap.add_argument("--new-tokens", type=int, default=32)
+    ap.add_argument("--prompt-tokens", type=int, default=16)
+    ap.add_argument("--score-tokens", type=int, default=128)
+    ap.add_argument("--dtype", default="auto", help="float32, bfloat16, or auto (bfloat16 on cuda, float32 on cpu)")
+    ap.add_argument("--sections", default=",".join(SECTIONS), help=f"comma-separated, of {', '.join(SECTIONS)}")
+    ap.add_argument("--repeats", type=int, default=2, help="timed runs of each part (the fastest is kept)")
+    args = ap.parse_args(argv)
+    if args.device not in ("cpu", "cuda"):
+        raise SystemExit(f"--device must be cpu or cuda, got {args.device!r}")
+    if args.arch not in ARCHS:
+        raise SystemExit(f"unknown --arch {args.arch!r}; choices: {', '.join(ARCHS)}")
+    try:
+        members = [int(m) for m in args.members.split(",")]
+    except ValueError:
+        members = None
+    if not members or any(m < 2 or m % 2 for m in members):
+        raise SystemExit(f"--members takes positive even numbers (two-point members: +eps and -eps), got {args.members!r}")
+    args.members = members
+    if args.dtype not in ("auto", "float32", "bfloat16"):
+        raise SystemExit(f"--dtype must be auto, float32 or bfloat16, got {args.dtype!r}")
+    sections = args.sections.split(",")
+    if any(s not in SECTIONS for s in sections):
+        raise SystemExit(f"--sections takes {', '.join(SECTIONS)}, got {args.sections!r}")
+    args.sections = sections
+    for name in ("prompts", "new_tokens", "prompt_tokens", "score_tokens", "repeats"):
+        if getattr(args, name) < 1:
+            raise SystemExit(f"--{name.replace('_', '-')} must be a positive integer, got {getattr(args, name)}")
+    return args
+
+
+def fail(message: str) -> None:
+    print(message, file=sys.stderr)
+    raise SystemExit(2)
+
+
+def word_tokenizer(vocab_size: int):
+    """A whitespace word-level tokenizer whose vocabulary is the model's: token i is ``w<i>`` (0 pad, 1 eos)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {"<pad>": 0, "<eos>": 1, **{f"w{i}": i for i in range(2, vocab_size)}}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="<eos>"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tok.decoder = decoders.WordPiece(prefix="##", cleanup=False)
+    return PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", eos_token="<eos>", unk_token="<eos>")
+
+
+def build(args):
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from mezo_rl.model.lm import LanguageModel
+
+    dtype = {"auto": torch.bfloat16 if args.device == "cuda" else torch.float32,
+             "float32": torch.float32, "bfloat16": torch.bfloat16}[args.dtype]
+    cfg = LlamaConfig(**ARCHS[args.arch], max_position_embeddings=4096, pad_token_id=0, eos_token_id=1, bos_token_id=None)
+    torch.manual_seed(0)
+    default = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        with torch.device(args.device):  # random weights made where they run
+            model = LlamaForCausalLM(cfg).eval()
+    finally:
+        torch.set_default_dtype(default)
+    model.requires_grad_(True)
+    tok = word_tokenizer(cfg.vocab_size)
+    return LanguageModel(model, tok, batch_size=args.prompts), dtype
+
+
+def texts(n, length, seed, vocab):
+    import random
+
+    rng = random.Random(seed)
+    return [" ".join(f"w{rng.randrange(2, vocab)}" for _ in range(length)) for _ in range(n)]
+
+
+class Meter:
+    """Wall time (fastest of ``repeats``, the device synchronised) or dispatched aten ops of a callable."""
+
+    def __init__(self, device, repeats):
+        import torch
+
+        self.torch, self.device, self.repeats = torch, device, repeats
+
+    def sync(self):
+        if self.device == "cuda":
+            self.torch.cuda.synchronize()
+
+    def time(self, fn):
+        fn()  # warm-up: allocations, kernels' first launch
+        best = float("inf")
+        for _ in range(self.repeats):
+            self.sync()
+            t = time.perf_counter()
+            fn()
+            self.sync()
+            best = min(best, time.perf_counter() - t)
+        return best
+
+    @staticmethod
+    def ops(fn):
+        from mezo_rl.opcount import OpCounter
+
+        fn()
+        with OpCounter() as counter:
+            fn()
+        return counter.total
+
+
+def population(lm, args, meter, M, counting):
+    """(plain, closure, step): plain decode of the M x prompts rows, the batched members' closure, the whole step."""
+    from mezo_rl.engine.optim import MeZO
+    from mezo_rl.engine.population import BatchedMembers
+    from mezo_rl.opcount import OpCounter
+
+    vocab = lm.model.config.vocab_size
+    prompts = texts(args.prompts, args.prompt_tokens, 1, vocab)
+    gen = dict(max_new_tokens=args.new_tokens, stop_at_newline=False)
+    lm.batch_size = M * args.prompts
+
+    def plain():
+        lm.generate(prompts * M, **gen)
+
+    lm_rows = args.prompts
+    opt = MeZO([p for p in lm.model.parameters()], lr=0.0, eps=1e-3, n_spsa=M // 2, noise_backend="torch",
+               evaluation=BatchedMembers(lm.model))
+    inner = {"ops": 0, "time": 0.0}
+
+    def closure(members):
+        lm.batch_size = lm_rows
+        if counting:
+            with OpCounter() as c:
+                lm.generate(prompts, members=len(members), **gen)
+            inner["ops"] = c.total
+        else:
+            meter.sync()
+            t = time.perf_counter()
+            lm.generate(prompts, members=len(members), **gen)
+            meter.sync()
+            inner["time"] = time.perf_counter() - t
+        return [0.0] * len(members)
+
+    def step():
+        opt.step(closure)
+
+    if counting:
+        p = meter.ops(plain)
+        s = meter.ops(step)
+        return p, inner["ops"], s
+    p = meter.time(plain)
+    best_closure, best_step = float("inf"), float("inf")
+    step()
+    for _ in range(meter.repeats):
+        meter.sync()
+        t = time.perf_counter()
+        step()
+        meter.sync()
+        best_step = min(best_step, time.perf_counter() - t)
+        best_closure = min(best_closure, inner["time"])
+    return p, best_closure, best_step
+
+
+def scoring(lm, args, meter, noise, counting):
+    """(two forwards, one in-place scoring step): prompts x score-tokens tokens, one two-point sample."""
+    import torch
+
+    from mezo_rl.engine.optim import MeZO
+
+    vocab = lm.model.config.vocab_size
+    prompts = texts(args.prompts, args.score_tokens - 1, 2, vocab)
+    cands = [[" w5", " w6"]] * args.prompts
+    lm.batch_size = args.prompts
+
+    def loss():
+        return float(sum(s.mean[0] for s in lm.score(prompts, cands)))
+
+    def forwards():
+        with torch.no_grad():
+            loss()
+            loss()
+
+    backend = "torch" if noise == "lowrank" or args.device == "cpu" else "auto"
+    opt = MeZO(list(lm.model.parameters()), lr=0.0, eps=1e-3, noise=noise, noise_backend=backend)
+    step = lambda: opt.step(loss)
+    measure = meter.ops if counting else meter.time
+    return measure(forwards), measure(step)
+
+
+def inplace_generation(lm, args, meter, counting):
+    """(two decodes, one in-place generation step) of the prompts, greedy."""
+    from mezo_rl.engine.optim import MeZO
+
+    prompts = texts(args.prompts, args.prompt_tokens, 3, lm.model.config.vocab_size)
+    gen = dict(max_new_tokens=args.new_tokens, stop_at_newline=False)
+    lm.batch_size = args.prompts
+
+    def two():
+        lm.generate(prompts, **gen)
+        lm.generate(prompts, **gen)
+
+    opt = MeZO(list(lm.model.parameters()), lr=0.0, eps=1e-3, noise_backend="torch")
+    step = lambda: opt.step(lambda: (lm.generate(prompts, **gen), 0.0)[1])
+    measure = meter.ops if counting else meter.time
+    return measure(two), measure(step)
+
+
+def peak_memory(lm, args):
+    """Peak memory (bytes) of inference, a MeZO scoring step and backprop + AdamW, on the same batch."""
+    import torch
+
+    from mezo_rl.engine.optim import MeZO
+
+    vocab = lm.model.config.vocab_size
+    prompts = texts(args.prompts, args.score_tokens - 1, 2, vocab)
+    cands = [[" w5", " w6"]] * args.prompts
+    lm.batch_size = args.prompts
+
+    def loss():
+        return sum(s.mean[0] for s in lm.score(prompts, cands))
+
+    def reset():
+        if args.device == "cuda":
+            torch.cuda.synchronize()
+            torch.cuda.empty_cache()
+            torch.cuda.reset_peak_memory_stats()
+        else:
+            with open("/proc/self/clear_refs", "w") as f:  # resets the peak RSS (VmHWM) to the current RSS
+                f.write("5")
+
+    def peak():
+        if args.device == "cuda":
+            torch.cuda.synchronize()
+            return torch.cuda.max_memory_allocated()
+        with open("/proc/self/status") as f:
+            return next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmHWM:"))
+
+    out = {}
+    reset()
+    with torch.no_grad():
+        loss()
+    out["inference"] = peak()
+    opt = MeZO(list(lm.model.parameters()), lr=0.0, eps=1e-3, noise_backend="torch")
+    reset()
+    opt.step(lambda: float(loss()))
+    out["MeZO step"] = peak()
+    del opt
+    adamw = torch.optim.AdamW(lm.model.parameters(), lr=1e-5)
+    reset()
+    try:
+        loss().backward()
+        adamw.step()
+        out["backprop + AdamW"] = peak()
+    except torch.OutOfMemoryError:
+        out["backprop + AdamW"] = None
+    adamw.zero_grad(set_to_none=True)
+    del adamw
+    lm.model.zero_grad(set_to_none=True)
+    return out
+
+
+def main(argv=None) -> int:
+    try:
+        args = parse(sys.argv[1:] if argv is None else argv)
+    except SystemExit as e:  # argparse's own errors exit 2 already; ours carry the line
+        if isinstance(e.code, str):
+            fail(e.code)
+        raise
+    import torch
+
+    if args.device == "cuda" and not torch.cuda.is_available():
+        fail("--device cuda: no CUDA device is available here (torch.cuda.is_available() is False); use --device cpu")
+    lm, dtype = build(args)
+    meter = Meter(args.device, args.repeats)
+    n_params = sum(p.numel() for p in lm.model.parameters())
+    device = torch.cuda.get_device_name() if args.device == "cuda" else "cpu"
+    print(f"# {args.arch} ({n_params:,} parameters, random weights), {device}, {str(dtype).replace('torch.', '')}, "
+          f"torch {torch.__version__}, {torch.get_num_threads()} threads; {args.prompts} prompts of "
+          f"{args.prompt_tokens} tokens, {args.new_tokens} new tokens (greedy); scoring {args.prompts} x {args.score_tokens}")
+    modes = ([] if args.no_time else [False]) + ([True] if args.count_ops else [])
+    for counting in modes:
+        unit = "aten ops" if counting else "time"
+        if "decode" in args.sections:
+            print(f"\npopulation decode, {unit}:" + (" population / plain (same rows)" if counting else
+                                                     " plain / population (same rows; 1 = as fast as plain)"))
+            for M in args.members:
+                plain, closure, step = population(lm, args, meter, M, counting)
+                if counting:
+                    print(f"  M={M:3d}: plain {plain:9,d}  members' decode {closure:9,d} ({closure / plain:.2f}x)  "
+                          f"whole step {step:9,d} ({step / plain:.2f}x)")
+                else:
+                    print(f"  M={M:3d}: plain {plain:8.3f} s  members' decode {closure:8.3f} s ({plain / closure:.2f})  "
+                          f"whole step {step:8.3f} s ({plain / step:.2f})")
+        if "score" in args.sections:
+            for noise in ("lowrank", "gaussian"):
+                two, step = scoring(lm, args, meter, noise, counting)
+                fmt = (lambda v: f"{v:,d}") if counting else (lambda v: f"{v:.3f} s")
+                print(f"scoring step / two forwards, {noise} noise, {unit}: {fmt(step)} / {fmt(two)} = {step / two:.2f}")
+        if "inplace" in args.sections:
+            two, step = inplace_generation(lm, args, meter, counting)
+            fmt = (lambda v: f"{v:,d}") if counting else (lambda v: f"{v:.3f} s")
+            print(f"in-place generation step / two decodes, {unit}: {fmt(step)} / {fmt(two)} = {step / two:.2f}")
+    if "memory" in args.sections:
+        mem = peak_memory(lm, args)
+        base = mem["inference"]
+        kind = "max_memory_allocated" if args.device == "cuda" else "peak RSS"
+        print(f"\npeak memory ({kind}, scoring batch {args.prompts} x {args.score_tokens}):")
+        for name, value in mem.items():
+            print(f"  {name:18s} " + ("out of memory" if value is None else f"{value / 2**30:7.2f} GiB ({value / base:.2f}x)"))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

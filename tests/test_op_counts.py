@@ -1,0 +1,121 @@
+"""Op counts: a MeZO step costs what its rows cost, counted in dispatched aten ops (mezo_rl.opcount).
+
+On a GPU a small model's step is bound by kernel launches, one (at least) per dispatched op, so the ops of a
+step next to the ops of plain inference on the same rows predict their time ratio there (docs/engine.md,
+"How members are batched"); the count is the same on every device, so it is tested here on a CPU.
+
+The population part: the members' forward passes (the closure of a batched step: the decode or the
+scoring of M x B rows with every member's perturbation) against plain inference of the same M x B rows,
+for both forms of the members' product (``PRODUCT_FORMS``: the CPU's and every other device's). What
+these ratios cover: the forward passes only. The step's noise draw and update, a fixed cost per step
+and trainable tensor (mezo_rl.engine.noise / optim), are counted apart and not bounded here.
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from conftest import make_tiny_causal_lm
+from mezo_rl.engine.optim import MeZO
+from mezo_rl.engine.population import BatchedMembers, PRODUCT_FORMS
+from mezo_rl.model.lm import LanguageModel
+from mezo_rl.opcount import OpCounter
+
+PROMPTS = ["It was great . the movie", "Does this mean that the", "the cat sat on the", "so because the sun rose"]
+CANDIDATES = [[" good", " bad ."], [" Yes", " No"], [" mat", " park"], [" early", " went"]]
+#: the issue's bound: a population's forward passes dispatch at most this many times plain inference's ops
+POPULATION_BOUND = 1.3
+
+
+@pytest.fixture(params=["cpu", "direct"])
+def form(request, monkeypatch):
+    """Each form of the members' product: the CPU's own, and the one every other device uses."""
+    if request.param == "direct":
+        monkeypatch.setitem(PRODUCT_FORMS, "cpu", "direct")
+    return request.param
+
+
+def counts(lm, M, what, distinct=True):
+    """(plain ops on M x B rows, the members' ops in a batched step's closure, the whole step's ops).
+    ``distinct``: plain inference's rows differ (score() would share one row among equal inputs)."""
+    gen = dict(max_new_tokens=6, stop_at_newline=False)
+    lm.batch_size = M * len(PROMPTS)  # one forward per decoding step, as the members' pass
+    rows = [f"{p} {k}" for k in range(M) for p in PROMPTS] if distinct else PROMPTS * M
+    with OpCounter() as plain, torch.no_grad():
+        if what == "generate":
+            lm.generate(rows, **gen)
+        else:
+            lm.score(rows, CANDIDATES * M)
+    lm.batch_size = len(PROMPTS)
+    inner = OpCounter()
+
+    def closure(members):
+        inner.reset()
+        with inner:
+            if what == "generate":
+                lm.generate(PROMPTS, members=len(members), **gen)
+            else:
+                lm.score(PROMPTS, CANDIDATES, members=len(members))
+        return [0.0] * len(members)
+
+    opt = MeZO(lm.model.parameters(), lr=0.0, eps=1e-3, n_spsa=M // 2, noise_backend="torch",
+               evaluation=BatchedMembers(lm.model))
+    opt.step(closure)
+    with OpCounter() as step:
+        opt.step(closure)
+    counts.last = inner.counts.copy()
+    return plain.total, inner.total, step.total
+
+
+def test_a_population_decode_costs_its_rows_flat_in_M(tiny_tokenizer, form):
+    lm = LanguageModel(make_tiny_causal_lm(tiny_tokenizer, attention_bias=True), tiny_tokenizer)
+    extra = {}
+    for M in (2, 8, 32):
+        plain, members, step = counts(lm, M, "generate", distinct=False)
+        assert members <= POPULATION_BOUND * plain, (M, members, plain)
+        assert step > members  # the draw and the update are outside the closure
+        extra[M] = members - plain
+    # flat in M: the members add the same number of ops over plain inference of their rows at every M
+    # (what grows with M, per-row work of building the batch, both sides do alike)
+    assert extra[2] == extra[8] == extra[32] > 0
+
+
+#: score(..., members=M) returns one list of CandidateScores per member: per member, its values are split
+#: out of the batch and indexed into place (mezo_rl.model.lm), a few ops each, whatever the model
+RESULT_OPS_PER_MEMBER = 8
+
+
+def test_a_population_scoring_costs_its_rows(tiny_tokenizer, form):
+    lm = LanguageModel(make_tiny_causal_lm(tiny_tokenizer, attention_bias=True), tiny_tokenizer)
+    extra = {}
+    for M in (2, 8, 32):
+        plain, members, _ = counts(lm, M, "score")
+        assert members <= POPULATION_BOUND * plain, (M, members, plain)
+        extra[M] = members - plain
+    # the forward pass adds a fixed number of ops; only the per-member results grow with M
+    assert 0 < extra[32] - extra[2] <= RESULT_OPS_PER_MEMBER * (32 - 2)
+
+
+def test_the_members_ops_grow_with_the_layers_as_plain_inference_does(tiny_tokenizer):
+    """Twice the layers (twice the trainable tensors): one scoring pass's members add at most the bound
+    times what plain inference adds, on every device's form; the CPU's form costs one view op more per
+    linear layer (the transposed product's input), which is all that separates the two."""
+    grow = {}
+    for form in ("cpu", "direct"):
+        PRODUCT_FORMS_BEFORE = dict(PRODUCT_FORMS)
+        if form == "direct":
+            PRODUCT_FORMS["cpu"] = "direct"
+        try:
+            got = {}
+            for layers in (2, 4):
+                lm = LanguageModel(make_tiny_causal_lm(tiny_tokenizer, num_hidden_layers=layers), tiny_tokenizer)
+                got[layers] = (*counts(lm, 8, "score")[:2], counts.last["aten.bmm"])  # one bmm per linear call
+        finally:
+            PRODUCT_FORMS.clear()
+            PRODUCT_FORMS.update(PRODUCT_FORMS_BEFORE)
+        (p2, m2, calls2), (p4, m4, calls4) = got[2], got[4]
+        grow[form] = (p4 - p2, m4 - m2, calls4 - calls2)
+        assert m4 / p4 <= POPULATION_BOUND
+    assert grow["direct"][1] <= POPULATION_BOUND * grow["direct"][0]
+    assert grow["cpu"][0] == grow["direct"][0] and grow["cpu"][2] == grow["direct"][2] > 0
+    assert grow["cpu"][1] - grow["direct"][1] == grow["cpu"][2]
