@@ -325,6 +325,7 @@ def trainable_state(model) -> dict:
 # ---------------------------------------------------------------------------------------------- main
 def main(argv=None) -> dict:
     a = parse_args(argv)
+    code = commit(REPO)  # the code the run starts with
     out = pathlib.Path(a.output_dir)
     out.mkdir(parents=True, exist_ok=True)
     for name in ("log.jsonl", "evaluations.jsonl"):
@@ -476,7 +477,7 @@ def main(argv=None) -> dict:
         "torch_threads": torch.get_num_threads(),
         "machine": f"{platform.machine()} {os.cpu_count()} cpus",
         "cpu": cpu_info(),
-        "commit": commit(REPO),
+        "commit": code,
         "command": shlex.join([sys.executable, *sys.argv]),
         "autocast": a.autocast,
         "precision": precision_of(a.autocast),

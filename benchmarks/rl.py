@@ -850,13 +850,14 @@ def run_frontier_cell(cell: FrontierCell, seed: int) -> dict:
     env = dict(os.environ, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", TOKENIZERS_PARALLELISM="false",
                PYTHONPATH=str(REPO))
     out_dir.mkdir(parents=True, exist_ok=True)
+    code = protocol_commit(REPO)  # the code the run starts with
     t0 = time.time()
     with (out_dir / "log.txt").open("a") as log:
         proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
         _, status, usage = os.wait4(proc.pid, 0)
     record = {"protocol": PROTOCOL, "task": cell.task, "cell": cell.name, "family": cell.family, "tool": cell.tool,
               "lr": float(cell.lr), "beta": float(cell.beta), "seed": seed, "exploratory": cell.exploratory,
-              "command": shlex.join(cmd), "commit": protocol_commit(REPO), "cpu": cpu_info(), "machine": machine(),
+              "command": shlex.join(cmd), "commit": code, "cpu": cpu_info(), "machine": machine(),
               "wall_s": time.time() - t0, "peak_rss_mb": usage.ru_maxrss / 1024,
               "date": _dt.date.today().isoformat(), "ok": os.waitstatus_to_exitcode(status) == 0}
     if record["ok"]:
