@@ -258,11 +258,13 @@ def run_cell(variant: str, seed: int, threads: int, records, lock: threading.Loc
     env = dict(os.environ, OMP_NUM_THREADS=str(threads), HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1",
                TOKENIZERS_PARALLELISM="false", PYTHONPATH=str(REPO))
     out_dir.mkdir(parents=True, exist_ok=True)
+    code = protocol_commit(REPO)
     t0 = time.time()
     with (out_dir / "log.txt").open("a") as log:
         proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
         _, status, usage = os.wait4(proc.pid, 0)
     record = {"variant": variant, "tool": VARIANTS[variant][0], "seed": seed, "command": shlex.join(cmd),
+              "commit": code, "cpu": cpu_info(),
               "threads": threads, "wall_s": time.time() - t0, "peak_rss_mb": usage.ru_maxrss / 1024,
               "date": _dt.date.today().isoformat(), "machine": machine(),
               "ok": os.waitstatus_to_exitcode(status) == 0}
@@ -286,7 +288,8 @@ def complete(record: dict, out_dir: pathlib.Path) -> dict:
                           s_per_step=sorted(secs)[len(secs) // 2],
                           **{k: summary[k] for k in ("initial_validation", "validation", "initial_test", "test")},
                           base_loglik=hacking_measures(before, after), paired=paired_gain(before, after),
-                          samples=sample_pairs(before, after, REWARD))
+                          samples=sample_pairs(before, after, REWARD),
+                          **run_fields(json.loads((run_dir / "config.json").read_text()), summary, before, after))
         else:
             summary = json.loads((out_dir / "summary.json").read_text())
             record.update({k: summary.get(k) for k in ("steps", "train_s", "s_per_step", "initial_test", "test",
@@ -295,7 +298,23 @@ def complete(record: dict, out_dir: pathlib.Path) -> dict:
             record["base_loglik"] = hacking_measures(before, after)  # the same scoring as the MeZO cells'
             record["paired"] = paired_gain(before, after)
             record["samples"] = sample_pairs(before, after, REWARD)
+            record.update(run_fields(None, summary, before, after))
     return record
+
+
+def run_fields(config: dict | None, summary: dict, before: list[dict], after: list[dict]) -> dict:
+    """What the protocol asks of every record beyond the figures (suite/protocol.py): the tool's full configuration
+    (mezo-rl's config.json; TRL's GRPOConfig as the GRPO script dumped it), the precision, n and the counts."""
+    if config is not None:
+        out = {"config": config, "precision": precision_of(config.get("autocast", "auto"))}
+    else:  # GRPO summaries written before the script took --autocast ran in fp32
+        out = {"config": summary.get("grpo_config"), "precision": summary.get("precision", "fp32")}
+    out["n"] = {"validation": int((summary.get("validation") or {}).get("n", 0)),
+                "test": int((summary.get("test") or {}).get("n", 0))}
+    out["counts"] = {"before": text_counts(before), "after": text_counts(after)}
+    if summary.get("pick"):
+        out["pick"] = summary["pick"]
+    return out
 
 
 def adopt(variant: str, seed: int, out_dir: pathlib.Path, cmd: str, threads: int) -> dict:
@@ -531,11 +550,13 @@ def run_study_cell(task: str, cell: str, seed: int) -> dict:
     env = dict(os.environ, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", TOKENIZERS_PARALLELISM="false",
                PYTHONPATH=str(REPO))
     out_dir.mkdir(parents=True, exist_ok=True)
+    code = protocol_commit(REPO)
     t0 = time.time()
     with (out_dir / "log.txt").open("a") as log:
         proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
         _, status, usage = os.wait4(proc.pid, 0)
     record = {"task": task, "cell": cell, "tool": STUDY_CELLS[cell][0], "seed": seed, "command": shlex.join(cmd),
+              "commit": code, "cpu": cpu_info(),
               "wall_s": time.time() - t0, "peak_rss_mb": usage.ru_maxrss / 1024, "machine": machine(),
               "ok": os.waitstatus_to_exitcode(status) == 0}
     if record["ok"]:
@@ -559,7 +580,9 @@ def complete_study(record: dict, out_dir: pathlib.Path) -> dict:
         after = read_samples(run_dir, "test", summary["steps"])
         record.update(steps=summary["steps"], best_step=summary["best_step"], train_s=sum(secs),
                       s_per_step=sorted(secs)[len(secs) // 2])
+        config = json.loads((run_dir / "config.json").read_text())
     else:
+        config = None
         summary = json.loads((out_dir / "summary.json").read_text())
         before, after = (read_jsonl(out_dir / "samples" / f"test-{w}.jsonl") for w in ("before", "after"))
         record.update({k: summary.get(k) for k in ("steps", "best_step", "train_s", "s_per_step", "trl_version",
@@ -568,6 +591,7 @@ def complete_study(record: dict, out_dir: pathlib.Path) -> dict:
     record["paired"] = paired_gain(before, after, reward)
     record["base_loglik"] = hacking_measures(before, after)
     record["samples"] = sample_pairs(before, after, reward)
+    record.update(run_fields(config, summary, before, after))
     return record
 
 

@@ -172,6 +172,12 @@ def test_a_real_runs_record_carries_every_field_and_a_peek_at_test_is_refused(tm
     assert admitted({k: v for k, v in record.items() if k != "protocol"})[1] == "exploratory (pre-protocol)"
     assert "config" in missing_fields({k: v for k, v in record.items() if k != "config"})
 
+    # the pre-protocol runners (--study, --variants) now keep the same fields, though their cells stay exploratory
+    monkeypatch.setitem(rl.STUDY_TASKS, "tiny", dict(reward="protocol_len"))
+    study = rl.complete_study({"task": "tiny", "cell": "c", "tool": "mezo-rl", "seed": 0, "ok": True}, out)
+    assert study["config"] == record["config"] and study["n"] == n and study["counts"] == record["counts"]
+    assert admitted({**study, "command": "cmd", "commit": "abc", "cpu": cpu_info()})[1] == "exploratory (pre-protocol)"
+
     metrics = out / "run" / "metrics.jsonl"
     lines = metrics.read_text().splitlines()
     last_val = max(i for i, line in enumerate(lines) if '"split": "validation"' in line)
