@@ -983,7 +983,7 @@ def render_frontier(records: list[dict]) -> str:
                 + ", ".join(sorted({r.get('precision') or '?' for r in rows if r.get('ok')})) + ".", ""]
         out += frontier_table(summaries)
         png = plot_frontier(summaries, FRONTIER_PLOTS / f"rl_frontier_{task}.png",
-                            f"{task}: held-out gain against kl (compared cells; frontier joined)", reward)
+                            f"{task}: held-out gain against kl, frontiers joined", reward)
         if png:
             out += ["", f"![{task}: reward-KL frontier](results/{png.name})"]
         said = statements(summaries)

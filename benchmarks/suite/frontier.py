@@ -139,7 +139,7 @@ def table(summaries: list[dict]) -> list[str]:
     for s in sorted(summaries, key=lambda s: (not s["compared"], s["tool"], s["val_kl"])):
         where = ("yes" if (s["task"], s["cell"]) in on else "no") if s["compared"] else \
             f"({len(s['seeds'])} seed(s): not compared)"
-        lines.append(f"| {TOOLS[s['tool']]} | {s['cell']} | {s['lr']} | {s['beta']} | {', '.join(map(str, s['seeds']))} | "
+        lines.append(f"| {TOOLS[s['tool']]} | {s['cell']} | {s['lr']:g} | {s['beta']:g} | {', '.join(map(str, s['seeds']))} | "
                      f"{s['val_gain']:+.3f} | {_f(s['val_kl'], 4)} | {s['gain']:+.3f} ± {_f(s['gain_se'])} | "
                      f"{_f(s['kl'], 4)} ± {_f(s['kl_se'], 4)} | {_f(s['paired_se'])} | "
                      f"{'/'.join(map(str, s['n_validation']))} / {'/'.join(map(str, s['n_test']))} | "
@@ -180,9 +180,9 @@ def plot(summaries: list[dict], path, title: str, reward: str) -> pathlib.Path |
     ax.axhline(0, color="grey", lw=0.5)
     ax.set_xscale("symlog", linthresh=1e-3)
     ax.set_xlim(0, max(top, 1e-2) * 2)
-    ax.set_xlabel("kl to the starting model (per token, test completions; mean ± SE over seeds)")
-    ax.set_ylabel(f"held-out {reward} gain (mean ± SE over seeds)")
-    ax.set_title(title + " (hollow: fewer seeds than a comparison needs)", fontsize=8)
+    ax.set_xlabel("kl to the starting model (per token, test completions; ± SE over seeds)")
+    ax.set_ylabel(f"held-out {reward} gain (± SE over seeds)", fontsize=8)
+    ax.set_title(f"{title} (hollow: under {MIN_SEEDS} seeds, not compared)", fontsize=8)
     if any(frontier(summaries, tool) for tool in TOOLS):
         ax.legend(fontsize=7)
     fig.tight_layout()
