@@ -8,21 +8,35 @@ for ES-at-scale's published prompt (``countdown-paper``), ``n`` test puzzles are
 ``mezo_rl.training.evaluation.evaluate``, the same code a training run's evaluation uses. Prints one JSON line
 per difficulty and a markdown table: ``correct`` (``countdown_correct``: the expression uses every number
 once and reaches the target) and the ``countdown`` reward (0.1 x format + 1.0 x correct), each with its SE.
+Each row is also appended to ``--record`` (default ``docs/results/countdown_base.jsonl``) with what issue 50's
+protocol asks of a record: the command, the commit, the CPU (model, AVX512-BF16), the seed, n, the precision
+(``--autocast``, mezo-rl's spelling, the protocol's setting by default) and sample completions.
 """
 from __future__ import annotations
 
 import argparse
+import datetime as _dt
 import json
 import os
+import pathlib
+import shlex
+import sys
 import time
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))   # the suite package beside this file
+from suite.protocol import PRECISION, commit, cpu_info, precision_of  # noqa: E402
+from suite.records import append_record  # noqa: E402
+
 from mezo_rl.model.loading import load_model
 from mezo_rl.stats import Moments
 from mezo_rl.training.evaluation import evaluate
 from mezo_rl.tasks import get_task
+
+
+REPO = pathlib.Path(__file__).resolve().parent.parent
 
 
 def main():
@@ -36,7 +50,16 @@ def main():
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--batch-size", type=int, default=64)
     ap.add_argument("--max-new-tokens", type=int, default=48)
+    ap.add_argument("--autocast", default=PRECISION, choices=["auto", "bfloat16", "none"],
+                    help="mezo-rl's --autocast for the evaluations (default: the protocol's, as the RL cells)")
+    ap.add_argument("--record", default=str(REPO / "docs" / "results" / "countdown_base.jsonl"),
+                    help="JSONL the rows are appended to ('' : none)")
     args = ap.parse_args()
+    import torch
+
+    from mezo_rl.training.outputs import autocast
+
+    code, command = commit(REPO), shlex.join([sys.executable, *sys.argv])
 
     lm = load_model(args.model, batch_size=args.batch_size)
     settings = [("countdown", dict(count=c, max_number=m)) for c in args.counts for m in args.max_numbers]
@@ -57,12 +80,17 @@ def main():
                                for ex, text in zip([batch[g] for g in outputs.groups[:3]], outputs.texts[:3]))
 
         t0 = time.perf_counter()
-        evaluate(lm, task, examples, batch_size=args.batch_size, max_new_tokens=args.max_new_tokens, on_batch=keep)
+        with torch.no_grad(), autocast(args.autocast, lm.device.type):
+            evaluate(lm, task, examples, batch_size=args.batch_size, max_new_tokens=args.max_new_tokens, on_batch=keep)
         reward, correct = (Moments.of(values[k]) for k in values)
         row = {"model": args.model, "task": name, **options, "n": correct.count, "correct": correct.mean,
                "correct_se": correct.se, "reward": reward.mean, "reward_se": reward.se,
-               "seconds": round(time.perf_counter() - t0, 1), "samples": samples}
+               "seconds": round(time.perf_counter() - t0, 1), "samples": samples, "seed": args.seed,
+               "max_new_tokens": args.max_new_tokens, "command": command, "commit": code, "cpu": cpu_info(),
+               "precision": precision_of(args.autocast), "date": _dt.date.today().isoformat()}
         rows.append(row)
+        if args.record:
+            append_record(args.record, row)
         print(json.dumps(row), flush=True)
     print("\n| task | numbers | from 1.. | correct (SE) | reward (SE) | n |\n|---|---|---|---|---|---|")
     for r in rows:

@@ -31,14 +31,18 @@ What is the same as the mezo-rl run, and how:
   step's weights; here validation runs at step 0, at each ``1/--eval-points`` of the budget and at
   the end, and the best (strictly higher ``objective``; step 0 included) is tested. The best weights
   wait on disk (``OUTPUT_DIR/best.pt``, deleted afterwards), never as a second copy in memory.
-  ``--eval-points 0`` tests the final weights instead.
+  ``--eval-points 0`` validates at the start and the end only. The test split is read through
+  ``benchmarks/suite/protocol.py``'s ``TestGate``: the starting weights once (the baseline), then once at
+  validation's pick, which the summary names (``pick``); any other test read is refused.
 
 Everything else is TRL's documented default (GRPOConfig of the installed TRL, see ``settings`` and
 ``grpo_config`` in the summary): learning rate 1e-6 unless ``--lr``, AdamW, linear decay over
 ``num_train_epochs=3``, full fine-tuning, gradient checkpointing on, ``beta=0`` (no reference model),
 ``loss_type="dapo"``, ``scale_rewards="group"``, ``epsilon=0.2``, ``num_iterations=1``, top_p 1, top_k 0.
-Set by this script: ``bf16=False`` / ``fp16=False`` (fp32, as mezo-rl on this AVX2 CPU where its
-``autocast auto`` is off), ``use_cpu``, ``report_to="none"``, ``logging_steps=1``, ``save_strategy="no"``.
+Set by this script: ``bf16`` from ``--autocast`` (mezo-rl's spelling and default, ``auto``: bf16 autocast with
+fp32 weights where the CPU has native bf16, fp32 elsewhere; the protocol runs both tools at one setting, and the
+summary's ``precision`` says what it resolved to; the evaluations use the same autocast), ``fp16=False``,
+``use_cpu``, ``report_to="none"``, ``logging_steps=1``, ``save_strategy="no"``.
 
 Memory: ``peak_rss_mb`` is the process peak through the final test evaluation (ru_maxrss, with the
 peak before training kept across the reset below); ``peak_train_rss_mb`` is the peak of the training
@@ -92,6 +96,7 @@ import time
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))   # the suite package beside this file
 from suite.hacking import hacking_measures  # noqa: E402
+from suite.protocol import PRECISION, TestGate, commit, cpu_info, precision_of, text_counts  # noqa: E402
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 EXAMPLE = REPO / "examples" / "rl_sentiment.py"
@@ -120,7 +125,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--words", type=int, default=WORDS, help="words of each review kept as the prompt")
     p.add_argument("--eval-points", type=int, default=5,
                    help="validations during training, at each 1/N of the budget (mezo-rl: every steps/5); the best is "
-                        "tested. 0: no validation during training, the final weights are tested")
+                        "tested. 0: no validation during training (validation at the start and the end picks)")
+    p.add_argument("--autocast", default=PRECISION, choices=["auto", "bfloat16", "none"],
+                   help="mezo-rl's --autocast: bf16 autocast with fp32 weights (auto: where the CPU has native bf16) "
+                        "for TRL's training (its bf16 flag) and for the evaluations, or none (fp32)")
     p.add_argument("--no-stop-at-newline", action="store_true",
                    help="let GRPO's completions run past a newline (TRL's behaviour; mezo-rl stops there)")
     p.add_argument("--no-base-loglik", action="store_true", help="skip the base model's log-likelihood of the test completions")
@@ -215,8 +223,9 @@ class Scorer:
     """mezo-rl's own evaluation of the current weights of ``model`` on a split: the same call, batch
     size, token limit, decoding and autocast context as ``mezo_rl.training.trainer.MeZOTrainer.evaluate``."""
 
-    def __init__(self, task, objective, splits: dict, max_new_tokens: int):
+    def __init__(self, task, objective, splits: dict, max_new_tokens: int, autocast_mode: str = PRECISION):
         self.task, self.objective, self.splits, self.max_new_tokens = task, objective, splits, max_new_tokens
+        self.autocast_mode = autocast_mode
         self.reward = objective.names[0]
         self.reference = None  # the starting weights (mezo_rl.training.kl.StartingPoint): evaluations report kl
 
@@ -237,7 +246,7 @@ class Scorer:
         model.eval()
         try:
             lm = LanguageModel(model, tokenizer)
-            with torch.no_grad(), autocast("auto", lm.device.type):
+            with torch.no_grad(), autocast(self.autocast_mode, lm.device.type):
                 metrics = evaluate(lm, self.task, self.splits[split], batch_size=EVAL_BATCH_SIZE,
                                    max_new_tokens=self.max_new_tokens, objective=self.objective,
                                    on_batch=on_batch if keep is not None else None, reference=self.reference)
@@ -246,7 +255,7 @@ class Scorer:
         return {k: float(v) for k, v in metrics.items()}
 
 
-def make_callback(a, out: pathlib.Path, scorer: Scorer, tokenizer, state: dict):
+def make_callback(a, out: pathlib.Path, scorer: Scorer, tokenizer, state: dict, gate: TestGate):
     """The TrainerCallback: times each step, stops at the budget (or the step cap), runs the in-run
     validations and keeps the best weights on disk, and records TRL's log lines."""
     import torch
@@ -292,6 +301,8 @@ def make_callback(a, out: pathlib.Path, scorer: Scorer, tokenizer, state: dict):
     def validate(model, step):
         t0 = time.perf_counter()
         metrics = scorer(model, tokenizer, "validation")
+        gate.validated(step, metrics["objective"])
+        state["reads"].append({"split": "validation", "step": step, "objective": metrics["objective"]})
         record = {"step": step, "split": "validation", "metrics": metrics, "seconds": time.perf_counter() - t0,
                   "train_s": sum(state["step_seconds"])}
         append_jsonl(out / "evaluations.jsonl", record)
@@ -314,6 +325,7 @@ def trainable_state(model) -> dict:
 # ---------------------------------------------------------------------------------------------- main
 def main(argv=None) -> dict:
     a = parse_args(argv)
+    code = commit(REPO)  # the code the run starts with
     out = pathlib.Path(a.output_dir)
     out.mkdir(parents=True, exist_ok=True)
     for name in ("log.jsonl", "evaluations.jsonl"):
@@ -359,7 +371,8 @@ def main(argv=None) -> dict:
             [{"prompt": ex.messages if ex.messages is not None else ex.prompt, **(ex.columns or {})} for ex in train])
     splits = {"validation": task.load_split("validation", n=a.num_eval, seed=a.seed),
               "test": task.load_split("test", n=a.num_test, seed=a.seed)}
-    scorer = Scorer(task, objective, splits, a.max_completion_length)
+    scorer = Scorer(task, objective, splits, a.max_completion_length, a.autocast)
+    gate = TestGate()  # the one door to the test split (benchmarks/suite/protocol.py)
     reward_name = scorer.reward
 
     # model: as mezo-rl loads it (and with --peft lora, mezo-rl's adapter of this seed)
@@ -372,8 +385,10 @@ def main(argv=None) -> dict:
     # before training
     t0 = time.perf_counter()
     before_samples: list = []
-    initial = {"initial_validation": scorer(model, tokenizer, "validation"),
-               "initial_test": scorer(model, tokenizer, "test", keep=before_samples)}
+    initial = {"initial_validation": scorer(model, tokenizer, "validation")}
+    gate.validated(0, initial["initial_validation"]["objective"])
+    gate.baseline()  # the starting weights' test figures: the paired gain's "before"; nothing is chosen from them
+    initial["initial_test"] = scorer(model, tokenizer, "test", keep=before_samples)
     initial["eval_seconds"] = time.perf_counter() - t0
     (out / "initial.json").write_text(json.dumps(initial, indent=1))
     (out / "samples" / "test-before.jsonl").write_text("".join(json.dumps(s) + "\n" for s in before_samples))
@@ -395,7 +410,7 @@ def main(argv=None) -> dict:
         "max_completion_length": a.max_completion_length,
         "temperature": 1.0,
         "seed": a.seed,
-        "bf16": False,
+        "bf16": precision_of(a.autocast) != "fp32",  # TRL's mixed precision: bf16 autocast, fp32 weights
         "fp16": False,
         "use_cpu": True,
         "report_to": "none",
@@ -413,9 +428,11 @@ def main(argv=None) -> dict:
     config = GRPOConfig(**settings)
 
     state = {"step_seconds": [], "log": [], "validations": [], "steps": 0, "stopped_by": "end of data",
+             "reads": [{"split": "validation", "step": 0, "objective": initial["initial_validation"]["objective"]},
+                       {"split": "test", "step": 0, "weights_step": 0}],
              "best_value": initial["initial_validation"]["objective"], "best_step": 0,
              "best_validation": initial["initial_validation"]}
-    callback, validate = make_callback(a, out, scorer, tokenizer, state)
+    callback, validate = make_callback(a, out, scorer, tokenizer, state, gate)
     state["validations"].append({"step": 0, "split": "validation", "metrics": initial["initial_validation"], "train_s": 0.0})
     append_jsonl(out / "evaluations.jsonl", state["validations"][0])
     trainer = GRPOTrainer(model=model, reward_funcs=reward_fns, args=config, train_dataset=train_dataset,
@@ -425,17 +442,13 @@ def main(argv=None) -> dict:
     assert trained is model, "GRPOTrainer replaced the model object"
     final_step = state["steps"]
 
-    # after training: the last validation, the best step's weights on the test prompts
-    if a.eval_points and state["validations"][-1]["step"] != final_step:
+    # after training: the last validation, then validation's pick; the picked step's weights on the test prompts
+    if state["validations"][-1]["step"] != final_step:
         final_validation = validate(model, final_step)
     else:
         final_validation = state["validations"][-1]["metrics"]
-        if not a.eval_points:  # no selection: the final weights
-            final_validation = scorer(model, tokenizer, "validation")
-            state["best_step"], state["best_validation"] = final_step, final_validation
-            state["validations"].append({"step": final_step, "split": "validation", "metrics": final_validation,
-                                         "train_s": sum(state["step_seconds"])})
-            append_jsonl(out / "evaluations.jsonl", state["validations"][-1])
+    if gate.pick() != state["best_step"]:
+        raise RuntimeError(f"the kept weights (step {state['best_step']}) are not validation's pick ({gate.pick()})")
     trainer.optimizer = trainer.lr_scheduler = None  # free AdamW's state before the test evaluation
     del trainer
     gc.collect()
@@ -449,6 +462,8 @@ def main(argv=None) -> dict:
     if best.exists():
         best.unlink()
     after_samples: list = []
+    gate.test(state["best_step"])  # refused unless this is validation's pick, read once
+    state["reads"].append({"split": "test", "step": final_step, "weights_step": state["best_step"]})
     test = scorer(model, tokenizer, "test", keep=after_samples)
     (out / "samples" / "test-after.jsonl").write_text("".join(json.dumps(s) + "\n" for s in after_samples))
     peak_rss = max(state.get("peak_before_train_mb", 0.0), rss_peak_mb())
@@ -461,7 +476,14 @@ def main(argv=None) -> dict:
         "torch_version": torch.__version__,
         "torch_threads": torch.get_num_threads(),
         "machine": f"{platform.machine()} {os.cpu_count()} cpus",
+        "cpu": cpu_info(),
+        "commit": code,
         "command": shlex.join([sys.executable, *sys.argv]),
+        "autocast": a.autocast,
+        "precision": precision_of(a.autocast),
+        "pick": gate.record(),
+        "reads": state["reads"],
+        "counts": {"before": text_counts(before_samples), "after": text_counts(after_samples)},
         "model": MODEL,
         "settings": settings,
         "grpo_config": json.loads(json.dumps(config.to_dict(), default=str)),

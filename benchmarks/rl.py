@@ -9,6 +9,16 @@ and TRL's GRPO on the same model, prompts, reward, completions per prompt and tr
     python benchmarks/rl.py --variants shaping --seeds 0 --parallel 2  # the sampling / shaping comparison
     python benchmarks/rl.py --render-only                              # print the Markdown tables
     python benchmarks/rl.py --study arithmetic --cells mezo-norm-lr0.1,grpo-lora-lr1e-5   # issue 35's study (below)
+    python benchmarks/rl.py --frontier arithmetic --stage grid     # issue 50: every grid cell on seed 0 (resumable)
+    python benchmarks/rl.py --frontier arithmetic --stage seeds    # seeds 1, 2 of seed 0's validation frontier
+
+Issue 50's protocol (``benchmarks/suite/protocol.py``; its docstring is the rule book) governs the ``--frontier``
+cells (``FRONTIER_GRIDS``): choices on validation only, test read once per run at validation's pick (the runner
+replays each run's evaluations through ``TestGate`` before it takes a test figure, and records the pick), compared
+cells with >= 3 seeds and >= 200 validation prompts (a definition short of that is refused unless exploratory),
+both tools at ``PRECISION``, and every record with the protocol's fields. The ``--variants`` and ``--study`` cells
+predate it: their records have no ``protocol`` field and the pages show them as exploratory (pre-protocol), never
+as a comparison.
 
 A *cell* is (variant, seed). Each runs its real command in a subprocess (recorded in the cell's
 line); the runner adds the wall time and peak RSS of that subprocess (``os.wait4``), the time spent
@@ -36,6 +46,7 @@ cores): per-step times of cells run that way are comparable only with each other
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime as _dt
 import json
 import math
@@ -51,6 +62,11 @@ import time
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))   # the suite package beside this file
 from mezo_rl.stats import Moments  # noqa: E402
 from suite.hacking import hacking_measures  # noqa: E402
+from suite.frontier import candidates, statements, summarise  # noqa: E402
+from suite.frontier import plot as plot_frontier, table as frontier_table  # noqa: E402
+from suite.protocol import (COUNTED_WORDS, LOOP_REPETITION, MIN_SEEDS, PRECISION, PROTOCOL, ProtocolError,  # noqa: E402
+                            TestGate, admitted, check_cell, cpu_info, precision_of, reads_of_mezo_run, text_counts)
+from suite.protocol import commit as protocol_commit  # noqa: E402
 from suite.records import append_record, load_records  # noqa: E402
 from suite.run import cpu  # noqa: E402
 
@@ -242,11 +258,13 @@ def run_cell(variant: str, seed: int, threads: int, records, lock: threading.Loc
     env = dict(os.environ, OMP_NUM_THREADS=str(threads), HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1",
                TOKENIZERS_PARALLELISM="false", PYTHONPATH=str(REPO))
     out_dir.mkdir(parents=True, exist_ok=True)
+    code = protocol_commit(REPO)
     t0 = time.time()
     with (out_dir / "log.txt").open("a") as log:
         proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
         _, status, usage = os.wait4(proc.pid, 0)
     record = {"variant": variant, "tool": VARIANTS[variant][0], "seed": seed, "command": shlex.join(cmd),
+              "commit": code, "cpu": cpu_info(),
               "threads": threads, "wall_s": time.time() - t0, "peak_rss_mb": usage.ru_maxrss / 1024,
               "date": _dt.date.today().isoformat(), "machine": machine(),
               "ok": os.waitstatus_to_exitcode(status) == 0}
@@ -270,7 +288,8 @@ def complete(record: dict, out_dir: pathlib.Path) -> dict:
                           s_per_step=sorted(secs)[len(secs) // 2],
                           **{k: summary[k] for k in ("initial_validation", "validation", "initial_test", "test")},
                           base_loglik=hacking_measures(before, after), paired=paired_gain(before, after),
-                          samples=sample_pairs(before, after, REWARD))
+                          samples=sample_pairs(before, after, REWARD),
+                          **run_fields(json.loads((run_dir / "config.json").read_text()), summary, before, after))
         else:
             summary = json.loads((out_dir / "summary.json").read_text())
             record.update({k: summary.get(k) for k in ("steps", "train_s", "s_per_step", "initial_test", "test",
@@ -279,7 +298,23 @@ def complete(record: dict, out_dir: pathlib.Path) -> dict:
             record["base_loglik"] = hacking_measures(before, after)  # the same scoring as the MeZO cells'
             record["paired"] = paired_gain(before, after)
             record["samples"] = sample_pairs(before, after, REWARD)
+            record.update(run_fields(None, summary, before, after))
     return record
+
+
+def run_fields(config: dict | None, summary: dict, before: list[dict], after: list[dict]) -> dict:
+    """What the protocol asks of every record beyond the figures (suite/protocol.py): the tool's full configuration
+    (mezo-rl's config.json; TRL's GRPOConfig as the GRPO script dumped it), the precision, n and the counts."""
+    if config is not None:
+        out = {"config": config, "precision": precision_of(config.get("autocast", "auto"))}
+    else:  # GRPO summaries written before the script took --autocast ran in fp32
+        out = {"config": summary.get("grpo_config"), "precision": summary.get("precision", "fp32")}
+    out["n"] = {"validation": int((summary.get("validation") or {}).get("n", 0)),
+                "test": int((summary.get("test") or {}).get("n", 0))}
+    out["counts"] = {"before": text_counts(before), "after": text_counts(after)}
+    if summary.get("pick"):
+        out["pick"] = summary["pick"]
+    return out
 
 
 def adopt(variant: str, seed: int, out_dir: pathlib.Path, cmd: str, threads: int) -> dict:
@@ -346,6 +381,13 @@ def render(records: list[dict]) -> str:
     Machines are kept apart: their speeds differ and so, through float32 rounding, can their completions.
     The study's section (``--study``) follows, where it has cells."""
     return render_sentiment(records) + render_study(load_records(STUDY_RECORDS))
+
+
+#: what the pages say of the records written before issue 50's protocol (benchmarks/suite/protocol.py)
+PRE_PROTOCOL = ("**Exploratory (pre-protocol): not a comparison.** These cells ran before issue 50's protocol: most on "
+                "one seed, validated on 50-100 prompts, some of their settings (steps, variants) chosen after reading "
+                "the test split. They are kept as a record of what ran, not as evidence that one setting or tool is "
+                "better; the comparisons are the frontier sections, whose records obey the protocol.")
 
 
 def render_sentiment(records: list[dict]) -> str:
@@ -508,11 +550,13 @@ def run_study_cell(task: str, cell: str, seed: int) -> dict:
     env = dict(os.environ, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", TOKENIZERS_PARALLELISM="false",
                PYTHONPATH=str(REPO))
     out_dir.mkdir(parents=True, exist_ok=True)
+    code = protocol_commit(REPO)
     t0 = time.time()
     with (out_dir / "log.txt").open("a") as log:
         proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
         _, status, usage = os.wait4(proc.pid, 0)
     record = {"task": task, "cell": cell, "tool": STUDY_CELLS[cell][0], "seed": seed, "command": shlex.join(cmd),
+              "commit": code, "cpu": cpu_info(),
               "wall_s": time.time() - t0, "peak_rss_mb": usage.ru_maxrss / 1024, "machine": machine(),
               "ok": os.waitstatus_to_exitcode(status) == 0}
     if record["ok"]:
@@ -536,7 +580,9 @@ def complete_study(record: dict, out_dir: pathlib.Path) -> dict:
         after = read_samples(run_dir, "test", summary["steps"])
         record.update(steps=summary["steps"], best_step=summary["best_step"], train_s=sum(secs),
                       s_per_step=sorted(secs)[len(secs) // 2])
+        config = json.loads((run_dir / "config.json").read_text())
     else:
+        config = None
         summary = json.loads((out_dir / "summary.json").read_text())
         before, after = (read_jsonl(out_dir / "samples" / f"test-{w}.jsonl") for w in ("before", "after"))
         record.update({k: summary.get(k) for k in ("steps", "best_step", "train_s", "s_per_step", "trl_version",
@@ -545,6 +591,7 @@ def complete_study(record: dict, out_dir: pathlib.Path) -> dict:
     record["paired"] = paired_gain(before, after, reward)
     record["base_loglik"] = hacking_measures(before, after)
     record["samples"] = sample_pairs(before, after, reward)
+    record.update(run_fields(config, summary, before, after))
     return record
 
 
@@ -611,56 +658,6 @@ def study_seed_summary(rows: list[dict]) -> list[str]:
     return out
 
 
-def study_targets(rows: list[dict]) -> list[str]:
-    """The issue's comparison, from the seed-0 cells: each tool's best cell chosen on validation (the tested
-    step's validation objective), MeZO's among the cells whose kl is no larger than GRPO's best cell's, and
-    their held-out gains against each other (a difference within 2 SE of it is no difference), with their
-    peak RSS."""
-    grid = [r for r in rows if r["seed"] == 0 and r.get("paired") and not r.get("kl_note")
-            and (r.get("validation") or {}).get("objective") is not None and (r.get("test") or {}).get("kl") is not None]
-    grpo = [r for r in grid if r["tool"] == "trl-grpo"]
-    if not grpo:
-        return []
-    g = max(grpo, key=lambda r: r["validation"]["objective"])
-    mezo = [r for r in grid if r["tool"] == "mezo-rl" and r["test"]["kl"] <= g["test"]["kl"]]
-    if not mezo:
-        return []
-    m = max(mezo, key=lambda r: r["validation"]["objective"])
-    diff = m["paired"]["gain"] - g["paired"]["gain"]
-    se = math.hypot(m["paired"]["se"], g["paired"]["se"])  # two independent gains (unpaired: an upper bound)
-    verdict = ("MeZO's gain is the larger" if diff > 2 * se else "GRPO's gain is the larger" if diff < -2 * se
-               else "the gains are within 2 SE of each other")
-
-    def cell(r):
-        return (f"{r['cell']} (validation {_f(r['validation']['objective'])}, gain {r['paired']['gain']:+.3f} "
-                f"(SE {_f(r['paired']['se'])}), kl {_f(r['test']['kl'], 3)}, peak RSS {_f(r.get('peak_rss_mb'), 0)} MiB)")
-    return ["", "The issue's comparison (seed 0, each tool's cell with the best validation; MeZO's among those at a kl "
-                "no larger than GRPO's):", "",
-            f"- GRPO: {cell(g)}", f"- MeZO: {cell(m)}",
-            f"- MeZO - GRPO: {diff:+.3f} (SE {_f(se)}): {verdict}; MeZO's peak RSS "
-            f"{_f(m['peak_rss_mb'] / g['peak_rss_mb'], 2)}x GRPO's.", *_over_seeds(rows, m["cell"], g["cell"])]
-
-
-def _over_seeds(rows: list[dict], mezo_cell: str, grpo_cell: str) -> list[str]:
-    """The two chosen cells on every seed both ran: each seed's gain difference, and their mean with the SE
-    over seeds (sd / sqrt(n): seed-to-seed variation and test sampling together)."""
-    def by_seed(cell):
-        return {r["seed"]: r for r in rows
-                if r["cell"] == cell and r.get("paired") and (r.get("test") or {}).get("kl") is not None}
-    m, g = by_seed(mezo_cell), by_seed(grpo_cell)
-    seeds = sorted(set(m) & set(g))
-    if len(seeds) < 2:
-        return []
-    diffs = Moments.of(m[s]["paired"]["gain"] - g[s]["paired"]["gain"] for s in seeds)
-    se = diffs.std() / math.sqrt(len(seeds))
-    verdict = ("MeZO's gain is the larger" if diffs.mean > 2 * se else "GRPO's gain is the larger"
-               if diffs.mean < -2 * se else "within 2 SE of each other")
-    each = "; ".join(f"seed {s}: {m[s]['paired']['gain']:+.3f} vs {g[s]['paired']['gain']:+.3f} "
-                     f"(kl {_f(m[s]['test']['kl'], 3)} vs {_f(g[s]['test']['kl'], 3)})" for s in seeds)
-    return [f"- The same two cells over seeds {', '.join(map(str, seeds))} (MeZO vs GRPO): {each}. Mean difference "
-            f"{diffs.mean:+.3f} (SE over seeds {_f(se)}): {verdict}."]
-
-
 def render_study(records: list[dict]) -> str:
     """The study's section of docs/results.md: one table per task and its reward-KL plot (written beside it)."""
     cells = {}
@@ -669,8 +666,8 @@ def render_study(records: list[dict]) -> str:
             cells[(r["task"], r["cell"], r["seed"], r["machine"])] = r
     if not cells:
         return ""
-    out = ["", "## RL on a verifiable task: MeZO and TRL's GRPO at equal training time (issue 35's reduced study)", "",
-           "Generated from `docs/results/rl_study.jsonl` by `python benchmarks/rl.py --study arithmetic` (each cell's "
+    out = ["", "## RL on a verifiable task: issue 35's reduced study (exploratory, pre-protocol)", "",
+           f"{PRE_PROTOCOL} Generated from `docs/results/rl_study.jsonl` by `python benchmarks/rl.py --study arithmetic` (each cell's "
            "exact command: its `command` in the JSONL). Model SmolLM2-135M-Instruct, chat prompts "
            "(\"What is 37 + 48? Reply with the number only.\"), reward `exact_answer` (the completion's last number is "
            f"the sum), greedy completions of at most {STUDY_TASKS['arithmetic']['max_new_tokens']} tokens; "
@@ -702,7 +699,6 @@ def render_study(records: list[dict]) -> str:
                        f"{_f(r.get('train_s'), 0)} | {_f(r.get('peak_rss_mb'), 0)} |")
         out += [f"\n\\* {r['cell']} seed {r['seed']}: {r['kl_note']}" for r in rows if r.get("kl_note")]
         out += study_seed_summary(rows)
-        out += study_targets(rows)
         png = STUDY_PLOTS / f"rl_study_{task}.png"
         if study_plot(task, rows, png):
             out += ["", f"![{task}: gain against kl](results/{png.name})"]
@@ -762,6 +758,262 @@ def study_main(task: str, cells: list[str], seeds: list[int], rerun: bool, dry_r
     return 0
 
 
+# ---------------------------------------------------------------------------------------------- issue 50's frontier
+# Each tool's reward-KL frontier under the protocol (benchmarks/suite/protocol.py): grids of lr x beta, run in two
+# stages. Stage "grid": every cell on seed 0. Stage "seeds": the cells on each tool's seed-0 *validation* frontier
+# (suite.frontier.candidates) on the other seeds. A cell's record is appended as soon as it finishes; a rerun skips
+# the finished (cell, seed) pairs of this machine, and a MeZO cell stopped part-way resumes from its checkpoint.
+FRONTIER_RECORDS = REPO / "docs" / "results" / "rl_frontier.jsonl"
+FRONTIER_RUNS = REPO / "runs" / "rl_frontier"
+FRONTIER_PLOTS = REPO / "docs" / "results"
+FRONTIER_SEEDS = (0, 1, 2)
+#: the tasks: reward, completion tokens, prompt counts (validation >= protocol.MIN_VALIDATION) and the training
+#: seconds of a GRPO cell (a MeZO cell's steps are sized to about the same from its s/step measured on this machine)
+FRONTIER_TASKS = {
+    "arithmetic": dict(reward="exact_answer", max_new_tokens=16, num_train=1000, num_eval=200, num_test=500,
+                       budget_s=640),
+    "sentiment": dict(reward=REWARD, max_new_tokens=24, num_train=1000, num_eval=200, num_test=200, budget_s=450),
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class FrontierCell:
+    """One grid point: a tool, what it trains, lr and beta, its other arguments, and its seeds. A compared cell's
+    definition is refused with fewer than protocol.MIN_SEEDS seeds or a validation under MIN_VALIDATION prompts
+    unless it is declared exploratory (then it is never compared)."""
+    task: str
+    family: str  # tool and what it trains: mezo-full, mezo-lora, mezo-norm, grpo-full, grpo-lora
+    lr: str
+    beta: str
+    args: tuple
+    seeds: tuple = FRONTIER_SEEDS
+    exploratory: bool = False
+
+    def __post_init__(self):
+        check_cell(self.name, self.seeds, FRONTIER_TASKS[self.task]["num_eval"], self.exploratory)
+
+    @property
+    def name(self) -> str:
+        return f"{self.family}-lr{self.lr}-beta{self.beta}"
+
+    @property
+    def tool(self) -> str:
+        return "mezo-rl" if self.family.startswith("mezo") else "trl-grpo"
+
+
+#: MeZO steps per family, beta 0 and beta > 0 (the KL term's extra forward passes make a step ~2.5x dearer), sized
+#: to the task's budget at the s/step the study measured on this machine
+_MEZO_STEPS = {"arithmetic": {"full": (58, 24), "lora": (58, 18), "norm": (48, 20)},
+               "sentiment": {"full": (60, 24)}}
+
+
+def _frontier_cells(task: str, family: str, lrs, betas) -> list[FrontierCell]:
+    out = []
+    tool, peft = family.split("-", 1)
+    for lr in lrs:
+        for beta in betas:
+            if tool == "mezo":
+                steps = _MEZO_STEPS[task][peft][beta != "0"]
+                extra = () if peft == "norm" else _BATCHED
+                args = _mezo(peft, lr, steps, *extra, "--beta", beta, "--autocast", PRECISION,
+                             eval_steps=max(1, steps // 3))
+            else:
+                args = ["--peft", peft, "--lr", lr, "--beta", beta, "--autocast", PRECISION, "--eval-points", "3"]
+            out.append(FrontierCell(task, family, lr, beta, tuple(args)))
+    return out
+
+
+#: the grids. Arithmetic: each tool's lr x beta, GRPO LoRA's lr bracketed above 1e-4 (the study's best was its
+#: grid's top); sentiment: the lr tuned on sentiment itself (not carried over from arithmetic)
+FRONTIER_GRIDS = {
+    "arithmetic": [*_frontier_cells("arithmetic", "mezo-full", ["1e-3", "3e-3", "1e-2"], ["0", "0.1", "1"]),
+                   *_frontier_cells("arithmetic", "mezo-lora", ["3e-3", "1e-2", "3e-2"], ["0", "1"]),
+                   *_frontier_cells("arithmetic", "mezo-norm", ["0.03", "0.1", "0.3"], ["0"]),
+                   *_frontier_cells("arithmetic", "grpo-full", ["3e-6", "1e-5", "3e-5"], ["0", "0.04", "0.2"]),
+                   *_frontier_cells("arithmetic", "grpo-lora", ["1e-4", "3e-4", "1e-3"], ["0", "0.04"])],
+    "sentiment": [*_frontier_cells("sentiment", "mezo-full", ["3e-4", "1e-3", "3e-3"], ["0", "0.3"]),
+                  *_frontier_cells("sentiment", "grpo-full", ["3e-6", "1e-5", "3e-5", "1e-4"], ["0", "0.04"])],
+}
+
+
+def frontier_cell(task: str, name: str) -> FrontierCell:
+    for c in FRONTIER_GRIDS[task]:
+        if c.name == name:
+            return c
+    raise SystemExit(f"unknown {task} frontier cell {name!r}; known: {', '.join(c.name for c in FRONTIER_GRIDS[task])}")
+
+
+def frontier_command(cell: FrontierCell, seed: int, out_dir: pathlib.Path) -> list[str]:
+    """The cell's command: ``mezo-rl train`` (arithmetic) or the sentiment example (MeZO), the GRPO script (GRPO),
+    with the task's prompt counts and the protocol's precision."""
+    t = FRONTIER_TASKS[cell.task]
+    if seed not in cell.seeds:
+        raise SystemExit(f"{cell.name}: seed {seed} is not one of the cell's seeds {cell.seeds}")
+    sizes = ["--num-train", str(t["num_train"]), "--num-eval", str(t["num_eval"]), "--num-test", str(t["num_test"])]
+    if cell.tool == "mezo-rl":
+        if cell.task == "sentiment":  # the example takes no --autocast: mezo-rl's default, which is PRECISION
+            args = [a for i, a in enumerate(cell.args) if a != "--autocast" and cell.args[i - 1] != "--autocast"]
+            return [sys.executable, str(EXAMPLE), "--output-dir", str(out_dir), "--seed", str(seed), *sizes,
+                    "--max-new-tokens", str(t["max_new_tokens"]), "--log-completions", str(t["num_test"]), *args]
+        return [sys.executable, "-m", "mezo_rl", "train", "--task", cell.task, "--reward", t["reward"],
+                "--max-new-tokens", str(t["max_new_tokens"]), "--eval-batch-size", "64", "--log-completions",
+                str(t["num_test"]), "--seed", str(seed), *sizes, *cell.args, "--output-dir", str(out_dir / "run")]
+    task = [] if cell.task == "sentiment" else ["--task", cell.task, "--reward", t["reward"]]
+    return [sys.executable, str(GRPO), *task, "--output-dir", str(out_dir), "--seed", str(seed),
+            "--max-completion-length", str(t["max_new_tokens"]), "--num-generations", "4", "--batch-size", "16",
+            "--time-budget-s", str(t["budget_s"]), "--no-base-loglik", *sizes, *cell.args]
+
+
+def run_frontier_cell(cell: FrontierCell, seed: int) -> dict:
+    """Run one (cell, seed) in a subprocess (a MeZO cell stopped part-way resumes) and append its record."""
+    out_dir = FRONTIER_RUNS / f"{cell.task}-{cell.name}-s{seed}"
+    cmd = frontier_command(cell, seed, out_dir)
+    run_dir = out_dir / "run"
+    if cell.tool == "mezo-rl" and (run_dir / "checkpoint").is_dir() and not (run_dir / "summary.json").is_file():
+        cmd.append("--resume")
+    env = dict(os.environ, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", TOKENIZERS_PARALLELISM="false",
+               PYTHONPATH=str(REPO))
+    out_dir.mkdir(parents=True, exist_ok=True)
+    code = protocol_commit(REPO)  # the code the run starts with
+    t0 = time.time()
+    with (out_dir / "log.txt").open("a") as log:
+        proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
+        _, status, usage = os.wait4(proc.pid, 0)
+    record = {"protocol": PROTOCOL, "task": cell.task, "cell": cell.name, "family": cell.family, "tool": cell.tool,
+              "lr": float(cell.lr), "beta": float(cell.beta), "seed": seed, "exploratory": cell.exploratory,
+              "command": shlex.join(cmd), "commit": code, "cpu": cpu_info(), "machine": machine(),
+              "wall_s": time.time() - t0, "peak_rss_mb": usage.ru_maxrss / 1024,
+              "date": _dt.date.today().isoformat(), "ok": os.waitstatus_to_exitcode(status) == 0}
+    if record["ok"]:
+        try:
+            record = complete_frontier(record, out_dir)
+        except ProtocolError as e:  # the run broke the protocol: recorded, never admitted
+            record.update(ok=False, protocol_error=str(e))
+    append_record(FRONTIER_RECORDS, record)
+    return record
+
+
+def complete_frontier(record: dict, out_dir: pathlib.Path) -> dict:
+    """A finished cell's figures, its test figures taken only after its evaluations replay through the protocol's
+    TestGate (ProtocolError otherwise): the pick, test before -> after with the paired gain, kl, n, the tool's full
+    configuration, the precision, the counts, sample completions, distinct-2 and base log-likelihood, s/step."""
+    from mezo_rl.cli.plots import read_jsonl
+    from mezo_rl.training.rundir import read_samples
+
+    reward = FRONTIER_TASKS[record["task"]]["reward"]
+    if record["tool"] == "mezo-rl":
+        run_dir = out_dir / "run"
+        summary = json.loads((run_dir / "summary.json").read_text())
+        config = json.loads((run_dir / "config.json").read_text())
+        lines = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
+        gate = TestGate.replay(reads_of_mezo_run(lines, summary["best_step"]))
+        secs = step_seconds(run_dir)
+        before, after = read_samples(run_dir, "test", 0), read_samples(run_dir, "test", summary["steps"])
+        record.update(train_s=sum(secs), s_per_step=sorted(secs)[len(secs) // 2] if secs else None,
+                      precision=precision_of(config.get("autocast", "auto")), config=config)
+    else:
+        summary = json.loads((out_dir / "summary.json").read_text())
+        gate = TestGate.replay(summary["reads"])
+        before, after = (read_jsonl(out_dir / "samples" / f"test-{w}.jsonl") for w in ("before", "after"))
+        record.update({k: summary.get(k) for k in ("train_s", "s_per_step", "trl_version", "peak_train_rss_mb",
+                                                   "precision", "stopped_by")})
+        record["config"] = summary["grpo_config"]
+    if gate.pick() != summary["best_step"]:
+        raise ProtocolError(f"the run tested step {summary['best_step']}; validation picked step {gate.pick()}")
+    record.update(steps=summary["steps"], best_step=summary["best_step"], pick=gate.record(),
+                  **{k: summary[k] for k in ("initial_validation", "validation", "initial_test", "test")})
+    record["n"] = {"validation": int(summary["validation"]["n"]), "test": int(summary["test"]["n"])}
+    record["paired"] = paired_gain(before, after, reward)
+    record["counts"] = {"before": text_counts(before), "after": text_counts(after)}
+    record["base_loglik"] = hacking_measures(before, after)
+    record["samples"] = sample_pairs(before, after, reward)
+    return record
+
+
+def frontier_pending(task: str, stage: str, names: list[str] | None, records: list[dict]) -> list[tuple]:
+    """The (cell, seed) pairs a stage still has to run on this machine: "grid" every cell's first seed, "seeds"
+    the other seeds of the cells on seed 0's validation frontier (candidates), "all" both."""
+    here = machine()
+    done = {(r["cell"], r["seed"]) for r in records if r.get("task") == task and r.get("ok") and r.get("machine") == here}
+    grid = [c for c in FRONTIER_GRIDS[task] if names is None or c.name in names]
+    todo = []
+    if stage in ("grid", "all"):
+        todo += [(c, c.seeds[0]) for c in grid]
+    if stage in ("seeds", "all"):
+        mine = [r for r in records if r.get("task") == task and r.get("machine") == here]
+        chosen = set(candidates(mine, FRONTIER_TASKS[task]["reward"], seed=FRONTIER_SEEDS[0]))
+        todo += [(c, s) for c in grid if c.name in chosen for s in c.seeds[1:]]
+    return [(c, s) for c, s in todo if (c.name, s) not in done]
+
+
+def frontier_main(task: str, stage: str, names: list[str] | None, dry_run: bool) -> int:
+    pending = frontier_pending(task, stage, names, load_records(FRONTIER_RECORDS))
+    if dry_run:
+        print("\n".join(f"{task} {c.name} seed {s}: {shlex.join(frontier_command(c, s, FRONTIER_RUNS / 'DIR'))}"
+                        for c, s in pending) or "nothing pending")
+        return 0
+    for c, s in pending:
+        r = run_frontier_cell(c, s)
+        print(f"{task} {c.name} seed {s}: {'ok' if r['ok'] else 'FAILED ' + r.get('protocol_error', '')} in "
+              f"{r['wall_s']:.0f} s", flush=True)
+    if stage == "grid" and not names:
+        print(f"next: python benchmarks/rl.py --frontier {task} --stage seeds", flush=True)
+    subprocess.run([sys.executable, str(REPO / "benchmarks" / "results.py"), "--render-only"], cwd=REPO, check=False,
+                   stdout=subprocess.DEVNULL)  # docs/results.md carries the frontier
+    return 0
+
+
+def render_frontier(records: list[dict]) -> str:
+    """The frontier section of docs/results.md: per task, the cells' table, the plot, the generated statements
+    of where each tool wins, the records kept out and why, counts and sample completions."""
+    out = []
+    for task in FRONTIER_TASKS:
+        rows = [r for r in records if r.get("task") == task]
+        if not rows:
+            continue
+        reward = FRONTIER_TASKS[task]["reward"]
+        summaries = summarise(rows, reward)
+        t = FRONTIER_TASKS[task]
+        out += ["", f"### {task}: each tool's reward-KL frontier (issue 50's protocol)", "",
+                f"Generated from `docs/results/rl_frontier.jsonl` (`python benchmarks/rl.py --frontier {task}`). Every "
+                f"choice read validation only ({t['num_eval']} prompts; the pick of each run is its record's `pick`); "
+                f"test ({t['num_test']} prompts a seed) was read once per run, at that pick. Compared cells have at "
+                f"least {MIN_SEEDS} seeds; test gain and kl are means over seeds with their SE over seeds. Frontier: "
+                "the cells no other cell of the tool beats on validation (gain at no larger kl). Precision: "
+                + ", ".join(sorted({r.get('precision') or '?' for r in rows if r.get('ok')})) + ".", ""]
+        out += frontier_table(summaries)
+        png = plot_frontier(summaries, FRONTIER_PLOTS / f"rl_frontier_{task}.png",
+                            f"{task}: held-out gain against kl, frontiers joined", reward)
+        if png:
+            out += ["", f"![{task}: reward-KL frontier](results/{png.name})"]
+        said = statements(summaries)
+        out += ["", "Where each tool wins (generated from the records; a difference within 2 SE names no winner):", ""]
+        out += said or ["- no compared cell yet (a compared cell has every one of its seeds recorded)."]
+        kept_out = [(r, admitted(r)[1]) for r in rows if not admitted(r)[0]]
+        if kept_out:
+            out += ["", "Records kept out of the comparison:", ""]
+            out += [f"- {r.get('cell')} seed {r.get('seed')}: {why}" + (f" ({r['protocol_error']})" if r.get("protocol_error")
+                                                                        else "") for r, why in kept_out]
+        counted = [r for r in rows if admitted(r)[0]]
+        if counted:
+            words = [w for w in COUNTED_WORDS if w in counted[0]["counts"]["after"]]
+            out += ["", "Counts over each run's test completions, before → after (loops: `repetition` below "
+                        f"{LOOP_REPETITION}; a word: completions that contain it):", "",
+                    "| cell | seed | n | loops | " + " | ".join(f'"{w}"' for w in words) + " |",
+                    "|---|---|---|---|" + "---|" * len(words)]
+            for r in sorted(counted, key=lambda r: (r["cell"], r["seed"])):
+                b, a = r["counts"]["before"], r["counts"]["after"]
+                out.append(f"| {r['cell']} | {r['seed']} | {a['n']} | {b['loops']} → {a['loops']} | "
+                           + " | ".join(f"{b[w]} → {a[w]}" for w in words) + " |")
+            out += ["", "Sample test completions (first prompts, before → after):", ""]
+            out += [f"- {r['cell']} seed {r['seed']}: {smp['prompt']!r}: {smp['before']!r} → {smp['after']!r}"
+                    for r in counted if r["seed"] == FRONTIER_SEEDS[0] for smp in r["samples"][:1]]
+            out += ["", "CPUs: " + "; ".join(sorted({f"{r['cpu']['model']} (AVX512-BF16: "
+                                                      f"{'yes' if r['cpu']['avx512_bf16'] else 'no'})" for r in counted}))
+                    + "; commits: " + ", ".join(sorted({r["commit"][:12] for r in counted})) + "."]
+    return "\n".join(out) + "\n" if out else ""
+
+
 # ---------------------------------------------------------------------------------------------- command line
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -783,8 +1035,22 @@ def main(argv=None) -> int:
     p.add_argument("--rescore", action="store_true",
                    help="recompute the recorded cells' figures (--variants, or --study's --cells) from their run "
                         "directories (runs nothing)")
-    p.add_argument("--cells", default=",".join(STUDY_CELLS), help=f"with --study: comma-separated, of {', '.join(STUDY_CELLS)}")
+    p.add_argument("--cells", default=None, help=f"with --study: comma-separated, of {', '.join(STUDY_CELLS)} (default: "
+                   "all); with --frontier: of the task's grid (default: all)")
+    p.add_argument("--frontier", default=None, choices=sorted(FRONTIER_TASKS),
+                   help="issue 50's reward-KL frontier on this task, under the protocol (benchmarks/suite/protocol.py); "
+                        "recorded in docs/results/rl_frontier.jsonl")
+    p.add_argument("--stage", default="grid", choices=["grid", "seeds", "all"],
+                   help="with --frontier: grid (every cell, first seed), seeds (the other seeds of the cells on the "
+                        "first seed's validation frontier), all (both)")
     a = p.parse_args(argv)
+    if a.frontier:
+        names = a.cells.split(",") if a.cells else None
+        for name in names or ():
+            frontier_cell(a.frontier, name)
+        return frontier_main(a.frontier, a.stage, names, a.dry_run)
+    if a.cells is None:
+        a.cells = ",".join(STUDY_CELLS)
     if a.study:
         cells = a.cells.split(",")
         unknown = [c for c in cells if c not in STUDY_CELLS]

@@ -267,11 +267,20 @@ def render(results, out_md, notes: list[str] = (), command_hint="python benchmar
 
 
 def rl_section(path) -> str:
-    """The RL-on-prompts tables (benchmarks/rl.py: the sentiment example over seeds, TRL's GRPO beside it)."""
-    from rl import render as render_rl  # benchmarks/rl.py, on the path as the suite's sibling
+    """The RL sections: issue 50's frontier (benchmarks/rl.py --frontier, the protocol's records) first, then the
+    pre-protocol tables (the sentiment example and TRL's GRPO, issue 35's study), marked exploratory."""
+    from rl import FRONTIER_RECORDS, PRE_PROTOCOL, render_frontier  # benchmarks/rl.py, the suite's sibling
+    from rl import render as render_rl
 
-
-    return ("\n## RL on prompts: the sentiment example and TRL's GRPO\n\n"
+    frontier = render_frontier(load_records(FRONTIER_RECORDS)) if FRONTIER_RECORDS.is_file() else ""
+    return ("\n## RL under issue 50's protocol: each tool's reward-KL frontier\n\n"
+            "The protocol is code (`benchmarks/suite/protocol.py`): choices on validation only, test read once per "
+            "run at validation's pick (named in each record), compared cells with at least 3 seeds and 200 validation "
+            "prompts, both tools at one precision, and every record with its command, commit, CPU, seed, n, the "
+            "tool's full configuration, sample completions and counts.\n"
+            + (frontier or "\nNo protocol record yet: `python benchmarks/rl.py --frontier arithmetic` runs the grid.\n")
+            + "\n## RL on prompts: the sentiment example and TRL's GRPO (exploratory, pre-protocol)\n\n"
+            + PRE_PROTOCOL + " "
             "Generated from `docs/results/rl.jsonl` by `python benchmarks/rl.py` (the cells) and "
             "`python benchmarks/results.py --render-only`. Prompts: openings of SST-2 review sentences "
             "(`examples/rl_sentiment.py`); reward: VADER positivity of the completion (`examples/sentiment_reward.py`); "

@@ -1,0 +1,231 @@
+"""Issue 50's protocol in benchmarks/ (suite/protocol.py, rl.py --frontier): the test split is read only at
+validation's pick, compared cells need seeds and validation prompts, every record carries its fields; a real tiny
+mezo-rl run's log replays through the gate, and a tampered one is refused."""
+from __future__ import annotations
+
+import json
+import pathlib
+import sys
+
+import pytest
+
+REPO = pathlib.Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "benchmarks"))     # as `python benchmarks/rl.py` sees it
+
+import rl  # noqa: E402
+from suite.protocol import (MIN_SEEDS, MIN_VALIDATION, RECORD_FIELDS, ProtocolError, TestGate, admitted,  # noqa: E402
+                            check_cell, cpu_info, missing_fields, text_counts)
+
+
+# ---------------------------------------------------------------------------------------------- the gate
+def test_test_before_validations_pick_is_refused():
+    gate = TestGate()
+    gate.validated(0, 0.1)
+    gate.baseline()                       # the starting weights: allowed once, before training
+    gate.validated(10, 0.3)
+    with pytest.raises(ProtocolError, match="before validation's pick"):
+        gate.test(10)
+    assert gate.pick() == 10
+    with pytest.raises(ProtocolError, match="validation picked step 10"):
+        gate.test(20)
+    gate.test(10)
+    with pytest.raises(ProtocolError, match="read once"):
+        gate.test(10)
+    with pytest.raises(ProtocolError, match="after validation's pick"):
+        gate.validated(30, 0.9)           # no more choosing once test may be read
+    assert gate.record()["step"] == 10 and gate.record()["on"] == "validation"
+
+
+def test_the_pick_is_the_earliest_of_the_best_and_the_baseline_comes_before_training():
+    gate = TestGate()
+    for step, v in [(0, 0.1), (5, 0.4), (10, 0.4), (15, 0.2)]:
+        gate.validated(step, v)
+    assert gate.pick() == 5
+    late = TestGate()
+    late.validated(0, 0.1)
+    late.validated(5, 0.2)
+    with pytest.raises(ProtocolError, match="before any training step"):
+        late.baseline()
+
+
+def test_a_replayed_log_that_read_test_mid_run_is_refused():
+    ok = [{"split": "validation", "step": 0, "objective": 0.1}, {"split": "test", "step": 0},
+          {"split": "validation", "step": 10, "objective": 0.5}, {"split": "validation", "step": 20, "objective": 0.3},
+          {"split": "test", "step": 20, "weights_step": 10}]
+    assert TestGate.replay(ok).record()["step"] == 10
+    peeked = ok[:3] + [{"split": "test", "step": 10}] + ok[3:]     # test read at step 10, then validation again
+    with pytest.raises(ProtocolError):
+        TestGate.replay(peeked)
+    wrong = ok[:-1] + [{"split": "test", "step": 20, "weights_step": 20}]   # the final weights, not the pick
+    with pytest.raises(ProtocolError, match="validation picked step 10"):
+        TestGate.replay(wrong)
+    with pytest.raises(ProtocolError, match="never read its test split"):
+        TestGate.replay(ok[:-1])
+
+
+# ---------------------------------------------------------------------------------------------- cells
+def test_compared_cells_need_seeds_and_validation_prompts_unless_exploratory():
+    with pytest.raises(ProtocolError, match=f"at least {MIN_SEEDS}"):
+        check_cell("one-seed", (0,), 200)
+    with pytest.raises(ProtocolError, match=f"at least {MIN_VALIDATION}"):
+        check_cell("small-validation", (0, 1, 2), 50)
+    check_cell("exploratory", (0,), 50, exploratory=True)
+    with pytest.raises(ProtocolError):
+        rl.FrontierCell("arithmetic", "mezo-full", "1e-3", "0", (), seeds=(0, 1))
+    assert rl.FrontierCell("arithmetic", "mezo-full", "1e-3", "0", (), seeds=(0,), exploratory=True).exploratory
+    for task, cells in rl.FRONTIER_GRIDS.items():      # the defined grids pass the protocol's check
+        assert rl.FRONTIER_TASKS[task]["num_eval"] >= MIN_VALIDATION
+        assert all(len(c.seeds) >= MIN_SEEDS and not c.exploratory for c in cells)
+        assert len({c.name for c in cells}) == len(cells)
+
+
+def test_the_grids_bracket_grpo_loras_lr_and_tune_sentiment_on_sentiment(tmp_path):
+    lora = {float(c.lr) for c in rl.FRONTIER_GRIDS["arithmetic"] if c.family == "grpo-lora"}
+    assert max(lora) > 1e-4 and min(lora) <= 1e-4
+    assert {c.family for c in rl.FRONTIER_GRIDS["sentiment"]} >= {"mezo-full", "grpo-full"}
+    for task, cells in rl.FRONTIER_GRIDS.items():   # both tools at the protocol's precision, with the task's sizes
+        for c in cells:
+            cmd = rl.frontier_command(c, 0, tmp_path)
+            assert cmd[cmd.index("--num-eval") + 1] == str(rl.FRONTIER_TASKS[task]["num_eval"])
+            if not (task == "sentiment" and c.tool == "mezo-rl"):   # the example takes mezo-rl's default
+                assert cmd[cmd.index("--autocast") + 1] == rl.PRECISION
+    with pytest.raises(SystemExit, match="not one of the cell's seeds"):
+        rl.frontier_command(rl.FRONTIER_GRIDS["arithmetic"][0], 7, tmp_path)
+
+
+def test_every_mezo_frontier_cell_is_a_valid_train_command(tmp_path):
+    from mezo_rl.cli.main import build_parser, parse_into
+    from mezo_rl.training.arguments import TrainingArguments
+
+    parser = build_parser()
+    for c in rl.FRONTIER_GRIDS["arithmetic"]:
+        if c.tool == "mezo-rl":
+            cmd = rl.frontier_command(c, 0, tmp_path)
+            a = parse_into(TrainingArguments, parser.parse_args(cmd[cmd.index("train"):]))
+            assert a.num_eval >= MIN_VALIDATION and a.beta == float(c.beta) and a.autocast == rl.PRECISION
+
+
+def test_the_grpo_script_takes_the_protocols_precision():
+    import grpo_sentiment
+
+    a = grpo_sentiment.parse_args(["--task", "arithmetic", "--reward", "exact_answer"])
+    assert a.autocast == rl.PRECISION
+    with pytest.raises(SystemExit):
+        grpo_sentiment.parse_args(["--task", "arithmetic", "--autocast", "fp8"])
+
+
+# ---------------------------------------------------------------------------------------------- records
+def test_counts_and_cpu():
+    samples = [{"completion": "a great movie. a great movie. a great movie."}, {"completion": "Great!"},
+               {"completion": "greatly fine"}, {"completion": [{"role": "assistant", "content": "it is great"}]}]
+    assert text_counts(samples) == {"n": 4, "loops": 1, "great": 3}
+    info = cpu_info("model name\t: Some CPU\nflags\t\t: fpu avx2 avx512f avx512_bf16\n")
+    assert info == {"model": "Some CPU", "avx512_bf16": True, "amx": False}
+    assert cpu_info("model name\t: Other\nflags\t\t: avx2\n")["avx512_bf16"] is False
+
+
+def _tiny_run(tmp_path, tiny_tokenizer):
+    from conftest import make_tiny_causal_lm
+    from mezo_rl import rewards
+    from mezo_rl.model.lm import LanguageModel
+    from mezo_rl.training.arguments import TrainingArguments
+    from mezo_rl.training.trainer import Trainer
+
+    def reward_len(completions, **kw):
+        return [-abs(12 - len(c)) / 12 for c in completions]
+
+    rewards.register_reward("protocol_len", replace=True)(reward_len)
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text("".join(json.dumps({"prompt": f"the movie {i} was"}) + "\n" for i in range(40)))
+    out = tmp_path / "cell"
+    args = TrainingArguments(model="tiny", task=str(prompts), reward=["protocol_len"], peft="none", steps=4,
+                             batch_size=4, eval_steps=2, lr=1e-3, eps=1e-2, autocast="none", progress=False,
+                             output_dir=str(out / "run"), num_train=20, num_eval=6, num_test=6, max_new_tokens=6,
+                             log_completions=6)
+    factory = lambda: LanguageModel(make_tiny_causal_lm(tiny_tokenizer), tiny_tokenizer)  # noqa: E731
+    try:
+        Trainer(args, lm=factory(), lm_factory=factory).train()
+    finally:
+        rewards.unregister_reward("protocol_len")
+    return out
+
+
+def test_a_real_runs_record_carries_every_field_and_a_peek_at_test_is_refused(tmp_path, tiny_tokenizer, monkeypatch):
+    """A tiny mezo-rl run completed by the frontier's runner: its log replays through the gate, its record names
+    validation's pick and carries every RECORD_FIELD (it is kept out of comparisons: a few validation prompts); the
+    same run with a test read inserted before its last validation is refused."""
+    monkeypatch.setitem(rl.FRONTIER_TASKS, "tiny", dict(reward="protocol_len", num_eval=6))
+    out = _tiny_run(tmp_path, tiny_tokenizer)
+    base = {"protocol": 1, "task": "tiny", "cell": "c", "tool": "mezo-rl", "seed": 0, "ok": True, "command": "cmd",
+            "commit": "abc", "cpu": cpu_info()}
+    record = rl.complete_frontier(dict(base), out)
+    assert missing_fields(record) == [], missing_fields(record)
+    assert set(RECORD_FIELDS) <= set(record)
+    summary = json.loads((out / "run" / "summary.json").read_text())
+    assert record["pick"]["step"] == summary["best_step"] and record["pick"]["on"] == "validation"
+    assert [v["step"] for v in record["pick"]["validated"]] == [0, 2, 4]
+    assert record["config"]["autocast"] == "none" and record["precision"] == "fp32"
+    n = {"validation": int(summary["validation"]["n"]), "test": int(summary["test"]["n"])}
+    assert record["n"] == n and record["counts"]["after"]["n"] == n["test"] > 0
+    assert admitted(record) == (False, f"validation n {n['validation']} < {MIN_VALIDATION}")
+    assert admitted({**record, "n": {"validation": 200, "test": 6}}) == (True, "")
+    assert admitted({k: v for k, v in record.items() if k != "protocol"})[1] == "exploratory (pre-protocol)"
+    assert "config" in missing_fields({k: v for k, v in record.items() if k != "config"})
+
+    # the pre-protocol runners (--study, --variants) now keep the same fields, though their cells stay exploratory
+    monkeypatch.setitem(rl.STUDY_TASKS, "tiny", dict(reward="protocol_len"))
+    study = rl.complete_study({"task": "tiny", "cell": "c", "tool": "mezo-rl", "seed": 0, "ok": True}, out)
+    assert study["config"] == record["config"] and study["n"] == n and study["counts"] == record["counts"]
+    assert admitted({**study, "command": "cmd", "commit": "abc", "cpu": cpu_info()})[1] == "exploratory (pre-protocol)"
+
+    metrics = out / "run" / "metrics.jsonl"
+    lines = metrics.read_text().splitlines()
+    last_val = max(i for i, line in enumerate(lines) if '"split": "validation"' in line)
+    peek = json.dumps({"step": 2, "split": "test", "metrics": {"objective": 0.0}})
+    metrics.write_text("\n".join(lines[:last_val] + [peek] + lines[last_val:]) + "\n")
+    with pytest.raises(ProtocolError):
+        rl.complete_frontier(dict(base), out)
+
+
+def test_the_runner_records_a_protocol_breach_as_a_failed_cell(tmp_path, monkeypatch):
+    """run_frontier_cell: a run whose evaluations break the protocol is recorded with its error, never admitted."""
+    cell = rl.FRONTIER_GRIDS["arithmetic"][-1]           # a GRPO cell
+    monkeypatch.setattr(rl, "FRONTIER_RUNS", tmp_path / "runs")
+    monkeypatch.setattr(rl, "FRONTIER_RECORDS", tmp_path / "records.jsonl")
+    out = tmp_path / "runs" / f"arithmetic-{cell.name}-s0"
+    out.mkdir(parents=True)
+    reads = [{"split": "validation", "step": 0, "objective": 0.1}, {"split": "test", "step": 0, "weights_step": 0},
+             {"split": "validation", "step": 5, "objective": 0.3}, {"split": "test", "step": 9, "weights_step": 9}]
+    (out / "summary.json").write_text(json.dumps({"reads": reads, "best_step": 9}))
+    monkeypatch.setattr(rl, "frontier_command", lambda c, s, d: [sys.executable, "-c", "pass"])
+    r = rl.run_frontier_cell(cell, 0)
+    assert r["ok"] is False and "validation picked step 5" in r["protocol_error"]
+    assert rl.load_records(tmp_path / "records.jsonl")[-1]["protocol_error"] == r["protocol_error"]
+
+
+def test_frontier_stages_resume_and_pick_on_validation(monkeypatch):
+    """Stage grid: every cell's first seed not yet recorded; stage seeds: the other seeds of the cells on seed 0's
+    validation frontier only (a cell with a better test figure but worse validation is not chosen)."""
+    grid = rl.FRONTIER_GRIDS["arithmetic"]
+    here = rl.machine()
+
+    def rec(cell, val, kl, test_gain):
+        return {"protocol": 1, "task": "arithmetic", "cell": cell.name, "tool": cell.tool, "seed": 0, "ok": True,
+                "machine": here, **_fields(val, kl, test_gain)}
+    a, b, c = grid[0], grid[1], grid[-1]
+    records = [rec(a, 0.30, 0.10, 0.1), rec(b, 0.20, 0.20, 0.9), rec(c, 0.1, 0.05, 0.1)]   # b: dominated on validation
+    todo = rl.frontier_pending("arithmetic", "grid", None, records)
+    assert (a, 0) not in todo and (grid[2], 0) in todo and len(todo) == len(grid) - 3
+    seeds = rl.frontier_pending("arithmetic", "seeds", None, records)
+    assert seeds == [(a, 1), (a, 2), (c, 1), (c, 2)]
+
+
+# ---------------------------------------------------------------------------------------------- fixtures
+def _fields(val_gain, val_kl, test_gain, test_kl=None, se=0.02, reward="exact_answer"):
+    return {"commit": "abc", "cpu": {"model": "x", "avx512_bf16": True}, "command": "cmd", "precision": "fp32",
+            "config": {"lr": 1}, "samples": [{"prompt": "p", "before": "a", "after": "b"}],
+            "counts": {"before": {"n": 200, "loops": 0, "great": 0}, "after": {"n": 200, "loops": 0, "great": 0}},
+            "pick": {"on": "validation", "step": 10}, "n": {"validation": 200, "test": 500},
+            "initial_validation": {reward: 0.2}, "validation": {reward: 0.2 + val_gain, "kl": val_kl},
+            "initial_test": {reward: 0.2}, "test": {reward: 0.2 + test_gain, "kl": val_kl if test_kl is None else test_kl},
+            "paired": {"gain": test_gain, "se": se, "n": 500}}
