@@ -61,6 +61,7 @@ import time
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))   # the suite package beside this file
 from mezo_rl.stats import Moments  # noqa: E402
+from mezo_rl.training.rundir import CONFIG_FILE  # noqa: E402
 from suite.hacking import hacking_measures  # noqa: E402
 from suite.frontier import candidates, statements, summarise  # noqa: E402
 from suite.frontier import plot as plot_frontier, table as frontier_table  # noqa: E402
@@ -289,7 +290,7 @@ def complete(record: dict, out_dir: pathlib.Path) -> dict:
                           **{k: summary[k] for k in ("initial_validation", "validation", "initial_test", "test")},
                           base_loglik=hacking_measures(before, after), paired=paired_gain(before, after),
                           samples=sample_pairs(before, after, REWARD),
-                          **run_fields(json.loads((run_dir / "config.json").read_text()), summary, before, after))
+                          **run_fields(json.loads((run_dir / CONFIG_FILE).read_text()), summary, before, after))
         else:
             summary = json.loads((out_dir / "summary.json").read_text())
             record.update({k: summary.get(k) for k in ("steps", "train_s", "s_per_step", "initial_test", "test",
@@ -304,7 +305,7 @@ def complete(record: dict, out_dir: pathlib.Path) -> dict:
 
 def run_fields(config: dict | None, summary: dict, before: list[dict], after: list[dict]) -> dict:
     """What the protocol asks of every record beyond the figures (suite/protocol.py): the tool's full configuration
-    (mezo-rl's config.json; TRL's GRPOConfig as the GRPO script dumped it), the precision, n and the counts."""
+    (mezo-rl's training_args.json; TRL's GRPOConfig as the GRPO script dumped it), the precision, n and the counts."""
     if config is not None:
         out = {"config": config, "precision": precision_of(config.get("autocast", "auto"))}
     else:  # GRPO summaries written before the script took --autocast ran in fp32
@@ -580,7 +581,7 @@ def complete_study(record: dict, out_dir: pathlib.Path) -> dict:
         after = read_samples(run_dir, "test", summary["steps"])
         record.update(steps=summary["steps"], best_step=summary["best_step"], train_s=sum(secs),
                       s_per_step=sorted(secs)[len(secs) // 2])
-        config = json.loads((run_dir / "config.json").read_text())
+        config = json.loads((run_dir / CONFIG_FILE).read_text())
     else:
         config = None
         summary = json.loads((out_dir / "summary.json").read_text())
@@ -854,9 +855,9 @@ def frontier_command(cell: FrontierCell, seed: int, out_dir: pathlib.Path) -> li
         if cell.task == "sentiment":  # the example takes no --autocast: mezo-rl's default, which is PRECISION
             args = [a for i, a in enumerate(cell.args) if a != "--autocast" and cell.args[i - 1] != "--autocast"]
             return [sys.executable, str(EXAMPLE), "--output-dir", str(out_dir), "--seed", str(seed), *sizes,
-                    "--max-new-tokens", str(t["max_new_tokens"]), "--log-completions", str(t["num_test"]), *args]
+                    "--max-completion-length", str(t["max_new_tokens"]), "--log-completions", str(t["num_test"]), *args]
         return [sys.executable, "-m", "mezo_rl", "train", "--task", cell.task, "--reward", t["reward"],
-                "--max-new-tokens", str(t["max_new_tokens"]), "--eval-batch-size", "64", "--log-completions",
+                "--max-completion-length", str(t["max_new_tokens"]), "--eval-batch-size", "64", "--log-completions",
                 str(t["num_test"]), "--seed", str(seed), *sizes, *cell.args, "--output-dir", str(out_dir / "run")]
     task = [] if cell.task == "sentiment" else ["--task", cell.task, "--reward", t["reward"]]
     return [sys.executable, str(GRPO), *task, "--output-dir", str(out_dir), "--seed", str(seed),
@@ -904,7 +905,7 @@ def complete_frontier(record: dict, out_dir: pathlib.Path) -> dict:
     if record["tool"] == "mezo-rl":
         run_dir = out_dir / "run"
         summary = json.loads((run_dir / "summary.json").read_text())
-        config = json.loads((run_dir / "config.json").read_text())
+        config = json.loads((run_dir / CONFIG_FILE).read_text())
         lines = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
         gate = TestGate.replay(reads_of_mezo_run(lines, summary["best_step"]))
         secs = step_seconds(run_dir)

@@ -95,13 +95,13 @@ def test_the_grids_bracket_grpo_loras_lr_and_tune_sentiment_on_sentiment(tmp_pat
 
 def test_every_mezo_frontier_cell_is_a_valid_train_command(tmp_path):
     from mezo_rl.cli.main import build_parser, parse_into
-    from mezo_rl.training.arguments import TrainingArguments
+    from mezo_rl.training.arguments import MeZOConfig
 
     parser = build_parser()
     for c in rl.FRONTIER_GRIDS["arithmetic"]:
         if c.tool == "mezo-rl":
             cmd = rl.frontier_command(c, 0, tmp_path)
-            a = parse_into(TrainingArguments, parser.parse_args(cmd[cmd.index("train"):]))
+            a = parse_into(MeZOConfig, parser.parse_args(cmd[cmd.index("train"):]))
             assert a.num_eval >= MIN_VALIDATION and a.beta == float(c.beta) and a.autocast == rl.PRECISION
 
 
@@ -128,8 +128,8 @@ def _tiny_run(tmp_path, tiny_tokenizer):
     from conftest import make_tiny_causal_lm
     from mezo_rl import rewards
     from mezo_rl.model.lm import LanguageModel
-    from mezo_rl.training.arguments import TrainingArguments
-    from mezo_rl.training.trainer import Trainer
+    from mezo_rl.training.arguments import MeZOConfig
+    from mezo_rl.training.trainer import MeZOTrainer
 
     def reward_len(completions, **kw):
         return [-abs(12 - len(c)) / 12 for c in completions]
@@ -138,13 +138,13 @@ def _tiny_run(tmp_path, tiny_tokenizer):
     prompts = tmp_path / "p.jsonl"
     prompts.write_text("".join(json.dumps({"prompt": f"the movie {i} was"}) + "\n" for i in range(40)))
     out = tmp_path / "cell"
-    args = TrainingArguments(model="tiny", task=str(prompts), reward=["protocol_len"], peft="none", steps=4,
-                             batch_size=4, eval_steps=2, lr=1e-3, eps=1e-2, autocast="none", progress=False,
-                             output_dir=str(out / "run"), num_train=20, num_eval=6, num_test=6, max_new_tokens=6,
-                             log_completions=6)
+    args = MeZOConfig(model="tiny", task=str(prompts), reward=["protocol_len"], peft="full", max_steps=4,
+                      per_device_train_batch_size=4, eval_steps=2, learning_rate=1e-3, eps=1e-2, autocast="none",
+                      progress=False, output_dir=str(out / "run"), num_train=20, num_eval=6, num_test=6,
+                      max_completion_length=6, log_completions=6)
     factory = lambda: LanguageModel(make_tiny_causal_lm(tiny_tokenizer), tiny_tokenizer)  # noqa: E731
     try:
-        Trainer(args, lm=factory(), lm_factory=factory).train()
+        MeZOTrainer(args=args, lm=factory(), lm_factory=factory).train()
     finally:
         rewards.unregister_reward("protocol_len")
     return out
