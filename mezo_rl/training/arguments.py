@@ -47,11 +47,15 @@ from mezo_rl.engine.optim import ESTIMATORS, EVALUATIONS, ON_NONFINITE, SCHEDULE
 
 def option(default: Any = dataclasses.MISSING, help: str = "", *, choices=None, min: Optional[int] = None,
            gt: Optional[float] = None, ge: Optional[float] = None, lt: Optional[float] = None,
-           default_factory: Any = dataclasses.MISSING, aliases: tuple[str, ...] = ()):
+           default_factory: Any = dataclasses.MISSING, aliases: tuple[str, ...] = (), verbatim: bool = False):
     """A dataclass field with its ``--help`` text and what it accepts in the metadata: ``choices``,
     an integer ``min``, or number bounds ``gt`` (>), ``ge`` (>=), ``lt`` (<). ``aliases``: the field's
-    earlier names, still accepted as keywords, config-file keys and ``--options`` (:func:`canonical_options`)."""
+    earlier names, still accepted as keywords, config-file keys and ``--options`` (:func:`canonical_options`).
+    ``verbatim`` (a list of strings): each ``--option`` on the command line is one item, commas and
+    spaces kept, with the escapes ``\\n``, ``\\t`` and ``\\\\`` read as a newline, a tab and a backslash."""
     metadata: dict[str, Any] = {"help": help}
+    if verbatim:
+        metadata["verbatim"] = True
     if aliases:
         metadata["aliases"] = tuple(aliases)
     if choices is not None:
@@ -346,8 +350,17 @@ class GenerationArguments(Arguments):
     num_generations: int = option(1, "completions per prompt in a training step (TRL's num_generations; > 1 needs --do-sample); --per-device-train-batch-size counts completions, so a step sees per_device_train_batch_size / num_generations prompts", min=1)
     do_sample: bool = option(False, "sample completions during training (same seed at +eps and -eps) instead of greedy decoding")
     temperature: float = option(1.0, "sampling temperature when --do-sample (> 0)")
+    stop: Optional[list[str]] = option(None, "end each completion at the first of these strings, cut just before "
+                                             "it (repeat for several; on the command line \\n is a newline); every "
+                                             "completion also ends at EOS, and a task whose format needs it adds its "
+                                             "own (SQuAD and DROP: a newline)", verbatim=True)
 
     def __post_init__(self):
+        if isinstance(self.stop, str):  # one stop string, as TRL and vLLM take it
+            self.stop = [self.stop]
+        if self.stop is not None and (not isinstance(self.stop, (list, tuple)) or not self.stop
+                                      or not all(isinstance(s, str) and s for s in self.stop)):
+            raise ConfigError(f"--stop: got {self.stop!r}; accepted: one or more non-empty strings")
         super().__post_init__()
         if self.num_generations > 1 and not self.do_sample:
             raise ConfigError(f"--num-generations {self.num_generations} needs --do-sample: greedy decoding writes the same "
