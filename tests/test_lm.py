@@ -196,6 +196,33 @@ def test_only_cuda_compiles_the_decoding_step(tiny_causal_lm, monkeypatch):
     assert lm.generate(PROMPTS, max_new_tokens=4) == LanguageModel(model, tok, batch_size=1).generate(PROMPTS, max_new_tokens=4)
 
 
+def test_a_compiled_step_that_fails_to_compile_falls_back_to_the_eager_step(tiny_causal_lm, monkeypatch):
+    """Where the compiled path is chosen (CUDA; forced here on a CPU) and compiling fails, decoding warns once and
+    runs eagerly, with the same texts; the prompt's pass is never compiled."""
+    import mezo_rl.model.lm as lm_module
+
+    model, tok = tiny_causal_lm
+    want = LanguageModel(model, tok).generate(PROMPTS, max_new_tokens=6)
+    compiled_calls = []
+
+    def broken_compile(fn, **kw):
+        assert kw.get("mode") == "reduce-overhead"
+
+        def run(ids, *a):
+            compiled_calls.append(ids.shape[1])
+            raise RuntimeError("no compiler here")
+        return run
+
+    plan = lm_module.DecodePlan(static_cache=True, compiled=True, check_every=2, length_multiple=8)
+    monkeypatch.setattr(lm_module, "decode_plan", lambda *a, **k: plan)
+    monkeypatch.setattr(torch, "compile", broken_compile)
+    lm = LanguageModel(model, tok)
+    with pytest.warns(UserWarning, match="torch.compile of the decoding step failed"):
+        assert lm.generate(PROMPTS, max_new_tokens=6) == want
+    assert compiled_calls == [1]  # tried once, on a one-token step
+    assert lm.generate(PROMPTS, max_new_tokens=6) == want and compiled_calls == [1]
+
+
 def test_finished_rows_are_read_back_every_k_tokens_where_the_plan_says(tiny_causal_lm, monkeypatch):
     """On an accelerator the host reads "has every row finished?" only every check_every tokens: a decode whose
     rows all end at the first token runs on to the next check, and the texts are those of checking every token."""
