@@ -668,11 +668,12 @@ class LanguageModel:
 
     def _decode_cache(self, batch: int, length: int):
         """A preallocated key/value cache (transformers' ``StaticCache``) of ``length`` positions for
-        ``batch`` rows, emptied. The same one is handed out again for the same shape (and autocast state),
-        so a compiled step's graph reads the same memory on every call."""
+        ``batch`` rows, emptied. The same one is handed out again for the same shape, device, weight dtype
+        and autocast state, so a compiled step's graph reads the same memory on every call."""
         from transformers import StaticCache
 
-        key = (batch, length, torch.is_autocast_enabled(self.device.type))
+        weight = next(self.model.parameters())
+        key = (batch, length, weight.device, weight.dtype, torch.is_autocast_enabled(weight.device.type))
         if self._kv is not None and self._kv[0] == key:
             self._kv[1].reset()
             return self._kv[1]
