@@ -54,7 +54,7 @@ NO_MEANING: dict[str, str] = {
     "cast_lm_head_to_fp32": "the weights' dtype is dtype, and the forward passes' autocast",
     "shuffle_dataset": "each step's batch is drawn at random from (seed, step), so a resumed run sees the same ones",
     "model_init_kwargs": "pass a model object, or the loading options dtype / device_map / max_memory",
-    "generation_kwargs": "completions follow max_completion_length, do_sample and temperature",
+    "generation_kwargs": "completions follow max_completion_length, do_sample, temperature and stop",
     "num_generations_eval": "evaluation decodes each prompt once, greedily",
     "multi_objective_aggregation": "the rewards are summed with reward_weights (reward_normalize, reward_shaping)",
     "max_tool_calling_iterations": "completions are plain generation, without tool calls",
