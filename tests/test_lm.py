@@ -196,6 +196,30 @@ def test_only_cuda_compiles_the_decoding_step(tiny_causal_lm, monkeypatch):
     assert lm.generate(PROMPTS, max_new_tokens=4) == LanguageModel(model, tok, batch_size=1).generate(PROMPTS, max_new_tokens=4)
 
 
+def test_decoding_reads_from_the_device_only_at_its_finished_checks(tiny_causal_lm, monkeypatch):
+    """With the preallocated cache, a decode's host reads (``aten._local_scalar_dense``: ``bool()``, ``.item()``)
+    are its "finished?" checks, one every check_every tokens, stop strings included: none per token (a cache
+    that grows reads its length back at every step)."""
+    import mezo_rl.model.lm as lm_module
+    from mezo_rl.opcount import OpCounter
+
+    model, tok = tiny_causal_lm
+    lm = LanguageModel(model, tok)
+    assert all(lm.generate(PROMPTS, max_new_tokens=16))  # no row ends early: every check is made
+
+    def reads(plan, n):
+        monkeypatch.setattr(lm_module, "decode_plan", lambda *a, **k: plan)
+        lm.generate(PROMPTS, max_new_tokens=n, stop=["zq"])  # builds the stop check once
+        with OpCounter() as ops:
+            lm.generate(PROMPTS, max_new_tokens=n, stop=["zq"])
+        return ops.counts["aten._local_scalar_dense"]
+
+    every_4 = lm_module.DecodePlan(static_cache=True, compiled=False, check_every=4, length_multiple=1)
+    assert reads(every_4, 16) - reads(every_4, 8) == 2
+    growing = lm_module.DecodePlan(static_cache=False, compiled=False, check_every=4, length_multiple=1)
+    assert reads(growing, 16) - reads(growing, 8) > 8
+
+
 def test_a_compiled_step_that_fails_to_compile_falls_back_to_the_eager_step(tiny_causal_lm, monkeypatch):
     """Where the compiled path is chosen (CUDA; forced here on a CPU) and compiling fails, decoding warns once and
     runs eagerly, with the same texts; the prompt's pass is never compiled."""
