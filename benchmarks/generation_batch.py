@@ -66,11 +66,11 @@ def main(argv=None) -> int:
         def given_order():
             with lm.batches_of(BASELINE):
                 return [t for s in range(0, len(prompts), BASELINE)
-                        for t in lm.generate(prompts[s:s + BASELINE], max_new_tokens=new)]
+                        for t in lm.generate(prompts[s:s + BASELINE], max_new_tokens=new, stop=["\n"])]
 
         def ordered(b):
             with lm.batches_of(b):
-                return lm.generate(prompts, max_new_tokens=new)
+                return lm.generate(prompts, max_new_tokens=new, stop=["\n"])  # both workloads end at a newline
 
         runs = {"given order, 16 at a time": given_order, **{f"by length, {b} at a time": (lambda b=b: ordered(b))
                                                              for b in sizes}}

@@ -86,7 +86,7 @@ def measure(mode: str, examples, args) -> dict:
     prompts = [e.prompt for e in examples]
 
     def closure():
-        return objective_outputs(lm, objective, examples, max_new_tokens=args.max_new_tokens).loss
+        return objective_outputs(lm, objective, examples, max_new_tokens=args.max_new_tokens, stop=["\n"]).loss
 
     plain_generate, decodes = lm.generate, []  # decodes: (seconds, completions) of every lm.generate call
 
@@ -98,7 +98,7 @@ def measure(mode: str, examples, args) -> dict:
 
     lm.generate = logged_generate  # the closure's decodes are timed where they happen
 
-    completions = plain_generate(prompts, max_new_tokens=args.max_new_tokens)
+    completions = plain_generate(prompts, max_new_tokens=args.max_new_tokens, stop=["\n"])
     spec = NoiseSpec(defaults["noise"], resolve_backend("auto", defaults["noise"]))
 
     def sweeps():  # +eps z then -eps z (a = 0 would let BLAS skip the low-rank gemm): two sweeps
@@ -112,7 +112,7 @@ def measure(mode: str, examples, args) -> dict:
     def score():  # what the closure does after decoding: the reward on the completions
         objective.evaluate(prompts, completions=completions, columns=columns)
 
-    parts = {"D": lambda: plain_generate(prompts, max_new_tokens=args.max_new_tokens), "S": lambda: opt.step(closure),
+    parts = {"D": lambda: plain_generate(prompts, max_new_tokens=args.max_new_tokens, stop=["\n"]), "S": lambda: opt.step(closure),
              "sweep": sweeps, "objective": score}
     for name, fn in parts.items():  # warm-up (compiles the noise kernel where the noise needs one)
         fn()
@@ -155,8 +155,8 @@ def population(args) -> list[dict]:
     lm = load_model("smollm2-135m")
     squad = tasks.get_task("squad").load_split("train", n=args.batch, seed=0)
     workloads = {
-        "RL-style prompts": dict(prompts=RL_PROMPTS[: args.batch], max_new_tokens=32, stop_at_newline=False),
-        "SQuAD": dict(prompts=[e.prompt for e in squad], max_new_tokens=16, stop_at_newline=True),
+        "RL-style prompts": dict(prompts=RL_PROMPTS[: args.batch], max_new_tokens=32, stop=None),
+        "SQuAD": dict(prompts=[e.prompt for e in squad], max_new_tokens=16, stop=["\n"]),
     }
     objective = build_objective("squad_f1")
     cols = example_columns(squad)
@@ -169,7 +169,7 @@ def population(args) -> list[dict]:
     for name, w in workloads.items():
         if args.workloads and name.split()[0].lower() not in args.workloads:
             continue
-        gen = dict(max_new_tokens=w["max_new_tokens"], stop_at_newline=w["stop_at_newline"])
+        gen = dict(max_new_tokens=w["max_new_tokens"], stop=w["stop"])
         prompts = w["prompts"]
         for n in (1, 2):
             inplace = MeZO(params, lr=0.0, eps=1e-3, n_spsa=n, record=False, seed=0)
@@ -261,8 +261,8 @@ def plain_vs_population(args) -> list[dict]:
     """``--plain``: the batched member evaluation's decode throughput over lm.generate's on the same rows."""
     squad = tasks.get_task("squad").load_split("train", n=args.squad_batch, seed=0)
     workloads = {
-        "RL example": dict(prompts=rl_example_prompts(args.batch), max_new_tokens=24, stop_at_newline=False),
-        "SQuAD": dict(prompts=[e.prompt for e in squad], max_new_tokens=16, stop_at_newline=True),
+        "RL example": dict(prompts=rl_example_prompts(args.batch), max_new_tokens=24, stop=None),
+        "SQuAD": dict(prompts=[e.prompt for e in squad], max_new_tokens=16, stop=["\n"]),
     }
     rows = []
     for mode in args.modes_plain:
@@ -272,7 +272,7 @@ def plain_vs_population(args) -> list[dict]:
         for name, w in workloads.items():
             if args.workloads and name.split()[0].lower() not in args.workloads:
                 continue
-            gen = dict(max_new_tokens=w["max_new_tokens"], stop_at_newline=w["stop_at_newline"])
+            gen = dict(max_new_tokens=w["max_new_tokens"], stop=w["stop"])
             prompts = w["prompts"]
             for M in args.members:
                 opt = MeZO(params, record=False, seed=0, evaluation=BatchedMembers(lm.model),
@@ -325,7 +325,7 @@ def memory_child(mode: str, members: int, args) -> dict:
     """One process: peak RSS of a batched step with ``members`` members, or of inference on as many rows."""
     lm = load_model("smollm2-135m", batch_size=args.batch * (members if mode == "inference" else 1))
     prompts = RL_PROMPTS[: args.batch]
-    gen = dict(max_new_tokens=32, stop_at_newline=False)
+    gen = dict(max_new_tokens=32, stop=None)
     opt = MeZO(lm.model.parameters(), lr=0.0, eps=1e-3, n_spsa=members // 2, record=False, evaluation=BatchedMembers(lm.model)) if mode == "batched" else None
     after_load = status_kb("VmRSS")
     with open("/proc/self/clear_refs", "w") as f:

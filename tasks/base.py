@@ -96,11 +96,15 @@ class Task:
         metrics: names of its evaluation metrics, as registered in ``rewards`` (``["accuracy"]`` for
             classification/multiple choice, ``["squad_f1", "exact_match"]`` for generation, none for
             prompts: there the run's own rewards are the metrics).
+        stop: the strings that end a completion because the task's format needs them (SQuAD and DROP:
+            ``("\\n",)``, the answer is one line); none by default. Completions always end at EOS, and a
+            run's ``--stop`` strings are added to these.
     """
 
     name: str = "task"
     kind: str = "classification"
     description: str = ""
+    stop: tuple[str, ...] = ()
 
     @property
     def metrics(self) -> list[str]:

@@ -374,6 +374,7 @@ class SQuAD(FileTask):
     """SQuAD v1.1. ``Title: <title>\\nContext: <context>\\nQuestion: <question>\\nAnswer:`` (greedy generation)."""
 
     name, kind = "squad", "generation"
+    stop = ("\n",)  # the answer is the line after "Answer:"
     train_files, test_files = ("SQuAD/train-v1.1.json",), ("SQuAD/dev-v1.1.json",)
     hf = ("rajpurkar/squad", None, {"train": "train", "test": "validation"})
 
@@ -419,6 +420,7 @@ class DROP(FileTask):
     """
 
     name, kind = "drop", "generation"
+    stop = ("\n",)  # the answer is the line after "Answer:"
     train_files = ("DROP/drop_dataset_train.json",)
     hf = ("ucinlp/drop", None, {"train": "train", "test": "validation"})
 

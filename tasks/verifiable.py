@@ -34,10 +34,9 @@ so. ``load_split(split, n=..., seed=...)`` then samples from a split as for any 
 
 Forms: ``chat=True`` puts the question in one user message (``Example.messages``), which the model
 renders with its chat template (an instruct model); ``chat=False`` gives plain text for any model.
-Completions end at the first newline, so every form asks for a short answer, except Countdown's
-plain form, which is ES-at-scale's prompt as published (it opens a ``<think>`` block; the reward's
-full-format credit, which needs a newline between ``</think>`` and ``<answer>``, is out of reach there,
-and the answer credit is not).
+Completions end at EOS and at the run's ``--stop`` strings, not at a newline (as TRL's). The chat forms
+ask for a short answer; Countdown's plain form is ES-at-scale's prompt as published (it opens a
+``<think>`` block and asks for the answer in ``<answer>`` tags after it).
 """
 from __future__ import annotations
 
@@ -68,7 +67,7 @@ PAPER_PROMPT = ("You are a helpful assistant. You first think about the reasonin
                 "{target}. You can use basic arithmetic operations (+, -, *, /) and each number can only be used "
                 "once. Show your work in <think> </think> tags. And return the final answer in <answer> </answer> "
                 "tags, for example <answer> (1 + 2) / 3 </answer>.Let me solve this step by step.\n<think>")
-# The chat form: the same task, answered with the equation alone (completions end at the first newline). It
+# The chat form: the same task, answered with the equation alone. It
 # gives no example equation: a small instruct model copies one ("1 + 2 = 3") instead of trying the puzzle.
 CHAT_PROMPT = ("Using the numbers [{numbers}], create an equation that equals {target}. You can use basic "
                "arithmetic operations (+, -, *, /) and each number can only be used once. Reply with the "

@@ -117,7 +117,7 @@ def test_generation_is_batch_invariant(tiny_causal_lm):
     texts = lm.generate(PROMPTS, max_new_tokens=12)
     lm.batch_size = 1
     assert texts == [lm.generate([p], max_new_tokens=12)[0] for p in PROMPTS]
-    assert all(isinstance(t, str) and "\n" not in t for t in texts)
+    assert all(isinstance(t, str) for t in texts)
 
 
 def test_generation_chunks_prompts_of_similar_length(tiny_causal_lm):
@@ -129,16 +129,16 @@ def test_generation_chunks_prompts_of_similar_length(tiny_causal_lm):
     hook = lm._base.register_forward_pre_hook(lambda m, a, kw: widths.append(tuple(kw["input_ids"].shape)),
                                               with_kwargs=True)
     try:
-        texts = lm.generate(prompts, max_new_tokens=3, stop_at_newline=False)
+        texts = lm.generate(prompts, max_new_tokens=3)
     finally:
         hook.remove()
     lengths = sorted(len(lm.tokenizer(p)["input_ids"]) for p in prompts)
     assert [w for w in widths if w[1] > 1] == [(2, lengths[1]), (2, lengths[3])]  # each chunk's prefill
     lm.batch_size = 1
-    assert texts == [lm.generate([p], max_new_tokens=3, stop_at_newline=False)[0] for p in prompts]
+    assert texts == [lm.generate([p], max_new_tokens=3)[0] for p in prompts]
 
 
-def test_generation_stops_at_newline_token(tiny_causal_lm):
+def test_generation_stops_at_newline_only_when_asked(tiny_causal_lm):
     model, tok = tiny_causal_lm
     nl = tok("\n", add_special_tokens=False)["input_ids"][0]
     lm = LanguageModel(model, tok)
@@ -147,14 +147,134 @@ def test_generation_stops_at_newline_token(tiny_causal_lm):
     with torch.no_grad():  # force "\n" to win from the first step on
         model.lm_head.bias = torch.nn.Parameter(torch.zeros(len(tok)))
         model.lm_head.bias.data[nl] = 1e4
-    assert lm.generate(["the sun rose", "Yes or No ?"], max_new_tokens=6) == ["", ""]
+    assert lm.generate(["the sun rose", "Yes or No ?"], max_new_tokens=6, stop=["\n"]) == ["", ""]
+    assert lm.generate(["the sun rose", "Yes or No ?"], max_new_tokens=3) == ["\n\n\n"] * 2
+
+
+def test_decoding_preallocates_its_cache_and_matches_a_growing_cache(tiny_causal_lm, monkeypatch):
+    """The preallocated key/value cache (transformers' StaticCache, written in place) decodes exactly what a
+    cache that grows by a column a step decodes: greedy and sampled, with members, in float32."""
+    import mezo_rl.model.lm as lm_module
+    from transformers import StaticCache
+
+    model, tok = tiny_causal_lm
+    lm = LanguageModel(model, tok, batch_size=2)
+    caches = []
+    hook = lm._base.register_forward_pre_hook(lambda m, a, kw: caches.append(type(kw.get("cache"))), with_kwargs=True)
+    prompts = PROMPTS + ["It", "the sun rose early and the cat sat on the mat"]
+    runs = {}
+    try:
+        for devices in (("cpu",), ()):
+            monkeypatch.setattr(lm_module, "STATIC_CACHE_DEVICES", devices)
+            runs[devices] = [lm.generate(prompts, max_new_tokens=9),
+                             lm.generate(prompts, max_new_tokens=9, members=3),
+                             lm.generate(prompts, max_new_tokens=9, do_sample=True, seed=2, members=2)]
+    finally:
+        hook.remove()
+    assert runs[("cpu",)] == runs[()]
+    assert StaticCache in caches and type(None) in caches  # each path ran
+
+
+def test_only_cuda_compiles_the_decoding_step(tiny_causal_lm, monkeypatch):
+    """The compiled (CUDA graph) step is chosen for CUDA devices alone, without members; on a CPU decoding
+    never calls torch.compile and reads "finished?" after every token."""
+    from mezo_rl.model.lm import DONE_CHECK_EVERY, decode_plan
+
+    model, tok = tiny_causal_lm
+    cpu, cuda = decode_plan(model, "cpu"), decode_plan(model, torch.device("cuda"))
+    assert (cpu.static_cache, cpu.compiled, cpu.check_every, cpu.length_multiple) == (True, False, 1, 1)
+    assert cuda.static_cache and cuda.compiled and cuda.check_every == DONE_CHECK_EVERY > 1
+    assert not decode_plan(model, "cuda", members=2).compiled  # the population's hooks stay eager
+    assert not decode_plan(model, "cuda:0", members=4).compiled and decode_plan(model, "cuda:0").compiled
+
+    class NoStaticCache(torch.nn.Module):  # a model whose attention takes no preallocated cache
+        _can_compile_fullgraph = False
+
+    assert not decode_plan(NoStaticCache(), "cuda").static_cache and not decode_plan(NoStaticCache(), "cuda").compiled
+    monkeypatch.setattr(torch, "compile", lambda *a, **k: pytest.fail("torch.compile was called on a CPU"))
+    lm = LanguageModel(model, tok)
+    assert lm.generate(PROMPTS, max_new_tokens=4) == LanguageModel(model, tok, batch_size=1).generate(PROMPTS, max_new_tokens=4)
+
+
+def test_decoding_reads_from_the_device_only_at_its_finished_checks(tiny_causal_lm, monkeypatch):
+    """With the preallocated cache, a decode's host reads (``aten._local_scalar_dense``: ``bool()``, ``.item()``)
+    are its "finished?" checks, one every check_every tokens, stop strings included: none per token (a cache
+    that grows reads its length back at every step)."""
+    import mezo_rl.model.lm as lm_module
+    from mezo_rl.opcount import OpCounter
+
+    model, tok = tiny_causal_lm
+    lm = LanguageModel(model, tok)
+    assert all(lm.generate(PROMPTS, max_new_tokens=16))  # no row ends early: every check is made
+
+    def reads(plan, n):
+        monkeypatch.setattr(lm_module, "decode_plan", lambda *a, **k: plan)
+        lm.generate(PROMPTS, max_new_tokens=n, stop=["zq"])  # builds the stop check once
+        with OpCounter() as ops:
+            lm.generate(PROMPTS, max_new_tokens=n, stop=["zq"])
+        return ops.counts["aten._local_scalar_dense"]
+
+    every_4 = lm_module.DecodePlan(static_cache=True, compiled=False, check_every=4, length_multiple=1)
+    assert reads(every_4, 16) - reads(every_4, 8) == 2
+    growing = lm_module.DecodePlan(static_cache=False, compiled=False, check_every=4, length_multiple=1)
+    assert reads(growing, 16) - reads(growing, 8) > 8
+
+
+def test_a_compiled_step_that_fails_to_compile_falls_back_to_the_eager_step(tiny_causal_lm, monkeypatch):
+    """Where the compiled path is chosen (CUDA; forced here on a CPU) and compiling fails, decoding warns once and
+    runs eagerly, with the same texts; the prompt's pass is never compiled."""
+    import mezo_rl.model.lm as lm_module
+
+    model, tok = tiny_causal_lm
+    want = LanguageModel(model, tok).generate(PROMPTS, max_new_tokens=6)
+    compiled_calls = []
+
+    def broken_compile(fn, **kw):
+        assert kw.get("mode") == "reduce-overhead"
+
+        def run(ids, *a):
+            compiled_calls.append(ids.shape[1])
+            raise RuntimeError("no compiler here")
+        return run
+
+    plan = lm_module.DecodePlan(static_cache=True, compiled=True, check_every=2, length_multiple=8)
+    monkeypatch.setattr(lm_module, "decode_plan", lambda *a, **k: plan)
+    monkeypatch.setattr(torch, "compile", broken_compile)
+    lm = LanguageModel(model, tok)
+    with pytest.warns(UserWarning, match="torch.compile of the decoding step failed"):
+        assert lm.generate(PROMPTS, max_new_tokens=6) == want
+    assert compiled_calls == [1]  # tried once, on a one-token step
+    assert lm.generate(PROMPTS, max_new_tokens=6) == want and compiled_calls == [1]
+
+
+def test_finished_rows_are_read_back_every_k_tokens_where_the_plan_says(tiny_causal_lm, monkeypatch):
+    """On an accelerator the host reads "has every row finished?" only every check_every tokens: a decode whose
+    rows all end at the first token runs on to the next check, and the texts are those of checking every token."""
+    import mezo_rl.model.lm as lm_module
+
+    model, tok = tiny_causal_lm
+    lm = LanguageModel(model, tok)
+    with torch.no_grad():  # EOS wins from the first step on
+        model.lm_head.bias = torch.nn.Parameter(torch.zeros(len(tok)))
+        model.lm_head.bias.data[tok.eos_token_id] = 1e4
+    every_4 = lm_module.DecodePlan(static_cache=True, compiled=False, check_every=4, length_multiple=8)
+    steps = []
+    hook = lm._base.register_forward_pre_hook(lambda m, a: steps.append(1))
+    try:
+        assert lm.generate(PROMPTS, max_new_tokens=10) == [""] * 3
+        assert len(steps) == 1
+        monkeypatch.setattr(lm_module, "decode_plan", lambda *a, **k: every_4)
+        assert lm.generate(PROMPTS, max_new_tokens=10) == [""] * 3
+        assert len(steps) == 1 + 4
+    finally:
+        hook.remove()
 
 
 def test_greedy_matches_step_by_step_argmax(tiny_causal_lm):
     model, tok = tiny_causal_lm
     lm = LanguageModel(model, tok)
     prompt = "the movie was good and"
-    out = lm.generate([prompt, "Yes"], max_new_tokens=5, stop_at_newline=False)[0]
+    out = lm.generate([prompt, "Yes"], max_new_tokens=5)[0]
     ids = tok(prompt)["input_ids"]
     with torch.no_grad():
         for _ in range(5):
@@ -167,7 +287,7 @@ def test_greedy_matches_step_by_step_argmax(tiny_causal_lm):
 
 def test_seeded_sampling_is_reproducible(tiny_causal_lm):
     lm = LanguageModel(*tiny_causal_lm)
-    kw = dict(max_new_tokens=10, do_sample=True, stop_at_newline=False)
+    kw = dict(max_new_tokens=10, do_sample=True)
     a = lm.generate(PROMPTS, seed=123, **kw)
     b = lm.generate(PROMPTS, seed=123, **kw)
     others = [lm.generate(PROMPTS, seed=s, **kw) for s in range(1, 4)]

@@ -215,7 +215,7 @@ def test_prefix_generation_with_kv_cache(tiny_tokenizer):
     lm = apply_peft(make_lm(tiny_tokenizer), "prefix", seed=4)
     lm.model.config.use_cache = True
     prompts = PROMPTS[:2]
-    got = lm.generate(prompts, max_new_tokens=6, stop_at_newline=False)
+    got = lm.generate(prompts, max_new_tokens=6)
     for prompt, text in zip(prompts, got):
         ids = tiny_tokenizer.encode(prompt)
         new = []

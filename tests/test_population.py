@@ -323,7 +323,7 @@ def test_sampled_generation_of_members_equals_the_weight_side_members(tiny_token
         opt = MeZO(lm.model.parameters(), lr=0.0, eps=0.5, n_spsa=2, seed=1,
                    evaluation=BatchedMembers(lm.model) if evaluation == "batched" else evaluation)
         got = []
-        gen = dict(max_new_tokens=8, do_sample=True, seed=4, temperature=1.5, stop_at_newline=False)
+        gen = dict(max_new_tokens=8, do_sample=True, seed=4, temperature=1.5)
         if evaluation == "batched":
             opt.step(lambda members: (got.extend(lm.generate(PROMPTS, members=len(members), **gen)), [0.0] * 4)[1])
         else:

@@ -31,6 +31,7 @@ import dataclasses
 import json
 import os
 import pathlib
+import re
 import shlex
 import signal
 import sys
@@ -116,6 +117,17 @@ def _split_commas(item_type):
     return parse
 
 
+_ESCAPES = {"n": "\n", "t": "\t", "\\": "\\"}
+
+
+def _verbatim(text: str) -> list[str]:
+    """One item of a ``verbatim`` list option: the text as given, ``\\n``, ``\\t`` and ``\\\\`` read as escapes."""
+    return [re.sub(r"\\([nt\\])", lambda m: _ESCAPES[m.group(1)], text)]
+
+
+_verbatim.__name__ = "str"
+
+
 def add_dataclass_arguments(parser: argparse.ArgumentParser, cls, skip=()) -> None:
     """Add one option per field of the dataclass ``cls`` (defaults suppressed: see :func:`parse_into`)."""
     hints = typing.get_type_hints(cls)
@@ -136,7 +148,8 @@ def add_dataclass_arguments(parser: argparse.ArgumentParser, cls, skip=()) -> No
         elif typing.get_origin(tp) is list:
             (item,) = typing.get_args(tp)
             kw.pop("choices", None)
-            parser.add_argument(*names, action="append", type=_split_commas(item), metavar=item.__name__.upper(), **kw)
+            parse = _verbatim if f.metadata.get("verbatim") else _split_commas(item)
+            parser.add_argument(*names, action="append", type=parse, metavar=item.__name__.upper(), **kw)
         else:
             metavar = "{" + ",".join(map(str, kw["choices"])) + "}" if "choices" in kw else tp.__name__.upper()
             parser.add_argument(*names, type=tp, metavar=metavar, **kw)
@@ -283,7 +296,8 @@ def cmd_eval(ns) -> int:
     max_new_tokens = args.max_new_tokens or (run_args.max_completion_length if run_args is not None else
                                              MeZOConfig().max_completion_length)  # what the run generated
     metrics = evaluate(lm, task, examples, batch_size=args.batch_size, max_new_tokens=max_new_tokens,
-                       progress=True, desc=f"{args.split}", objective=objective, reference=reference)
+                       progress=True, desc=f"{args.split}", objective=objective, reference=reference,
+                       stop=run_args.stop if run_args is not None else None)  # the run's --stop strings
     print(json.dumps({**info, "task": task_args.task, "split": args.split, "n": len(examples),
                       "metrics": {k: float(v) for k, v in metrics.items()}}, indent=2))
     return 0

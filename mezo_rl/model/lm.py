@@ -5,7 +5,7 @@ MeZO, the rewards and the baselines see a model only through three questions:
 * ``score(prompts, candidates)``: how likely is each candidate continuation of each prompt?
   (log-likelihood summed and averaged over the candidate's tokens only)
 * ``generate(prompts, ...)``: what does the model write after each prompt? (greedy or seeded sampling,
-  stopping at a newline or EOS)
+  stopping at EOS or at the caller's stop strings)
 * ``features(prompts)``: one hidden vector per prompt (for the linear-probing baseline).
 
 Scoring computes vocabulary logits only at the positions that are scored: the base transformer runs
@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import warnings
 from dataclasses import dataclass
 
 import torch
@@ -93,7 +94,10 @@ class LanguageModel:
         if not self.is_causal and tokenizer.mask_token_id is None:
             raise ValueError(f"{type(model).__name__} is a masked LM but its tokenizer has no mask token")
         self._base, self._head = _split_base_and_head(model)
-        self._newline_ids = None
+        self._eos = None  # (device, vocabulary size) and the EOS mask over the vocabulary
+        self._stop_checks = {}  # stop strings -> StopCheck
+        self._kv = None  # the last preallocated key/value cache handed out: (shape key, cache)
+        self._compiled = None  # the compiled one-token decoding step (CUDA)
         self._trunk = None  # the frozen-trunk cache, when enabled (enable_trunk_cache)
 
     @property
@@ -491,14 +495,6 @@ class LanguageModel:
         return [], []
 
     # ------------------------------------------------------------------ generation
-    def _newline_token_ids(self) -> torch.Tensor:
-        """Ids of every vocabulary token whose text contains a newline (computed once)."""
-        if self._newline_ids is None:
-            V = len(self.tokenizer)
-            texts = self.tokenizer.batch_decode([[i] for i in range(V)])
-            self._newline_ids = torch.tensor([i for i, t in enumerate(texts) if "\n" in t], dtype=torch.long)
-        return self._newline_ids
-
     @torch.no_grad()
     def generate(
         self,
@@ -508,18 +504,30 @@ class LanguageModel:
         seed: int | None = None,
         temperature: float = 1.0,
         top_k: int | None = None,
-        stop_at_newline: bool = True,
+        stop: list[str] | None = None,
         members: int | None = None,
     ) -> list[str] | list[list[str]]:
-        """Continue each prompt; return the new text only (without the stop newline / EOS).
+        """Continue each prompt; return the new text only, cut before the first stop string it writes.
 
-        Batched decoding with the KV cache, ``self.batch_size`` prompts at a time, taken in order of
+        Batched decoding with a key/value cache, ``self.batch_size`` prompts at a time, taken in order of
         their token length so that a chunk's left padding stays short. Greedy by default; with
         ``do_sample=True`` tokens are drawn from softmax(logits / temperature) (optionally the top_k
         most likely) with a ``torch.Generator`` seeded by ``seed``: two calls with the same seed and the
         same prompts return the same text, so +eps and -eps perturbations see common random numbers.
-        A sequence stops at EOS, at a token containing a newline (``stop_at_newline``), or after
-        ``max_new_tokens``; text before the newline inside that token is kept.
+
+        A completion ends at EOS (always; EOS is not part of the text), at the first of the ``stop``
+        strings it writes, or after ``max_new_tokens``. The text is cut just before the stop string,
+        which is not part of it, wherever it falls: across tokens, or starting or ending inside one
+        (``stop=["\\n"]`` ends a completion at its first newline and keeps what precedes the newline
+        inside the token that holds it). ``stop``: a list of non-empty strings (one string is taken as a
+        list of one); None or empty: EOS only.
+
+        Stop checks run on the device: EOS is a lookup of each new token, a stop string is matched over
+        the last tokens' ids (transformers' ``StopStringCriteria``), and a row that has finished gets
+        padding from then on. Where the host has to wait for the device to read "has every row
+        finished?" (an accelerator), it asks only every ``DONE_CHECK_EVERY`` tokens; on a CPU after each
+        one. The key/value cache is preallocated for the whole decode where the model supports it
+        (:func:`decode_plan`), and on CUDA the one-token step runs as a compiled CUDA graph.
 
         With ``members=M`` every forward (prompt and decoding steps, KV cache included) runs on M copies
         of the batch in member-major layout, and the result is a list of M lists of texts. Sampling
@@ -528,6 +536,7 @@ class LanguageModel:
         without members would draw for the same prompts.
         """
         M = _check_members(members)
+        stops = stop_strings(stop)
         if not self.is_causal:
             raise ValueError("generate needs a causal LM; this is a masked LM")
         if max_new_tokens < 1:
@@ -549,20 +558,19 @@ class LanguageModel:
         for start in range(0, len(order), self.batch_size):
             chunk = order[start : start + self.batch_size]
             texts = self._generate_batch([enc[i] for i in chunk], max_new_tokens, do_sample, gen, temperature, top_k,
-                                         stop_at_newline, M)
+                                         stops, M)
             for k in range(M):
                 for i, text in zip(chunk, texts[k * len(chunk):(k + 1) * len(chunk)]):
                     out[k][i] = text
         return out if members is not None else out[0]
 
-    def _generate_batch(self, enc, max_new_tokens, do_sample, gen, temperature, top_k, stop_at_newline,
-                        members: int = 1):
+    def _generate_batch(self, enc, max_new_tokens, do_sample, gen, temperature, top_k, stops, members: int = 1):
         """Texts of ``members`` copies of the prompts whose token ids are ``enc`` (member-major), decoded
         as one batch: pad, decode, detokenise."""
         input_ids, mask = self._left_padded(list(enc) * members)
-        stop = self._stop_tokens(stop_at_newline)
-        new = self._decode(input_ids, mask, stop, max_new_tokens, do_sample, gen, temperature, top_k, members)
-        return self._detokenise(new, stop)
+        new, ends = self._decode(input_ids, mask, self._stop_check(stops), max_new_tokens, do_sample, gen,
+                                 temperature, top_k, members)
+        return self._detokenise(new, ends, stops)
 
     def _left_padded(self, seqs):
         """(input_ids, attention_mask) [B, T] on the model's device, left padding: every row's last prompt
@@ -575,43 +583,103 @@ class LanguageModel:
             mask[b, T - len(e) :] = 1
         return input_ids.to(self.device), mask.to(self.device)
 
-    def _stop_tokens(self, stop_at_newline: bool) -> torch.Tensor:
-        """A bool mask over the vocabulary: the tokens that end a sequence (EOS; with ``stop_at_newline``
-        every token whose text contains a newline)."""
-        tok, dev = self.tokenizer, self.device
-        stop = torch.zeros(self.model.config.vocab_size, dtype=torch.bool, device=dev)
-        eos = self.model.config.eos_token_id if self.model.config.eos_token_id is not None else tok.eos_token_id
-        for e in ([eos] if isinstance(eos, int) else list(eos or [])):
-            stop[e] = True
-        if stop_at_newline:
-            nl = self._newline_token_ids()
-            stop[nl[nl < stop.numel()].to(dev)] = True
-        return stop
+    def _eos_tokens(self) -> torch.Tensor:
+        """A bool mask over the vocabulary (the logits' width): the EOS token(s), where every completion ends."""
+        tok, cfg = self.tokenizer, self.model.config
+        key = (self.device, cfg.vocab_size)
+        if self._eos is None or self._eos[0] != key:
+            eos = cfg.eos_token_id if cfg.eos_token_id is not None else tok.eos_token_id
+            mask = torch.zeros(cfg.vocab_size, dtype=torch.bool)
+            for e in ([eos] if isinstance(eos, int) else list(eos or [])):
+                mask[e] = True
+            self._eos = (key, mask.to(self.device))
+        return self._eos[1]
 
-    def _decode(self, input_ids, mask, stop, max_new_tokens, do_sample, gen, temperature, top_k, members):
-        """The new token ids [B, n <= max_new_tokens] of left-padded prompts, with the key/value cache; a
-        finished row (it produced a stop token) is continued with padding until every row has finished."""
+    def _stop_check(self, stops):
+        """The device-side matcher of ``stops`` (built once per set of strings), or None without stops."""
+        if not stops:
+            return None
+        if stops not in self._stop_checks:
+            self._stop_checks[stops] = StopCheck(self.tokenizer, stops)
+        return self._stop_checks[stops]
+
+    def _decode(self, input_ids, mask, stop_check, max_new_tokens, do_sample, gen, temperature, top_k, members):
+        """The new token ids [B, n <= max_new_tokens] of left-padded prompts and, per row, how many of them
+        the text keeps (up to and including the token that completed a stop string; before EOS).
+
+        The key/value cache and the attention mask are allocated for the whole decode once (or grow by a
+        column a step where the model takes no preallocated cache); a finished row is continued with
+        padding until every row has finished, and nothing here reads a value back from the device except
+        the "every row finished?" check, every ``DONE_CHECK_EVERY`` tokens."""
         dev, pad = self.device, self.tokenizer.pad_token_id
-        B = input_ids.shape[0]
-        new = torch.empty((B, max_new_tokens), dtype=torch.long, device=dev)
+        B, P = input_ids.shape
+        plan = decode_plan(self.model, dev, members)
+        length = P + max_new_tokens - 1  # the last new token is never fed back
+        length = -(-length // plan.length_multiple) * plan.length_multiple
+        cache = self._decode_cache(B, length) if plan.static_cache else None
+        full_mask = torch.zeros((B, length), dtype=mask.dtype, device=dev)
+        full_mask[:, :P] = mask
+        new = torch.full((B, max_new_tokens), pad, dtype=torch.long, device=dev)
         done = torch.zeros(B, dtype=torch.bool, device=dev)
-        past, step_ids, cache_kw = None, input_ids, cache_keyword(self._base or self.model)
+        ends = torch.full((B,), max_new_tokens, dtype=torch.long, device=dev)
+        eos = self._eos_tokens()
         positions = (mask.cumsum(1) - 1).clamp(min=0)  # the prompt's positions; each new token's is one more
+        step_ids, every = input_ids, plan.check_every
         n = 0
-        for n in range(1, max_new_tokens + 1):
-            hidden, o = self._hidden(step_ids, mask, position_ids=positions, use_cache=True, **{cache_kw: past})
-            past = returned_cache(o)
-            logits = self._logits(hidden[:, -1]).to(dev)
-            nxt = self._next_tokens(logits, do_sample, gen, temperature, top_k, members)
+        for n in range(max_new_tokens):
+            step_mask = full_mask if plan.static_cache else full_mask[:, : P + n]
+            if plan.compiled and n > 0:  # the prompt's pass (a shape of its own) runs eagerly
+                logits, cache = self._compiled_step(step_ids, step_mask, positions, cache)
+            else:
+                logits, cache = self._decode_step(step_ids, step_mask, positions, cache)
+            nxt = self._next_tokens(logits.to(dev), do_sample, gen, temperature, top_k, members)
             nxt = torch.where(done, torch.full_like(nxt, pad), nxt)
-            new[:, n - 1] = nxt
-            done = done | stop[nxt]
-            if n == max_new_tokens or bool(done.all()):
+            new[:, n] = nxt
+            at_eos = eos[nxt]
+            hit = at_eos if stop_check is None else at_eos | stop_check(new[:, : n + 1])
+            ends = torch.where(hit & ~done, n + 1 - at_eos.long(), ends)
+            done = done | hit
+            if n + 1 == max_new_tokens or ((n + 1) % every == 0 and bool(done.all())):
                 break
+            full_mask[:, P + n] = 1
             step_ids = nxt[:, None]
             positions = positions[:, -1:] + 1
-            mask = torch.cat([mask, torch.ones((B, 1), dtype=mask.dtype, device=dev)], 1)
-        return new[:, :n]
+        return new[:, : n + 1], ends
+
+    def _decode_step(self, ids, mask, positions, cache):
+        """One forward pass of decoding: the last position's logits (float32) and the key/value cache."""
+        hidden, out = self._hidden(ids, mask, position_ids=positions, use_cache=True,
+                                   **{cache_keyword(self._base or self.model): cache})
+        return self._logits(hidden[:, -1]), returned_cache(out)
+
+    def _compiled_step(self, ids, mask, positions, cache):
+        """The one-token step compiled as a CUDA graph (``torch.compile(mode="reduce-overhead")``, built on
+        first use); if compiling fails here, the eager step from then on (with a warning)."""
+        if self._compiled is None:
+            self._compiled = torch.compile(self._decode_step, mode="reduce-overhead", fullgraph=False)
+        if self._compiled is not self._decode_step:
+            try:
+                return self._compiled(ids, mask, positions, cache)
+            except Exception as err:  # any compiler/toolchain failure: fall back, loudly
+                warnings.warn(f"torch.compile of the decoding step failed ({type(err).__name__}: {err}); "
+                              "decoding runs eagerly")
+                self._compiled = self._decode_step
+        return self._decode_step(ids, mask, positions, cache)
+
+    def _decode_cache(self, batch: int, length: int):
+        """A preallocated key/value cache (transformers' ``StaticCache``) of ``length`` positions for
+        ``batch`` rows, emptied. The same one is handed out again for the same shape, device, weight dtype
+        and autocast state, so a compiled step's graph reads the same memory on every call."""
+        from transformers import StaticCache
+
+        weight = next(self.model.parameters())
+        key = (batch, length, weight.device, weight.dtype, torch.is_autocast_enabled(weight.device.type))
+        if self._kv is not None and self._kv[0] == key:
+            self._kv[1].reset()
+            return self._kv[1]
+        cache = StaticCache(config=self.model.config, max_cache_len=length)
+        self._kv = (key, cache)
+        return cache
 
     @staticmethod
     def _next_tokens(logits, do_sample, gen, temperature, top_k, members):
@@ -632,19 +700,11 @@ class LanguageModel:
             parts.append(torch.multinomial(block, 1, generator=gen).squeeze(1))
         return torch.cat(parts)
 
-    def _detokenise(self, new, stop) -> list[str]:
-        """Each row's text up to its first stop token; text before a newline inside that token is kept."""
-        tok, texts = self.tokenizer, []
-        stops = set(stop.nonzero().flatten().tolist())
-        for ids in new.tolist():
-            cut = next((i for i, t in enumerate(ids) if t in stops), None)
-            if cut is None:
-                texts.append(tok.decode(ids, skip_special_tokens=True))
-                continue
-            last = tok.decode(ids[cut : cut + 1])
-            head = tok.decode(ids[:cut], skip_special_tokens=True)
-            texts.append(head + (last.split("\n")[0] if "\n" in last else ""))
-        return texts
+    def _detokenise(self, new, ends, stops) -> list[str]:
+        """Each row's text: its kept tokens (``ends``) decoded, then cut before the first stop string."""
+        tok = self.tokenizer
+        return [cut_at_stop(tok.decode(ids[:end], skip_special_tokens=True), stops)
+                for ids, end in zip(new.tolist(), ends.tolist())]
 
     # ------------------------------------------------------------------ features
     @torch.no_grad()
@@ -686,6 +746,86 @@ def _check_members(members) -> int:
     if isinstance(members, bool) or not isinstance(members, int) or members < 1:
         raise ValueError(f"members must be a positive integer (the number of member blocks), got {members!r}")
     return members
+
+
+DONE_CHECK_EVERY = 8  # on an accelerator: new tokens between two host reads of "has every row finished?"
+COMPILED_LENGTH_MULTIPLE = 64  # a compiled decode's cache length is a multiple of this (fewer shapes to compile)
+STATIC_CACHE_DEVICES = ("cpu", "cuda")  # device types whose decoding preallocates the key/value cache
+
+
+@dataclass(frozen=True)
+class DecodePlan:
+    """How ``LanguageModel.generate`` decodes: ``static_cache``, a key/value cache preallocated for the whole
+    decode (transformers' ``StaticCache``: written in place, no tensor grows); ``compiled``, the one-token
+    step as a compiled CUDA graph; ``check_every``, new tokens between two host reads of "has every row
+    finished?"; ``length_multiple``, what the preallocated length is rounded up to."""
+
+    static_cache: bool
+    compiled: bool
+    check_every: int
+    length_multiple: int
+
+
+def decode_plan(model, device, members: int = 1) -> DecodePlan:
+    """The :class:`DecodePlan` of ``model`` on ``device`` (a ``torch.device`` or its name).
+
+    The cache is preallocated where the model's attention takes transformers' static cache (its class
+    says ``_can_compile_fullgraph``) and the device type is in ``STATIC_CACHE_DEVICES``. The compiled step
+    is for CUDA only, and only without members: a member-batched decode (``members`` > 1) runs the
+    model's modules with the population's per-member hooks, which a captured graph would freeze. A CPU
+    reads "finished?" after every token (the read costs nothing there and ends the decode at once);
+    elsewhere every ``DONE_CHECK_EVERY`` tokens, so the host does not wait on the device at each token.
+    """
+    kind = torch.device(device).type
+    static = bool(getattr(model, "_can_compile_fullgraph", False)) and kind in STATIC_CACHE_DEVICES
+    compiled = static and kind == "cuda" and members == 1
+    return DecodePlan(static_cache=static, compiled=compiled, check_every=1 if kind == "cpu" else DONE_CHECK_EVERY,
+                      length_multiple=COMPILED_LENGTH_MULTIPLE if compiled else 1)
+
+
+def stop_strings(stop) -> tuple[str, ...]:
+    """``stop`` as ``LanguageModel.generate`` takes it, checked: its distinct strings in the order given
+    (one string: a list of one; None: none). ValueError, naming what was given, for anything but
+    non-empty strings."""
+    if stop is None:
+        return ()
+    if isinstance(stop, str):
+        stop = [stop]
+    if not isinstance(stop, (list, tuple)) or not all(isinstance(s, str) and s for s in stop):
+        raise ValueError(f"stop: got {stop!r}; accepted: a list of non-empty strings (None: stop at EOS only)")
+    return tuple(dict.fromkeys(stop))
+
+
+def cut_at_stop(text: str, stops) -> str:
+    """``text`` up to (not including) the earliest occurrence of any of ``stops``; all of it if none occurs."""
+    found = [i for i in (text.find(s) for s in stops) if i >= 0]
+    return text[: min(found)] if found else text
+
+
+class StopCheck:
+    """Which rows have just written one of the stop strings, as a bool tensor on the device, from the ids of
+    their new tokens: transformers' ``StopStringCriteria``, which counts a stop string when the newest
+    token completes it, whether it spans several tokens or starts or ends inside one (its tables are
+    built once per tokenizer and strings). It sees the completion's tokens only, never the prompt's.
+
+    Where the tokenizer's vocabulary holds no token that can end any of the strings, ``check`` is None:
+    nothing stops a row early, and the text is still cut before the first stop string
+    (``cut_at_stop``)."""
+
+    def __init__(self, tokenizer, stops: tuple[str, ...]):
+        from transformers import StopStringCriteria
+
+        self.stops = stops
+        try:
+            self.check = StopStringCriteria(tokenizer, list(stops))
+        except ValueError:  # "unable to identify tokens matching" any of the strings
+            self.check = None
+
+    def __call__(self, new_ids: torch.Tensor) -> torch.Tensor:
+        """``new_ids`` [B, n]: each row's new tokens so far; True where the last one completes a stop string."""
+        if self.check is None:
+            return torch.zeros(new_ids.shape[0], dtype=torch.bool, device=new_ids.device)
+        return self.check(new_ids, None)
 
 
 def cache_keyword(module) -> str:

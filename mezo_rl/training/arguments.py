@@ -57,10 +57,14 @@ RENAMED = {"lr": "learning_rate", "steps": "max_steps", "batch_size": "per_devic
 
 def option(default: Any = dataclasses.MISSING, help: str = "", *, choices=None, min: Optional[int] = None,
            gt: Optional[float] = None, ge: Optional[float] = None, lt: Optional[float] = None,
-           default_factory: Any = dataclasses.MISSING):
+           default_factory: Any = dataclasses.MISSING, verbatim: bool = False):
     """A dataclass field with its ``--help`` text and what it accepts in the metadata: ``choices``,
-    an integer ``min``, or number bounds ``gt`` (>), ``ge`` (>=), ``lt`` (<)."""
+    an integer ``min``, or number bounds ``gt`` (>), ``ge`` (>=), ``lt`` (<). ``verbatim`` (a list of strings):
+    each ``--option`` on the command line is one item, commas and spaces kept, with the escapes ``\\n``,
+    ``\\t`` and ``\\\\`` read as a newline, a tab and a backslash."""
     metadata: dict[str, Any] = {"help": help}
+    if verbatim:
+        metadata["verbatim"] = True
     if choices is not None:
         metadata["choices"] = list(choices)
     for key, bound in (("min", min), ("gt", gt), ("ge", ge), ("lt", lt)):
@@ -367,8 +371,17 @@ class GenerationArguments(Arguments):
     top_k: Optional[int] = option(None, "sampling: accepted unset or 0 only (LanguageModel.generate draws from the "
                                         "whole distribution)")
     repetition_penalty: float = option(1.0, "accepted at 1.0 only (LanguageModel.generate applies no penalty)")
+    stop: Optional[list[str]] = option(None, "end each completion at the first of these strings, cut just before "
+                                             "it (repeat for several; on the command line \\n is a newline); every "
+                                             "completion also ends at EOS, and a task whose format needs it adds its "
+                                             "own (SQuAD and DROP: a newline)", verbatim=True)
 
     def __post_init__(self):
+        if isinstance(self.stop, str):  # one stop string, as TRL and vLLM take it
+            self.stop = [self.stop]
+        if self.stop is not None and (not isinstance(self.stop, (list, tuple)) or not self.stop
+                                      or not all(isinstance(s, str) and s for s in self.stop)):
+            raise ConfigError(f"--stop: got {self.stop!r}; accepted: one or more non-empty strings")
         super().__post_init__()
         if self.do_sample is None:  # TRL samples its num_generations completions
             self.do_sample = self.num_generations > 1

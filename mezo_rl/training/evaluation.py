@@ -4,7 +4,7 @@
   log-likelihood per token (paper, Table 14 caption); metric ``accuracy``.
 * generation (SQuAD, DROP): greedy decoding up to a newline; metrics ``squad_f1`` and ``exact_match``
   (official SQuAD normalisation, max over the gold answers).
-* prompts (no gold answer): greedy decoding; the metrics are the run's own rewards, the weighted
+* prompts (no gold answer): greedy decoding to EOS (or a ``--stop`` string); the metrics are the run's own rewards, the weighted
   ``objective`` (``sum_k w_k * mean_k``, loss-like rewards negated; :data:`OBJECTIVE`) with its
   standard error, and two measures that expose reward hacking:
   ``distinct_2`` (distinct word bigrams over all bigrams of the completions) and ``completion_chars``
@@ -34,7 +34,7 @@ from mezo_rl import rewards
 from mezo_rl import tasks
 from mezo_rl.stats import Moments
 from mezo_rl.training.kl import KL, KLSums, completion_kl
-from mezo_rl.training.outputs import example_columns, model_outputs, prompt_texts
+from mezo_rl.training.outputs import completion_stops, example_columns, model_outputs, prompt_texts
 
 PROGRESS_DELAY_S = 3.0  # an evaluation shorter than this shows no progress bar
 # Examples per call to the model (at least batch_size): the model orders a call's prompts by length into
@@ -57,6 +57,7 @@ def evaluate(
     objective=None,
     on_batch=None,
     reference=None,
+    stop: list[str] | None = None,
 ) -> dict:
     """Metric name -> mean value over ``examples``, plus ``"n"`` (the number of examples).
 
@@ -75,6 +76,8 @@ def evaluate(
             ``lm.generate`` takes ``max(batch_size, EXAMPLES_PER_CALL)`` examples.
         demonstrations: in-context examples prepended to every prompt (the ICL baseline; causal LMs only).
         max_new_tokens: generation length limit (greedy decoding).
+        stop: strings that end a completion (a run's ``--stop``), besides EOS and the task's own
+            (``task.stop``; :func:`mezo_rl.training.outputs.completion_stops`).
         metrics: reward references to compute (default: ``task.metrics``).
         objective: a prompt task's ``rewards.Objective`` (the run's): its rewards are the metrics and
             its weights make ``objective``. Prompt tasks need it (or ``metrics``, weighted 1 each).
@@ -102,11 +105,12 @@ def evaluate(
     totals = _Totals(report.names)
     bar = tqdm(total=len(examples), desc=desc, unit="ex", delay=PROGRESS_DELAY_S, leave=False, disable=not progress,
                dynamic_ncols=True)
+    stop = completion_stops(task, stop)
     with torch.no_grad(), bar, lm.batches_of(batch_size):
         per_call = max(batch_size, EXAMPLES_PER_CALL)
         for start in range(0, len(examples), per_call):
             batch = examples[start : start + per_call]
-            outputs = model_outputs(lm, batch, report.needs, max_new_tokens=max_new_tokens)
+            outputs = model_outputs(lm, batch, report.needs, max_new_tokens=max_new_tokens, stop=stop)
             out = report.evaluate(**outputs.as_kwargs())
             totals.add(out)
             if task.kind == "prompts":

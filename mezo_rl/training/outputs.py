@@ -104,15 +104,23 @@ def prompt_texts(lm, examples) -> list[str]:
             for ex in examples]
 
 
+def completion_stops(task, stop=None) -> list[str]:
+    """The strings that end a run's completions (besides EOS, which always does): the task's own, where its
+    format needs them (``task.stop``: SQuAD's and DROP's newline), then ``stop`` (the run's ``--stop``),
+    each once. A prompt task has none of its own: its completions run to EOS unless ``--stop`` says otherwise."""
+    return list(dict.fromkeys([*getattr(task, "stop", ()), *(stop or ())]))
+
+
 def model_outputs(lm, examples, needs, members=None, *, sample_seed: Optional[int] = None, max_new_tokens: int = 32,
                   do_sample: bool = False, temperature: float = 1.0, gold_only: bool = False,
-                  num_generations: int = 1, normalised: bool = True):
+                  num_generations: int = 1, normalised: bool = True, stop: Optional[list[str]] = None):
     """Run ``lm`` on ``examples`` for what ``needs`` asks: ``"scores"`` and/or ``"generation"``; a
     :class:`ModelOutputs`, or with ``members`` one per member of a batched MeZO step, in member order.
 
     Gradients follow the caller's mode (the engine calls closures under ``torch.no_grad()``; the
     backprop baseline needs them). Generation uses ``sample_seed``, so +eps and -eps see the same
-    sampling randomness; with ``num_generations`` G > 1 each example's row is repeated G times
+    sampling randomness, and ends each completion at EOS and at the ``stop`` strings (cut before the stop
+    string; :func:`completion_stops` gives a run's); with ``num_generations`` G > 1 each example's row is repeated G times
     (sampled generation draws G different completions). An empty batch (a distributed rank's empty
     shard) gives empty lists. ``normalised=False``: the rewards only compare an example's candidates
     (``rewards.Objective.normaliser_invariant``), so ``lm.score`` may return logits where that saves work.
@@ -137,7 +145,7 @@ def model_outputs(lm, examples, needs, members=None, *, sample_seed: Optional[in
         for out, member_scores in zip(outs, scores):
             out.labels, out.candidate_scores = list(labels), member_scores
     if "generation" in needs:
-        gen_kwargs = dict(max_new_tokens=max_new_tokens, do_sample=do_sample, seed=sample_seed, **kw)
+        gen_kwargs = dict(max_new_tokens=max_new_tokens, do_sample=do_sample, seed=sample_seed, stop=stop, **kw)
         if do_sample:
             gen_kwargs["temperature"] = temperature
         texts = per_member(lm.generate(prompt_texts(lm, examples), **gen_kwargs)) if examples else [[] for _ in range(M)]
@@ -149,16 +157,16 @@ def model_outputs(lm, examples, needs, members=None, *, sample_seed: Optional[in
 
 
 def objective_outputs(lm, objective, examples, members=None, *, sample_seed=None, max_new_tokens=32,
-                      do_sample=False, temperature=1.0, num_generations=1):
+                      do_sample=False, temperature=1.0, num_generations=1, stop=None):
     """Run the model on ``examples`` (:func:`model_outputs`) and score the result with ``objective``, no
     gradients: the objective's output (``.loss``, ``.components``, ``.values``, ``.sums``, ``.counts``;
     ``.groups``: the example each row came from, see :class:`ModelOutputs`), or with ``members`` one per
-    member, in member order. Candidates are scored without the normaliser where the objective is
+    member, in member order. Completions end at EOS and at ``stop``. Candidates are scored without the normaliser where the objective is
     invariant to it (``objective.normaliser_invariant``)."""
     with torch.no_grad():
         outs = model_outputs(lm, examples, objective.needs, members, sample_seed=sample_seed,
                              max_new_tokens=max_new_tokens, do_sample=do_sample, temperature=temperature,
-                             num_generations=num_generations,
+                             num_generations=num_generations, stop=stop,
                              normalised=not getattr(objective, "normaliser_invariant", False))
     results = []
     for outputs in [outs] if members is None else outs:

@@ -44,7 +44,7 @@ from mezo_rl.training.callbacks import CallbackHandler, ProgressCallback, Traine
 from mezo_rl.training.distributed import DistContext
 from mezo_rl.training.evaluation import OBJECTIVE, evaluate
 from mezo_rl.training.kl import KL, KLSums, StartingPoint, completion_kl, member_kls
-from mezo_rl.training.outputs import autocast, model_outputs, objective_outputs, prompt_texts
+from mezo_rl.training.outputs import autocast, completion_stops, model_outputs, objective_outputs, prompt_texts
 from mezo_rl.training.rundir import TrainerState
 from mezo_rl.training.model_card import push_to_hub, write_model_card
 from mezo_rl.training.reporting import completion_stats, eval_logs, reporters, train_logs, write_completions_table
@@ -323,7 +323,8 @@ class MeZOTrainer:
         with self._guard.interruptible(), autocast(a.autocast, self.lm.device.type):
             outcomes = objective_outputs(self.lm, self.objective, shard, members, sample_seed=sample_seed,
                                          max_new_tokens=a.max_completion_length, do_sample=a.do_sample,
-                                         temperature=a.temperature, num_generations=a.num_generations)
+                                         temperature=a.temperature, num_generations=a.num_generations,
+                                         stop=completion_stops(self.task, a.stop))
             outcomes = [outcomes] if members is None else outcomes
             if a.beta and members is None:
                 out = outcomes[0]
@@ -429,7 +430,8 @@ class MeZOTrainer:
         prompts_task = self.task.kind == "prompts"
         with self._guard.interruptible(), autocast(a.autocast, self.lm.device.type):
             metrics = evaluate(self.lm, self.task, examples, batch_size=a.eval_batch_size,
-                               max_new_tokens=a.max_completion_length, progress=a.progress and self.dist.is_main,
+                               max_new_tokens=a.max_completion_length, stop=a.stop,
+                               progress=a.progress and self.dist.is_main,
                                desc=f"{split} (step {self.step})", objective=self.objective if prompts_task else None,
                                reference=self.start if prompts_task else None,
                                on_batch=keep if prompts_task and keep_n else None)
