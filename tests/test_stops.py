@@ -132,7 +132,7 @@ def test_evaluation_and_training_pass_the_runs_stops(tmp_path, tiny_tokenizer, d
     """A prompt task's evaluation and training steps decode with the run's --stop strings only; SQuAD's with
     its newline as well."""
     from mezo_rl.training.evaluation import evaluate
-    from mezo_rl.training.trainer import Trainer
+    from mezo_rl.training.trainer import MeZOTrainer
     from test_trainer import make_args
 
     lm = LanguageModel(make_tiny_causal_lm(tiny_tokenizer), tiny_tokenizer)
@@ -146,10 +146,10 @@ def test_evaluation_and_training_pass_the_runs_stops(tmp_path, tiny_tokenizer, d
     seen.clear()
     task = get_task("arithmetic-plain")
     splits = {s: task.load_split(s, n=4) for s in ("train", "validation", "test")}
-    args = make_args(tmp_path, task="arithmetic-plain", reward=["exact_answer"], steps=1, eval_steps=1,
-                     max_new_tokens=2, stop=["=", "\n"], initial_test=False, evaluation="inplace")
+    args = make_args(tmp_path, task="arithmetic-plain", reward=["exact_answer"], max_steps=1, eval_steps=1,
+                     max_completion_length=2, stop=["=", "\n"], initial_test=False, evaluation="inplace")
     factory = lambda: LanguageModel(make_tiny_causal_lm(tiny_tokenizer), tiny_tokenizer)  # noqa: E731
-    Trainer(args, lm=lm, lm_factory=factory, task=task, splits=splits).train()
+    MeZOTrainer(args=args, lm=lm, lm_factory=factory, task=task, splits=splits).train()
     assert len(seen) >= 3 and all(s == ["=", "\n"] for s in seen)
 
 
@@ -178,10 +178,10 @@ def test_a_bad_stop_is_one_line_before_any_model_loads(argv, says, monkeypatch, 
 def test_stop_from_the_command_line_and_a_config_file(tmp_path):
     from mezo_rl.cli.main import build_parser, load_config_file, parse_into
     from mezo_rl.errors import ConfigError
-    from mezo_rl.training.arguments import TrainingArguments
+    from mezo_rl.training.arguments import MeZOConfig
 
     def parse(argv, config=None):
-        return parse_into(TrainingArguments, build_parser().parse_args(["train", *argv]), config)
+        return parse_into(MeZOConfig, build_parser().parse_args(["train", *argv]), config)
 
     assert parse([]).stop is None
     assert parse(["--stop", "\\n", "--stop", "a, b", "--stop", "\\\\n"]).stop == ["\n", "a, b", "\\n"]
@@ -193,6 +193,6 @@ def test_stop_from_the_command_line_and_a_config_file(tmp_path):
         parse([], load_config_file(str(cfg)))
     for bad in ([], [""], 7):
         with pytest.raises(ConfigError, match=r"^--stop: got .*; accepted: one or more non-empty strings$"):
-            TrainingArguments(stop=bad)
-    assert TrainingArguments(stop="\n").stop == ["\n"]
-    assert TrainingArguments.from_dict(TrainingArguments(stop=["\n", "x"]).to_dict()).stop == ["\n", "x"]
+            MeZOConfig(stop=bad)
+    assert MeZOConfig(stop="\n").stop == ["\n"]
+    assert MeZOConfig.from_dict(MeZOConfig(stop=["\n", "x"]).to_dict()).stop == ["\n", "x"]
