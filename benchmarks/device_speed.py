@@ -159,13 +159,14 @@ class Meter:
 
 def population(lm, args, meter, M, counting):
     """(plain, closure, step): plain decode of the M x prompts rows, the batched members' closure, the whole step."""
+    from decoding import eos_only_kwargs
     from mezo_rl.engine.optim import MeZO
     from mezo_rl.engine.population import BatchedMembers
     from mezo_rl.opcount import OpCounter
 
     vocab = lm.model.config.vocab_size
     prompts = texts(args.prompts, args.prompt_tokens, 1, vocab)
-    gen = dict(max_new_tokens=args.new_tokens, stop_at_newline=False)
+    gen = dict(max_new_tokens=args.new_tokens, **eos_only_kwargs(lm))
     lm.batch_size = M * args.prompts
 
     def plain():
@@ -238,10 +239,11 @@ def scoring(lm, args, meter, noise, counting):
 
 def inplace_generation(lm, args, meter, counting):
     """(two decodes, one in-place generation step) of the prompts, greedy."""
+    from decoding import eos_only_kwargs
     from mezo_rl.engine.optim import MeZO
 
     prompts = texts(args.prompts, args.prompt_tokens, 3, lm.model.config.vocab_size)
-    gen = dict(max_new_tokens=args.new_tokens, stop_at_newline=False)
+    gen = dict(max_new_tokens=args.new_tokens, **eos_only_kwargs(lm))
     lm.batch_size = args.prompts
 
     def two():

@@ -15,16 +15,16 @@ What is the same as the mezo-rl run, and how:
 * reward: ``examples/sentiment_reward.py:positivity`` (VADER compound), passed as ``reward_funcs``; with
   ``--repetition-weight W`` the example's ``repetition`` guard beside it, ``reward_weights=[1, W]``;
 * completions: ``--num-generations`` per prompt, ``--batch-size`` completions per step, at most
-  ``--max-completion-length`` (24) tokens, temperature 1.0, and a completion ends at its first
-  newline token, as mezo-rl's generation does (the newline tokens are added to the model's
-  ``generation_config.eos_token_id``, which TRL reads as "every eos id the model declares ends a
-  completion"; ``--no-stop-at-newline`` keeps TRL's plain 24-token completions);
+  ``--max-completion-length`` (24) tokens, temperature 1.0; a completion ends at EOS, as TRL's and
+  mezo-rl's prompt tasks do (``--stop-at-newline`` also ends it at its first newline token: the newline
+  tokens are added to the model's ``generation_config.eos_token_id``, which TRL reads as "every eos id the
+  model declares ends a completion");
 * training time: the sum of the steps' durations (generation, reward, loss, backward, optimizer
   step; evaluations excluded), as mezo-rl's ``seconds`` per step. A callback stops training at the
   step boundary nearest ``--time-budget-s`` (after step k if ``T_k + d_k / 2 >= budget``);
   ``--max-steps`` caps the steps without touching TRL's learning-rate schedule;
-* scoring: ``mezo_rl.training.evaluation.evaluate`` with mezo-rl's objective and its settings (greedy, stop at a
-  newline, 24 new tokens, 32 prompts per batch, the ``autocast("auto")`` context, the same
+* scoring: ``mezo_rl.training.evaluation.evaluate`` with mezo-rl's objective and its settings (greedy, stop at EOS,
+  24 new tokens, 32 prompts per batch, the ``autocast("auto")`` context, the same
   ``load_split(n, seed)`` subsets), before training and after: held-out test and validation reward
   mean with its SE and n, ``distinct_2`` and ``completion_chars``;
 * best step: mezo-rl evaluates validation at step 0 and every fifth of its steps and tests the best
@@ -129,8 +129,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--autocast", default=PRECISION, choices=["auto", "bfloat16", "none"],
                    help="mezo-rl's --autocast: bf16 autocast with fp32 weights (auto: where the CPU has native bf16) "
                         "for TRL's training (its bf16 flag) and for the evaluations, or none (fp32)")
-    p.add_argument("--no-stop-at-newline", action="store_true",
-                   help="let GRPO's completions run past a newline (TRL's behaviour; mezo-rl stops there)")
+    p.add_argument("--stop-at-newline", action="store_true",
+                   help="end GRPO's completions at their first newline too (TRL and mezo-rl's prompt tasks stop at EOS)")
     p.add_argument("--no-base-loglik", action="store_true", help="skip the base model's log-likelihood of the test completions")
     p.add_argument("--task", default=None, help="a registered prompt task (e.g. arithmetic) instead of the sentiment prompts")
     p.add_argument("--reward", default=None, help="with --task: the reward reference (default: the task's first metric)")
@@ -214,7 +214,7 @@ def append_jsonl(path: pathlib.Path, record: dict) -> None:
 
 
 def newline_token_ids(tokenizer) -> list[int]:
-    """Every vocabulary token whose text contains a newline: where mezo-rl's generation stops."""
+    """Every vocabulary token whose text contains a newline: the stops --stop-at-newline adds."""
     texts = tokenizer.batch_decode([[i] for i in range(len(tokenizer))])
     return [i for i, t in enumerate(texts) if "\n" in t]
 
@@ -395,9 +395,9 @@ def main(argv=None) -> dict:
     print(f"[grpo_sentiment] before: test {reward_name} {initial['initial_test'][reward_name]:.4f} "
           f"(SE {initial['initial_test'][reward_name + '/se']:.4f}, n {initial['initial_test']['n']:.0f})", flush=True)
 
-    # completions end at a newline, as mezo-rl's (TRL reads every eos id of the model's generation_config)
+    # --stop-at-newline: completions end at a newline too (TRL reads every eos id of the model's generation_config)
     stop_ids = []
-    if not a.no_stop_at_newline:
+    if a.stop_at_newline:
         eos = model.generation_config.eos_token_id
         eos = [] if eos is None else [eos] if isinstance(eos, int) else list(eos)
         stop_ids = newline_token_ids(tokenizer)
@@ -487,7 +487,7 @@ def main(argv=None) -> dict:
         "model": MODEL,
         "settings": settings,
         "grpo_config": json.loads(json.dumps(config.to_dict(), default=str)),
-        "stop_at_newline": not a.no_stop_at_newline,
+        "stop_at_newline": a.stop_at_newline,
         "stop_token_ids": len(stop_ids),
         "time_budget_s": a.time_budget_s,
         "max_steps_cap": a.max_steps,
@@ -515,7 +515,7 @@ def main(argv=None) -> dict:
                           "completion_length": line.get("completions/mean_length")} for line in state["log"]],
         "prompt_files": {split: {"path": str(path), "sha256": sha256(path)} for split, path in files.items()},
         "eval": {"batch_size": EVAL_BATCH_SIZE, "max_new_tokens": a.max_completion_length, "decoding": "greedy",
-                 "stop_at_newline": True, "num_eval": a.num_eval, "num_test": a.num_test, "seed": a.seed},
+                 "stop_at_newline": False, "num_eval": a.num_eval, "num_test": a.num_test, "seed": a.seed},
     }
     (out / "summary.json").write_text(json.dumps(summary, indent=1))
     if not a.no_base_loglik:  # last, with the trained model freed: it loads the base model once more

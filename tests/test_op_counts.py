@@ -38,7 +38,7 @@ def form(request, monkeypatch):
 def counts(lm, M, what, distinct=True):
     """(plain ops on M x B rows, the members' ops in a batched step's closure, the whole step's ops).
     ``distinct``: plain inference's rows differ (score() would share one row among equal inputs)."""
-    gen = dict(max_new_tokens=6, stop_at_newline=False)
+    gen = dict(max_new_tokens=6)  # stops at EOS only
     lm.batch_size = M * len(PROMPTS)  # one forward per decoding step, as the members' pass
     rows = [f"{p} {k}" for k in range(M) for p in PROMPTS] if distinct else PROMPTS * M
     with OpCounter() as plain, torch.no_grad():
