@@ -120,6 +120,19 @@ _RUN_DEFAULTS = dict(n_spsa=1, noise="lowrank", rank=1, lowrank_interval=1, norm
 _ADDED_LATER = {k: _RUN_DEFAULTS[k] for k in ("rank", "lowrank_interval", "normalize", "evaluation")}
 
 
+def _with_noise_format(header: dict) -> dict:
+    """A recorded run's header with the noise format this version draws; a run whose noise this version
+    cannot draw again (low-rank noise of another format) is refused in one line. Headers without the key
+    predate it: format 1, whose element-wise noise is format 2's."""
+    fmt = header.get("noise_format", 1)
+    if fmt != _noise.FORMAT and (header.get("noise") == "lowrank" or fmt > _noise.FORMAT):
+        raise ValueError(f"this run's {header.get('noise')} noise has format {fmt} "
+                         f"({'factors drawn tensor by tensor' if fmt == 1 else 'from a newer mezo-rl'}); this version "
+                         f"draws format {_noise.FORMAT} (every tensor of a noise sample in one draw) and cannot replay "
+                         "or resume it: use the mezo-rl version that recorded it")
+    return {**header, "noise_format": _noise.FORMAT}
+
+
 class _Members:
     """Phase 1 of a step: every member evaluated, in place (each perturbation applied in turn) or by the
     batched strategy. ``values``: the closure's losses as they come (without fitness); ``offset``: where
@@ -358,8 +371,11 @@ class MeZO(torch.optim.Optimizer):
         return 1 if est == "one_point" else n if est == "es" else 2 * n
 
     def _set_backend(self, backend: str) -> None:
+        """The run's noise: its kind and backend over the trainable tensors' layout, keeping one step's draws."""
         cfg = self.config
-        self._noise = _noise.NoiseSpec(cfg["noise"], backend, cfg["rank"], cfg["lowrank_interval"])
+        trainable = [(idx, p) for idx, p, _ in self._flat() if p.requires_grad]
+        self._noise = _noise.NoiseSpec(cfg["noise"], backend, cfg["rank"], cfg["lowrank_interval"],
+                                       layout=_noise.layout(trainable), keep=cfg["n_spsa"])
 
     def _prepare(self) -> list[tuple[int, torch.Tensor, dict]]:
         """Resolve the backend, fill the trajectory header, and list the trainable tensors."""
@@ -369,7 +385,10 @@ class MeZO(torch.optim.Optimizer):
             raise ValueError("MeZO has no trainable tensors: every parameter has requires_grad=False")
         if self._noise is None:
             self._set_backend(_noise.resolve_backend(self.config["noise_backend"], self.config["noise"]))
-        header = dict(self.config, noise_backend=self._noise.backend,
+        if self._noise.kind == "lowrank" and self._noise.layout != _noise.layout((i, p) for i, p, _ in trainable):
+            raise ValueError("the trainable tensors changed since the first step; the noise covers the tensors it was "
+                             "built for: build a new MeZO for the new setup")
+        header = dict(self.config, noise_backend=self._noise.backend, noise_format=_noise.FORMAT,
                       calls_per_step=self.members_per_step,
                       group_sizes=[len(g["params"]) for g in self.param_groups],
                       group_weight_decays=[g["weight_decay"] for g in self.param_groups],
@@ -386,11 +405,17 @@ class MeZO(torch.optim.Optimizer):
     def _sweep(self, entries, seed: int, a_mult: float, update=None, skip_identity: bool = False) -> None:
         """For every trainable tensor: p <- (p + a_mult*eps*z) * c + b*z, (b, c) = update(group).
         ``skip_identity``: leave a tensor alone where that is the identity (a_mult = b = 0, c = 1)."""
+        tensors, coefs, of_group = [], [], {}
         for idx, p, group in entries:
-            b, c = update(group) if update is not None else (0.0, 1.0)
-            if skip_identity and a_mult == 0.0 and b == 0.0 and c == 1.0:
+            coef = of_group.get(id(group))
+            if coef is None:
+                b, c = update(group) if update is not None else (0.0, 1.0)
+                coef = of_group[id(group)] = (a_mult * group["eps"], b, c)
+            if skip_identity and coef == (0.0, 0.0, 1.0):
                 continue
-            self._noise.axpy_(p, seed, idx, a=a_mult * group["eps"], b=b, c=c)
+            tensors.append((idx, p))
+            coefs.append(coef)
+        self._noise.sweep_(tensors, seed, coefs)
 
     def _grads(self, values: list[float], eps: float, spread: float | None) -> list[float]:
         """The projected gradient of each sample for a group with perturbation scale eps."""
@@ -551,6 +576,7 @@ class MeZO(torch.optim.Optimizer):
         logged seeds, lrs and eps, and the closure replaced by the logged values. Raises
         RuntimeError where the replay diverges from the log (an abort or projected gradient that
         differs). Build the optimizer with :func:`replay_trajectory` unless you know its setup."""
+        _with_noise_format(trajectory.header)
         entries = self._prepare()
         batched = self.config["evaluation"] == "batched"
         for t, row in enumerate(trajectory):
@@ -585,7 +611,7 @@ class MeZO(torch.optim.Optimizer):
         """The torch optimizer state plus MeZO's own: counters, one-point memory and the trajectory."""
         sd = super().state_dict()
         sd["mezo"] = {"config": dict(self.config), "samples": self._samples, "updates": self._updates,
-                      "prev_loss": self._prev_loss, "backend": self.noise_backend,
+                      "prev_loss": self._prev_loss, "backend": self.noise_backend, "noise_format": _noise.FORMAT,
                       "trajectory": self.trajectory.state_dict() if self._record else None}
         return sd
 
@@ -598,6 +624,7 @@ class MeZO(torch.optim.Optimizer):
         if saved != self.config:
             diff = {k: (saved.get(k), v) for k, v in self.config.items() if saved.get(k) != v}
             raise ValueError(f"the state dict was saved by a MeZO with a different configuration (saved, here): {diff}")
+        _with_noise_format({"noise": saved["noise"], "noise_format": extra.get("noise_format", 1)})
         # groups saved before every hyperparameter was recorded in them: complete them from this run
         sd["param_groups"] = [{**{k: v for k, v in mine.items() if k != "params"}, **theirs}
                               for mine, theirs in zip(self.param_groups, sd["param_groups"])]
@@ -614,7 +641,7 @@ class MeZO(torch.optim.Optimizer):
         if extra["trajectory"] is not None:
             self.trajectory = Trajectory.from_state_dict(extra["trajectory"])
             if self.trajectory.header:
-                self.trajectory.header = {**_ADDED_LATER, **self.trajectory.header}
+                self.trajectory.header = _with_noise_format({**_ADDED_LATER, **self.trajectory.header})
 
 
 def _flat_params(params) -> list[torch.Tensor]:
@@ -642,7 +669,7 @@ def replay_trajectory(params: torch.nn.Module | Iterable, trajectory: Trajectory
     h = traj.header
     if not h:
         raise ValueError("the trajectory has no header: it was never filled by a MeZO run")
-    h = {**_ADDED_LATER, **h}
+    h = _with_noise_format({**_ADDED_LATER, **h})
     flat = _flat_params(params)
     shapes = [list(p.shape) for p in flat]
     if shapes != h["param_shapes"]:
