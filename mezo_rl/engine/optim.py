@@ -536,9 +536,12 @@ class MeZO(torch.optim.Optimizer):
         return self._members.evaluate(closure, members, self._noise, entries)
 
     def _buffered_update(self, entries, seeds, group_grads) -> None:
-        """Momentum / Adam: materialise z per tensor and update the per-tensor float32 buffers."""
+        """Momentum / Adam: materialise z per tensor and update the per-tensor float32 buffers (momentum with
+        low-rank noise: :meth:`_lowrank_momentum_update`, every tensor at once)."""
         cfg = self.config
         n, mu, (b1, b2) = cfg["n_spsa"], cfg["momentum"], cfg["betas"]
+        if cfg["noise"] == "lowrank" and not cfg["adam"]:
+            return self._lowrank_momentum_update(entries, seeds, group_grads)
         t = self._updates + 1
         for idx, p, group in entries:
             lr = group["lr"]
@@ -563,6 +566,32 @@ class MeZO(torch.optim.Optimizer):
                     state["momentum_buffer"] = torch.zeros_like(p, dtype=torch.float32)
                 buf = state["momentum_buffer"].mul_(mu).add_(est)
                 p.add_(buf.to(p.dtype), alpha=-lr)
+
+    def _lowrank_momentum_update(self, entries, seeds, group_grads) -> None:
+        """Heavy-ball momentum with low-rank noise, in operations that do not grow with the number of tensors:
+        ``m <- mu m``, then ``m <- m + (g_j / n) z_j`` for each sample (a sweep of the buffers: the factors are
+        added to them as to the weights, never materialised), then ``p <- p (1 - lr wd) - lr m``."""
+        n, mu = self.config["n_spsa"], self.config["momentum"]
+        bufs = []
+        for _, p, _ in entries:
+            state = self.state[p]
+            if "momentum_buffer" not in state:
+                state["momentum_buffer"] = torch.zeros_like(p, dtype=torch.float32)
+            bufs.append(state["momentum_buffer"])
+        torch._foreach_mul_(bufs, mu)
+        for j, s in enumerate(seeds):
+            self._noise.sweep_([(idx, buf) for (idx, _, _), buf in zip(entries, bufs)], s,
+                               [(0.0, group_grads[id(group)][j] / n, 1.0) for _, _, group in entries])
+        decayed = [(p, 1.0 - group["lr"] * group["weight_decay"]) for _, p, group in entries if group["weight_decay"]]
+        if decayed:
+            torch._foreach_mul_([p for p, _ in decayed], [c for _, c in decayed])
+        by_device: dict = {}
+        for (_, p, group), buf in zip(entries, bufs):
+            by_device.setdefault(p.device, []).append((p, buf, -group["lr"]))
+        for device, items in by_device.items():
+            one = torch.ones((), dtype=torch.float32, device=device)
+            torch._foreach_addcmul_([p for p, _, _ in items], [b for _, b, _ in items], [one] * len(items),
+                                    [lr for _, _, lr in items])
 
     def _log(self, seeds, values, grads, lrs, epss, status) -> None:
         if self._record:
