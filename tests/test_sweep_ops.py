@@ -127,3 +127,21 @@ def test_lowrank_momentum_is_the_heavy_ball_on_every_tensor_s_noise():
         # per step: four sweeps of the weights (+eps, -2 eps, restore per sample), each rounding up to 3 times, the
         # decay and the update 3 more, the buffer's sweep and scaling 4; every rounding at most u of the sizes
         assert ((p.detach().double() - r).abs() <= 3 * 20 * U32 * (r.abs() + size)).all()
+
+
+def test_a_sweep_is_the_same_bits_with_any_number_of_threads():
+    """Every element of a sweep is computed on its own and the draw is sequential, so however the threads split the
+    work (a matrix large enough to be split, a row length that leaves a remainder to every vector width), the
+    weights come out bit for bit the same: a trajectory replays with another thread count."""
+    out, threads = {}, torch.get_num_threads()
+    try:
+        for n in (1, 2, 3):
+            torch.set_num_threads(n)
+            g = torch.Generator().manual_seed(0)
+            params = [torch.randn(s, generator=g) for s in ((301, 1003), (1001,), (3, 7, 11))]
+            spec = NoiseSpec("lowrank", "torch", rank=2, layout=layout(enumerate(params)))
+            spec.sweep_(list(enumerate(params)), 5, [(1e-3, -0.3, 0.97)] * len(params))
+            out[n] = params
+    finally:
+        torch.set_num_threads(threads)
+    assert all(torch.equal(a, b) for n in (2, 3) for a, b in zip(out[1], out[n]))

@@ -29,6 +29,11 @@ Two generators ("backends") turn a key into z:
 
 The two backends draw *different* (equally valid) noise for the same key, so a run and its replay
 must use the same backend; :class:`mezo_rl.engine.trajectory.Trajectory` records which one a run used.
+
+Low-rank noise (:class:`NoiseSpec` with ``kind="lowrank"``) is drawn differently: for every tensor of the
+optimizer's layout at once, from keys of the step seed, with ``torch.Generator`` (:class:`_Draw`), so that
+a sweep of every tensor takes a number of operations that does not grow with the number of tensors. Its
+numbers have a version, :data:`FORMAT`, which trajectories record.
 Each backend draws the same numbers on every device (the compiled one's integer hash is exact; its
 Box-Muller transform agrees to float rounding), so a run trained on a GPU replays on a CPU.
 """

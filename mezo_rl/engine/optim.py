@@ -16,8 +16,9 @@ trainable tensors, each regenerating the same noise z from the step's seed (:mod
     (theta + eps z) restored and updated in one pass:  theta <- theta (1 - lr wd) - lr g z
 
 No buffer the size of the model is ever allocated; at most one temporary the size of the largest
-tensor (the plain "torch" noise backend materialises z for one tensor at a time; the compiled
-backend materialises nothing). Only tensors with ``requires_grad=True`` are touched, so a frozen
+tensor (the plain "torch" noise backend materialises element-wise z for one tensor at a time; the
+compiled backend materialises nothing; low-rank noise keeps the factors of the step's samples and
+sweeps every tensor in a few ``torch._foreach_*`` operations, :meth:`mezo_rl.engine.noise.NoiseSpec.sweep_`). Only tensors with ``requires_grad=True`` are touched, so a frozen
 base model with LoRA adapters works unchanged.
 
 Variants (paper Appendix B), with their memory cost:
@@ -35,8 +36,9 @@ Variants (paper Appendix B), with their memory cost:
 ``momentum=mu`` heavy-ball momentum on the ZO estimate, m <- mu m + g z, theta <- theta - lr m.
                 Costs one float32 buffer per trainable tensor (+4 bytes per parameter).
 ``adam=True``   Adam on the ZO estimate. Two float32 buffers (+8 bytes per parameter).
-                Both need the estimate g z as a tensor, so their update is a separate fourth
-                sweep that materialises z per tensor. (The history could be recomputed from the
+                Both update after the restore, in a separate fourth sweep; Adam materialises
+                g z per tensor, momentum with low-rank noise adds the factors to its buffers
+                for every tensor at once (element-wise noise: z per tensor). (The history could be recomputed from the
                 logged seeds instead, as the paper notes, but that costs one sweep per remembered
                 step; buffers are the honest default.)
 
