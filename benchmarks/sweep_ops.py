@@ -2,6 +2,7 @@
 tensors grows (a random tiny Llama of 2 and 8 layers; the counts do not depend on the weights' values or the CPU).
 
     python benchmarks/sweep_ops.py [--layers 2 8]
+    python benchmarks/sweep_ops.py --model smollm2-135m     # the default step on a real model, 2 x 8 tokens
 
 Per row (an optimizer configuration) and model: the operators of one in-place step whose closure is a forward
 pass and its cross-entropy (after a first step), over those of its closure's forward passes (two per noise
@@ -39,10 +40,9 @@ def tiny_llama(layers: int):
     return LlamaForCausalLM(cfg).eval()
 
 
-def count(layers: int, options: dict) -> tuple[int, int, int]:
-    """(trainable tensors, operators of the closure's forwards, operators of the step)."""
-    model = tiny_llama(layers)
-    ids = torch.randint(0, 256, (4, 16), generator=torch.Generator().manual_seed(0))
+def count(model, options: dict, shape=(4, 16)) -> tuple[int, int, int]:
+    """(trainable tensors, operators of the closure's forwards, operators of the step) of ``model``."""
+    ids = torch.randint(0, 256, shape, generator=torch.Generator().manual_seed(0))
 
     def loss():
         return F.cross_entropy(model(input_ids=ids).logits[:, :-1].flatten(0, 1), ids[:, 1:].flatten())
@@ -59,13 +59,21 @@ def count(layers: int, options: dict) -> tuple[int, int, int]:
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--layers", type=int, nargs="+", default=[2, 8])
+    ap.add_argument("--model", help="count the default step of this model (load_model name) instead")
     args = ap.parse_args()
+    if args.model:
+        from mezo_rl.model.loading import load_model
+
+        tensors, forwards, step = count(load_model(args.model).model, {}, shape=(2, 8))
+        print(f"{args.model}, default step, 2 x 8 tokens: {step} / {forwards} = {step / forwards:.3f} "
+              f"(+{step - forwards}; {tensors} tensors)")
+        return
     print("| step | " + " | ".join(f"{n} layers: step / forwards (sweeps)" for n in args.layers) + " |")
     print("|---|" + "---:|" * len(args.layers))
     for name, options in ROWS.items():
         cells = []
         for n in args.layers:
-            tensors, forwards, step = count(n, options)
+            tensors, forwards, step = count(tiny_llama(n), options)
             cells.append(f"{step} / {forwards} = {step / forwards:.3f} (+{step - forwards}; {tensors} tensors)")
         print(f"| {name} | " + " | ".join(cells) + " |", flush=True)
 
