@@ -42,13 +42,14 @@ from __future__ import annotations
 import math
 import warnings
 from collections import OrderedDict
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import cached_property
 
 import torch
 
-__all__ = ["BACKENDS", "FORMAT", "KINDS", "NOISES", "NoiseSpec", "layout", "tensor_key", "generate", "axpy_",
-           "resolve_backend"]
+__all__ = ["BACKENDS", "FORMAT", "KINDS", "NOISES", "NoiseSpec", "layout", "one_thread_on_cpu", "tensor_key",
+           "generate", "axpy_", "resolve_backend"]
 
 BACKENDS = ("torch", "compiled", "auto")
 #: element-wise noise kinds (what :func:`generate` and :func:`axpy_` draw)
@@ -312,6 +313,24 @@ class _Draw:
         return self._views[key]
 
 
+@contextmanager
+def one_thread_on_cpu(devices):
+    """Within the block, torch's CPU operators run on one thread when any of ``devices`` is the CPU.
+
+    A sweep reads and writes each weight once: memory bandwidth, not arithmetic, bounds it. Several threads
+    would add a thread synchronisation to every tensor's operator, which waits for a scheduler time slice
+    whenever another process holds a core."""
+    n = torch.get_num_threads()
+    serial = n > 1 and any(torch.device(d).type == "cpu" for d in devices)
+    if serial:
+        torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        if serial:
+            torch.set_num_threads(n)
+
+
 def _shaped(t: torch.Tensor, shape: tuple) -> torch.Tensor:
     return t if tuple(t.shape) == tuple(shape) else t.view(shape)
 
@@ -449,20 +468,25 @@ class NoiseSpec:
             if s != 0.0:
                 (mats if matrix else vecs).append((p, i, s / root_r if matrix else s))
         for (dtype, device), (scaled, mats, vecs) in lists.items():
-            if scaled:
-                torch._foreach_mul_([p for p, _ in scaled], [c for _, c in scaled])
-            if not (mats or vecs):
-                continue
-            bs, as_, zs, one = draw.views(dtype, device)
-            for q in range(self.rank if mats else 1):
-                selfs = [p for p, _, _ in mats]
-                t1 = [bs[q][i] for _, i, _ in mats]
-                t2 = [as_[q][i] for _, i, _ in mats]
-                scalars = [s for _, _, s in mats]
-                if q == 0:
-                    selfs += [p for p, _, _ in vecs]
-                    t1 += [zs[i] for _, i, _ in vecs]
-                    t2 += [one] * len(vecs)
-                    scalars += [s for _, _, s in vecs]
-                if selfs:
-                    torch._foreach_addcmul_(selfs, t1, t2, scalars)
+            with one_thread_on_cpu([device]):
+                self._apply(draw, dtype, device, scaled, mats, vecs)
+
+    def _apply(self, draw: _Draw, dtype, device, scaled, mats, vecs) -> None:
+        """The operators of :meth:`sweep_` for the tensors of one dtype and device."""
+        if scaled:
+            torch._foreach_mul_([p for p, _ in scaled], [c for _, c in scaled])
+        if not (mats or vecs):
+            return
+        bs, as_, zs, one = draw.views(dtype, device)
+        for q in range(self.rank if mats else 1):
+            selfs = [p for p, _, _ in mats]
+            t1 = [bs[q][i] for _, i, _ in mats]
+            t2 = [as_[q][i] for _, i, _ in mats]
+            scalars = [s for _, _, s in mats]
+            if q == 0:
+                selfs += [p for p, _, _ in vecs]
+                t1 += [zs[i] for _, i, _ in vecs]
+                t2 += [one] * len(vecs)
+                scalars += [s for _, _, s in vecs]
+            if selfs:
+                torch._foreach_addcmul_(selfs, t1, t2, scalars)

@@ -580,20 +580,22 @@ class MeZO(torch.optim.Optimizer):
             if "momentum_buffer" not in state:
                 state["momentum_buffer"] = torch.zeros_like(p, dtype=torch.float32)
             bufs.append(state["momentum_buffer"])
-        torch._foreach_mul_(bufs, mu)
+        by_device: dict = {}
+        for (_, p, group), buf in zip(entries, bufs):
+            by_device.setdefault(p.device, []).append((p, buf, group))
+        with _noise.one_thread_on_cpu(by_device):
+            torch._foreach_mul_(bufs, mu)
         for j, s in enumerate(seeds):
             self._noise.sweep_([(idx, buf) for (idx, _, _), buf in zip(entries, bufs)], s,
                                [(0.0, group_grads[id(group)][j] / n, 1.0) for _, _, group in entries])
-        decayed = [(p, 1.0 - group["lr"] * group["weight_decay"]) for _, p, group in entries if group["weight_decay"]]
-        if decayed:
-            torch._foreach_mul_([p for p, _ in decayed], [c for _, c in decayed])
-        by_device: dict = {}
-        for (_, p, group), buf in zip(entries, bufs):
-            by_device.setdefault(p.device, []).append((p, buf, -group["lr"]))
         for device, items in by_device.items():
+            decayed = [(p, 1.0 - group["lr"] * group["weight_decay"]) for p, _, group in items if group["weight_decay"]]
             one = torch.ones((), dtype=torch.float32, device=device)
-            torch._foreach_addcmul_([p for p, _, _ in items], [b for _, b, _ in items], [one] * len(items),
-                                    [lr for _, _, lr in items])
+            with _noise.one_thread_on_cpu([device]):
+                if decayed:
+                    torch._foreach_mul_([p for p, _ in decayed], [c for _, c in decayed])
+                torch._foreach_addcmul_([p for p, _, _ in items], [b for _, b, _ in items], [one] * len(items),
+                                        [-group["lr"] for _, _, group in items])
 
     def _log(self, seeds, values, grads, lrs, epss, status) -> None:
         if self._record:
