@@ -18,8 +18,9 @@ trainable tensors, each regenerating the same noise z from the step's seed (:mod
 No buffer the size of the model is ever allocated; at most one temporary the size of the largest
 tensor (the plain "torch" noise backend materialises element-wise z for one tensor at a time; the
 compiled backend materialises nothing; low-rank noise keeps the factors of the step's samples and
-sweeps every tensor in a few ``torch._foreach_*`` operations, :meth:`mezo_rl.engine.noise.NoiseSpec.sweep_`). Only tensors with ``requires_grad=True`` are touched, so a frozen
-base model with LoRA adapters works unchanged.
+sweeps every tensor in a few ``torch._foreach_*`` operations, :meth:`mezo_rl.engine.noise.NoiseSpec.sweep_`).
+Only tensors with ``requires_grad=True`` are touched, so a frozen base model with LoRA adapters works
+unchanged.
 
 Variants (paper Appendix B), with their memory cost:
 
@@ -38,9 +39,9 @@ Variants (paper Appendix B), with their memory cost:
 ``adam=True``   Adam on the ZO estimate. Two float32 buffers (+8 bytes per parameter).
                 Both update after the restore, in a separate fourth sweep; Adam materialises
                 g z per tensor, momentum with low-rank noise adds the factors to its buffers
-                for every tensor at once (element-wise noise: z per tensor). (The history could be recomputed from the
-                logged seeds instead, as the paper notes, but that costs one sweep per remembered
-                step; buffers are the honest default.)
+                for every tensor at once (element-wise noise: z per tensor). (The history could
+                be recomputed from the logged seeds instead, as the paper notes, but that costs
+                one sweep per remembered step; buffers are the honest default.)
 
 ``normalize="std"``  FZOO-style: the projected gradient of sample j is (l+_j - l-_j) / (2 sigma),
                 sigma the standard deviation of the step's 2n closure values, instead of / (2 eps):
@@ -583,8 +584,9 @@ class MeZO(torch.optim.Optimizer):
         by_device: dict = {}
         for (_, p, group), buf in zip(entries, bufs):
             by_device.setdefault(p.device, []).append((p, buf, group))
-        with _noise.one_thread_on_cpu(by_device):
-            torch._foreach_mul_(bufs, mu)
+        for device, items in by_device.items():
+            with _noise.one_thread_on_cpu([device]):
+                torch._foreach_mul_([b for _, b, _ in items], mu)
         for j, s in enumerate(seeds):
             self._noise.sweep_([(idx, buf) for (idx, _, _), buf in zip(entries, bufs)], s,
                                [(0.0, group_grads[id(group)][j] / n, 1.0) for _, _, group in entries])
