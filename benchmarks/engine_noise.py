@@ -14,7 +14,7 @@ Rows:
                          the second (two contiguous stores instead of an interleaving stack)
   candidate: ndtri       inverse normal CDF of one 24-bit uniform (torch.special.ndtri), 2 hash rounds
   compiled rademacher    the engine's kernel: 2 hash rounds, the top bit as the sign
-  lowrank r=1, r=4       z = B A^T / sqrt(r) on the 49152 x 576 matrix (NoiseSpec.axpy_, one gemm)
+  lowrank r=1, r=4       z = B A^T / sqrt(r) on the 49152 x 576 matrix (NoiseSpec.axpy_: the sample's draw, then one broadcast _foreach_addcmul_ per factor column)
 
 For every Gaussian generator: mean, variance, kurtosis of 2**22 draws and the Kolmogorov-Smirnov
 statistic against N(0, 1) (scipy.stats.kstest; the 1e-6 critical value for n = 2**22 is ~1.3e-3).
@@ -138,7 +138,7 @@ def main():
         add(name, lambda compiled=compiled: compiled(flat, keys, 1e-3), sample)
     add("compiled rademacher", lambda: noise.axpy_(p, next(seeds), "rademacher", "compiled", a=1e-3))
     for r in (1, 4):
-        spec = noise.NoiseSpec("lowrank", "torch", rank=r)
+        spec = noise.NoiseSpec("lowrank", "torch", rank=r, layout=noise.layout([(0, p)]))
         add(f"lowrank r={r}", lambda spec=spec: spec.axpy_(p, next(seeds), 0, a=1e-3))
     if args.json:
         with open(args.json, "w") as f:

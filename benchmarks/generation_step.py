@@ -66,7 +66,7 @@ import torch
 from mezo_rl import tasks
 from memory_run import status_kb  # benchmarks/ is on the path when run as a script
 from mezo_rl.model.loading import load_model
-from mezo_rl.engine.noise import NoiseSpec, resolve_backend
+from mezo_rl.engine.noise import NoiseSpec, layout, resolve_backend
 from mezo_rl.engine.optim import BatchedMembers, MeZO
 from mezo_rl.training.outputs import example_columns, objective_outputs
 from mezo_rl.training.defaults import MODE_DEFAULTS, mezo_options
@@ -98,14 +98,14 @@ def measure(mode: str, examples, args) -> dict:
 
     lm.generate = logged_generate  # the closure's decodes are timed where they happen
 
-    completions = plain_generate(prompts, max_new_tokens=args.max_new_tokens, stop=["\n"])
-    spec = NoiseSpec(defaults["noise"], resolve_backend("auto", defaults["noise"]))
+    completions = plain_generate(prompts, max_new_tokens=args.max_new_tokens, stop=["
+"])
+    spec = NoiseSpec(defaults["noise"], resolve_backend("auto", defaults["noise"]), layout=layout(enumerate(params)))
 
-    def sweeps():  # +eps z then -eps z (a = 0 would let BLAS skip the low-rank gemm): two sweeps
+    def sweeps():  # +eps z then -eps z: two sweeps of every tensor, as a step makes them
         with torch.no_grad():
             for sign in (1.0, -1.0):
-                for i, p in enumerate(params):
-                    spec.axpy_(p, 12345, i, a=sign * defaults["eps"])
+                spec.sweep_(list(enumerate(params)), 12345, [(sign * defaults["eps"], 0.0, 1.0)] * len(params))
 
     columns = example_columns(examples)
 

@@ -2,7 +2,7 @@
 (one process, so every ratio is within one run).
 
     flock /tmp/mezo-heavy.lock python benchmarks/step_cost.py [--rows ...] [--reps 5]
-        [--dtype float32] [--threads 2] [--json out.json]
+        [--dtype float32] [--autocast none|bfloat16] [--threads 2] [--json out.json]
 
 F = one forward pass of the plain model under torch.no_grad() (batch 16 x sequence 64 random
 token ids, next-token cross-entropy from the logits). For each row, S = one optimizer step whose
@@ -112,14 +112,15 @@ def make_optimizer(row: str, params, lr: float = 1e-7, eps: float = 1e-3, model=
     return MeZO(params, lr=lr, eps=eps, record=False, **ROWS[row])
 
 
-def make_loss(model, ids):
+def make_loss(model, ids, autocast: str = "none"):
     """The closure: next-token cross-entropy on ``ids``; called with a step's members (batched rows),
-    one forward over M copies of ``ids`` (member-major) and each member's cross-entropy."""
+    one forward over M copies of ``ids`` (member-major) and each member's cross-entropy. ``autocast="bfloat16"``:
+    the forward under ``torch.autocast`` in bf16 (the weights, and so the sweeps, stay in their dtype)."""
     def ce(logits, x):
         return F.cross_entropy(logits[:, :-1].flatten(0, 1).float(), x[:, 1:].flatten())
 
     def loss(members=None):
-        with torch.no_grad():
+        with torch.no_grad(), torch.autocast(ids.device.type, dtype=torch.bfloat16, enabled=autocast == "bfloat16"):
             if members is None:
                 return ce(model(input_ids=ids).logits, ids)
             logits = model(input_ids=ids.repeat(len(members), 1)).logits
@@ -205,6 +206,8 @@ def main():
     ap.add_argument("--rows", nargs="+", default=[*ROWS, *BATCHED_ROWS], choices=[*ROWS, *BATCHED_ROWS])
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--dtype", default="float32")
+    ap.add_argument("--autocast", default="none", choices=["none", "bfloat16"],
+                    help="run the forwards under torch.autocast in bf16 (fp32 weights: the in-place mode's bf16 setup)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--json", help="also write the results here")
     args = ap.parse_args()
@@ -217,7 +220,7 @@ def main():
         return
     model = load_model("smollm2-135m", dtype=args.dtype).model
     ids = batch(model.config.vocab_size)
-    loss = make_loss(model, ids)
+    loss = make_loss(model, ids, args.autocast)
     opts = {row: make_optimizer(row, list(model.parameters()), model=model) for row in args.rows}
     loss()
     for row, opt in opts.items():  # warm-up: compiles the noise kernels where needed
@@ -243,7 +246,7 @@ def main():
     f_wall, f_cpu = (statistics.median(t[i] for t in fwd) for i in (0, 1))
     med = {row: tuple(statistics.median(t[i] for t in times) for i in (0, 1)) for row, times in steps.items()}
     ref = med.get("reference")
-    out = {"dtype": args.dtype, "threads": args.threads, "reps": args.reps, "F": f_wall, "F_cpu": f_cpu, "F_min": min(t[0] for t in fwd),
+    out = {"dtype": args.dtype, "autocast": args.autocast, "threads": args.threads, "reps": args.reps, "F": f_wall, "F_cpu": f_cpu, "F_min": min(t[0] for t in fwd),
            "F_all": fwd, "rows": []}
     print(f"\nF = {f_wall * 1e3:.0f} ms wall, {f_cpu * 1e3:.0f} ms CPU (medians of {args.reps})")
     f_min = min(t[0] for t in fwd)

@@ -37,10 +37,17 @@ def test_element_wise_noise_is_the_same_numbers_on_cuda_and_on_the_cpu(kind, bac
 
 
 def test_low_rank_factors_are_the_same_numbers_on_cuda_and_on_the_cpu():
-    spec = noise.NoiseSpec("lowrank", "torch", rank=2)
     p_cpu, p_gpu = torch.zeros(48, 40), torch.zeros(48, 40, device=DEVICE)
+    spec = noise.NoiseSpec("lowrank", "torch", rank=2, layout=noise.layout([(0, p_cpu)]))
     for a, b in zip(spec.factors(p_cpu, 11, 0), spec.factors(p_gpu, 11, 0)):
         assert torch.equal(a, b.cpu())
+    # a sweep from zero weights: 0.5 / sqrt(2) * B[:, q] A[:, q]^T summed over q on either device; each product and
+    # each sum round once (a fused multiply-add rounds less): 3 roundings per term on each side, of the terms' size
+    spec.axpy_(p_cpu, 11, 0, a=0.5)
+    spec.axpy_(p_gpu, 11, 0, a=0.5)
+    fb, fa = spec.factors(p_cpu, 11, 0)
+    bound = 2 * 3 * (EPS32 / 2) * (0.5 / 2**0.5) * (fb.abs() @ fa.abs().t())
+    assert ((p_gpu.cpu() - p_cpu).abs() <= bound + torch.finfo(torch.float32).tiny).all()
 
 
 REWARD = '''

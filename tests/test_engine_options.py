@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from engine_problems import SMALL_SHAPES, make_problem, messy_run, one_thread, run  # noqa: F401 (fixture)
-from mezo_rl.engine.noise import NoiseSpec
+from mezo_rl.engine.noise import NoiseSpec, layout
 from mezo_rl.engine.optim import MeZO, get_scheduler, replay_trajectory
 from mezo_rl.engine.trajectory import Trajectory
 
@@ -145,6 +145,61 @@ def test_first_format_checkpoint_resumes():
     assert len(opt.trajectory) == 13 and opt.trajectory[-1].seeds == (7 * 2**32 + 24, 7 * 2**32 + 25)
 
 
+# -- the noise format: runs recorded before the fused low-rank draws ------------------------------
+def _noise1_initial():
+    g = torch.Generator().manual_seed(4321)
+    return [torch.randn(6, 5, generator=g).requires_grad_(), torch.randn(7, generator=g).requires_grad_(),
+            torch.randn(4, 3, generator=g).requires_grad_()]
+
+
+def test_an_elementwise_run_recorded_before_the_noise_format_replays_bit_identically():
+    """tests/data/trajectory_noise1_gaussian.npz: 6 steps of Gaussian noise (torch backend, two groups, weight
+    decay), recorded by the code before fused sweeps, with its final weights; element-wise noise is unchanged."""
+    traj = Trajectory.load(DATA / "trajectory_noise1_gaussian.npz")
+    assert "noise_format" not in traj.header and traj.header["noise"] == "gaussian"
+    params = _noise1_initial()
+    replay_trajectory(params, traj)
+    with np.load(DATA / "trajectory_noise1_gaussian_final.npz") as final:
+        assert all(torch.equal(p.detach(), torch.from_numpy(final[f"arr_{i}"])) for i, p in enumerate(params))
+
+
+def test_a_lowrank_run_recorded_before_the_fused_draws_is_refused_in_one_line():
+    """tests/data/trajectory_noise1_lowrank.npz: the same run with low-rank noise (then drawn tensor by tensor); this
+    version draws other numbers, so replaying or resuming it is refused, naming the format, before any sweep."""
+    traj = Trajectory.load(DATA / "trajectory_noise1_lowrank.npz")
+    params = _noise1_initial()
+    before = [p.detach().clone() for p in params]
+    with pytest.raises(ValueError, match="format 1") as err:
+        replay_trajectory(params, traj)
+    assert "\n" not in str(err.value) and "format 2" in str(err.value)
+    assert all(torch.equal(p, q) for p, q in zip(params, before))
+    opt = MeZO([{"params": params[:2], "weight_decay": 0.01}, {"params": params[2:], "lr": 0.05}], lr=0.1, eps=1e-3,
+               seed=3)
+    sd = opt.state_dict()
+    del sd["mezo"]["noise_format"]  # a checkpoint written before the key existed
+    sd["mezo"].update(samples=6, trajectory=traj.state_dict(), backend="torch")
+    with pytest.raises(ValueError, match="format 1"):
+        opt.load_state_dict(sd)
+    with pytest.raises(ValueError, match="format 1"):
+        opt.replay(traj)
+
+
+def test_new_runs_record_the_noise_format_and_replay_bit_identically():
+    params = _noise1_initial()
+    initial = [p.detach().clone().requires_grad_() for p in params]
+    target = [torch.linspace(-1, 1, p.numel()).view(p.shape) for p in params]
+    opt = MeZO([{"params": params[:2], "weight_decay": 0.01}, {"params": params[2:], "lr": 0.05}], lr=0.1, eps=1e-3,
+               seed=3, n_spsa=2)
+    for _ in range(6):
+        opt.step(lambda: sum(((p - t) ** 2).sum() for p, t in zip(params, target)))
+    assert opt.trajectory.header["noise_format"] == 2 and opt.trajectory.header["noise"] == "lowrank"
+    replay_trajectory(initial, opt.trajectory)
+    assert all(torch.equal(p, q) for p, q in zip(params, initial))
+    resumed = MeZO([{"params": initial[:2], "weight_decay": 0.01}, {"params": initial[2:], "lr": 0.05}], lr=0.1,
+                   eps=1e-3, seed=3, n_spsa=2)
+    resumed.load_state_dict(opt.state_dict())  # a checkpoint of this format resumes
+
+
 # -- the trajectory as data -----------------------------------------------------------------------
 def test_trajectory_rows_and_slices():
     params, loss_fn, _ = make_problem(SMALL_SHAPES)
@@ -204,7 +259,7 @@ def test_default_noise_is_rank_one_lowrank_without_a_compiler():
 
 def test_lowrank_factor_a_is_held_for_the_interval():
     p = torch.zeros(8, 6)
-    spec = NoiseSpec("lowrank", "torch", rank=2, interval=3)
+    spec = NoiseSpec("lowrank", "torch", rank=2, interval=3, layout=layout([(0, p)]))
     a = [spec.factors(p, 5 * 2**32 + k, 0)[1] for k in range(7)]
     b = [spec.factors(p, 5 * 2**32 + k, 0)[0] for k in range(7)]
     assert torch.equal(a[0], a[1]) and torch.equal(a[0], a[2]) and torch.equal(a[3], a[5])

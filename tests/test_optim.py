@@ -175,17 +175,41 @@ def test_bad_closures_are_named():
         MeZO([torch.zeros(3)], noise_backend="torch").step(lambda: 0.0)
 
 
-def test_noise_of_a_tensor_depends_only_on_seed_and_its_identity():
+def perturbation_of_first(params, **kw):
+    seen = []
+    opt = MeZO(params, lr=0.0, eps=1.0, noise_backend="torch", seed=5, **kw)
+    opt.step(lambda: seen.append(params[0].detach().clone()) or 0.0)
+    return seen[0]
+
+
+@pytest.mark.parametrize("kind", ["gaussian", "rademacher"])
+def test_elementwise_noise_of_a_tensor_depends_only_on_seed_and_its_identity(kind):
     """Tensor 0 sees the same z whatever the other tensors are; a frozen tensor keeps others' noise."""
-    def perturbation_of_first(params, **kw):
+    a1 = perturbation_of_first([torch.zeros(100, requires_grad=True), torch.zeros(7, requires_grad=True)], noise=kind)
+    a2 = perturbation_of_first([torch.zeros(100, requires_grad=True), torch.zeros(3, 3, requires_grad=True)], noise=kind)
+    a3 = perturbation_of_first([torch.zeros(100, requires_grad=True), torch.zeros(7)], noise=kind)  # second one frozen
+    assert torch.equal(a1, a2) and torch.equal(a1, a3)
+    b = perturbation_of_first([torch.zeros(7, requires_grad=True), torch.zeros(100, requires_grad=True)], noise=kind)
+    assert not torch.equal(b, a1[:7])  # position is part of the identity
+
+
+def test_lowrank_noise_of_a_tensor_depends_on_seed_layout_and_identity_only():
+    """Low-rank noise draws every trainable tensor of a sample at once: a tensor's z is a function of the seed, the
+    layout (indices and shapes of the trainable tensors) and its index; not of the values, the global RNG or what
+    was drawn before; a frozen tensor is outside the layout and keeps its value."""
+    def perturbations(params):
         seen = []
-        opt = MeZO(params, lr=0.0, eps=1.0, noise_backend="torch", seed=5, **kw)
-        opt.step(lambda: seen.append(params[0].detach().clone()) or 0.0)
+        opt = MeZO(params, lr=0.0, eps=1.0, seed=5)
+        opt.step(lambda: seen.append([p.detach().clone() for p in params]) or 0.0)
         return seen[0]
 
-    a1 = perturbation_of_first([torch.zeros(100, requires_grad=True), torch.zeros(7, requires_grad=True)])
-    a2 = perturbation_of_first([torch.zeros(100, requires_grad=True), torch.zeros(3, 3, requires_grad=True)])
-    a3 = perturbation_of_first([torch.zeros(100, requires_grad=True), torch.zeros(7)])  # second one frozen
-    assert torch.equal(a1, a2) and torch.equal(a1, a3)
-    b = perturbation_of_first([torch.zeros(7, requires_grad=True), torch.zeros(100, requires_grad=True)])
-    assert not torch.equal(b, a1[:7])  # position is part of the identity
+    base = perturbations([torch.zeros(6, 5, requires_grad=True), torch.zeros(7, requires_grad=True)])
+    torch.randn(50)
+    shifted = perturbations([torch.zeros(6, 5, requires_grad=True), torch.full((7,), 3.0, requires_grad=True)])
+    assert torch.equal(base[0], shifted[0]) and torch.equal(base[1] + 3.0, shifted[1])  # one rounding each
+    assert torch.linalg.matrix_rank(base[0]).item() == 1
+    with_frozen = perturbations([torch.zeros(6, 5, requires_grad=True), torch.zeros(7, requires_grad=True),
+                                 torch.ones(3)])
+    assert torch.equal(with_frozen[0], base[0]) and torch.equal(with_frozen[2], torch.ones(3))
+    taller = perturbations([torch.zeros(8, 5, requires_grad=True), torch.zeros(7, requires_grad=True)])
+    assert not torch.equal(taller[1], base[1])  # another layout: the 1-D tensor's noise is drawn elsewhere

@@ -29,6 +29,11 @@ Two generators ("backends") turn a key into z:
 
 The two backends draw *different* (equally valid) noise for the same key, so a run and its replay
 must use the same backend; :class:`mezo_rl.engine.trajectory.Trajectory` records which one a run used.
+
+Low-rank noise (:class:`NoiseSpec` with ``kind="lowrank"``) is drawn differently: for every tensor of the
+optimizer's layout at once, from keys of the step seed, with ``torch.Generator`` (:class:`_Draw`), so that
+a sweep of every tensor takes a number of operations that does not grow with the number of tensors. Its
+numbers have a version, :data:`FORMAT`, which trajectories record.
 Each backend draws the same numbers on every device (the compiled one's integer hash is exact; its
 Box-Muller transform agrees to float rounding), so a run trained on a GPU replays on a CPU.
 """
@@ -36,11 +41,15 @@ from __future__ import annotations
 
 import math
 import warnings
-from dataclasses import dataclass
+from collections import OrderedDict
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from functools import cached_property
 
 import torch
 
-__all__ = ["BACKENDS", "KINDS", "NOISES", "NoiseSpec", "tensor_key", "generate", "axpy_", "resolve_backend"]
+__all__ = ["BACKENDS", "FORMAT", "KINDS", "NOISES", "NoiseSpec", "layout", "one_thread_on_cpu", "tensor_key",
+           "generate", "axpy_", "resolve_backend"]
 
 BACKENDS = ("torch", "compiled", "auto")
 #: element-wise noise kinds (what :func:`generate` and :func:`axpy_` draw)
@@ -244,9 +253,86 @@ def axpy_(p: torch.Tensor, key: int, kind: str, backend: str, a: float, b: float
 
 
 # ----------------------------------------------------------------------------------------------
-# Per-tensor noise of an optimizer: element-wise or low-rank.
+# The noise of an optimizer's tensors: element-wise, or low-rank drawn for all tensors at once.
 
-_LOWRANK_TAG = 0x6C6F7772616E6B31  # "lowrank1": separates the key of factor A from that of factor B
+#: the version of the draws a trajectory records (header ``noise_format``). 1: every low-rank tensor's
+#: factors drawn on their own (one generator seeding per tensor and sweep); 2: the factors of every tensor
+#: of a noise sample in one draw. Element-wise noise is the same in both.
+FORMAT = 2
+_TAG_B = 0x6C6F7772616E6B42  # "lowrankB": the key of a sample's B factors and 1-D noise
+_TAG_A = 0x6C6F7772616E6B41  # "lowrankA": the key of a block's A factors
+
+
+def _draw_key(seed: int, tag: int) -> int:
+    return _splitmix64(_splitmix64(int(seed) & _M64) ^ tag)
+
+
+def layout(tensors) -> tuple[tuple[int, tuple[int, ...]], ...]:
+    """The layout a :class:`NoiseSpec` covers, from ``(index, tensor)`` pairs: ``((index, shape), ...)``."""
+    return tuple((int(i), tuple(int(s) for s in p.shape)) for i, p in tensors)
+
+
+class _Draw:
+    """One noise sample's low-rank draw for a layout: two flat ``torch.Generator`` draws, split into views.
+
+    ``b`` (key: the sample seed) holds, for q = 0 .. r-1, column q of every matrix's B (m values each, in
+    layout order), then the element-wise Gaussian z of every other tensor; ``a`` (key: the sample's block
+    seed, see ``interval``) holds, for q = 0 .. r-1, column q of every matrix's A (n values each)."""
+
+    def __init__(self, spec: "NoiseSpec", seed: int):
+        r, mats, vecs = spec.rank, spec._mats, spec._vecs
+        k = int(seed) & _M32  # the sample counter within the run (seeds are run_seed * 2**32 + k)
+        block_seed = int(seed) - k + (k // spec.interval) * spec.interval
+        ms, ns = [m for _, _, m, _ in mats], [n for _, _, _, n in mats]
+        vs = [numel for _, _, numel in vecs]
+        self.spec = spec
+        self.b = _torch_noise(_draw_key(seed, _TAG_B), r * sum(ms) + sum(vs), "gaussian", torch.device("cpu"))
+        self.a = _torch_noise(_draw_key(block_seed, _TAG_A), r * sum(ns), "gaussian", torch.device("cpu"))
+        self._views: dict = {}
+
+    def views(self, dtype: torch.dtype, device: torch.device):
+        """(bs, as_, zs, one): per layout position, the factors' columns shaped to broadcast against the
+        tensor (bs[q][i]: [m, 1, ...], as_[q][i]: [1, n...]), the 1-D noise (zs[j]: the tensor's shape) and a
+        0-d one; in ``dtype`` on ``device``, made once per draw."""
+        key = (dtype, device)
+        if key not in self._views:
+            spec, r = self.spec, self.spec.rank
+            mats, vecs = spec._mats, spec._vecs
+            b, a = self.b.to(device=device, dtype=dtype), self.a.to(device=device, dtype=dtype)
+            nb = r * sum(m for _, _, m, _ in mats)
+            bcols = b[:nb].view(-1, 1).split([m for _, _, m, _ in mats] * r) if mats else ()
+            acols = a.view(1, -1).split([n for _, _, _, n in mats] * r, dim=1) if mats else ()
+            zs = b[nb:].split([numel for _, _, numel in vecs]) if vecs else ()
+            t = len(mats)
+            bs = [[_shaped(bcols[q * t + i], (shape[0],) + (1,) * (len(shape) - 1))
+                   for i, (_, shape, _, _) in enumerate(mats)] for q in range(r)]
+            as_ = [[_shaped(acols[q * t + i], (1,) + shape[1:]) for i, (_, shape, _, _) in enumerate(mats)]
+                   for q in range(r)]
+            zs = [_shaped(z, shape) for z, (_, shape, _) in zip(zs, vecs)]
+            self._views[key] = (bs, as_, zs, torch.ones((), dtype=dtype, device=device))
+        return self._views[key]
+
+
+@contextmanager
+def one_thread_on_cpu(devices):
+    """Within the block, torch's CPU operators run on one thread when any of ``devices`` is the CPU.
+
+    A sweep reads and writes each weight once: memory bandwidth, not arithmetic, bounds it. Several threads
+    would add a thread synchronisation to every tensor's operator, which waits for a scheduler time slice
+    whenever another process holds a core."""
+    n = torch.get_num_threads()
+    serial = n > 1 and any(torch.device(d).type == "cpu" for d in devices)
+    if serial:
+        torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        if serial:
+            torch.set_num_threads(n)
+
+
+def _shaped(t: torch.Tensor, shape: tuple) -> torch.Tensor:
+    return t if tuple(t.shape) == tuple(shape) else t.view(shape)
 
 
 @dataclass(frozen=True)
@@ -254,54 +340,153 @@ class NoiseSpec:
     """The noise an optimizer draws for the tensor at position ``index`` at step ``seed``.
 
     ``kind="gaussian"`` / ``"rademacher"``: element-wise z from :func:`tensor_key` (``backend``
-    resolved: ``"torch"`` or ``"compiled"``).
+    resolved: ``"torch"`` or ``"compiled"``), one tensor at a time.
 
     ``kind="lowrank"`` (LOZO, Chen et al. ICLR 2025; SubZero, Yu et al. 2024): a tensor with 2 or
     more dimensions, viewed as an m x n matrix (n = the product of the other dimensions), gets
     ``z = B A^T / sqrt(r)`` with B [m, r] and A [n, r] of independent N(0, 1) entries, so
     ``E[z_ij z_kl] = (1/r) sum_q E[B_iq B_kq] E[A_jq A_lq] = [i=k][j=l]``: E[vec z vec z^T] = I,
-    the same second moment as Gaussian z, hence an unbiased SPSA estimate. Only (m + n) r random
-    numbers per matrix (from ``torch.Generator``); the sweep is one in-place ``addmm_`` (a BLAS
-    gemm with beta, no temporary of the matrix's size). 1-D tensors (biases, norms) keep
-    element-wise Gaussian noise. With ``interval = k > 1`` the factor A is held for k consecutive
+    the same second moment as Gaussian z, hence an unbiased SPSA estimate. 1-D tensors (biases, norms)
+    get element-wise Gaussian noise. With ``interval = k > 1`` the factor A is held for k consecutive
     noise samples (LOZO's lazy subspace: sample counter // k picks it), B is fresh every sample;
     E[z z^T] = I then holds over the run, not within one block.
+
+    Low-rank noise covers a fixed ``layout`` (:func:`layout`: the ``(index, shape)`` of every tensor, in
+    order): a noise sample draws the factors and 1-D noise of all of them in two flat ``torch.Generator``
+    draws (:class:`_Draw`; keys from the sample seed and the block seed), kept for the ``keep`` most recent
+    seeds, and :meth:`sweep_` applies them to every tensor in a number of ``torch._foreach_*`` operations
+    that does not grow with the number of tensors: ``p <- c p + (a c + b) z`` as one ``_foreach_mul_``
+    where some c != 1, then, per column q of the factors, one ``_foreach_addcmul_`` of the broadcast
+    product ``B[:, q] A[:, q]^T`` (no temporary of a matrix's size). A tensor's noise is a pure function
+    of (seed, layout, index). The sweep needs the layout; :meth:`factors` and :meth:`sample` give the
+    same noise tensor by tensor.
     """
 
     kind: str
     backend: str
     rank: int = 1
     interval: int = 1
+    layout: tuple = ()
+    keep: int = 1
+    _cache: OrderedDict = field(default_factory=OrderedDict, compare=False, repr=False)
 
     def _lowrank(self, p: torch.Tensor) -> bool:
         return self.kind == "lowrank" and p.dim() >= 2
 
+    # -- the low-rank layout ----------------------------------------------------------------------
+    @cached_property
+    def _positions(self) -> dict[int, tuple[bool, int, tuple]]:
+        """index -> (low-rank matrix?, position among the matrices or among the other tensors, shape)."""
+        out, nm, nv = {}, 0, 0
+        for index, shape in self.layout:
+            if len(shape) >= 2:
+                out[index] = (True, nm, tuple(shape))
+                nm += 1
+            else:
+                out[index] = (False, nv, tuple(shape))
+                nv += 1
+        return out
+
+    @cached_property
+    def _mats(self) -> list[tuple[int, tuple, int, int]]:
+        return [(i, tuple(s), s[0], math.prod(s[1:])) for i, s in self.layout if len(s) >= 2]
+
+    @cached_property
+    def _vecs(self) -> list[tuple[int, tuple, int]]:
+        return [(i, tuple(s), math.prod(s)) for i, s in self.layout if len(s) < 2]
+
+    def _position(self, index: int, p: torch.Tensor) -> tuple[bool, int]:
+        where = self._positions.get(int(index))
+        if where is None or where[2] != tuple(p.shape):
+            if not self.layout:
+                raise ValueError("low-rank noise draws every tensor of a layout at once: build the NoiseSpec with "
+                                 "layout=noise.layout((index, tensor) pairs)")
+            raise ValueError(f"the tensor at index {index} with shape {tuple(p.shape)} is not in this noise's layout "
+                             "(the tensors, indices and shapes it was built for)")
+        return where[0], where[1]
+
+    def _draw(self, seed: int) -> _Draw:
+        seed = int(seed)
+        draw = self._cache.get(seed)
+        if draw is None:
+            draw = self._cache[seed] = _Draw(self, seed)
+            while len(self._cache) > max(1, self.keep):
+                self._cache.popitem(last=False)
+        else:
+            self._cache.move_to_end(seed)
+        return draw
+
+    # -- the noise, tensor by tensor ---------------------------------------------------------------
     def factors(self, p: torch.Tensor, seed: int, index: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """(B [m, r], A [n, r]) float32 of a low-rank tensor: pure functions of (seed, index, shape)."""
-        m, r = p.shape[0], self.rank
-        n = p.numel() // m
-        k = int(seed) & _M32  # the sample counter within the run (seeds are run_seed * 2**32 + k)
-        block_seed = int(seed) - k + (k // self.interval) * self.interval
-        b = _torch_noise(tensor_key(seed, index, p.shape), m * r, "gaussian", p.device).view(m, r)
-        a = _torch_noise(tensor_key(block_seed, index, p.shape) ^ _LOWRANK_TAG, n * r, "gaussian", p.device)
-        return b, a.view(n, r)
+        """(B [m, r], A [n, r]) float32 on p's device of the low-rank tensor ``p`` at ``index``."""
+        matrix, i = self._position(index, p)
+        if not matrix:
+            raise ValueError(f"the tensor at index {index} has {p.dim()} dimension(s): low-rank factors are drawn "
+                             "for tensors of 2 or more")
+        bs, as_, _, _ = self._draw(seed).views(torch.float32, torch.device("cpu"))
+        m = p.shape[0]
+        b = torch.cat([bs[q][i].reshape(m, 1) for q in range(self.rank)], dim=1)
+        a = torch.cat([as_[q][i].reshape(1, -1) for q in range(self.rank)], dim=0).t().contiguous()
+        return b.to(p.device), a.to(p.device)
 
     def axpy_(self, p: torch.Tensor, seed: int, index: int, a: float, b: float = 0.0, c: float = 1.0) -> torch.Tensor:
-        """In place: ``p <- (p + a z) c + b z`` (low-rank: computed as ``c p + (a c + b) z``)."""
-        if not self._lowrank(p):
-            kind = "gaussian" if self.kind == "lowrank" else self.kind
-            return axpy_(p, tensor_key(seed, index, p.shape), kind, self.backend, a=a, b=b, c=c)
-        if not p.is_contiguous():
-            raise ValueError("MeZO noise needs contiguous parameters (got a non-contiguous tensor)")
-        fb, fa = self.factors(p, seed, index)
-        mat = p.view(p.shape[0], -1)
-        mat.addmm_(fb.to(p.dtype), fa.to(p.dtype).t(), beta=c, alpha=(a * c + b) / math.sqrt(self.rank))
+        """In place: ``p <- (p + a z) c + b z`` (low-rank: computed as ``c p + (a c + b) z``, as :meth:`sweep_`)."""
+        self.sweep_([(index, p)], seed, [(a, b, c)])
         return p
 
     def sample(self, p: torch.Tensor, seed: int, index: int) -> torch.Tensor:
         """z for ``p`` materialised as a float32 tensor of p's shape (momentum / Adam updates)."""
-        if not self._lowrank(p):
-            kind = "gaussian" if self.kind == "lowrank" else self.kind
-            return generate(tensor_key(seed, index, p.shape), p.numel(), kind, self.backend, p.device).view(p.shape)
+        if self.kind != "lowrank":
+            return generate(tensor_key(seed, index, p.shape), p.numel(), self.kind, self.backend, p.device).view(p.shape)
+        matrix, i = self._position(index, p)
+        if not matrix:
+            return self._draw(seed).views(torch.float32, torch.device("cpu"))[2][i].clone().view(p.shape).to(p.device)
         fb, fa = self.factors(p, seed, index)
         return (fb @ fa.t()).div_(math.sqrt(self.rank)).view(p.shape)
+
+    # -- every tensor at once -----------------------------------------------------------------------
+    def sweep_(self, tensors, seed: int, coefs) -> None:
+        """In place, for every ``(index, tensor)`` of ``tensors`` with its ``(a, b, c)`` of ``coefs``:
+        ``p <- (p + a z) c + b z``. Element-wise noise: tensor by tensor (:func:`axpy_`). Low-rank noise:
+        ``p <- c p + (a c + b) z`` for all of them in a number of operations that does not depend on how
+        many there are (per dtype and device of the tensors: one ``_foreach_mul_`` if some c != 1, and one
+        ``_foreach_addcmul_`` per column of the factors, the 1-D tensors' noise with the first)."""
+        if self.kind != "lowrank":
+            for (index, p), (a, b, c) in zip(tensors, coefs):
+                axpy_(p, tensor_key(seed, index, p.shape), self.kind, self.backend, a=a, b=b, c=c)
+            return
+        draw, root_r = self._draw(seed), math.sqrt(self.rank)
+        lists: dict = {}  # (dtype, device) -> (scaled tensors and their c, matrices, vectors)
+        for (index, p), (a, b, c) in zip(tensors, coefs):
+            if not p.is_contiguous():
+                raise ValueError("MeZO noise needs contiguous parameters (got a non-contiguous tensor)")
+            matrix, i = self._position(index, p)
+            scaled, mats, vecs = lists.setdefault((p.dtype, p.device), ([], [], []))
+            if c != 1.0:
+                scaled.append((p, c))
+            s = a * c + b
+            if s != 0.0:
+                (mats if matrix else vecs).append((p, i, s / root_r if matrix else s))
+        for (dtype, device), (scaled, mats, vecs) in lists.items():
+            with one_thread_on_cpu([device]):
+                self._apply(draw, dtype, device, scaled, mats, vecs)
+
+    def _apply(self, draw: _Draw, dtype, device, scaled, mats, vecs) -> None:
+        """The operators of :meth:`sweep_` for the tensors of one dtype and device."""
+        if scaled:
+            torch._foreach_mul_([p for p, _ in scaled], [c for _, c in scaled])
+        if not (mats or vecs):
+            return
+        bs, as_, zs, one = draw.views(dtype, device)
+        for q in range(self.rank if mats else 1):
+            selfs = [p for p, _, _ in mats]
+            t1 = [bs[q][i] for _, i, _ in mats]
+            t2 = [as_[q][i] for _, i, _ in mats]
+            scalars = [s for _, _, s in mats]
+            if q == 0:
+                selfs += [p for p, _, _ in vecs]
+                t1 += [zs[i] for _, i, _ in vecs]
+                t2 += [one] * len(vecs)
+                scalars += [s for _, _, s in vecs]
+            if selfs:
+                torch._foreach_addcmul_(selfs, t1, t2, scalars)

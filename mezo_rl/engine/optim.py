@@ -16,9 +16,11 @@ trainable tensors, each regenerating the same noise z from the step's seed (:mod
     (theta + eps z) restored and updated in one pass:  theta <- theta (1 - lr wd) - lr g z
 
 No buffer the size of the model is ever allocated; at most one temporary the size of the largest
-tensor (the plain "torch" noise backend materialises z for one tensor at a time; the compiled
-backend materialises nothing). Only tensors with ``requires_grad=True`` are touched, so a frozen
-base model with LoRA adapters works unchanged.
+tensor (the plain "torch" noise backend materialises element-wise z for one tensor at a time; the
+compiled backend materialises nothing; low-rank noise keeps the factors of the step's samples and
+sweeps every tensor in a few ``torch._foreach_*`` operations, :meth:`mezo_rl.engine.noise.NoiseSpec.sweep_`).
+Only tensors with ``requires_grad=True`` are touched, so a frozen base model with LoRA adapters works
+unchanged.
 
 Variants (paper Appendix B), with their memory cost:
 
@@ -35,10 +37,11 @@ Variants (paper Appendix B), with their memory cost:
 ``momentum=mu`` heavy-ball momentum on the ZO estimate, m <- mu m + g z, theta <- theta - lr m.
                 Costs one float32 buffer per trainable tensor (+4 bytes per parameter).
 ``adam=True``   Adam on the ZO estimate. Two float32 buffers (+8 bytes per parameter).
-                Both need the estimate g z as a tensor, so their update is a separate fourth
-                sweep that materialises z per tensor. (The history could be recomputed from the
-                logged seeds instead, as the paper notes, but that costs one sweep per remembered
-                step; buffers are the honest default.)
+                Both update after the restore, in a separate fourth sweep; Adam materialises
+                g z per tensor, momentum with low-rank noise adds the factors to its buffers
+                for every tensor at once (element-wise noise: z per tensor). (The history could
+                be recomputed from the logged seeds instead, as the paper notes, but that costs
+                one sweep per remembered step; buffers are the honest default.)
 
 ``normalize="std"``  FZOO-style: the projected gradient of sample j is (l+_j - l-_j) / (2 sigma),
                 sigma the standard deviation of the step's 2n closure values, instead of / (2 eps):
@@ -118,6 +121,19 @@ _RUN_DEFAULTS = dict(n_spsa=1, noise="lowrank", rank=1, lowrank_interval=1, norm
                      seed=0, on_nonfinite="raise", noise_backend="auto", evaluation="inplace")
 #: options added after the first trajectory format, with the value that reproduces older runs
 _ADDED_LATER = {k: _RUN_DEFAULTS[k] for k in ("rank", "lowrank_interval", "normalize", "evaluation")}
+
+
+def _with_noise_format(header: dict) -> dict:
+    """A recorded run's header with the noise format this version draws; a run whose noise this version
+    cannot draw again (low-rank noise of another format) is refused in one line. Headers without the key
+    predate it: format 1, whose element-wise noise is format 2's."""
+    fmt = header.get("noise_format", 1)
+    if fmt != _noise.FORMAT and (header.get("noise") == "lowrank" or fmt > _noise.FORMAT):
+        raise ValueError(f"this run's {header.get('noise')} noise has format {fmt} "
+                         f"({'factors drawn tensor by tensor' if fmt == 1 else 'from a newer mezo-rl'}); this version "
+                         f"draws format {_noise.FORMAT} (every tensor of a noise sample in one draw) and cannot replay "
+                         "or resume it: use the mezo-rl version that recorded it")
+    return {**header, "noise_format": _noise.FORMAT}
 
 
 class _Members:
@@ -358,8 +374,11 @@ class MeZO(torch.optim.Optimizer):
         return 1 if est == "one_point" else n if est == "es" else 2 * n
 
     def _set_backend(self, backend: str) -> None:
+        """The run's noise: its kind and backend over the trainable tensors' layout, keeping one step's draws."""
         cfg = self.config
-        self._noise = _noise.NoiseSpec(cfg["noise"], backend, cfg["rank"], cfg["lowrank_interval"])
+        trainable = [(idx, p) for idx, p, _ in self._flat() if p.requires_grad]
+        self._noise = _noise.NoiseSpec(cfg["noise"], backend, cfg["rank"], cfg["lowrank_interval"],
+                                       layout=_noise.layout(trainable), keep=cfg["n_spsa"])
 
     def _prepare(self) -> list[tuple[int, torch.Tensor, dict]]:
         """Resolve the backend, fill the trajectory header, and list the trainable tensors."""
@@ -369,7 +388,10 @@ class MeZO(torch.optim.Optimizer):
             raise ValueError("MeZO has no trainable tensors: every parameter has requires_grad=False")
         if self._noise is None:
             self._set_backend(_noise.resolve_backend(self.config["noise_backend"], self.config["noise"]))
-        header = dict(self.config, noise_backend=self._noise.backend,
+        if self._noise.kind == "lowrank" and self._noise.layout != _noise.layout((i, p) for i, p, _ in trainable):
+            raise ValueError("the trainable tensors changed since the first step; the noise covers the tensors it was "
+                             "built for: build a new MeZO for the new setup")
+        header = dict(self.config, noise_backend=self._noise.backend, noise_format=_noise.FORMAT,
                       calls_per_step=self.members_per_step,
                       group_sizes=[len(g["params"]) for g in self.param_groups],
                       group_weight_decays=[g["weight_decay"] for g in self.param_groups],
@@ -386,11 +408,17 @@ class MeZO(torch.optim.Optimizer):
     def _sweep(self, entries, seed: int, a_mult: float, update=None, skip_identity: bool = False) -> None:
         """For every trainable tensor: p <- (p + a_mult*eps*z) * c + b*z, (b, c) = update(group).
         ``skip_identity``: leave a tensor alone where that is the identity (a_mult = b = 0, c = 1)."""
+        tensors, coefs, of_group = [], [], {}
         for idx, p, group in entries:
-            b, c = update(group) if update is not None else (0.0, 1.0)
-            if skip_identity and a_mult == 0.0 and b == 0.0 and c == 1.0:
+            coef = of_group.get(id(group))
+            if coef is None:
+                b, c = update(group) if update is not None else (0.0, 1.0)
+                coef = of_group[id(group)] = (a_mult * group["eps"], b, c)
+            if skip_identity and coef == (0.0, 0.0, 1.0):
                 continue
-            self._noise.axpy_(p, seed, idx, a=a_mult * group["eps"], b=b, c=c)
+            tensors.append((idx, p))
+            coefs.append(coef)
+        self._noise.sweep_(tensors, seed, coefs)
 
     def _grads(self, values: list[float], eps: float, spread: float | None) -> list[float]:
         """The projected gradient of each sample for a group with perturbation scale eps."""
@@ -511,9 +539,12 @@ class MeZO(torch.optim.Optimizer):
         return self._members.evaluate(closure, members, self._noise, entries)
 
     def _buffered_update(self, entries, seeds, group_grads) -> None:
-        """Momentum / Adam: materialise z per tensor and update the per-tensor float32 buffers."""
+        """Momentum / Adam: materialise z per tensor and update the per-tensor float32 buffers (momentum with
+        low-rank noise: :meth:`_lowrank_momentum_update`, every tensor at once)."""
         cfg = self.config
         n, mu, (b1, b2) = cfg["n_spsa"], cfg["momentum"], cfg["betas"]
+        if cfg["noise"] == "lowrank" and not cfg["adam"]:
+            return self._lowrank_momentum_update(entries, seeds, group_grads)
         t = self._updates + 1
         for idx, p, group in entries:
             lr = group["lr"]
@@ -539,6 +570,35 @@ class MeZO(torch.optim.Optimizer):
                 buf = state["momentum_buffer"].mul_(mu).add_(est)
                 p.add_(buf.to(p.dtype), alpha=-lr)
 
+    def _lowrank_momentum_update(self, entries, seeds, group_grads) -> None:
+        """Heavy-ball momentum with low-rank noise, in operations that do not grow with the number of tensors:
+        ``m <- mu m``, then ``m <- m + (g_j / n) z_j`` for each sample (a sweep of the buffers: the factors are
+        added to them as to the weights, never materialised), then ``p <- p (1 - lr wd) - lr m``."""
+        n, mu = self.config["n_spsa"], self.config["momentum"]
+        bufs = []
+        for _, p, _ in entries:
+            state = self.state[p]
+            if "momentum_buffer" not in state:
+                state["momentum_buffer"] = torch.zeros_like(p, dtype=torch.float32)
+            bufs.append(state["momentum_buffer"])
+        by_device: dict = {}
+        for (_, p, group), buf in zip(entries, bufs):
+            by_device.setdefault(p.device, []).append((p, buf, group))
+        for device, items in by_device.items():
+            with _noise.one_thread_on_cpu([device]):
+                torch._foreach_mul_([b for _, b, _ in items], mu)
+        for j, s in enumerate(seeds):
+            self._noise.sweep_([(idx, buf) for (idx, _, _), buf in zip(entries, bufs)], s,
+                               [(0.0, group_grads[id(group)][j] / n, 1.0) for _, _, group in entries])
+        for device, items in by_device.items():
+            decayed = [(p, 1.0 - group["lr"] * group["weight_decay"]) for p, _, group in items if group["weight_decay"]]
+            one = torch.ones((), dtype=torch.float32, device=device)
+            with _noise.one_thread_on_cpu([device]):
+                if decayed:
+                    torch._foreach_mul_([p for p, _ in decayed], [c for _, c in decayed])
+                torch._foreach_addcmul_([p for p, _, _ in items], [b for _, b, _ in items], [one] * len(items),
+                                        [-group["lr"] for _, _, group in items])
+
     def _log(self, seeds, values, grads, lrs, epss, status) -> None:
         if self._record:
             self.trajectory.append(seeds=seeds, values=values, projected_grads=grads, lrs=lrs, epss=epss,
@@ -551,6 +611,7 @@ class MeZO(torch.optim.Optimizer):
         logged seeds, lrs and eps, and the closure replaced by the logged values. Raises
         RuntimeError where the replay diverges from the log (an abort or projected gradient that
         differs). Build the optimizer with :func:`replay_trajectory` unless you know its setup."""
+        _with_noise_format(trajectory.header)
         entries = self._prepare()
         batched = self.config["evaluation"] == "batched"
         for t, row in enumerate(trajectory):
@@ -585,7 +646,7 @@ class MeZO(torch.optim.Optimizer):
         """The torch optimizer state plus MeZO's own: counters, one-point memory and the trajectory."""
         sd = super().state_dict()
         sd["mezo"] = {"config": dict(self.config), "samples": self._samples, "updates": self._updates,
-                      "prev_loss": self._prev_loss, "backend": self.noise_backend,
+                      "prev_loss": self._prev_loss, "backend": self.noise_backend, "noise_format": _noise.FORMAT,
                       "trajectory": self.trajectory.state_dict() if self._record else None}
         return sd
 
@@ -598,6 +659,7 @@ class MeZO(torch.optim.Optimizer):
         if saved != self.config:
             diff = {k: (saved.get(k), v) for k, v in self.config.items() if saved.get(k) != v}
             raise ValueError(f"the state dict was saved by a MeZO with a different configuration (saved, here): {diff}")
+        _with_noise_format({"noise": saved["noise"], "noise_format": extra.get("noise_format", 1)})
         # groups saved before every hyperparameter was recorded in them: complete them from this run
         sd["param_groups"] = [{**{k: v for k, v in mine.items() if k != "params"}, **theirs}
                               for mine, theirs in zip(self.param_groups, sd["param_groups"])]
@@ -614,7 +676,7 @@ class MeZO(torch.optim.Optimizer):
         if extra["trajectory"] is not None:
             self.trajectory = Trajectory.from_state_dict(extra["trajectory"])
             if self.trajectory.header:
-                self.trajectory.header = {**_ADDED_LATER, **self.trajectory.header}
+                self.trajectory.header = _with_noise_format({**_ADDED_LATER, **self.trajectory.header})
 
 
 def _flat_params(params) -> list[torch.Tensor]:
@@ -642,7 +704,7 @@ def replay_trajectory(params: torch.nn.Module | Iterable, trajectory: Trajectory
     h = traj.header
     if not h:
         raise ValueError("the trajectory has no header: it was never filled by a MeZO run")
-    h = {**_ADDED_LATER, **h}
+    h = _with_noise_format({**_ADDED_LATER, **h})
     flat = _flat_params(params)
     shapes = [list(p.shape) for p in flat]
     if shapes != h["param_shapes"]:
