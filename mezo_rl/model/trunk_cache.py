@@ -5,12 +5,35 @@ parameter is frozen (``requires_grad=False``), the trunk's output at a position 
 input tokens alone, so :class:`~mezo_rl.model.lm.LanguageModel` keeps it per (sequence, scored
 positions) and, on a hit, runs only the final norm and the output head. This is what makes MeZO on the
 final norm (``--peft norm``) cheap. The cache holds values; the language model runs the trunk.
+
+What a hit costs is small: the final norm and a few output-head rows over a few hundred scored tokens.
+Split over several intra-op threads, each such op ends in a synchronisation of the threads, and on a
+CPU shared with other jobs a thread that has lost its core holds every op up for a scheduler time
+slice, far longer than the op itself; :func:`one_thread` runs that work on the calling thread alone.
 """
 from __future__ import annotations
 
+import contextlib
+
 import torch
 
-__all__ = ["TrunkCache"]
+__all__ = ["TrunkCache", "one_thread"]
+
+
+@contextlib.contextmanager
+def one_thread():
+    """Within the block, torch's CPU ops run on one intra-op thread (``torch.set_num_threads(1)``); the
+    thread count before it is restored after, even on an exception. For blocks of small ops, where
+    threads cost a synchronisation per op and compute nothing faster."""
+    before = torch.get_num_threads()
+    if before == 1:
+        yield
+        return
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 class TrunkCache:
