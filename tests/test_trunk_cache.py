@@ -1,5 +1,6 @@
-"""The frozen-trunk cache's hits run on one thread (mezo_rl.model.trunk_cache.one_thread): the small ops of
-the final norm and the candidates' logits, whose values do not depend on the thread count."""
+"""The frozen-trunk cache and threads (mezo_rl.model.trunk_cache): a hit runs on one thread (``one_thread``: the
+small ops of the final norm and the candidates' logits), the trunk's batches on the thread count measured
+faster (``ThreadChoice``), and neither changes a value."""
 from __future__ import annotations
 
 import contextlib
@@ -10,7 +11,8 @@ import torch
 
 import mezo_rl.model.lm as lm_module
 from mezo_rl.model.lm import LanguageModel
-from mezo_rl.model.trunk_cache import one_thread
+from conftest import make_tiny_causal_lm
+from mezo_rl.model.trunk_cache import ThreadChoice, one_thread
 
 
 def _freeze_all_but_final_norm(model):
@@ -80,3 +82,64 @@ def test_a_cache_hit_scores_candidates_on_one_thread_with_the_values_of_several(
         for a, b in zip(a_member, b_member):
             assert torch.equal(a.sum, b.sum) and torch.equal(a.mean, b.mean)
     assert len(full) == members
+
+
+class FakeClock:
+    """A clock whose every batch takes the seconds ``cost[threads]`` say, the thread count read inside the batch."""
+
+    def __init__(self, cost):
+        self.cost, self.now, self.started = cost, 0.0, None
+
+    def __call__(self):
+        if self.started is None:
+            self.started = torch.get_num_threads()
+            return self.now
+        self.now += self.cost[self.started]
+        self.started = None
+        return self.now
+
+
+@pytest.mark.parametrize("faster", ["one", "several"])
+def test_thread_choice_runs_the_trunk_with_the_faster_setting_and_tries_the_other_again(threads, faster):
+    cost = {1: 1.0, threads: 3.0} if faster == "one" else {1: 3.0, threads: 1.0}
+    best, other = (1, threads) if faster == "one" else (threads, 1)
+    choice = ThreadChoice(every=4, clock=FakeClock(cost))
+    used = []
+    for _ in range(13):
+        with choice.run(work=100) as n:
+            assert torch.get_num_threads() == n
+            used.append(n)
+        assert torch.get_num_threads() == threads  # restored after every batch
+    # untimed first batch, one try of each setting, then the faster with a retry of the other every 4th batch
+    assert used[:3] == [threads, threads, 1]
+    assert used[3:] == [other if b % 4 == 0 else best for b in range(3, 13)]
+    assert choice.rate[best] < choice.rate[other]
+    with pytest.raises(RuntimeError, match="boom"):
+        with choice.run(work=100):
+            raise RuntimeError("boom")
+    assert torch.get_num_threads() == threads
+
+
+def test_the_trunk_gives_the_same_values_on_one_thread_and_several(tiny_tokenizer, threads):
+    # wide enough that the trunk's ops are above torch's grain size and really split over the threads
+    model = make_tiny_causal_lm(tiny_tokenizer, hidden_size=128, intermediate_size=512)
+    _freeze_all_but_final_norm(model)
+    prompts = _prompts(64, seed=1)
+    cands = [[" No", " Yes"]] * len(prompts)
+    caches = {}
+    for n in (1, threads):
+        lm = LanguageModel(model, tiny_tokenizer)
+        assert lm.enable_trunk_cache()
+        lm.trunk_cache.threads.pick = lambda many, n=n: n  # every batch on n threads
+        seen = []
+        hook = model.model.layers[0].register_forward_hook(lambda m, i, o: seen.append(torch.get_num_threads()))
+        try:
+            with torch.no_grad():
+                lm.score(prompts, cands, normalised=False)
+        finally:
+            hook.remove()
+        assert set(seen) == {n}
+        caches[n] = lm.trunk_cache.entries
+    one, several = caches[1], caches[threads]
+    assert one.keys() == several.keys() and len(one) == len(set(prompts))
+    assert all(torch.equal(one[k], several[k]) for k in one)

@@ -363,9 +363,12 @@ class LanguageModel:
         the final norm and the head run once per distinct entry (and member), not once per pair."""
         keys = [pair[3] for pair in pairs]
         missing = trunk.missing(keys)
+        cpu = self.device.type == "cpu"
         for start in range(0, len(missing), self.batch_size):  # the trunk, once per new sequence
             batch = missing[start : start + self.batch_size]
-            with torch.no_grad():  # the trunk is frozen: one copy of the batch, stopped before the norm
+            work = len(batch) * max(len(ids) for ids, _ in batch)
+            # the trunk is frozen: one copy of the batch, stopped before the norm, on the faster thread count
+            with torch.no_grad(), trunk.threads.run(work) if cpu else contextlib.nullcontext():
                 _, pre = self._base_with_norm_input(trunk.norm, *self._right_padded([ids for ids, _ in batch]), stop=True)
             trunk.store(batch, pre)
         parts = [[] for _ in range(members)]
