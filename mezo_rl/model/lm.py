@@ -38,7 +38,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from mezo_rl.model.trunk_cache import TrunkCache
+from mezo_rl.model.trunk_cache import TrunkCache, one_thread
 
 MASK = "[MASK]"  # the mask placeholder in masked-LM prompts (replaced by tokenizer.mask_token_id)
 # the final normalisation layer of common decoder LMs (Llama/Gemma/Mistral/Qwen, GPT-2, OPT, Falcon):
@@ -367,20 +367,26 @@ class LanguageModel:
         the final norm and the head run once per distinct entry (and member), not once per pair."""
         keys = [pair[3] for pair in pairs]
         missing = trunk.missing(keys)
+        cpu = self.device.type == "cpu"
         for start in range(0, len(missing), self.batch_size):  # the trunk, once per new sequence
             batch = missing[start : start + self.batch_size]
-            with torch.no_grad():  # the trunk is frozen: one copy of the batch, stopped before the norm
+            work = len(batch) * max(len(ids) for ids, _ in batch)
+            # the trunk is frozen: one copy of the batch, stopped before the norm, on the faster thread count
+            with torch.no_grad(), trunk.threads.run(work) if cpu else contextlib.nullcontext():
                 _, pre = self._base_with_norm_input(trunk.norm, *self._right_padded([ids for ids, _ in batch]), stop=True)
             trunk.store(batch, pre)
         parts = [[] for _ in range(members)]
-        for start in range(0, len(pairs), chunk):  # final norm + head over every distinct scored token at once
-            part = range(start, min(start + chunk, len(pairs)))
-            pre, first = trunk.rows(keys[j] for j in part)
-            tokens = [(first[keys[j]] + t, tgt, i, not relative[j])
-                      for i, j in enumerate(part) for t, tgt in enumerate(pairs[j][2])]
-            hidden = trunk.norm(pre.repeat(members, 1) if members > 1 else pre)
-            for k, got in enumerate(self._pair_scores(hidden, tokens, len(part), members)):
-                parts[k].append(got)
+        # with no vocabulary-wide logits (every pair a candidate logit) the rest is small ops: one thread
+        small = all(relative) and self.device.type == "cpu"
+        with one_thread() if small else contextlib.nullcontext():
+            for start in range(0, len(pairs), chunk):  # final norm + head over every distinct scored token at once
+                part = range(start, min(start + chunk, len(pairs)))
+                pre, first = trunk.rows(keys[j] for j in part)
+                tokens = [(first[keys[j]] + t, tgt, i, not relative[j])
+                          for i, j in enumerate(part) for t, tgt in enumerate(pairs[j][2])]
+                hidden = trunk.norm(pre.repeat(members, 1) if members > 1 else pre)
+                for k, got in enumerate(self._pair_scores(hidden, tokens, len(part), members)):
+                    parts[k].append(got)
         return [torch.cat(p) if len(p) > 1 else p[0] for p in parts]
 
     def _pair_scores(self, h, tokens, n_pairs: int, members: int = 1) -> list[torch.Tensor]:

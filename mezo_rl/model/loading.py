@@ -17,6 +17,8 @@ dequantised again. Clear it with ``rm -rf ~/.cache/mezo_rl/models`` (or the one 
 """
 from __future__ import annotations
 
+import contextlib
+import functools
 import importlib
 import importlib.util
 import json
@@ -261,8 +263,9 @@ def _cached_gguf(gguf: pathlib.Path, name: str) -> pathlib.Path:
     if meta.is_file() and json.loads(meta.read_text()) == key:
         return target
     log.warning("dequantising %s once (about 20 s per 100M parameters); caching to %s", gguf.name, target)
-    model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
-    tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+    with _gguf_parsed_once():
+        model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
+        tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
     packed = [n for n, m in model.named_modules() if "gguf" in type(m).__name__.lower()]
     if packed:
         raise RuntimeError(f"{gguf.name}: transformers kept {len(packed)} layers GGUF-packed; cannot cache them as safetensors")
@@ -286,6 +289,34 @@ def _cached_gguf(gguf: pathlib.Path, name: str) -> pathlib.Path:
     except OSError:  # another process won the race; its copy is as good as ours
         shutil.rmtree(tmp, ignore_errors=True)
     return target
+
+
+@contextlib.contextmanager
+def _gguf_parsed_once():
+    """Within the block, each GGUF file is parsed once and gguf's tensor-name table built once per architecture.
+
+    transformers parses a GGUF's metadata (the tokenizer's vocabulary among it, field by field) once for the
+    config, once for the weights and once for the tokenizer, and builds ``gguf.get_tensor_name_map`` again for
+    every module of the model while it maps the tensors' names. Both are read-only after they are built, so
+    the block shares them: ``gguf.GGUFReader`` and ``gguf.get_tensor_name_map`` (which transformers imports
+    from ``gguf`` where it calls them) return the one object per file / per (architecture, blocks), and are
+    put back after the block, even on an exception."""
+    import gguf
+
+    reader, names = gguf.GGUFReader, gguf.get_tensor_name_map
+    readers: dict = {}
+
+    def parsed(path, mode="r"):
+        key = (os.path.realpath(os.fspath(path)), mode)
+        if key not in readers:
+            readers[key] = reader(path, mode)
+        return readers[key]
+
+    gguf.GGUFReader, gguf.get_tensor_name_map = parsed, functools.lru_cache(maxsize=None)(names)
+    try:
+        yield
+    finally:
+        gguf.GGUFReader, gguf.get_tensor_name_map = reader, names
 
 
 def _from_pretrained(where, kw):

@@ -5,12 +5,81 @@ parameter is frozen (``requires_grad=False``), the trunk's output at a position 
 input tokens alone, so :class:`~mezo_rl.model.lm.LanguageModel` keeps it per (sequence, scored
 positions) and, on a hit, runs only the final norm and the output head. This is what makes MeZO on the
 final norm (``--peft norm``) cheap. The cache holds values; the language model runs the trunk.
+
+What a hit costs is small: the final norm and a few output-head rows over a few hundred scored tokens.
+Split over several intra-op threads, each such op ends in a synchronisation of the threads, and on a
+CPU shared with other jobs a thread that has lost its core holds every op up for a scheduler time
+slice, far longer than the op itself; :func:`one_thread` runs that work on the calling thread alone.
+The trunk's own batches are large matrix products, which several threads do run faster on an idle CPU
+and slower on a busy one: :class:`ThreadChoice` times them and runs each batch with the faster setting.
 """
 from __future__ import annotations
 
+import contextlib
+import time
+
 import torch
 
-__all__ = ["TrunkCache"]
+__all__ = ["TrunkCache", "ThreadChoice", "one_thread"]
+
+
+@contextlib.contextmanager
+def one_thread():
+    """Within the block, torch's CPU ops run on one intra-op thread (``torch.set_num_threads(1)``); the
+    thread count before it is restored after, even on an exception. For blocks of small ops, where
+    threads cost a synchronisation per op and compute nothing faster."""
+    before = torch.get_num_threads()
+    if before == 1:
+        yield
+        return
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+class ThreadChoice:
+    """Which intra-op thread count runs each batch of the trunk: the process's (``torch.get_num_threads()``)
+    or one, whichever measured faster, per unit of ``work`` (the batch's padded tokens).
+
+    The first batch is not timed (it pays one-time costs), the next two try each setting, and every
+    ``every``-th batch after them tries the slower one again, since the load on a shared CPU changes; a
+    setting's rate is the mean of its last two timings. The choice changes nothing but the time: the trunk's
+    ops give the same values on any number of threads (tests/test_trunk_cache.py checks the trunk's output)."""
+
+    def __init__(self, every: int = 16, clock=time.perf_counter):
+        self.every, self.clock = int(every), clock
+        self.rate: dict[int, float] = {}  # threads -> seconds per unit of work
+        self.batches = 0
+
+    def pick(self, many: int) -> int:
+        """The thread count for the next batch, given the process's count ``many``."""
+        if many == 1 or self.batches == 0:
+            return many
+        for n in (many, 1):
+            if n not in self.rate:
+                return n
+        best, other = sorted((many, 1), key=self.rate.__getitem__)
+        return other if self.batches % self.every == 0 else best
+
+    @contextlib.contextmanager
+    def run(self, work: int):
+        """Run the block (one batch of ``work`` units) with :meth:`pick`'s thread count, time it, and restore the
+        process's count after, even on an exception."""
+        many = torch.get_num_threads()
+        n = self.pick(many)
+        torch.set_num_threads(n)
+        t0 = self.clock()
+        try:
+            yield n
+        finally:
+            seconds = self.clock() - t0
+            torch.set_num_threads(many)
+            if self.batches > 0 and many > 1:
+                rate = seconds / max(int(work), 1)
+                self.rate[n] = rate if n not in self.rate else (self.rate[n] + rate) / 2
+            self.batches += 1
 
 
 class TrunkCache:
@@ -28,6 +97,7 @@ class TrunkCache:
         self.fingerprint = fingerprint
         self.entries: dict[tuple, torch.Tensor] = {}
         self.encoded: dict[tuple[str, str], tuple] = {}
+        self.threads = ThreadChoice()  # the thread count of each batch of the trunk (on a CPU)
 
     def __len__(self) -> int:
         return len(self.entries)
