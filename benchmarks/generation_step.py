@@ -98,8 +98,7 @@ def measure(mode: str, examples, args) -> dict:
 
     lm.generate = logged_generate  # the closure's decodes are timed where they happen
 
-    completions = plain_generate(prompts, max_new_tokens=args.max_new_tokens, stop=["
-"])
+    completions = plain_generate(prompts, max_new_tokens=args.max_new_tokens, stop=["\n"])
     spec = NoiseSpec(defaults["noise"], resolve_backend("auto", defaults["noise"]), layout=layout(enumerate(params)))
 
     def sweeps():  # +eps z then -eps z: two sweeps of every tensor, as a step makes them

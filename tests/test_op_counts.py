@@ -41,6 +41,8 @@ def counts(lm, M, what, distinct=True):
     gen = dict(max_new_tokens=6)  # stops at EOS only
     lm.batch_size = M * len(PROMPTS)  # one forward per decoding step, as the members' pass
     rows = [f"{p} {k}" for k in range(M) for p in PROMPTS] if distinct else PROMPTS * M
+    with torch.no_grad():  # what the model builds once and keeps (the decode's cached tensors) is not a step's cost
+        lm.generate(PROMPTS, **gen) if what == "generate" else lm.score(PROMPTS, CANDIDATES)
     with OpCounter() as plain, torch.no_grad():
         if what == "generate":
             lm.generate(rows, **gen)
