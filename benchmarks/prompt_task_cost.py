@@ -4,7 +4,7 @@ run's defaults (one process, so each ratio is within one run).
     flock /tmp/mezo-heavy.lock python benchmarks/prompt_task_cost.py [--task arithmetic] [--steps 3]
         [--num-eval 16] [--autocast none] [--json out.json]
 
-The run: ``Trainer`` on ``--task`` (a prompt task) with every default of ``mezo-rl train`` for it (``--peft``
+The run: ``MeZOTrainer`` on ``--task`` (a prompt task) with every default of ``mezo-rl train`` for it (``--peft``
 unset: every weight, ``PROMPT_TASK_DEFAULTS``: batch B = 16, 4 SPSA samples, so M = 8 members decoded
 together), ``--steps`` steps and a validation of ``--num-eval`` prompts at step 0 and at the end.
 Read from its metrics.jsonl: S, each step's seconds after the first (the first also compiles the noise
@@ -30,9 +30,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import torch
 
-from mezo_rl.training.arguments import TrainingArguments
+from mezo_rl.training.arguments import MeZOConfig
 from mezo_rl.training.outputs import prompt_texts
-from mezo_rl.training.trainer import Trainer
+from mezo_rl.training.trainer import MeZOTrainer
 
 
 def main() -> None:
@@ -50,9 +50,9 @@ def main() -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     out = pathlib.Path(tempfile.mkdtemp(prefix="prompt_task_cost_"))
-    run = TrainingArguments(model=args.model, task=args.task, steps=args.steps, num_eval=args.num_eval, num_test=0, initial_test=False,
-                            autocast=args.autocast, progress=False, save_model=False, output_dir=str(out / "run"))
-    trainer = Trainer(run)
+    run = MeZOConfig(model=args.model, task=args.task, max_steps=args.steps, num_eval=args.num_eval, num_test=0, initial_test=False,
+                     autocast=args.autocast, progress=False, save_model=False, output_dir=str(out / "run"))
+    trainer = MeZOTrainer(args=run)
     a = trainer.args
     M, B = trainer.optimizer.members_per_step, a.per_device_train_batch_size
     trainer.train()
