@@ -136,16 +136,20 @@ class Meter:
         if self.device == "cuda":
             self.torch.cuda.synchronize()
 
-    def time(self, fn):
+    def time(self, fn, after=None):
+        """The fastest of ``repeats`` calls of ``fn`` after a warm-up; with ``after`` (read after each call, e.g. a
+        time the call recorded inside itself), also the smallest value it read: ``(best, best_after)``."""
         fn()  # warm-up: allocations, kernels' first launch
-        best = float("inf")
+        best = best_after = float("inf")
         for _ in range(self.repeats):
             self.sync()
             t = time.perf_counter()
             fn()
             self.sync()
             best = min(best, time.perf_counter() - t)
-        return best
+            if after is not None:
+                best_after = min(best_after, after())
+        return best if after is None else (best, best_after)
 
     @staticmethod
     def ops(fn):
@@ -199,15 +203,7 @@ def population(lm, args, meter, M, counting):
         s = meter.ops(step)
         return p, inner["ops"], s
     p = meter.time(plain)
-    best_closure, best_step = float("inf"), float("inf")
-    step()
-    for _ in range(meter.repeats):
-        meter.sync()
-        t = time.perf_counter()
-        step()
-        meter.sync()
-        best_step = min(best_step, time.perf_counter() - t)
-        best_closure = min(best_closure, inner["time"])
+    best_step, best_closure = meter.time(step, after=lambda: inner["time"])
     return p, best_closure, best_step
 
 
