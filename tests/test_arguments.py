@@ -155,18 +155,18 @@ def test_the_reward_defaults_to_the_task_own_metric(task, reward):
 
 
 def test_a_task_of_prompts_only_needs_a_reward_and_a_code_task_takes_its_metric_once_built():
-    from mezo_rl.training.setup import reward_refs
+    from mezo_rl.training.plan import reward_refs, run_config
     from mezo_rl.tasks import get_task
 
     prompts = MeZOConfig(task="prompts.jsonl")  # a config without a reward is fine: reward_funcs may come later
     assert prompts.reward is None
     with pytest.raises(ConfigError, match="--reward: task 'prompts.jsonl' has prompts only.*mezo-rl rewards"):
-        reward_refs(prompts)
+        reward_refs(prompts.reward, None, prompts.task)
     code = MeZOConfig(task="my_tasks.py:build")
     assert code.reward is None
-    assert code.for_task(get_task("arithmetic")).reward == ["exact_answer"]
-    assert code.for_task(get_task("sst2")).reward == ["accuracy"]
-    assert MeZOConfig(task="my_tasks.py:build", reward=["positivity"]).for_task(get_task("sst2")).reward == ["positivity"]
+    assert run_config(code, get_task("arithmetic")).reward == ["exact_answer"]
+    assert run_config(code, get_task("sst2")).reward == ["accuracy"]
+    assert run_config(MeZOConfig(task="my_tasks.py:build", reward=["positivity"]), get_task("sst2")).reward == ["positivity"]
 
 
 def test_an_objective_given_as_an_object_is_what_the_configuration_records():
@@ -174,9 +174,10 @@ def test_an_objective_given_as_an_object_is_what_the_configuration_records():
     the run optimised (their weights and normalisation), not the task's metric."""
     from mezo_rl.rewards import build_objective
     from mezo_rl.tasks import get_task
+    from mezo_rl.training.plan import run_config
 
     objective = build_objective(["cross_entropy", "accuracy"], weights=[1.0, 0.5], normalize="std")
-    args = MeZOConfig(task="sst2").for_task(get_task("sst2"), objective)
+    args = run_config(MeZOConfig(task="sst2"), get_task("sst2"), objective)
     assert (args.reward, args.reward_weights, args.reward_normalize) == (["cross_entropy", "accuracy"], [1.0, 0.5], "std")
-    given = MeZOConfig(task="sst2", reward=["accuracy"]).for_task(get_task("sst2"), objective)
+    given = run_config(MeZOConfig(task="sst2", reward=["accuracy"]), get_task("sst2"), objective)
     assert given.reward == ["accuracy"]  # a reward the user named stays as named

@@ -185,7 +185,7 @@ def test_the_command_line_refuses_a_bad_beta_in_one_line(value, says, capsys):
 
 def test_bounded_losses_cap_the_spread_at_eps_and_leave_smaller_spreads_alone():
     from mezo_rl.engine.optim import spread
-    from mezo_rl.training.trainer import bounded_losses
+    from mezo_rl.training.fitness import bounded_losses
 
     small = [0.001, -0.002, 0.0005, 0.0005]
     assert bounded_losses(small, 0.01) == small

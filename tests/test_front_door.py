@@ -47,9 +47,16 @@ def test_one_name_per_field_trls_and_the_earlier_names_are_refused(capsys):
     with pytest.raises(ConfigError, match="unknown MeZOConfig fields 'lr' \\(now 'learning_rate'\\), 'steps' "
                                           "\\(now 'max_steps'\\), 'batch_size' \\(now 'per_device_train_batch_size'\\)"):
         MeZOConfig(lr=1e-3, steps=7, batch_size=4, max_new_tokens=9)
-    for old in ("--lr", "--steps", "--batch-size", "--max-new-tokens"):  # not even as an abbreviation
-        assert main(["train", old, "1", "--model", NOT_A_MODEL]) == 2
-        assert f"unrecognized arguments: {old} 1" in capsys.readouterr().err
+    for command, old, new in (("train", "--lr", "--learning-rate"), ("train", "--steps", "--max-steps"),
+                              ("train", "--batch-size", "--per-device-train-batch-size"),
+                              ("train", "--max-new-tokens", "--max-completion-length"),
+                              ("eval", "--batch-size", "--eval-batch-size"),
+                              ("eval", "--max-new-tokens", "--max-completion-length"),
+                              ("baseline", "--max-new-tokens", "--max-completion-length")):
+        assert main([command, old, "1", "--model", NOT_A_MODEL]) == 2  # not even as an abbreviation: one line
+        assert capsys.readouterr().err == f"mezo-rl: error: {old} is now {new} (see `mezo-rl {command} --help`)\n"
+    assert main(["eval", "--batch-size", "1", "--no-such-option"]) == 2
+    assert "is now --eval-batch-size; unrecognized arguments: --no-such-option" in capsys.readouterr().err
     assert MeZOConfig(bf16=True).autocast == "bfloat16" and MeZOConfig(bf16=False).autocast == "none"
     assert MeZOConfig(lr_scheduler_type="linear").lr_scheduler_type == "linear"
     assert MeZOConfig(log_completions=False).log_completions == 0

@@ -190,7 +190,8 @@ def test_max_prompt_length_keeps_the_last_tokens_of_a_longer_prompt(tiny_tokeniz
 
 def test_hub_token_is_used_but_never_written(tmp_path):
     from mezo_rl.tasks import get_task
+    from mezo_rl.training.plan import run_config
 
     args = MeZOConfig(hub_token="hf_secret", output_dir=str(tmp_path))
     assert "hub_token" not in args.to_dict() and "hf_secret" not in json.dumps(args.to_dict())
-    assert args.for_task(get_task("arithmetic")).hub_token == "hf_secret"  # re-resolved for a task: kept
+    assert run_config(args, get_task("arithmetic")).hub_token == "hf_secret"  # re-resolved for a task: kept

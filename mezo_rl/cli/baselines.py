@@ -173,7 +173,7 @@ def run_baseline(args: BaselineArguments, lm=None, task=None, splits=None) -> di
         splits = {"train": [], **load_splits(task, args.task, sizes, args.data_dir, args.seed)}
     if lm is None:
         lm = load_model(args.model, dtype=args.dtype)
-    kw = dict(batch_size=args.eval_batch_size, max_new_tokens=args.max_new_tokens)
+    kw = dict(batch_size=args.eval_batch_size, max_new_tokens=args.max_completion_length)
     result = {"method": args.method, "model": args.model, "task": args.task}
     if args.method == "zero-shot":
         result["test"] = zero_shot(lm, task, splits["test"], **kw)

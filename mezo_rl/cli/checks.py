@@ -20,39 +20,21 @@ import pathlib
 from mezo_rl.errors import ConfigError
 from mezo_rl.model.loading import check_model, has_chat_template, model_architectures
 from mezo_rl.training import rundir
-from mezo_rl.training.evaluation import prompt_metrics
 from mezo_rl.training.outputs import ChatTemplateError
-from mezo_rl.training.setup import TaskCodeError, load_splits, resolve_task, reward_refs, user_code
-from mezo_rl.training.trl_inputs import check_replayable_reward, resolve_reward
-from mezo_rl.rewards import build_objective
+from mezo_rl.training.plan import plan_run, reward_refs
+from mezo_rl.training.setup import TaskCodeError, build_objective, load_splits, resolve_task, user_code
 from mezo_rl.tasks import SPLITS
 from mezo_rl.tasks.data import data_root
 
-__all__ = ["TaskCodeError", "user_code", "resolve_task", "check_rewards", "check_objective", "check_reward_fit",
+__all__ = ["TaskCodeError", "user_code", "resolve_task", "check_reward_fit",
            "check_output_dir", "check_run_dir", "check_training", "load_splits"]
-
-
-def check_rewards(refs) -> list:
-    """Every reward reference resolves (registered name, entry point, ``module:function``, ``file.py:function``);
-    a recorded lambda or local function is one line saying the reward must be importable."""
-    for ref in refs:
-        if isinstance(ref, str):
-            check_replayable_reward(ref)
-    return [user_code("--reward", ref, lambda ref=ref: resolve_reward(ref)) for ref in refs]
-
-
-def check_objective(args):
-    """The objective of ``--reward`` / ``--reward-weights`` / ``--reward-normalize``, built once: every reward
-    reference resolves (registered name, entry point, ``module:function``, ``file.py:function``, callable)."""
-    specs = check_rewards(reward_refs(args))
-    return build_objective(specs, weights=args.reward_weights, normalize=args.reward_normalize)
 
 
 def check_reward_fit(objective, task, model=None) -> None:
     """The rewards fit the task's kind (``accuracy`` is for classification and multiple choice) and, where
     the model's ``config.json`` is at hand, the model (generation rewards need a causal LM): checks that need
-    no data and no weights. The rewards' dataset columns are checked once the task's examples are read."""
-    objective.check_task_kind(task.kind)
+    no data and no weights (the task's kind: ``mezo_rl.training.plan.plan_run``). The rewards' dataset columns
+    are checked once the task's examples are read."""
     archs = model_architectures(model) if model is not None else None
     if archs is not None:
         objective.check_compatible(not any(a.endswith("ForMaskedLM") for a in archs))
@@ -100,36 +82,32 @@ def check_run_dir(run_dir) -> pathlib.Path:
     return run
 
 
-def check_training(args, *, model: bool = True, output: bool = True) -> tuple:
-    """Everything ``mezo-rl train`` checks before loading a model; returns what it built on the way,
-    ``(task, objective)``, for the trainer to use (``MeZOTrainer(args=args, task=task, objective=objective)``).
+def check_training(args, *, model: bool = True, output: bool = True):
+    """Everything ``mezo-rl train`` checks before loading a model; returns the run's plan
+    (``mezo_rl.training.plan.RunPlan``), which the trainer builds (``MeZOTrainer(args=plan.args, plan=plan)``).
 
     ``model=False`` skips the model check (a model object is given), ``output=False`` the output
     directory check (the caller writes elsewhere). The task's data is read only for data-file and
     dataset tasks (to check their columns); built-in tasks read theirs later.
     """
     # a bad or missing reward fails first; a code task's default reward is its metric, known once it is built
-    objective = check_objective(args) if args.reward is not None or args.task_metrics() is not None else None
+    objective = None
+    if args.reward is not None:
+        objective = build_objective(args.reward, args.reward_weights, args.reward_normalize, args.trust_remote_code)
     if model:
         check_model(args.model, args.dtype)
     check_data_dir(args.data_dir)
     task = resolve_task(args)
-    args = args.for_task(task)  # with the defaults the run will have: its task's (a code task's known only now)
-    if output:
-        check_output_dir(args)
     if objective is None:
-        objective = check_objective(args)
+        objective = build_objective(reward_refs(None, task, args.task), args.reward_weights, args.reward_normalize,
+                                    args.trust_remote_code)
+    plan = plan_run(args, task, objective)  # the run's defaults, its task's (a code task's known only now)
+    if output:
+        check_output_dir(plan.args)
     check_reward_fit(objective, task, args.model if model else None)
     if task.kind == "prompts":
         check_prompts(task, args.model if model else None)
-        accepted = prompt_metrics(objective)
-        if args.metric_for_best_model is not None and args.metric_for_best_model not in accepted:
-            raise ConfigError(f"--metric-for-best-model {args.metric_for_best_model!r} is not an evaluation metric of this prompt "
-                              f"task; accepted: {', '.join(accepted)}")
-    elif args.metric_for_best_model is not None and args.metric_for_best_model not in task.metrics:
-        raise ConfigError(f"--metric-for-best-model {args.metric_for_best_model!r} is not an evaluation metric of task "
-                          f"{args.task!r}; accepted: {', '.join(task.metrics)}")
-    return task, objective
+    return plan
 
 
 def check_prompts(task, model=None) -> None:

@@ -42,11 +42,12 @@ from typing import Any, Optional
 import yaml
 
 from mezo_rl.cli import checks, plots
-from mezo_rl.training.setup import load_splits, resolve_task, reward_refs
+from mezo_rl.training.plan import reward_refs
+from mezo_rl.training.setup import build_objective, load_splits, resolve_task
 
 from mezo_rl.training import rundir
-from mezo_rl.training.arguments import (BaselineArguments, EvalRunArguments, MeZOConfig, data_task_options, parse_step,
-                                       unwrap_optional)
+from mezo_rl.training.arguments import (RENAMED_OPTIONS, BaselineArguments, EvalRunArguments, MeZOConfig,
+                                       data_task_options, flag, parse_step, unwrap_optional)
 from mezo_rl.training.config import trl_options
 from mezo_rl.training.model_card import push_to_hub, write_model_card
 from mezo_rl.cli.baselines import run_baseline
@@ -224,9 +225,9 @@ def cmd_train(ns) -> int:
 def _train(args) -> int:
     dist = DistContext.from_env()
     # options, task, rewards, model, data and output directory: nothing loaded yet
-    task, objective = checks.check_training(args)
+    plan = checks.check_training(args)
     with RunLock(args.output_dir) if dist.is_main else contextlib.nullcontext():  # one run per output directory
-        trainer = MeZOTrainer(args=args, task=task, objective=objective, dist=dist, callbacks=[plots.CurvesCallback()])
+        trainer = MeZOTrainer(args=plan.args, plan=plan, dist=dist, callbacks=[plots.CurvesCallback()])
         trainer.train()
     if dist.is_main:  # under torchrun, one report
         _print_summary(trainer.summary, args.output_dir)
@@ -281,8 +282,8 @@ def cmd_eval(ns) -> int:
     if args.run_dir and task.kind == "prompts":
         # the run's rewards are the metrics, and kl is to the run's starting weights: the base (+ adapter) at
         # step 0, its trainable tensors kept (mezo_rl.training.kl), then the run's steps replayed on it
-        objective = rewards.build_objective(reward_refs(run_args), weights=run_args.reward_weights,
-                                            normalize=run_args.reward_normalize)
+        objective = build_objective(reward_refs(run_args.reward, task, run_args.task), run_args.reward_weights,
+                                    run_args.reward_normalize, run_args.trust_remote_code)
         lm, _, _ = load_run(args.run_dir, 0)
         reference = StartingPoint(lm.model)
         step = _replay_to(lm, args.run_dir, args.step)
@@ -293,9 +294,9 @@ def cmd_eval(ns) -> int:
     else:
         lm = load_model(args.model, dtype=args.dtype)
         info = {"model": args.model}
-    max_new_tokens = args.max_new_tokens or (run_args.max_completion_length if run_args is not None else
-                                             MeZOConfig().max_completion_length)  # what the run generated
-    metrics = evaluate(lm, task, examples, batch_size=args.batch_size, max_new_tokens=max_new_tokens,
+    max_new_tokens = args.max_completion_length or (run_args.max_completion_length if run_args is not None else
+                                                    MeZOConfig().max_completion_length)  # what the run generated
+    metrics = evaluate(lm, task, examples, batch_size=args.eval_batch_size, max_new_tokens=max_new_tokens,
                        progress=True, desc=f"{args.split}", objective=objective, reference=reference,
                        stop=run_args.stop if run_args is not None else None)  # the run's --stop strings
     print(json.dumps({**info, "task": task_args.task, "split": args.split, "n": len(examples),
@@ -472,6 +473,18 @@ def build_parser() -> argparse.ArgumentParser:
 DEBUG_ENV = "MEZO_RL_DEBUG"
 
 
+def unrecognized(extra: list[str], command: Optional[str]) -> str:
+    """The one line for options ``command`` does not take: an earlier name says the field that replaced it."""
+    renamed = RENAMED_OPTIONS.get(command, {})
+    olds = [a for a in extra if a.startswith("--") and a[2:].split("=")[0].replace("-", "_") in renamed]
+    parts = [f"{a.split('=')[0]} is now {flag(renamed[a[2:].split('=')[0].replace('-', '_')])}" for a in olds]
+    rest = [a for i, a in enumerate(extra) if a not in olds  # nor the value an earlier name was given
+            and not (i and extra[i - 1] in olds and "=" not in extra[i - 1] and not a.startswith("--"))]
+    if rest:
+        parts.append(f"unrecognized arguments: {' '.join(rest)}")
+    return "; ".join(parts) + f" (see `mezo-rl{' ' + command if command else ''} --help`)"
+
+
 def _resume_command(argv: list[str]) -> str:
     """The command line that continues an interrupted ``train`` (the same options plus ``--resume``)."""
     return shlex.join(["mezo-rl", *[a for a in argv if a != "--resume"], "--resume"])
@@ -483,7 +496,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     debug = "--debug" in argv or os.environ.get(DEBUG_ENV, "").lower() in ("1", "true", "yes", "on")
     argv = [a for a in argv if a != "--debug"]
     try:
-        ns = build_parser().parse_args(argv)
+        ns, extra = build_parser().parse_known_args(argv)
+        if extra:
+            raise UsageError(unrecognized(extra, getattr(ns, "command", None)))
         return ns.func(ns)
     except UserError as err:
         if debug:

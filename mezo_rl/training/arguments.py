@@ -49,7 +49,8 @@ from mezo_rl.engine.optim import ESTIMATORS, EVALUATIONS, ON_NONFINITE
 LR_SCHEDULERS = ("constant", "constant_with_warmup", "linear", "cosine", "cosine_with_restarts", "polynomial")
 
 
-#: earlier field names -> TRL's, named in the error that refuses them (they are not accepted)
+#: earlier field names -> TRL's, named in the error that refuses them (they are not accepted); per command:
+#: :data:`RENAMED_OPTIONS`
 RENAMED = {"lr": "learning_rate", "steps": "max_steps", "batch_size": "per_device_train_batch_size",
            "max_new_tokens": "max_completion_length", "lr_scheduler": "lr_scheduler_type",
            "metric_for_best": "metric_for_best_model"}
@@ -479,23 +480,15 @@ class MeZOConfig(OutputArguments, EvalArguments, GenerationArguments, ComputeArg
         if self.max_steps == -1:  # transformers' "unset"
             self.max_steps = None
         super().__post_init__()
-        kind = self.task_kind()
-        mode_given = self.peft is not None
-        self.peft = self.peft if mode_given else default_mode(kind)
-        steps_given = self.max_steps is not None
-        resolved = [FIELD_OF.get(k, k) for k in MODE_DEFAULTS[self.peft]] + ["eval_steps"]
-        object.__setattr__(self, "_defaulted", tuple(k for k in resolved if getattr(self, k) is None)
-                           + (() if mode_given else ("peft",)) + (() if self.reward is not None else ("reward",)))
-        if self.reward is None:  # the task's own metric; a code task's is known once it is built (for_task)
-            self.reward = default_reward(self.task_metrics())
-            self.check_reward_weights()
-        for key, default in mode_defaults(self.peft, kind).items():
-            if getattr(self, FIELD_OF.get(key, key)) is None:
-                setattr(self, FIELD_OF.get(key, key), default)
-        if self.num_train_epochs is not None and not steps_given:  # epochs over the training examples
-            self.max_steps = max(1, math.ceil(self.num_train_epochs * self.num_train / self.prompts_per_step))
-        if self.eval_steps is None:
-            self.eval_steps = max(1, self.max_steps // 5)
+        values = {**self.to_dict(), "hub_token": self.hub_token}
+        # the fields left to their task's defaults: this object's own record, read by given_values
+        self._defaulted = tuple(k for k in TASK_DEFAULTED if values[k] is None)
+        if self._defaulted:
+            needs_kind = any(k not in ("reward", "eval_steps") for k in self._defaulted)
+            kind = self.task_kind() if needs_kind else None
+            metrics = self.task_metrics() if self.reward is None else None
+            for key, value in type(self).filled(values, kind, metrics).items():
+                setattr(self, key, value)
         batch = self.per_device_train_batch_size * self.gradient_accumulation_steps
         if self.num_generations > batch or batch % self.num_generations:
             times = f" x --gradient-accumulation-steps {self.gradient_accumulation_steps}" if batch != self.per_device_train_batch_size else ""
@@ -505,41 +498,42 @@ class MeZOConfig(OutputArguments, EvalArguments, GenerationArguments, ComputeArg
         check_report_to(self.report_to)  # an unknown name or a missing package: one line, before anything loads
         check_evaluation(self.evaluation, self.peft, self.noise, self.trainable)
 
-    # ------------------------------------------------------------------ resolving again for a task
-    def given_values(self) -> dict:
-        """The field values, without those this configuration filled in from the per-mode defaults (which
-        :meth:`resolve` fills in again)."""
-        values = {**self.to_dict(), "hub_token": self.hub_token}  # the secret too: this object's, never written
-        return {k: v for k, v in values.items() if k not in getattr(self, "_defaulted", ())}
-
     @classmethod
-    def resolve(cls, values: dict, task_kind: Optional[str] = None,
-                task_metrics: Optional[list[str]] = None) -> "MeZOConfig":
-        """A configuration from ``values``, its defaults resolved for a task of ``task_kind`` with the metrics
-        ``task_metrics`` (when the task is an object, or code, whose kind its ``task`` field does not tell)."""
-        values = dict(values)
-        task_kind = values.pop("_task_kind", task_kind)
-        config = cls.__new__(cls)
-        object.__setattr__(config, "_task_kind", task_kind)
-        object.__setattr__(config, "_task_metrics", task_metrics)
-        config.__init__(**values)
-        return config
+    def filled(cls, values: dict, task_kind: Optional[str], task_metrics: Optional[list[str]]) -> dict:
+        """``values`` (field values; a field left out or None is unset) with every field its task decides filled
+        in, for a task of ``task_kind`` with the metrics ``task_metrics``: ``peft`` (:func:`default_mode`), the
+        mode's row (:func:`mode_defaults`), ``max_steps`` from ``num_train_epochs``, ``eval_steps`` and
+        ``reward`` (the task's first metric; left None where the task has none). A pure function: the one place
+        these defaults are decided, by :meth:`__post_init__` from the options and by
+        ``mezo_rl.training.plan.run_config`` from the task the run was given."""
+        defaults = {f.name: f.default for f in dataclasses.fields(cls) if f.default is not dataclasses.MISSING}
+        out = {**defaults, **values}
+        if out["max_steps"] == -1:
+            out["max_steps"] = None
+        steps_given = out["max_steps"] is not None
+        if out["peft"] is None:
+            out["peft"] = default_mode(task_kind)
+        if out["reward"] is None:
+            out["reward"] = default_reward(task_metrics)
+            if out["reward"] is not None and out.get("reward_weights") is not None \
+                    and len(out["reward_weights"]) != len(out["reward"]):
+                raise ConfigError(f"--reward-weights: got {len(out['reward_weights'])} weights for "
+                                  f"{len(out['reward'])} rewards {out['reward']}; give one weight per --reward")
+        for key, default in mode_defaults(out["peft"], task_kind).items():
+            if out[FIELD_OF.get(key, key)] is None:
+                out[FIELD_OF.get(key, key)] = default
+        if out["num_train_epochs"] is not None and not steps_given:  # epochs over the training examples
+            prompts = out["per_device_train_batch_size"] * out["gradient_accumulation_steps"] // out["num_generations"]
+            out["max_steps"] = max(1, math.ceil(out["num_train_epochs"] * out["num_train"] / max(prompts, 1)))
+        if out["eval_steps"] is None:
+            out["eval_steps"] = max(1, out["max_steps"] // 5)
+        return out
 
-    def for_task(self, task, objective=None) -> "MeZOConfig":
-        """This configuration, or (where a default it filled in differs for ``task``: its kind's defaults, its
-        metric as the reward) one with its defaults resolved for that task: a run's defaults follow its task
-        however the task was given. ``objective``: the objective object the run was given, whose rewards
-        the configuration then records where ``reward`` was left to its default."""
-        defaulted = getattr(self, "_defaulted", ())
-        if not defaulted:
-            return self
-        values = self.given_values()
-        if objective is not None and "reward" in defaulted:
-            weights = [objective.weights[name] for name in objective.names]
-            values.update(reward=list(objective.names), reward_weights=None if set(weights) == {1.0} else weights,
-                          reward_normalize=objective.normalize)
-        again = type(self).resolve(values, task_kind=task.kind, task_metrics=list(task.metrics))
-        return self if again.to_dict() == self.to_dict() else again
+    def given_values(self) -> dict:
+        """The field values, without those this configuration filled in from its task's defaults (which
+        :meth:`filled` fills in again for another task)."""
+        values = {**self.to_dict(), "hub_token": self.hub_token}  # the secret too: this object's, never written
+        return {k: v for k, v in values.items() if k not in self._defaulted}
 
     @property
     def prompts_per_step(self) -> int:
@@ -567,8 +561,6 @@ class MeZOConfig(OutputArguments, EvalArguments, GenerationArguments, ComputeArg
         or dataset's from its kind); None for a code task."""
         from mezo_rl.tasks import get_task, list_tasks, metrics_of_kind
 
-        if self.__dict__.get("_task_metrics") is not None:  # the metrics of the task object the run was given
-            return self._task_metrics
         kind = self.data_task_kind()
         if kind is None and isinstance(self.task, str) and self.task in list_tasks():
             return list(get_task(self.task).metrics)
@@ -577,13 +569,14 @@ class MeZOConfig(OutputArguments, EvalArguments, GenerationArguments, ComputeArg
     def data_task_kind(self) -> Optional[str]:
         """The kind of ``--task`` where it is a data file or dataset (``"prompts"`` for a prompt column or a
         prompt template), from the options alone; None for a registered or code task."""
-        if self.__dict__.get("_task_kind") is not None:  # the kind of the task object the run was given (resolve)
-            return self._task_kind
         from mezo_rl.tasks import list_tasks
         from mezo_rl.tasks.user import data_task_kind
 
         return data_task_kind(self.task, data_task_options(self), list_tasks())
 
+
+#: the fields whose default the task decides (its kind: the mode and the mode's row; its metrics: the reward)
+TASK_DEFAULTED = ("peft", "reward", "eval_steps", *dict.fromkeys(FIELD_OF.get(k, k) for k in MODE_DEFAULTS[MODES[0]]))
 
 METHODS = ("zero-shot", "icl", "lp", "ft")
 
@@ -601,7 +594,7 @@ class BaselineArguments(DataTaskArguments):
     seed: int = shared(SeedArguments, "seed", help="seed for data sampling, demonstrations and ft batches")
     dtype: str = shared(ComputeArguments, "dtype")
     eval_batch_size: int = shared(EvalArguments, "eval_batch_size")
-    max_new_tokens: int = shared(GenerationArguments, "max_completion_length")
+    max_completion_length: int = shared(GenerationArguments, "max_completion_length")
     num_demonstrations: int = option(32, "icl: demonstrations in the context (paper: 32)", min=1)
     lp_l2: float = option(1.0, "lp: L2 penalty of the logistic regression (on standardised features)")
     ft_lr: float = option(1e-5, "ft: Adam learning rate (paper: 1e-5, 5e-5, 8e-5)")
@@ -625,13 +618,21 @@ class EvalRunArguments(DataTaskArguments):
     seed: int = shared(SeedArguments, "seed", help="seed for subsampling with --n")
     data_dir: Optional[str] = shared(DataArguments, "data_dir")
     dtype: str = shared(ComputeArguments, "dtype")
-    batch_size: int = shared(EvalArguments, "eval_batch_size")
-    max_new_tokens: Optional[int] = option(None, "the most tokens a completion has (default: with --run-dir the run's "
-                                                 "--max-completion-length, else 32)", min=1)
+    eval_batch_size: int = shared(EvalArguments, "eval_batch_size")
+    max_completion_length: Optional[int] = option(None, "the most tokens a completion has (default: with --run-dir "
+                                                        "the run's --max-completion-length, else 32)", min=1)
 
     def __post_init__(self):
         super().__post_init__()
         parse_step(self.step)
+
+
+#: each command's earlier option names -> the field that replaced them (``mezo-rl`` names it when one is given)
+RENAMED_OPTIONS = {
+    "train": RENAMED, "compare": RENAMED,
+    "eval": {"batch_size": "eval_batch_size", "max_new_tokens": "max_completion_length"},
+    "baseline": {"max_new_tokens": "max_completion_length", "batch_size": "eval_batch_size"},
+}
 
 
 def parse_step(step) -> str | int:

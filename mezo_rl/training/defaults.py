@@ -96,7 +96,5 @@ def mezo_options(values: Mapping) -> dict:
     """The MeZO keyword arguments among ``values`` (a row of :data:`MODE_DEFAULTS`, or the resolved
     training arguments as a dict), ``normalize`` as MeZO takes it (``"none"`` -> None)."""
     out = {k: values[k] if k in values else values[FIELD_OF[k]] for k in MEZO_OPTIONS}
-    # with a KL penalty (beta > 0) the trainer normalises the reward part of each loss itself and adds the
-    # penalty after it (mezo_rl.training.trainer.MeZOTrainer.member_losses): the engine takes the losses as they are
-    out["normalize"] = None if out["normalize"] == "none" or values.get("beta") else out["normalize"]
+    out["normalize"] = None if out["normalize"] == "none" else out["normalize"]
     return out

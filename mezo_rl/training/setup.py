@@ -1,13 +1,14 @@
 """Building what a run needs from its arguments, each thing once: the task and its examples, the
 objective, the model with its adapter, the optimizer.
 
-The trainer calls these in this order; ``mezo-rl`` calls the first ones while it checks a command
-(before any model loads) and hands what they built to the trainer, so nothing is resolved twice.
+What a run is, is decided once, by :func:`mezo_rl.training.plan.plan_run` from the task and the objective
+built here; the model and the optimizer are then built from the plan. ``mezo-rl`` builds the task and the
+objective while it checks a command (before any model loads) and hands the plan to the trainer.
 
-- :func:`resolve_task` / :func:`load_splits` / :func:`task_and_splits`: the task ``--task`` names (a
+- :func:`resolve_task` / :func:`load_splits` / :func:`run_splits`: the task ``--task`` names (a
   registered name, ``module:function``, a data file or a dataset) and its train / validation / test
   examples; a user's task code that raises is named in one line.
-- :func:`build_objective`: the rewards as one ``rewards.Objective``, checked against the examples' columns.
+- :func:`build_objective`: the rewards as one ``rewards.Objective``.
 - :func:`build_model`: the base model, set up for what ``--peft`` trains; :func:`param_groups` and
   :func:`trainable_parameters`: the order the engine and replay see the trainable tensors in.
 - :func:`build_optimizer`: MeZO over those tensors with the run's options, and its lr schedule.
@@ -27,16 +28,17 @@ from mezo_rl.engine.optim import MeZO
 from mezo_rl.errors import ConfigError, UnknownNameError, UserError, first_line
 from mezo_rl.model.loading import load_model
 from mezo_rl.model.peft import FINAL_NORM, PEFT_METHODS, apply_peft
-from mezo_rl.training.arguments import MeZOConfig, data_task_options, parse_max_memory
+from mezo_rl.training.arguments import (DATA_TASK_FIELDS, MeZOConfig, TaskArguments, data_task_options,
+                                       parse_max_memory)
 from mezo_rl.training.defaults import mezo_options
 from mezo_rl.training.distributed import check_no_offload
 from mezo_rl.training.member_evaluation import evaluation_options
-from mezo_rl.training.outputs import example_columns, prompt_texts
-from mezo_rl.training.trl_inputs import check_replayable_reward, resolve_reward, with_trl_keywords
+from mezo_rl.training.outputs import prompt_texts
+from mezo_rl.training.trl_inputs import check_replayable_reward, resolve_reward
 from mezo_rl.tasks import get_task, list_tasks
 from mezo_rl.tasks.user import check_data_task, data_task, is_data_task
 
-__all__ = ["TaskCodeError", "user_code", "resolve_task", "load_splits", "task_and_splits", "reward_refs", "build_objective",
+__all__ = ["TaskCodeError", "user_code", "resolve_task", "load_splits", "run_splits", "build_objective",
            "build_model", "freeze_unmatched", "param_groups", "trainable_parameters", "build_optimizer",
            "lr_scheduler", "truncate_prompts", "lora_targets", "train_modules"]
 
@@ -66,18 +68,23 @@ def _is_user_code(task) -> bool:
 
 
 def resolve_task(args):
-    """The task ``args.task`` names, with the data options of ``args`` (``template``, columns, files).
+    """The task ``args.task`` names, with the data options of ``args`` (any arguments object, or a dict of
+    field values: ``template``, columns, files).
 
     Data files and datasets are built here (reading them checks their columns); a registered name,
     ``module:function`` or entry point comes from the task registry. Options that do not fit the
     task are refused before anything is read.
     """
-    options = data_task_options(args)
+    if isinstance(args, dict):
+        ref, options = args.get("task", TaskArguments.task), {k: args[k] for k in DATA_TASK_FIELDS
+                                                                if args.get(k) not in (None, [])}
+    else:
+        ref, options = args.task, data_task_options(args)
     registered = list_tasks()
-    check_data_task(args.task, options, registered)
-    if is_data_task(args.task, options, registered):
-        return data_task(args.task, options)
-    return user_code("--task", args.task, lambda: get_task(args.task))
+    check_data_task(ref, options, registered)
+    if is_data_task(ref, options, registered):
+        return data_task(ref, options)
+    return user_code("--task", ref, lambda: get_task(ref))
 
 
 def load_splits(task, task_ref: str, sizes: dict, data_dir, seed: int) -> dict:
@@ -97,9 +104,8 @@ def load_splits(task, task_ref: str, sizes: dict, data_dir, seed: int) -> dict:
     return out
 
 
-def task_and_splits(args: MeZOConfig, task=None, splits=None) -> tuple:
-    """The task ``args.task`` names (or ``task``) and its train / validation / test examples (or ``splits``)."""
-    task = task if task is not None else resolve_task(args)
+def run_splits(args: MeZOConfig, task, splits=None) -> dict:
+    """``task``'s train / validation / test examples as the run samples them (or ``splits``, given), checked."""
     if splits is None:
         sizes = {"train": args.num_train, "validation": args.num_eval, "test": args.num_test}
         splits = load_splits(task, args.task, sizes, args.data_dir, args.seed)
@@ -108,35 +114,21 @@ def task_and_splits(args: MeZOConfig, task=None, splits=None) -> tuple:
             raise ValueError(f"splits must hold 'train', 'validation' and 'test'; missing {split!r}")
     if not splits["train"]:
         raise ConfigError(f"task {args.task!r}: the train split is empty")
-    return task, splits
+    return splits
 
 
 # ---------------------------------------------------------------------- the objective
-def reward_refs(args: MeZOConfig) -> list:
-    """``args.reward``: given, or its task's own metric (``defaults.default_reward``); one line for a run that
-    has neither (a task of prompts only, given no reward)."""
-    if args.reward is None:
-        name = args.task if isinstance(args.task, str) else "given"
-        raise ConfigError(f"--reward: task {name!r} has prompts only, so no reward of its own; give one: a registered "
-                          f"name (`mezo-rl rewards`), module:function or file.py:function (reward_funcs in Python)")
-    return list(args.reward)
-
-
-def build_objective(args: MeZOConfig, task, splits, objective=None, context=None):
-    """The objective of ``args.reward`` / ``reward_weights`` / ``reward_normalize`` (or ``objective``; a reward
-    model's path or hub id among them is loaded: ``trl_inputs.resolve_reward``), checked against the task's
-    kind and the train examples' columns. ``context``: a ``trl_inputs.RewardContext``, with which the rewards
-    that name TRL's extra keywords (``completion_ids``, ``trainer_state``, ``log_extra``, ``log_metric``) get them."""
-    if objective is None:
-        refs = reward_refs(args)
-        for ref in refs:
+def build_objective(refs, weights=None, normalize=None, trust_remote_code: bool = False):
+    """The objective of the rewards ``refs`` (names, ``module:function`` paths, a reward model's path or hub id:
+    ``trl_inputs.resolve_reward``; or RewardSpecs already resolved) with ``reward_weights`` and
+    ``reward_normalize``; a reference that cannot be resolved, or imported again to replay the run, is one line."""
+    specs = []
+    for ref in refs:
+        if isinstance(ref, str):
             check_replayable_reward(ref)
-        specs = [resolve_reward(ref, trust_remote_code=args.trust_remote_code) for ref in refs]
-        objective = rewards.build_objective(specs, weights=args.reward_weights, normalize=args.reward_normalize)
-    if context is not None:
-        with_trl_keywords(objective, context)
-    objective.check_columns(example_columns(splits["train"]), task_kind=task.kind)
-    return objective
+            ref = user_code("--reward", ref, lambda ref=ref: resolve_reward(ref, trust_remote_code=trust_remote_code))
+        specs.append(ref)
+    return rewards.build_objective(specs, weights=weights, normalize=normalize)
 
 
 # ---------------------------------------------------------------------- the model and its trainable tensors
@@ -238,12 +230,14 @@ def freeze_unmatched(model: torch.nn.Module, pattern: str, what: str) -> None:
 
 
 # ---------------------------------------------------------------------- the optimizer
-def build_optimizer(args: MeZOConfig, lm, needs, train=(), recorded: Optional[str] = None) -> tuple:
+def build_optimizer(args: MeZOConfig, lm, needs, train=(), recorded: Optional[str] = None,
+                    normalize: Optional[str] = None) -> tuple:
     """MeZO over ``lm``'s trainable tensors with the run's options (every value resolved in ``args``), and
     its lr schedule. ``needs``: what the objective asks of the model; with ``train``, the training
     examples, ``--evaluation auto`` also weighs their prompts' length; ``recorded``: the mode a resumed
-    run's checkpoint ran with, which it keeps."""
-    options = mezo_options(vars(args))
+    run's checkpoint ran with, which it keeps; ``normalize``: the engine's own normaliser, as the run's
+    fitness sets it (``mezo_rl.training.fitness.FitnessSpec.engine_normalize``)."""
+    options = {**mezo_options(vars(args)), "normalize": normalize}
     optimizer = MeZO(param_groups(lm.model, options["weight_decay"]), **options, rank=args.rank,
                      lowrank_interval=args.lowrank_interval, estimator=args.estimator, momentum=args.momentum,
                      adam=args.adam, seed=args.seed, on_nonfinite=args.on_nonfinite,

@@ -25,7 +25,6 @@ import json
 import math
 import pathlib
 import resource
-import statistics
 import time
 from typing import Any, Callable, Optional
 
@@ -33,25 +32,25 @@ import numpy as np
 import torch
 
 from mezo_rl import rewards
-from mezo_rl.engine.optim import spread
 from mezo_rl.engine.trajectory import STATUS
-from mezo_rl.errors import ConfigError, UserError
-from mezo_rl.stats import Moments
+from mezo_rl.errors import ConfigError
 from mezo_rl.training import rundir
 from mezo_rl.training.arguments import MeZOConfig, data_task_options
 from mezo_rl.training.config import resume_path
 from mezo_rl.training.callbacks import CallbackHandler, ProgressCallback, TrainerCallback, TrainerControl
 from mezo_rl.training.distributed import DistContext
-from mezo_rl.training.evaluation import OBJECTIVE, evaluate
-from mezo_rl.training.kl import KL, KLSums, StartingPoint, completion_kl, member_kls
-from mezo_rl.training.outputs import autocast, completion_stops, model_outputs, objective_outputs, prompt_texts
+from mezo_rl.training.evaluation import evaluate
+from mezo_rl.training.fitness import Fitness, RewardsSilentError
+from mezo_rl.training.kl import StartingPoint, completion_kl, member_kls
+from mezo_rl.training.outputs import (autocast, completion_stops, example_columns, model_outputs, objective_outputs,
+                                     prompt_texts)
+from mezo_rl.training.plan import RunPlan, plan_given, replace_args
 from mezo_rl.training.rundir import TrainerState
 from mezo_rl.training.model_card import push_to_hub, write_model_card
 from mezo_rl.training.reporting import completion_stats, eval_logs, reporters, train_logs, write_completions_table
 from mezo_rl.training.runguard import InterruptGuard
-from mezo_rl.training.setup import (build_model, build_objective, build_optimizer, task_and_splits, trainable_parameters,
-                                    truncate_prompts)
-from mezo_rl.training.trl_inputs import RewardContext, resolve_inputs
+from mezo_rl.training.setup import build_model, build_optimizer, run_splits, trainable_parameters, truncate_prompts
+from mezo_rl.training.trl_inputs import RewardContext, with_trl_keywords
 from mezo_rl.tasks.user import data_task, is_dataset_object
 
 __all__ = ["MeZOTrainer", "TrainingInterrupted", "RewardsSilentError", "sample_batch_indices", "primary_metric", "peak_rss_mb"]
@@ -72,32 +71,11 @@ def sample_batch_indices(n_examples: int, batch_size: int, seed: int, step: int)
     return rng.choice(n_examples, size=min(batch_size, n_examples), replace=False).tolist()
 
 
-def default_metric_for_best(task, rewards) -> str:
-    """The validation metric that picks the best step when ``metric_for_best_model`` is unset: a labelled task's
-    first metric; a prompt task's own metric where the run's ``rewards`` (names) include it (arithmetic's
-    ``exact_answer`` under its default reward), else the weighted ``objective`` of the rewards it was given."""
-    first = task.metrics[0] if task.metrics else OBJECTIVE
-    return first if task.kind != "prompts" or first in (rewards or ()) else OBJECTIVE
-
-
 def primary_metric(metrics: dict, name: str) -> str:
     """``name``, checked against an evaluation's metrics (one line naming those it has)."""
     if name not in metrics:
         raise ConfigError(f"metric_for_best_model={name!r} is not among the evaluation metrics {sorted(metrics)}")
     return name
-
-
-def greater_is_better(name: str, given: Optional[bool]) -> bool:
-    """Whether a higher value of the validation metric ``name`` is better: ``given``, else (as transformers
-    decides) not for a loss, nor for a reward registered as lower-is-better."""
-    if given is not None:
-        return given
-    if name.endswith("loss"):
-        return False
-    try:
-        return rewards.get_reward(name).higher_is_better is not False
-    except Exception:  # noqa: BLE001 - not a reward name (objective, distinct_2, ...): higher is better
-        return True
 
 
 def _num(x):
@@ -106,19 +84,6 @@ def _num(x):
         vals = [_num(v) for v in x]
         return vals[0] if len(vals) == 1 else sum(vals) / len(vals)
     return None if x is None else float(x.float().mean()) if isinstance(x, torch.Tensor) else float(x)
-
-
-def bounded_losses(losses: list[float], eps: float) -> list[float]:
-    """The members' losses (a normalised reward part, times ``eps``, plus the KL penalty) scaled so that their
-    spread is at most ``eps``, the normalised reward part's: unchanged while the penalty's differences are
-    small, and a step as long as a normalised one where they would dominate (the KL's finite-difference
-    gradient grows with the kl, without bound)."""
-    s = spread(losses)
-    return losses if s <= eps else [eps * x / s for x in losses]
-
-
-class RewardsSilentError(UserError, ValueError):
-    """A reward had no opinion (``None``) on any completion of a training batch."""
 
 
 class TrainingInterrupted(KeyboardInterrupt):
@@ -160,7 +125,7 @@ class MeZOTrainer:
                  callbacks: Optional[list[TrainerCallback]] = None, optimizers=(None, None), quantization_config=None,
                  peft_config=None, *,
                  lm=None, task=None, objective=None, splits=None, lm_factory: Optional[Callable[[], Any]] = None,
-                 dist=None):
+                 dist=None, plan: Optional[RunPlan] = None):
         t_init = time.perf_counter()
         if isinstance(model, MeZOConfig):
             raise ConfigError("MeZOTrainer's first argument is the model; give the configuration as args=MeZOConfig(...)")
@@ -170,33 +135,29 @@ class MeZOTrainer:
         if quantization_config is not None:
             raise ConfigError("quantization_config: MeZO perturbs the weights in place by eps * z, which quantised "
                               "weights cannot hold; load the model in float32 or bfloat16 (dtype)")
-        front = resolve_inputs(args if args is not None else MeZOConfig(), model, reward_funcs, train_dataset,
-                               eval_dataset, processing_class, peft_config, reward_processing_classes)
-        args = front.args
-        lm, lm_factory = (lm, lm_factory) if lm is not None else (front.lm, lm_factory or front.lm_factory)
-        task = task if task is not None else front.task
-        objective = objective if objective is not None else front.objective
-        self.not_replayable = front.not_replayable  # why config.json alone cannot repeat this run (if it cannot)
-        self.args, self.lm_factory = args, lm_factory
+        if plan is None:  # the run resolved once, from what this constructor was given (mezo_rl.training.plan)
+            plan, lm, lm_factory = plan_given(args, model, reward_funcs, train_dataset, eval_dataset, processing_class,
+                                              peft_config, reward_processing_classes, lm=lm, task=task,
+                                              objective=objective, lm_factory=lm_factory)
+        self.plan, self.args, self.lm_factory = plan, plan.args, lm_factory
+        args, self.task, self.objective = plan.args, plan.task, plan.objective
+        self.not_replayable = list(plan.not_replayable)  # why config.json alone cannot repeat this run (if it cannot)
+        self.metric_for_best, self.greater_is_better = plan.metric_for_best, plan.greater_is_better
         self.dist = dist if dist is not None else DistContext.from_env()
         self.output_dir = pathlib.Path(args.output_dir)
-        # the setup, one step per line, each built once (mezo_rl.training.setup; the arguments arrive resolved)
-        self.task, self.splits = task_and_splits(args, task, splits)                        # tasks
-        if args.beta and self.task.kind != "prompts":
-            raise ConfigError(f"--beta penalises the KL of generated completions: it needs a prompt task, and task "
-                              f"{args.task!r} is {self.task.kind}; leave --beta at 0")
-        self.args = args = args.for_task(self.task, objective)  # the task's defaults (kind, metric), however given
+        # what the plan says, built in order, each once (mezo_rl.training.setup)
+        self.splits = run_splits(args, self.task, splits)                                  # examples
         self.reward_context = RewardContext()  # TRL's reward keywords: completion_ids, trainer_state, log_*
-        self.objective = build_objective(args, self.task, self.splits, objective, self.reward_context)  # rewards
-        self.metric_for_best = args.metric_for_best_model or default_metric_for_best(self.task, self.objective.names)
-        self.greater_is_better = greater_is_better(self.metric_for_best, args.greater_is_better)
+        with_trl_keywords(self.objective, self.reward_context)
+        self.objective.check_columns(example_columns(self.splits["train"]), task_kind=self.task.kind)
         self.lm = build_model(args, lm)                                                     # model and adapter
+        self.objective.check_compatible(bool(self.lm.is_causal))
         self.splits = truncate_prompts(self.splits, self.lm, args.max_prompt_length)        # max_prompt_length
         self.start = self._starting_point()                                   # the reference of kl and --beta
-        self.objective.check_compatible(bool(self.lm.is_causal))
+        self.fitness = Fitness(plan.fitness, self.objective, self.dist)      # a member's loss
         recorded = rundir.recorded_evaluation(args.output_dir) if args.resume else None
         self.optimizer, self.scheduler = build_optimizer(args, self.lm, self.objective.needs, self.splits["train"],
-                                                         recorded)
+                                                         recorded, normalize=plan.fitness.engine_normalize)
         self.callback_handler = CallbackHandler(callbacks or [])
         if self.dist.is_main:  # the loggers and the progress bar on the main process only
             for reporter in reporters(args.report_to):
@@ -255,60 +216,13 @@ class MeZOTrainer:
 
     # -------------------------------------------------------------- loss and step
     def member_losses(self, outcomes) -> tuple[list[float], dict]:
-        """The fitness of a step: every member's loss from the members' outputs on this rank, and the
-        step's reward statistics (``reward/<name>``: mean over members; ``reward/<name>/std``: over every
-        completion). Statistics cross ranks in one collective (two with group shaping), so every rank
-        gets the same losses; ``objective.loss_from`` sees the members in order, as the engine made them."""
-        names, parts = self.objective.names, ("sums", "sq_sums", "counts")
-        local = {f"{m}/{part}/{k}": getattr(out, part)[k] for m, out in enumerate(outcomes) for part in parts for k in names}
-        total = self.dist.all_reduce_sum_dict(local, keys=list(local))
-        stats = [{part: {k: total[f"{m}/{part}/{k}"] for k in names} for part in parts} for m in range(len(outcomes))]
-        for k in names:
-            if not any(st["counts"][k] for st in stats):
-                raise RewardsSilentError(f"reward {k!r} returned None ('no opinion') for every completion of the batch "
-                                         f"of step {self.step + 1}; a reward must score at least some completions")
-        losses = [float(self.objective.loss_from(st["sums"], st["counts"], st["sq_sums"])) for st in stats]
-        if self.args.reward_shaping == "group":
-            shaped = rewards.group_shape([self.objective.example_rewards(out.values) for out in outcomes],
-                                         outcomes[0].groups)
-            local = {}
-            for m, vals in enumerate(shaped):
-                kept = [v for v in vals if v is not None]
-                local[f"{m}/sum"], local[f"{m}/count"] = math.fsum(kept), len(kept)
-            total = self.dist.all_reduce_sum_dict(local, keys=list(local))
-            losses = [-total[f"{m}/sum"] / total[f"{m}/count"] if total[f"{m}/count"] else math.nan
-                      for m in range(len(outcomes))]
-        record = {}
-        if self.args.beta:
-            # TRL's KL penalty: each member's loss + beta * its mean per-token KL to the starting model. With
-            # normalize="std" the engine takes these losses as they are (mezo_options) and the reward part is
-            # normalised here, times eps: the step is then (r+ - r-) / (2 sigma_r) + beta (kl+ - kl-) / (2 eps), a
-            # scale-free reward term and a finite-difference KL gradient that pulls back towards the start. That
-            # gradient grows with the kl; where the total's spread exceeds the normalised reward's (eps), the
-            # losses are scaled down to it (bounded_losses): a step is never longer than a normalised step
-            local = {}
-            for m, out in enumerate(outcomes):
-                kl = getattr(out, "kl", None) or KLSums()
-                local[f"{m}/kl"], local[f"{m}/kl_tokens"] = kl.total, kl.tokens
-            total = self.dist.all_reduce_sum_dict(local, keys=list(local))
-            kls = [total[f"{m}/kl"] / total[f"{m}/kl_tokens"] if total[f"{m}/kl_tokens"] else 0.0
-                   for m in range(len(outcomes))]
-            if self.args.normalize == "std":  # the reward part normalised alone, as the engine would have (docs/rl.md)
-                mean, sigma = sum(losses) / len(losses), spread(losses)
-                losses = [self.args.eps * (x - mean) / sigma if sigma else 0.0 for x in losses]
-                losses = bounded_losses([x + self.args.beta * kl for x, kl in zip(losses, kls)], self.args.eps)
-            else:
-                losses = [x + self.args.beta * kl for x, kl in zip(losses, kls)]
-            record[KL] = statistics.fmean(kls)
-        for k in names:
-            members = [Moments(st["sums"][k], st["sq_sums"][k], st["counts"][k]) for st in stats]
-            record[f"reward/{k}"] = statistics.fmean(m.mean for m in members if m.count)
-            record[f"reward/{k}/std"] = sum(members, Moments()).std(ddof=0)
-        return losses, record
+        """The fitness of a step: every member's loss from the members' outputs on this rank, and the step's
+        reward statistics (:class:`mezo_rl.training.fitness.Fitness`, the one place a member's loss is formed)."""
+        return self.fitness(outcomes, self.step)
 
     def _starting_point(self):
         """A prompt task's starting model (``mezo_rl.training.kl``): a copy of the trainable tensors as built."""
-        return StartingPoint(self.lm.model) if self.task.kind == "prompts" and self.lm.is_causal else None
+        return StartingPoint(self.lm.model) if self.plan.reference and self.lm.is_causal else None
 
     def member_outcomes(self, examples, members=None, sample_seed: Optional[int] = None,
                         kl_texts: Optional[list[str]] = None) -> list:
@@ -578,10 +492,12 @@ class MeZOTrainer:
             raise ConfigError("train(trial=...): hyperparameter search is not offered; build one MeZOConfig per trial")
         if resume_from_checkpoint not in (None, False) and not self.args.resume:
             resume_path(resume_from_checkpoint, self.args.output_dir)  # this run's own directory, or one line
-            self.args = dataclasses.replace(self.args, resume=True)
+            self.plan = replace_args(self.plan, resume=True)
+            self.args = self.plan.args
             recorded = rundir.recorded_evaluation(self.args.output_dir)  # the member evaluation the run used
             self.optimizer, self.scheduler = build_optimizer(self.args, self.lm, self.objective.needs,
-                                                             self.splits["train"], recorded)
+                                                             self.splits["train"], recorded,
+                                                             normalize=self.plan.fitness.engine_normalize)
         a = self.args
         self._t_start = time.perf_counter()
         if self.dist.is_main:

@@ -2,8 +2,9 @@
 
 ``MeZOTrainer(model, reward_funcs, args, train_dataset, eval_dataset, processing_class,
 reward_processing_classes, callbacks, optimizers, quantization_config, peft_config)`` takes what
-``trl.GRPOTrainer`` takes. :func:`resolve_inputs` turns those into the one
-configuration the run records (``training_args.json``) and the objects it runs with:
+``trl.GRPOTrainer`` takes. :func:`resolve_inputs` turns those into option values (what
+``training_args.json`` records, resolved once by ``mezo_rl.training.plan.plan_run``) and the objects the
+run runs with:
 
 - ``model``: a short name, hub id or path (``args.model``), or a ``PreTrainedModel`` (wrapped with
   ``processing_class``, or the tokenizer saved beside it; ``args.model`` records its ``name_or_path``);
@@ -229,14 +230,15 @@ def resolve_reward(ref, *, trust_remote_code: bool = False):
 
 @dataclass
 class Inputs:
-    """What :func:`resolve_inputs` built: the run's configuration and the objects the trainer runs with
-    (None: built from ``args`` as usual)."""
+    """What :func:`resolve_inputs` read: the option values of the run (``args.given_values()`` with what the
+    TRL-shaped arguments stand for; None where none was given) and the objects it runs with (None: built from
+    the options as usual). The plan (``mezo_rl.training.plan.plan_run``) resolves the configuration from them."""
 
-    args: Any
+    values: Optional[dict] = None
     lm: Any = None
     lm_factory: Optional[Callable] = None
     task: Any = None
-    objective: Any = None
+    rewards: Optional[list] = None
     not_replayable: list[str] = field(default_factory=list)
 
 
@@ -389,7 +391,7 @@ def resolve_inputs(args, model=None, reward_funcs=None, train_dataset=None, eval
                           f"that mean something for MeZO have the same names; see docs/rl.md)")
     if all(x is None for x in (model, reward_funcs, train_dataset, eval_dataset, processing_class, peft_config,
                                reward_processing_classes)):
-        return Inputs(args)  # everything comes from args
+        return Inputs()  # everything comes from args
     values, not_replayable = args.given_values(), []
     if is_iterable_dataset(train_dataset) and "max_steps" not in values:
         raise ConfigError("train_dataset is an IterableDataset: a stream has no length, so give max_steps "
@@ -402,11 +404,4 @@ def resolve_inputs(args, model=None, reward_funcs=None, train_dataset=None, eval
         rows = values.get("num_train", args.num_train) + values.get("num_eval", args.num_eval) + values.get(
             "num_test", args.num_test)
     task = _task(train_dataset, eval_dataset, values, not_replayable, rows)
-    if task is not None:
-        values["_task_kind"] = task.kind
-    new_args = MeZOConfig.resolve(values)
-    objective = None
-    if specs is not None:
-            objective = rewards.build_objective(specs, weights=new_args.reward_weights,
-                                            normalize=new_args.reward_normalize)
-    return Inputs(new_args, lm, lm_factory, task, objective, not_replayable)
+    return Inputs(values, lm, lm_factory, task, specs, not_replayable)

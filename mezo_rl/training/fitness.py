@@ -1,0 +1,145 @@
+"""A member's fitness: its loss, formed in one place.
+
+A MeZO step evaluates its members (``theta + eps z``, ``theta - eps z``, ...) on one batch; the engine's
+``fitness`` hook hands every member's objective output here at once, and :class:`Fitness` returns one
+loss per member:
+
+1. **reward weights**: each member's loss is the objective's (``objective.loss_from``: minus the weighted
+   mean reward, each reward divided by its first-batch spread with ``reward_scale="std"``), from the
+   members' statistics all-reduced across ranks in one collective;
+2. **group shaping** (``reward_shaping="group"``): instead, each prompt's weighted rewards are centred and
+   scaled across all of the step's completions of it, every member's (``mezo_rl.rewards.group_shape``),
+   and a member's loss is minus its mean shaped reward;
+3. **normalisation** (``normalize="std"``): each loss difference is divided by the spread of the step's
+   member losses instead of by 2 eps (FZOO; ES-at-scale's z-scoring for ``estimator="es"``), a step
+   whose length does not depend on the reward's scale. Without ``beta`` that division is the engine's
+   (``MeZO(normalize="std")``, the rule its trajectory records, so a replay divides alike):
+   :attr:`FitnessSpec.engine_normalize` is the one place that sets it;
+4. **the KL penalty** (``beta``): each loss adds ``beta`` times its member's mean per-token KL to the
+   starting model. With normalisation the reward part is normalised here, alone, times eps, and the
+   penalty added after it (the engine then divides by 2 eps, its own normaliser off): the step is
+   ``(r+ - r-) / (2 sigma_r) + beta (kl+ - kl-) / (2 eps)``;
+5. **bounds**: there, where the total's spread exceeds the normalised reward's (eps), the losses are
+   scaled down to it (:func:`bounded_losses`), so a step is never longer than a normalised step.
+
+The step's reward statistics (``reward/<name>``: the mean over members; ``reward/<name>/std``: over every
+completion; ``kl``) come back beside the losses, for the step's record.
+"""
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass
+
+from mezo_rl import rewards
+from mezo_rl.engine.optim import spread
+from mezo_rl.errors import UserError
+from mezo_rl.stats import Moments
+from mezo_rl.training.kl import KL, KLSums
+
+__all__ = ["FitnessSpec", "Fitness", "RewardsSilentError", "bounded_losses"]
+
+
+class RewardsSilentError(UserError, ValueError):
+    """A reward had no opinion (``None``) on any completion of a training batch."""
+
+
+def bounded_losses(losses: list[float], eps: float) -> list[float]:
+    """The members' losses (a normalised reward part, times ``eps``, plus the KL penalty) scaled so that their
+    spread is at most ``eps``, the normalised reward part's: unchanged while the penalty's differences are
+    small, and a step as long as a normalised one where they would dominate (the KL's finite-difference
+    gradient grows with the kl, without bound)."""
+    s = spread(losses)
+    return losses if s <= eps else [eps * x / s for x in losses]
+
+
+@dataclass(frozen=True)
+class FitnessSpec:
+    """How a run forms a member's loss: the configuration's fitness knobs (the objective holds the rewards,
+    their weights and their scales)."""
+
+    reward_shaping: str = "none"
+    normalize: bool = False
+    beta: float = 0.0
+    eps: float = 1e-3
+
+    @classmethod
+    def of(cls, args) -> "FitnessSpec":
+        return cls(reward_shaping=args.reward_shaping, normalize=args.normalize == "std", beta=float(args.beta),
+                   eps=float(args.eps))
+
+    @property
+    def engine_normalize(self):
+        """The engine's ``normalize``: ``"std"`` where the step is normalised and has no KL penalty (the engine
+        divides each loss difference by the members' spread); None where there is none, or where the penalty
+        is added to a reward part normalised here (:class:`Fitness`)."""
+        return "std" if self.normalize and not self.beta else None
+
+    def __str__(self) -> str:
+        parts = ["group-shaped rewards" if self.reward_shaping == "group" else "weighted mean reward"]
+        if self.beta:
+            parts.append(f"+ {self.beta:g} x KL to the start")
+        parts.append("normalised by the members' spread" if self.normalize else "over 2 eps")
+        if self.beta and self.normalize:
+            parts.append("bounded to a normalised step")
+        return ", ".join(parts)
+
+
+class Fitness:
+    """The engine's fitness hook for one run: ``fitness(outcomes) -> (losses, record)``, ``outcomes`` one
+    ``rewards.ObjectiveOutput`` per member (this rank's shard; with ``beta`` each carries ``kl``). Every rank
+    gets the same losses: statistics cross ranks in one collective per part (``dist``: a DistContext)."""
+
+    def __init__(self, spec: FitnessSpec, objective, dist):
+        self.spec, self.objective, self.dist = spec, objective, dist
+
+    def __call__(self, outcomes, step: int = 0) -> tuple[list[float], dict]:
+        spec, names, parts = self.spec, self.objective.names, ("sums", "sq_sums", "counts")
+        local = {f"{m}/{part}/{k}": getattr(out, part)[k] for m, out in enumerate(outcomes) for part in parts for k in names}
+        total = self.dist.all_reduce_sum_dict(local, keys=list(local))
+        stats = [{part: {k: total[f"{m}/{part}/{k}"] for k in names} for part in parts} for m in range(len(outcomes))]
+        for k in names:
+            if not any(st["counts"][k] for st in stats):
+                raise RewardsSilentError(f"reward {k!r} returned None ('no opinion') for every completion of the batch "
+                                         f"of step {step + 1}; a reward must score at least some completions")
+        losses = [float(self.objective.loss_from(st["sums"], st["counts"], st["sq_sums"])) for st in stats]
+        if spec.reward_shaping == "group":
+            losses = self._group_losses(outcomes)
+        record = {}
+        if spec.beta:
+            kls = self._kls(outcomes)
+            if spec.normalize:  # the reward part normalised alone, times eps; the engine then divides by 2 eps
+                mean, s = sum(losses) / len(losses), spread(losses)
+                losses = [spec.eps * (x - mean) / s if s else 0.0 for x in losses]
+                losses = bounded_losses([x + spec.beta * kl for x, kl in zip(losses, kls)], spec.eps)
+            else:
+                losses = [x + spec.beta * kl for x, kl in zip(losses, kls)]
+            record[KL] = statistics.fmean(kls)
+        for k in names:
+            members = [Moments(st["sums"][k], st["sq_sums"][k], st["counts"][k]) for st in stats]
+            record[f"reward/{k}"] = statistics.fmean(m.mean for m in members if m.count)
+            record[f"reward/{k}/std"] = sum(members, Moments()).std(ddof=0)
+        return losses, record
+
+    def _group_losses(self, outcomes) -> list[float]:
+        """Minus each member's mean group-shaped reward (every prompt's rewards centred and scaled across all of the
+        step's completions of it), its sums crossing ranks in one collective."""
+        shaped = rewards.group_shape([self.objective.example_rewards(out.values) for out in outcomes],
+                                     outcomes[0].groups)
+        local = {}
+        for m, vals in enumerate(shaped):
+            kept = [v for v in vals if v is not None]
+            local[f"{m}/sum"], local[f"{m}/count"] = math.fsum(kept), len(kept)
+        total = self.dist.all_reduce_sum_dict(local, keys=list(local))
+        return [-total[f"{m}/sum"] / total[f"{m}/count"] if total[f"{m}/count"] else math.nan
+                for m in range(len(outcomes))]
+
+    def _kls(self, outcomes) -> list[float]:
+        """Each member's mean per-token KL to the starting model, its sums crossing ranks in one collective."""
+        local = {}
+        for m, out in enumerate(outcomes):
+            kl = getattr(out, "kl", None) or KLSums()
+            local[f"{m}/kl"], local[f"{m}/kl_tokens"] = kl.total, kl.tokens
+        total = self.dist.all_reduce_sum_dict(local, keys=list(local))
+        return [total[f"{m}/kl"] / total[f"{m}/kl_tokens"] if total[f"{m}/kl_tokens"] else 0.0
+                for m in range(len(outcomes))]
