@@ -83,7 +83,7 @@ def _mezo(peft: str, lr: str, steps: int, *extra: str, eval_steps: int | None = 
     """A MeZO cell's arguments (``mezo-rl train`` and the sentiment example take the same): 16 prompts a step,
     4 SPSA samples, the normalised step; validated every ``eval_steps`` (default: at the start and the end)."""
     return ["--peft", peft, "--learning-rate", lr, "--max-steps", str(steps), "--eval-steps", str(eval_steps or steps),
-            "--per-device-train-batch-size", "16", "--n-spsa", "4", "--normalize", "std", *extra]
+            "--per-device-train-batch-size", "16", "--n-spsa", "4", "--step-normalize", "std", *extra]
 
 
 _BATCHED = ("--evaluation", "batched")
@@ -167,7 +167,7 @@ VARIANTS = {
                     "4 sampled completions per prompt, mean reward"),
     "cmp-es4": ("mezo-rl", ["--max-steps", "40", "--eval-steps", "20", "--num-eval", "100", "--learning-rate", "0.02",
                             "--num-generations", "1", "--reward-shaping", "none", "--estimator", "es", "--n-spsa", "4",
-                            "--normalize", "std"], "ES-at-scale: 4 one-sided members, z-scored rewards, greedy"),
+                            "--step-normalize", "std"], "ES-at-scale: 4 one-sided members, z-scored rewards, greedy"),
 }
 #: which mezo cell's training seconds a GRPO variant gets as its budget
 GRPO_BUDGET = {"grpo": "mezo", "grpo-long": "mezo-g4-group", "grpo-full-lr1e-5": "mezo-full-lr3e-3",
@@ -675,7 +675,7 @@ def render_study(records: list[dict]) -> str:
            f"{STUDY_SIZES['num_train']} training questions, validation {STUDY_SIZES['num_eval']} (at the start and the "
            f"end; the better is tested), test {STUDY_SIZES['num_test']} held-out questions. Each cell trains for about "
            f"{STUDY_BUDGET_S} s on this machine (a cell named for its steps, fewer): MeZO 16 prompts a step, 4 SPSA "
-           "samples, greedy members, FZOO-normalised (`--normalize std`), its steps sized to the budget; GRPO: TRL's "
+           "samples, greedy members, FZOO-normalised (`--step-normalize std`), its steps sized to the budget; GRPO: TRL's "
            "GRPOTrainer, 4 completions per prompt, 16 per step, stopped at the budget. `kl`: exact per-token "
            "KL(trained ‖ starting model) over the test completions (`mezo_rl.training.kl`). Distinct-2 and base "
            "log-likelihood carry the SE of their change (paired bootstrap, paired differences: "

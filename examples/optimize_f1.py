@@ -5,7 +5,7 @@ theta - eps*z, scores them with the ``squad_f1`` reward and moves the weights al
 paper's non-differentiable experiments (Section 3.3, Table 4) the trainable part is a prefix
 (``--peft prefix``: 5 key/value tokens per layer initialised from real activations, eps 1e-1).
 
-The step is FZOO-style: Rademacher z and ``normalize="std"``, which with one SPSA sample is a sign
+The step is FZOO-style: Rademacher z and ``step_normalize="std"``, which with one SPSA sample is a sign
 step of length lr: F1 at +eps and -eps is a step function of the weights, so its difference
 divided by 2 eps says little about how far to move, only which way (or nothing, when every answer
 is the same at both points).
@@ -59,7 +59,7 @@ def main():
     a = p.parse_args()
     args = MeZOConfig(
         model="smollm2-135m", task="squad", reward=["squad_f1"], peft="prefix",
-        noise="rademacher", normalize="std", n_spsa=a.n_spsa, learning_rate=a.learning_rate, eps=a.eps, lr_scheduler_type=a.lr_scheduler,
+        noise="rademacher", step_normalize="std", n_spsa=a.n_spsa, learning_rate=a.learning_rate, eps=a.eps, lr_scheduler_type=a.lr_scheduler,
         reward_shaping=a.reward_shaping,
         max_steps=a.max_steps, per_device_train_batch_size=a.per_device_train_batch_size, eval_steps=min(a.eval_every, a.max_steps) or 1, eval_batch_size=a.eval_batch_size,
         num_train=1000, num_eval=a.num_eval, num_test=a.num_test, max_completion_length=16, seed=a.seed,

@@ -102,7 +102,7 @@ def main():
     p.add_argument("--n-spsa", type=int, default=None,
                    help="SPSA samples per step, 2 members each, decoded together (default: a prompt task's, 4 in norm mode)")
     p.add_argument("--estimator", default="two_point")
-    p.add_argument("--normalize", default=None)
+    p.add_argument("--step-normalize", default=None)
     p.add_argument("--reward-shaping", default="none", choices=["none", "group"])
     p.add_argument("--beta", type=float, default=0.0,
                    help="KL penalty towards the starting model in each member's loss (TRL's beta; default 0, as TRL's)")
@@ -141,7 +141,7 @@ def main():
         reward=rewards, reward_weights=weights, peft=a.peft,
         max_steps=a.max_steps, per_device_train_batch_size=a.per_device_train_batch_size,
         num_generations=a.num_generations, do_sample=a.do_sample or a.num_generations > 1, temperature=a.temperature,
-        learning_rate=a.learning_rate, eps=a.eps, n_spsa=a.n_spsa, estimator=a.estimator, normalize=a.normalize,
+        learning_rate=a.learning_rate, eps=a.eps, n_spsa=a.n_spsa, estimator=a.estimator, step_normalize=a.step_normalize,
         reward_shaping=a.reward_shaping, beta=a.beta, max_completion_length=a.max_completion_length, num_train=a.num_train, num_eval=a.num_eval,
         num_test=a.num_test, eval_steps=a.eval_steps, eval_batch_size=a.eval_batch_size, seed=a.seed, log_completions=a.log_completions,
         evaluation=a.evaluation,

@@ -41,7 +41,7 @@ def test_every_declared_choice_minimum_and_bound_is_checked(cls):
 def test_the_issue_bad_values_and_combinations_are_refused():
     for kwargs, message in ((dict(eps=0), "--eps: got 0.0, accepted: a number > 0"),
                             (dict(learning_rate=-1), "--learning-rate: got -1.0, accepted: a number >= 0"),
-                            (dict(reward_normalize="minmax"), "--reward-normalize: got 'minmax', accepted: std"),
+                            (dict(reward_scale="minmax"), "--reward-scale: got 'minmax', accepted: std"),
                             (dict(max_completion_length=0), "--max-completion-length: got 0, accepted: an integer >= 1"),
                             (dict(do_sample=True, temperature=0.0), "--do-sample needs --temperature > 0"),
                             (dict(eps="1e-3"), r"--eps: got '1e-3' \(str\), expected a number"),  # a quoted YAML value
@@ -62,9 +62,9 @@ def test_argument_errors_are_config_errors():
 
 @pytest.mark.parametrize("cls, names", [
     (BaselineArguments, {**{n: n for n in ("model", "task", "data_dir", "num_train", "num_test", "seed", "dtype",
-                                           "eval_batch_size")}, "max_new_tokens": "max_completion_length"}),
+                                           "eval_batch_size", "max_completion_length")}}),
     (EvalRunArguments, {"model": "model", "seed": "seed", "data_dir": "data_dir", "dtype": "dtype",
-                        "batch_size": "eval_batch_size"}),
+                        "eval_batch_size": "eval_batch_size"}),
 ])
 def test_other_commands_share_the_training_options_defaults(cls, names):
     train, mine = _fields(MeZOConfig), _fields(cls)
@@ -72,7 +72,7 @@ def test_other_commands_share_the_training_options_defaults(cls, names):
         assert mine[name].default == train[train_name].default, name
         assert mine[name].metadata.get("choices") == train[train_name].metadata.get("choices"), name
     # eval's completion length follows the run it evaluates (--run-dir), so it has no default of its own
-    assert EvalRunArguments().max_new_tokens is None
+    assert EvalRunArguments().max_completion_length is None
 
 
 def test_per_mode_defaults_are_resolved_once_and_explicit_values_win():
@@ -83,7 +83,7 @@ def test_per_mode_defaults_are_resolved_once_and_explicit_values_win():
         assert args.eval_steps == max(1, args.max_steps // 5)
     with pytest.raises(ConfigError, match="--peft: got 'none', accepted: norm, full, lora, prefix"):
         MeZOConfig(peft="none")  # one name per mode: full
-    mine = MeZOConfig(max_steps=7, per_device_train_batch_size=3, n_spsa=5, learning_rate=1e-3, normalize="none")
+    mine = MeZOConfig(max_steps=7, per_device_train_batch_size=3, n_spsa=5, learning_rate=1e-3, step_normalize="none")
     assert (mine.max_steps, mine.per_device_train_batch_size, mine.n_spsa, mine.learning_rate, mine.eval_steps) == (7, 3, 5, 1e-3, 1)
     assert mezo_options(vars(mine))["normalize"] is None  # as MeZO takes it
     # what config.json records: no option left to a default that a later version could change
@@ -113,7 +113,7 @@ def test_a_prompt_file_or_dataset_takes_the_prompt_task_run_length(task):
         "max_steps": args.max_steps, "learning_rate": args.learning_rate, "eval_steps": args.eval_steps} == args.to_dict()
     lora = MeZOConfig(**task, peft="lora")
     assert {k: getattr(lora, FIELD_OF.get(k, k)) for k in MODE_DEFAULTS["lora"]} == {
-        **MODE_DEFAULTS["lora"], **PROMPT_TASK_DEFAULTS["lora"]} and lora.normalize == "std"
+        **MODE_DEFAULTS["lora"], **PROMPT_TASK_DEFAULTS["lora"]} and lora.step_normalize == "std"
     # config.json holds the resolved values: a resume or --config repeats them whatever the table later says
     assert MeZOConfig.from_dict(args.to_dict()).to_dict() == args.to_dict()
 
@@ -129,7 +129,7 @@ def test_scoring_generation_and_code_tasks_keep_the_mode_row(task):
 
 def test_an_old_config_with_nulls_resolves_to_the_defaults():
     old = {**MeZOConfig().to_dict(), "peft": "full", "learning_rate": None, "eps": None, "noise": None,
-           "normalize": None, "n_spsa": None, "weight_decay": None, "max_steps": None, "per_device_train_batch_size": None,
+           "step_normalize": None, "n_spsa": None, "weight_decay": None, "max_steps": None, "per_device_train_batch_size": None,
            "eval_steps": None}
     assert MeZOConfig.from_dict(old).to_dict() == MeZOConfig(peft="full").to_dict()
 
@@ -178,6 +178,6 @@ def test_an_objective_given_as_an_object_is_what_the_configuration_records():
 
     objective = build_objective(["cross_entropy", "accuracy"], weights=[1.0, 0.5], normalize="std")
     args = run_config(MeZOConfig(task="sst2"), get_task("sst2"), objective)
-    assert (args.reward, args.reward_weights, args.reward_normalize) == (["cross_entropy", "accuracy"], [1.0, 0.5], "std")
+    assert (args.reward, args.reward_weights, args.reward_scale) == (["cross_entropy", "accuracy"], [1.0, 0.5], "std")
     given = run_config(MeZOConfig(task="sst2", reward=["accuracy"]), get_task("sst2"), objective)
     assert given.reward == ["accuracy"]  # a reward the user named stays as named

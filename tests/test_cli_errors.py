@@ -51,7 +51,7 @@ MISSING_MODEL = "/nonexistent/model-dir"
 @pytest.mark.parametrize("argv, culprits", [
     (["--eps", "0"], ["--eps", "0"]),
     (["--learning-rate", "-1"], ["--learning-rate", "-1"]),
-    (["--reward-normalize", "minmax"], ["--reward-normalize", "minmax", "std"]),
+    (["--reward-scale", "minmax"], ["--reward-scale", "minmax", "std"]),
     (["--max-completion-length", "0"], ["--max-completion-length", "0"]),
     (["--do-sample", "--temperature", "0"], ["--temperature", "--do-sample"]),
     (["--max-steps", "-3"], ["--max-steps", "-3"]),

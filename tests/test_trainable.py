@@ -12,7 +12,7 @@ from test_trainer import factory, make_args, train, weights  # noqa: F401  (fact
 
 
 def test_only_matching_parameters_move_and_the_run_replays(tmp_path, factory):
-    args = make_args(tmp_path, trainable=r"norm\.weight$", noise="rademacher", normalize="std", learning_rate=1e-2, eps=1e-1)
+    args = make_args(tmp_path, trainable=r"norm\.weight$", noise="rademacher", step_normalize="std", learning_rate=1e-2, eps=1e-1)
     before = {n: p.detach().clone() for n, p in factory().model.named_parameters()}
     trainer, summary = train(args, factory)
     names = [n for n, p in trainer.lm.model.named_parameters() if p.requires_grad]

@@ -83,7 +83,7 @@ class Method:
 # --peft norm (mezo_rl.training.defaults.MODE_DEFAULTS; a test keeps the two equal). "mezo-norm" (CE) keeps the
 # 1500 steps its cells on three tasks were measured at.
 NORM = dict(peft="norm", lr=2e-2, eps=1e-1, batch=64, steps=1500,
-            extra=("--noise", "rademacher", "--normalize", "std", "--n-spsa", "2"))
+            extra=("--noise", "rademacher", "--step-normalize", "std", "--n-spsa", "2"))
 DEFAULT_NORM_STEPS = 3000
 METHODS = {
     "zero-shot": Method("zero-shot", "Zero-shot", "baseline"),
@@ -100,7 +100,7 @@ METHODS = {
 # F1 at +eps and -eps is a step function: examples/optimize_f1.py's FZOO-style sign steps (benchmarks/README.md, "SQuAD F1 as the objective")
 METRIC_ON_GENERATION = Method("mezo-metric", "MeZO prefix (F1 objective)", "train", mezo=True, peft="prefix",
                               reward=None, lr=2e-2, eps=1e-1, batch=16, steps=160,
-                              extra=("--noise", "rademacher", "--normalize", "std", "--n-spsa", "1",
+                              extra=("--noise", "rademacher", "--step-normalize", "std", "--n-spsa", "1",
                                      "--eval-steps", "20"))
 MEZO_CE = ("mezo-full", "mezo-lora", "mezo-prefix")   # the paper's three modes ("comparable")
 MEZO_ANY_CE = MEZO_CE + ("mezo-norm",)                 # "MeZO" in the other claims: the best of these

@@ -99,7 +99,7 @@ def read_run(cell: Cell, run_dir: pathlib.Path, protocol: TaskProtocol) -> dict:
             cfg_file = run_dir / "training_args.json"
             cfg = json.loads((cfg_file if cfg_file.is_file() else run_dir / "config.json").read_text())
             out["batch"] = cfg.get("per_device_train_batch_size", cfg.get("batch_size"))  # config.json before the TRL names
-            out["config"] = {k: cfg.get(k) for k in ("peft", "reward", "learning_rate", "lr", "eps", "noise", "normalize",
+            out["config"] = {k: cfg.get(k) for k in ("peft", "reward", "learning_rate", "lr", "eps", "noise", "step_normalize", "normalize",
                                                       "n_spsa", "momentum", "adam", "per_device_train_batch_size",
                                                       "batch_size", "max_steps", "steps", "eval_steps", "dtype",
                                                       "autocast") if k in cfg}

@@ -93,13 +93,13 @@ def check_training(args, *, model: bool = True, output: bool = True):
     # a bad or missing reward fails first; a code task's default reward is its metric, known once it is built
     objective = None
     if args.reward is not None:
-        objective = build_objective(args.reward, args.reward_weights, args.reward_normalize, args.trust_remote_code)
+        objective = build_objective(args.reward, args.reward_weights, args.reward_scale, args.trust_remote_code)
     if model:
         check_model(args.model, args.dtype)
     check_data_dir(args.data_dir)
     task = resolve_task(args)
     if objective is None:
-        objective = build_objective(reward_refs(None, task, args.task), args.reward_weights, args.reward_normalize,
+        objective = build_objective(reward_refs(None, task, args.task), args.reward_weights, args.reward_scale,
                                     args.trust_remote_code)
     plan = plan_run(args, task, objective)  # the run's defaults, its task's (a code task's known only now)
     if output:

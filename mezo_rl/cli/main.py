@@ -283,7 +283,7 @@ def cmd_eval(ns) -> int:
         # the run's rewards are the metrics, and kl is to the run's starting weights: the base (+ adapter) at
         # step 0, its trainable tensors kept (mezo_rl.training.kl), then the run's steps replayed on it
         objective = build_objective(reward_refs(run_args.reward, task, run_args.task), run_args.reward_weights,
-                                    run_args.reward_normalize, run_args.trust_remote_code)
+                                    run_args.reward_scale, run_args.trust_remote_code)
         lm, _, _ = load_run(args.run_dir, 0)
         reference = StartingPoint(lm.model)
         step = _replay_to(lm, args.run_dir, args.step)

@@ -240,7 +240,7 @@ def objective_text(config: dict) -> str:
     rewards = config.get("reward") or []
     weights = config.get("reward_weights") or [1] * len(rewards)
     text = " + ".join(f"{w:g}*{r}" if w != 1 else str(r) for r, w in zip(rewards, weights))
-    return text + (f" (normalize={config['reward_normalize']})" if config.get("reward_normalize") else "")
+    return text + (f" (reward_scale={config['reward_scale']})" if config.get("reward_scale") else "")
 
 
 def _or_default(value) -> str:

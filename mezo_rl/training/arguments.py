@@ -8,7 +8,7 @@ field metadata; :class:`Arguments` checks every field against those in one loop,
 ``ModelArguments``          model, trust_remote_code
 ``TaskArguments``           task
 ``DataTaskArguments``       template, prompt_column, label_column, candidates, target_column, validation_file, test_file, dataset_config
-``ObjectiveArguments``      reward, reward_weights, reward_normalize, reward_shaping, beta
+``ObjectiveArguments``      reward, reward_weights, reward_scale, reward_shaping, beta
 ``PeftArguments``           peft, lora_r, lora_alpha, lora_target_modules, lora_modules_to_save, lora_dropout, ...
 ``DataArguments``           data_dir, num_train, num_eval, num_test
 ``MeZOArguments``           max_steps, per_device_train_batch_size, learning_rate, eps, weight_decay, lr_scheduler_type, ...
@@ -53,7 +53,7 @@ LR_SCHEDULERS = ("constant", "constant_with_warmup", "linear", "cosine", "cosine
 #: :data:`RENAMED_OPTIONS`
 RENAMED = {"lr": "learning_rate", "steps": "max_steps", "batch_size": "per_device_train_batch_size",
            "max_new_tokens": "max_completion_length", "lr_scheduler": "lr_scheduler_type",
-           "metric_for_best": "metric_for_best_model"}
+           "metric_for_best": "metric_for_best_model", "reward_normalize": "reward_scale", "normalize": "step_normalize"}
 
 
 def option(default: Any = dataclasses.MISSING, help: str = "", *, choices=None, min: Optional[int] = None,
@@ -250,7 +250,7 @@ class ObjectiveArguments(Arguments):
                                          "several (default: the task's own metric, e.g. accuracy for SST-2, squad_f1 "
                                          "for SQuAD, exact_answer for arithmetic; a prompt file or dataset needs one)")
     reward_weights: Optional[list[float]] = option(None, "one weight per --reward (default: all 1)")
-    reward_normalize: Optional[str] = option(None, "'std': scale each reward by its spread on the first batch before weighting (default: no scaling)", choices=["std"])
+    reward_scale: Optional[str] = option(None, "std: divide each reward by the spread of its values on the first batch (then fixed) before weighting, so rewards on different scales weigh as their weights say (default: each reward as it is)", choices=["std"])
     reward_shaping: str = option("none", "group: centre each prompt's weighted rewards across all of the step's completions of it (every member, every --num-generations sample) and divide by their std, as GRPO and EGGROLL do per prompt; none: the mean reward", choices=["none", "group"])
     beta: float = option(0.0, "the KL coefficient (TRL's beta), prompt tasks: each member's loss adds beta times the mean per-token KL to the starting model (exact over the vocabulary; both members of a pair read it on the + member's completions), so a step prefers members that stay close to where the run began; 0: no penalty (kl is still reported at each evaluation)", ge=0.0)
 
@@ -320,7 +320,7 @@ class MeZOArguments(Arguments):
                                                         f"paper: 16) {_per_mode('batch_size')}", min=1)
     gradient_accumulation_steps: int = option(1, "a step's batch is this many per-device batches (MeZO sees them all "
                                                  "at +eps and -eps, then steps once)", min=1)
-    learning_rate: Optional[float] = option(None, f"learning rate; with --normalize std the length of each sign step "
+    learning_rate: Optional[float] = option(None, f"learning rate; with --step-normalize std the length of each sign step "
                                                   f"{_per_mode('lr')}", ge=0)
     eps: Optional[float] = option(None, f"perturbation scale {_per_mode('eps')}; with the paper's 1e-3 the accuracy of a batch is the same at +eps and -eps", gt=0)
     weight_decay: Optional[float] = option(None, f"decoupled weight decay, biases and norm weights exempt {_per_mode('weight_decay')}", ge=0)
@@ -332,8 +332,8 @@ class MeZOArguments(Arguments):
     noise: Optional[str] = option(None, f"perturbation distribution: gaussian, rademacher (+-1) or lowrank (z = B A^T / sqrt(rank) per matrix, LOZO) {_per_mode('noise')}", choices=NOISE_KINDS)
     rank: int = option(1, "rank of --noise lowrank", min=1)
     lowrank_interval: int = option(1, "hold the low-rank subspace factor for this many noise samples (LOZO; 1 = fresh every step)", min=1)
-    normalize: Optional[str] = option(None, f"std: divide each loss difference by the spread of the step's losses instead of by 2 eps (FZOO-style; with one sample a sign step of length lr); none: divide by 2 eps (the paper) {_per_mode('normalize')}", choices=["std", "none"])
-    estimator: str = option("two_point", "two_point (+/-eps per sample), one_point, or es (n one-sided members, losses centred across them; ES-at-scale with --normalize std)", choices=ESTIMATORS)
+    step_normalize: Optional[str] = option(None, f"std: divide each loss difference by the spread of the step's losses instead of by 2 eps (FZOO-style; with one sample a sign step of length lr); none: divide by 2 eps (the paper) {_per_mode('normalize')}", choices=["std", "none"])
+    estimator: str = option("two_point", "two_point (+/-eps per sample), one_point, or es (n one-sided members, losses centred across them; ES-at-scale with --step-normalize std)", choices=ESTIMATORS)
     momentum: float = option(0.0, "ZO-SGD momentum (Appendix B.2)", ge=0, lt=1)
     adam: bool = option(False, "ZO-Adam (Appendix B.2)")
     on_nonfinite: str = option("raise", "what a non-finite loss does", choices=ON_NONFINITE)

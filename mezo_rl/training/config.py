@@ -87,7 +87,7 @@ NO_MEANING: dict[str, str] = {
     "use_bias_correction_kl": "kl is computed exactly over the vocabulary, not estimated from samples",
     "cast_lm_head_to_fp32": "the weights' dtype is dtype, and the forward passes' autocast",
     "model_init_kwargs": "pass a model object, or the loading options dtype / device_map / max_memory",
-    "multi_objective_aggregation": "the rewards are summed with reward_weights (reward_normalize, reward_shaping)",
+    "multi_objective_aggregation": "the rewards are summed with reward_weights (reward_scale, reward_shaping)",
     "max_tool_calling_iterations": "completions are plain generation, without tool calls",
     "disable_dropout": "models run in eval mode: dropout is always off",
     "tf32": "matrix products run at the precision of dtype and autocast",

@@ -88,8 +88,9 @@ def mode_defaults(mode: str, task_kind: str | None = None) -> dict:
 #: the options of the table that are :class:`~mezo_rl.engine.optim.MeZO` keyword arguments
 MEZO_OPTIONS = ("lr", "eps", "weight_decay", "noise", "normalize", "n_spsa")
 #: a key of the table -> the :class:`~mezo_rl.training.arguments.MeZOConfig` field it fills, where the field has
-#: TRL's name (the table keeps MeZO's: ``lr`` is the optimizer's keyword)
-FIELD_OF = {"lr": "learning_rate", "steps": "max_steps", "batch_size": "per_device_train_batch_size"}
+#: TRL's name or one that says what it does (the table keeps MeZO's: ``lr`` and ``normalize`` are the optimizer's keywords)
+FIELD_OF = {"lr": "learning_rate", "steps": "max_steps", "batch_size": "per_device_train_batch_size",
+            "normalize": "step_normalize"}
 
 
 def mezo_options(values: Mapping) -> dict:

@@ -10,7 +10,7 @@ loss per member:
 2. **group shaping** (``reward_shaping="group"``): instead, each prompt's weighted rewards are centred and
    scaled across all of the step's completions of it, every member's (``mezo_rl.rewards.group_shape``),
    and a member's loss is minus its mean shaped reward;
-3. **normalisation** (``normalize="std"``): each loss difference is divided by the spread of the step's
+3. **normalisation** (``step_normalize="std"``): each loss difference is divided by the spread of the step's
    member losses instead of by 2 eps (FZOO; ES-at-scale's z-scoring for ``estimator="es"``), a step
    whose length does not depend on the reward's scale. Without ``beta`` that division is the engine's
    (``MeZO(normalize="std")``, the rule its trajectory records, so a replay divides alike):
@@ -65,7 +65,7 @@ class FitnessSpec:
 
     @classmethod
     def of(cls, args) -> "FitnessSpec":
-        return cls(reward_shaping=args.reward_shaping, normalize=args.normalize == "std", beta=float(args.beta),
+        return cls(reward_shaping=args.reward_shaping, normalize=args.step_normalize == "std", beta=float(args.beta),
                    eps=float(args.eps))
 
     @property

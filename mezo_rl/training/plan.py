@@ -93,7 +93,7 @@ def run_config(args: MeZOConfig, task, objective=None, given: Optional[dict] = N
     if objective is not None and values.get("reward") is None:
         weights = [objective.weights[name] for name in objective.names]
         values.update(reward=list(objective.names), reward_weights=None if set(weights) == {1.0} else weights,
-                      reward_normalize=objective.normalize)
+                      reward_scale=objective.normalize)
     filled = MeZOConfig.filled(values, task.kind, list(task.metrics))
     if filled["reward"] is None:
         reward_refs(None, task, filled["task"])  # one line: a prompt task needs a reward
@@ -163,7 +163,7 @@ def plan_given(args, model=None, reward_funcs=None, train_dataset=None, eval_dat
     task = task if task is not None else front.task if front.task is not None else resolve_task(values)
     if objective is None:
         objective = build_objective(front.rewards or reward_refs(values.get("reward"), task, values.get("task")),
-                                    values.get("reward_weights"), values.get("reward_normalize"),
+                                    values.get("reward_weights"), values.get("reward_scale"),
                                     values.get("trust_remote_code", False))
     plan = plan_run(args, task, objective, model=lm, given=front.values, not_replayable=front.not_replayable)
     return plan, lm, lm_factory

@@ -121,7 +121,7 @@ def run_splits(args: MeZOConfig, task, splits=None) -> dict:
 def build_objective(refs, weights=None, normalize=None, trust_remote_code: bool = False):
     """The objective of the rewards ``refs`` (names, ``module:function`` paths, a reward model's path or hub id:
     ``trl_inputs.resolve_reward``; or RewardSpecs already resolved) with ``reward_weights`` and
-    ``reward_normalize``; a reference that cannot be resolved, or imported again to replay the run, is one line."""
+    ``reward_scale``; a reference that cannot be resolved, or imported again to replay the run, is one line."""
     specs = []
     for ref in refs:
         if isinstance(ref, str):
