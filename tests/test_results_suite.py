@@ -80,8 +80,7 @@ def test_plan_same_data_for_every_method_and_the_right_objective():
         assert option(c.argv, "--num-test") == str(p.num_test)
         assert option(c.argv, "--seed") == str(c.seed)
         # ... and generates answers of the same length limit (the CLI default on classification)
-        flag = "--max-new-tokens" if c.argv[0] == "baseline" else "--max-completion-length"
-        assert option(c.argv, flag) == (str(p.max_new_tokens) if p.max_new_tokens else None)
+        assert option(c.argv, "--max-completion-length") == (str(p.max_new_tokens) if p.max_new_tokens else None)
     metric_sst2 = by[("sst2", "mezo-metric")][0].argv
     metric_squad = by[("squad", "mezo-metric")][0].argv
     assert option(metric_sst2, "--reward") == "accuracy" and option(metric_sst2, "--peft") == "norm"

@@ -185,7 +185,7 @@ def build_argv(model: str, protocol: TaskProtocol, method: str, seed: int, setti
     if m.command == "baseline":
         argv = ["baseline", "--method", m.name] + common
         if p.max_new_tokens:
-            argv += ["--max-new-tokens", str(p.max_new_tokens)]
+            argv += ["--max-completion-length", str(p.max_new_tokens)]
         if m.name == "icl":
             argv += ["--num-demonstrations", str(p.icl_demos)]
         if m.name == "ft":

@@ -337,7 +337,7 @@ class MeZOArguments(Arguments):
     momentum: float = option(0.0, "ZO-SGD momentum (Appendix B.2)", ge=0, lt=1)
     adam: bool = option(False, "ZO-Adam (Appendix B.2)")
     on_nonfinite: str = option("raise", "what a non-finite loss does", choices=ON_NONFINITE)
-    evaluation: str = option("auto", "how a step evaluates its members: inplace (perturb the weights, one member after another), batched (all members in one batched pass, the weights untouched until the update; --peft full needs --noise lowrank) or auto (batched where it measured faster: generation rewards on a GPU, or with prompts at most 4x --max-new-tokens long; inplace otherwise, scoring included; batched for bfloat16 weights, which the in-place sweeps would round; a resumed run keeps the mode it ran with)", choices=["auto", *EVALUATIONS])
+    evaluation: str = option("auto", "how a step evaluates its members: inplace (perturb the weights, one member after another), batched (all members in one batched pass, the weights untouched until the update; --peft full needs --noise lowrank) or auto (batched where it measured faster: generation rewards on a GPU, or with prompts at most 4x --max-completion-length long; inplace otherwise, scoring included; batched for bfloat16 weights, which the in-place sweeps would round; a resumed run keeps the mode it ran with)", choices=["auto", *EVALUATIONS])
 
 
 @dataclass
