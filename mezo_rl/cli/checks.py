@@ -1,11 +1,12 @@
 """What a command checks before it loads any model or data, so a mistake costs a second, not a model load.
 
 Order (``mezo-rl train``): the option values and their combinations (the argument dataclasses, on
-construction); then the task (a registered name, ``module:function``, a data file or a dataset, with
-its options), the rewards (names, ``module:function`` paths, entry points), the model (found on disk
-or in the local cache, not loaded), the data directory, the output directory (not a file; with
-``--resume``, a checkpoint of a run with the same arguments), and whether the rewards fit the task's
-kind and the model (generation rewards need a causal LM). Every failure is a
+construction); then the model (found on disk or in the local cache, not loaded), the data directory,
+the run's plan as ``MeZOTrainer`` builds it (``mezo_rl.training.plan.plan_given``: the task, a
+registered name, ``module:function``, a data file or a dataset, with its options; the rewards, names,
+``module:function`` paths, entry points; the configuration for that task and whether the rewards fit
+its kind), the output directory (not a file; with ``--resume``, a checkpoint of a run with the same
+arguments), and whether the rewards fit the model (generation rewards need a causal LM). Every failure is a
 :class:`~mezo_rl.errors.UserError` with a one-line message naming the culprit and what is accepted.
 
 Errors raised by a user's own task code while its data is read name the task and the split
@@ -21,8 +22,8 @@ from mezo_rl.errors import ConfigError
 from mezo_rl.model.loading import check_model, has_chat_template, model_architectures
 from mezo_rl.training import rundir
 from mezo_rl.training.outputs import ChatTemplateError
-from mezo_rl.training.plan import plan_run, reward_refs
-from mezo_rl.training.setup import TaskCodeError, build_objective, load_splits, resolve_task, user_code
+from mezo_rl.training.plan import plan_given
+from mezo_rl.training.setup import TaskCodeError, load_splits, resolve_task, user_code
 from mezo_rl.tasks import SPLITS
 from mezo_rl.tasks.data import data_root
 
@@ -30,7 +31,7 @@ __all__ = ["TaskCodeError", "user_code", "resolve_task", "check_reward_fit",
            "check_output_dir", "check_run_dir", "check_training", "load_splits"]
 
 
-def check_reward_fit(objective, task, model=None) -> None:
+def check_reward_fit(objective, model=None) -> None:
     """The rewards fit the task's kind (``accuracy`` is for classification and multiple choice) and, where
     the model's ``config.json`` is at hand, the model (generation rewards need a causal LM): checks that need
     no data and no weights (the task's kind: ``mezo_rl.training.plan.plan_run``). The rewards' dataset columns
@@ -84,29 +85,22 @@ def check_run_dir(run_dir) -> pathlib.Path:
 
 def check_training(args, *, model: bool = True, output: bool = True):
     """Everything ``mezo-rl train`` checks before loading a model; returns the run's plan
-    (``mezo_rl.training.plan.RunPlan``), which the trainer builds (``MeZOTrainer(args=plan.args, plan=plan)``).
+    (``mezo_rl.training.plan.RunPlan``, built by ``plan_given`` as ``MeZOTrainer`` builds it), which the
+    trainer then builds (``MeZOTrainer(args=plan.args, plan=plan)``).
 
     ``model=False`` skips the model check (a model object is given), ``output=False`` the output
     directory check (the caller writes elsewhere). The task's data is read only for data-file and
     dataset tasks (to check their columns); built-in tasks read theirs later.
     """
-    # a bad or missing reward fails first; a code task's default reward is its metric, known once it is built
-    objective = None
-    if args.reward is not None:
-        objective = build_objective(args.reward, args.reward_weights, args.reward_scale, args.trust_remote_code)
     if model:
         check_model(args.model, args.dtype)
     check_data_dir(args.data_dir)
-    task = resolve_task(args)
-    if objective is None:
-        objective = build_objective(reward_refs(None, task, args.task), args.reward_weights, args.reward_scale,
-                                    args.trust_remote_code)
-    plan = plan_run(args, task, objective)  # the run's defaults, its task's (a code task's known only now)
+    plan, _, _ = plan_given(args)  # the task, the rewards, the configuration for that task: one line on a mistake
     if output:
         check_output_dir(plan.args)
-    check_reward_fit(objective, task, args.model if model else None)
-    if task.kind == "prompts":
-        check_prompts(task, args.model if model else None)
+    check_reward_fit(plan.objective, args.model if model else None)
+    if plan.task_kind == "prompts":
+        check_prompts(plan.task, args.model if model else None)
     return plan
 
 

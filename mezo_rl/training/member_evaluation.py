@@ -69,6 +69,16 @@ def resolve_evaluation(evaluation: str, needs, peft: str, noise: str, trainable:
     return "batched" if servable and "generation" in needs and decode_bound else "inplace"
 
 
+def resumed_evaluation(evaluation: str, recorded: str) -> str:
+    """The member evaluation of a resumed run: the one its checkpoint was written with (``recorded``), which
+    ``auto`` keeps; asking for the other one is refused in one line (the optimizer state and trajectory belong
+    to that mode)."""
+    if evaluation not in ("auto", recorded):
+        raise ConfigError(f"--resume: this run's steps were evaluated {recorded}; resume it with "
+                          f"--evaluation {recorded} or auto, not --evaluation {evaluation}")
+    return recorded
+
+
 def evaluation_options(args, needs, lm, train=(), recorded: Optional[str] = None) -> dict:
     """The MeZO options of ``args.evaluation`` for a run: ``{}`` (in place) or
     ``{"evaluation": BatchedMembers(lm.model)}``. ``train``: the training examples (for ``auto``:
@@ -77,10 +87,7 @@ def evaluation_options(args, needs, lm, train=(), recorded: Optional[str] = None
     optimizer state and trajectory belong to that mode)."""
     evaluation = getattr(args, "evaluation", "inplace")
     if recorded is not None:
-        if evaluation not in ("auto", recorded):
-            raise ConfigError(f"--resume: this run's steps were evaluated {recorded}; resume it with "
-                              f"--evaluation {recorded} or auto, not --evaluation {evaluation}")
-        mode = recorded
+        mode = resumed_evaluation(evaluation, recorded)
     else:
         tokens = None
         if evaluation == "auto" and "generation" in needs and train:

@@ -97,7 +97,7 @@ def run_config(args: MeZOConfig, task, objective=None, given: Optional[dict] = N
     filled = MeZOConfig.filled(values, task.kind, list(task.metrics))
     if filled["reward"] is None:
         reward_refs(None, task, filled["task"])  # one line: a prompt task needs a reward
-    if given is None and filled == {**args.to_dict(), "hub_token": args.hub_token}:
+    if given is None and filled == dataclasses.asdict(args):
         return args
     return MeZOConfig(**filled)
 

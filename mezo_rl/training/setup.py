@@ -28,8 +28,7 @@ from mezo_rl.engine.optim import MeZO
 from mezo_rl.errors import ConfigError, UnknownNameError, UserError, first_line
 from mezo_rl.model.loading import load_model
 from mezo_rl.model.peft import FINAL_NORM, PEFT_METHODS, apply_peft
-from mezo_rl.training.arguments import (DATA_TASK_FIELDS, MeZOConfig, TaskArguments, data_task_options,
-                                       parse_max_memory)
+from mezo_rl.training.arguments import DATA_TASK_FIELDS, MeZOConfig, TaskArguments, parse_max_memory
 from mezo_rl.training.defaults import mezo_options
 from mezo_rl.training.distributed import check_no_offload
 from mezo_rl.training.member_evaluation import evaluation_options
@@ -75,11 +74,9 @@ def resolve_task(args):
     ``module:function`` or entry point comes from the task registry. Options that do not fit the
     task are refused before anything is read.
     """
-    if isinstance(args, dict):
-        ref, options = args.get("task", TaskArguments.task), {k: args[k] for k in DATA_TASK_FIELDS
-                                                                if args.get(k) not in (None, [])}
-    else:
-        ref, options = args.task, data_task_options(args)
+    get = args.get if isinstance(args, dict) else lambda k, default=None: getattr(args, k, default)
+    ref = get("task", TaskArguments.task)
+    options = {k: get(k) for k in DATA_TASK_FIELDS if get(k) not in (None, [])}
     registered = list_tasks()
     check_data_task(ref, options, registered)
     if is_data_task(ref, options, registered):

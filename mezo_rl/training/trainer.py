@@ -42,6 +42,7 @@ from mezo_rl.training.distributed import DistContext
 from mezo_rl.training.evaluation import evaluate
 from mezo_rl.training.fitness import Fitness, RewardsSilentError
 from mezo_rl.training.kl import StartingPoint, completion_kl, member_kls
+from mezo_rl.training.member_evaluation import resumed_evaluation
 from mezo_rl.training.outputs import (autocast, completion_stops, example_columns, model_outputs, objective_outputs,
                                      prompt_texts)
 from mezo_rl.training.plan import RunPlan, plan_given, replace_args
@@ -155,9 +156,12 @@ class MeZOTrainer:
         self.splits = truncate_prompts(self.splits, self.lm, args.max_prompt_length)        # max_prompt_length
         self.start = self._starting_point()                                   # the reference of kl and --beta
         self.fitness = Fitness(plan.fitness, self.objective, self.dist)      # a member's loss
-        recorded = rundir.recorded_evaluation(args.output_dir) if args.resume else None
-        self.optimizer, self.scheduler = build_optimizer(args, self.lm, self.objective.needs, self.splits["train"],
-                                                         recorded, normalize=plan.fitness.engine_normalize)
+        # MeZO and its schedule: built on first use (create_optimizer_and_scheduler), as transformers' Trainer
+        # builds its optimizer in train(), once a resume has told which member evaluation the run keeps
+        self._optimizer = self._scheduler = None
+        self._released = False  # the optimizer was let go for the best step's weights (_restore_best)
+        if args.resume:  # the member evaluation a resumed run keeps: asking for the other is one line, now
+            resumed_evaluation(args.evaluation, rundir.recorded_evaluation(args.output_dir))
         self.callback_handler = CallbackHandler(callbacks or [])
         if self.dist.is_main:  # the loggers and the progress bar on the main process only
             for reporter in reporters(args.report_to):
@@ -179,6 +183,28 @@ class MeZOTrainer:
     @property
     def step(self) -> int:
         return self.state.global_step
+
+    def create_optimizer_and_scheduler(self, num_training_steps: Optional[int] = None) -> tuple:
+        """MeZO over the trainable tensors with the plan's options, and its lr schedule over ``args.max_steps``
+        (``num_training_steps`` is transformers' argument; the plan has decided it); built once, on first use.
+        A resumed run keeps the member evaluation its checkpoint ran with."""
+        if self._optimizer is None and not self._released:
+            t0, a = time.perf_counter(), self.args
+            recorded = rundir.recorded_evaluation(a.output_dir) if a.resume else None
+            self._optimizer, self._scheduler = build_optimizer(a, self.lm, self.objective.needs, self.splits["train"],
+                                                               recorded, normalize=self.plan.fitness.engine_normalize)
+            self.seconds["load"] += time.perf_counter() - t0
+        return self._optimizer, self._scheduler
+
+    @property
+    def optimizer(self):
+        """The run's :class:`~mezo_rl.engine.optim.MeZO` (built on first use)."""
+        return self.create_optimizer_and_scheduler()[0]
+
+    @property
+    def scheduler(self):
+        """The lr schedule of :attr:`optimizer` (built with it)."""
+        return self.create_optimizer_and_scheduler()[1]
 
     def _new_state(self, saved: Optional[TrainerState] = None) -> TrainerState:
         """The trainer state (``saved``: a checkpoint's) with this run's settings and this process's rank."""
@@ -210,8 +236,8 @@ class MeZOTrainer:
         lm = getattr(self, "lm", None)
         self.control = self.callback_handler.call(
             event, self.args, self.state, self.control, trainer=self, model=lm.model if lm is not None else None,
-            processing_class=lm.tokenizer if lm is not None else None, optimizer=getattr(self, "optimizer", None),
-            lr_scheduler=getattr(self, "scheduler", None), **kwargs)
+            processing_class=lm.tokenizer if lm is not None else None, optimizer=getattr(self, "_optimizer", None),
+            lr_scheduler=getattr(self, "_scheduler", None), **kwargs)
         return self.control
 
     # -------------------------------------------------------------- loss and step
@@ -469,7 +495,8 @@ class MeZOTrainer:
         # frozen trunk's cached outputs (--peft norm) go on to the rebuilt model, whose trunk is the same
         t0, trunk = time.perf_counter(), self.lm.trunk_cache
         trunk = trunk.values_only() if trunk is not None else None
-        self.optimizer = self.scheduler = self.start = None
+        self._optimizer = self._scheduler = self.start = None
+        self._released = True
         del self.lm
         gc.collect()
         self.lm = build_model(self.args, self.lm_factory() if self.lm_factory is not None else None)
@@ -494,11 +521,9 @@ class MeZOTrainer:
             resume_path(resume_from_checkpoint, self.args.output_dir)  # this run's own directory, or one line
             self.plan = replace_args(self.plan, resume=True)
             self.args = self.plan.args
-            recorded = rundir.recorded_evaluation(self.args.output_dir)  # the member evaluation the run used
-            self.optimizer, self.scheduler = build_optimizer(self.args, self.lm, self.objective.needs,
-                                                             self.splits["train"], recorded,
-                                                             normalize=self.plan.fitness.engine_normalize)
+            self._optimizer = self._scheduler = None  # built again below, in the member evaluation the run used
         a = self.args
+        self.create_optimizer_and_scheduler()
         self._t_start = time.perf_counter()
         if self.dist.is_main:
             self.output_dir.mkdir(parents=True, exist_ok=True)
