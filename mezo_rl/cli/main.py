@@ -46,7 +46,7 @@ from mezo_rl.training.plan import reward_refs
 from mezo_rl.training.setup import build_objective, load_splits, resolve_task
 
 from mezo_rl.training import rundir
-from mezo_rl.training.arguments import (RENAMED_OPTIONS, BaselineArguments, EvalRunArguments, MeZOConfig,
+from mezo_rl.training.arguments import (RENAMED, RENAMED_OPTIONS, BaselineArguments, EvalRunArguments, MeZOConfig,
                                        data_task_options, flag, parse_step, unwrap_optional)
 from mezo_rl.training.config import trl_options
 from mezo_rl.training.model_card import push_to_hub, write_model_card
@@ -188,7 +188,9 @@ def option_values(cls, ns: argparse.Namespace, config: Optional[dict] = None, sk
     config = trl_options(config or {}, fields)
     unknown = sorted(set(config or {}) - fields)
     if unknown:
-        raise ConfigError(f"config file: unknown option(s) {unknown}; accepted: {sorted(fields)}")
+        renamed = RENAMED if cls is MeZOConfig else {}
+        hints = [f"{k!r} (now {renamed[k]!r})" if renamed.get(k) in fields else repr(k) for k in unknown]
+        raise ConfigError(f"config file: unknown option(s) {', '.join(hints)}; accepted: {sorted(fields)}")
     values.update(config or {})
     for name in fields:
         if hasattr(ns, name):
