@@ -37,7 +37,8 @@ def _config(peft: str, lr: float, batch_size: int, n_spsa: int) -> dict:
     """Training arguments over the example's: the normalised step (with one SPSA sample a sign step of length
     lr), each mode's noise and eps (the prefix's, the example's; LoRA's and every weight's, the prompt tasks')."""
     noise, eps = {"prefix": ("rademacher", 1e-1), "lora": ("gaussian", 1e-2), "full": ("lowrank", 1e-2)}[peft]
-    return dict(peft=peft, noise=noise, eps=eps, normalize="std", n_spsa=n_spsa, lr=lr, batch_size=batch_size)
+    return dict(peft=peft, noise=noise, eps=eps, step_normalize="std", n_spsa=n_spsa, learning_rate=lr,
+                per_device_train_batch_size=batch_size)
 
 
 #: name -> training arguments over the example's (examples/optimize_f1.py). ``prefix-b16`` is the example's
