@@ -165,8 +165,8 @@ def test_export_and_report_of_a_directory_that_is_not_a_run(tmp_path, capsys):
 
 
 def test_eval_checks_its_options_too(capsys):
-    rc, _, err = run_cli(["eval", "--model", MISSING_MODEL, "--max-new-tokens", "0"], capsys)
-    assert_one_line_error(rc, err, "--max-new-tokens")
+    rc, _, err = run_cli(["eval", "--model", MISSING_MODEL, "--max-completion-length", "0"], capsys)
+    assert_one_line_error(rc, err, "--max-completion-length", "0")
     rc, _, err = run_cli(["eval", "--model", MISSING_MODEL, "--n", "-2"], capsys)
     assert_one_line_error(rc, err, "--n", "-2")
 

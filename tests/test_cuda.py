@@ -98,7 +98,7 @@ def test_a_cuda_run_replays_on_the_cpu_to_the_weights_it_trained(tmp_path, tiny_
 
     capsys.readouterr()
     assert main(["eval", "--run-dir", str(run), "--split", "test", "--step", "final",
-                 "--max-new-tokens", "6"]) == 0
+                 "--max-completion-length", "6"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["metrics"]["kl"] == pytest.approx(summary["test"]["kl"], abs=1e-6) or summary["best_step"] != STEPS
     assert main(["export", "--run-dir", str(run), "--step", "final", "--output", str(tmp_path / "exported")]) == 0

@@ -27,7 +27,7 @@ def test_eval_run_dir_on_a_prompt_run_reports_its_rewards_and_kl(tmp_path, tiny_
     name = next(k for k in summary["test"] if k.endswith(":reward_len"))  # a file reward is named by its reference
     capsys.readouterr()
     for step, expected in (("0", summary["initial_test"]), ("final", None)):
-        assert main(["eval", "--run-dir", str(run), "--split", "test", "--step", step, "--max-new-tokens", "6"]) == 0
+        assert main(["eval", "--run-dir", str(run), "--split", "test", "--step", step, "--max-completion-length", "6"]) == 0
         out = json.loads(capsys.readouterr().out)
         metrics = out["metrics"]
         assert out["n"] == summary["test"]["n"] and {name, f"{name}/se", "objective", "kl", "n"} <= set(metrics)

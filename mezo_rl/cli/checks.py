@@ -1,11 +1,11 @@
 """What a command checks before it loads any model or data, so a mistake costs a second, not a model load.
 
 Order (``mezo-rl train``): the option values and their combinations (the argument dataclasses, on
-construction); then the model (found on disk or in the local cache, not loaded), the data directory,
-the run's plan as ``MeZOTrainer`` builds it (``mezo_rl.training.plan.plan_given``: the task, a
-registered name, ``module:function``, a data file or a dataset, with its options; the rewards, names,
-``module:function`` paths, entry points; the configuration for that task and whether the rewards fit
-its kind), the output directory (not a file; with ``--resume``, a checkpoint of a run with the same
+construction); then the run's plan as ``MeZOTrainer`` builds it (``mezo_rl.training.plan.plan_given``:
+the task, a registered name, ``module:function``, a data file or a dataset, with its options; the
+rewards, names, ``module:function`` paths, entry points; the configuration for that task and whether
+the rewards fit its kind), the model (found on disk or in the local cache, not loaded), the data
+directory, the output directory (not a file; with ``--resume``, a checkpoint of a run with the same
 arguments), and whether the rewards fit the model (generation rewards need a causal LM). Every failure is a
 :class:`~mezo_rl.errors.UserError` with a one-line message naming the culprit and what is accepted.
 
@@ -92,10 +92,10 @@ def check_training(args, *, model: bool = True, output: bool = True):
     directory check (the caller writes elsewhere). The task's data is read only for data-file and
     dataset tasks (to check their columns); built-in tasks read theirs later.
     """
+    plan, _, _ = plan_given(args)  # the task, the rewards, the configuration for that task: one line on a mistake
     if model:
         check_model(args.model, args.dtype)
     check_data_dir(args.data_dir)
-    plan, _, _ = plan_given(args)  # the task, the rewards, the configuration for that task: one line on a mistake
     if output:
         check_output_dir(plan.args)
     check_reward_fit(plan.objective, args.model if model else None)

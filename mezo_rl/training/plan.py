@@ -160,11 +160,13 @@ def plan_given(args, model=None, reward_funcs=None, train_dataset=None, eval_dat
                            reward_processing_classes)
     lm, lm_factory = (lm, lm_factory) if lm is not None else (front.lm, lm_factory or front.lm_factory)
     values = front.values if front.values is not None else args.given_values()
+    objective_of = lambda refs: build_objective(refs, values.get("reward_weights"),  # noqa: E731
+                                                values.get("reward_scale"), values.get("trust_remote_code", False))
+    if objective is None and (front.rewards or values.get("reward")):  # a bad reward fails first
+        objective = objective_of(front.rewards or values["reward"])
     task = task if task is not None else front.task if front.task is not None else resolve_task(values)
-    if objective is None:
-        objective = build_objective(front.rewards or reward_refs(values.get("reward"), task, values.get("task")),
-                                    values.get("reward_weights"), values.get("reward_scale"),
-                                    values.get("trust_remote_code", False))
+    if objective is None:  # the task's own metric
+        objective = objective_of(reward_refs(None, task, values.get("task")))
     plan = plan_run(args, task, objective, model=lm, given=front.values, not_replayable=front.not_replayable)
     return plan, lm, lm_factory
 
