@@ -7,14 +7,14 @@ One training step (Algorithm 1 of Malladi et al., 2023):
 2. the closure scores (or generates for) that batch and returns the objective's output for one
    member; the engine calls it with the parameters perturbed by ``+eps*z`` and ``-eps*z`` (same
    batch, and for sampled generation the same sampling seed), then hands every member's output to
-   the fitness function, which all-reduces their statistics and returns each member's loss (with
-   ``--reward-shaping group``, after centring each prompt's rewards across the members:
-   ``mezo_rl.rewards.group_shape``); the engine applies ``-lr * projected_grad * z`` in place;
+   the run's fitness (:mod:`mezo_rl.training.fitness`), which all-reduces their statistics and forms
+   each member's loss; the engine applies ``-lr * projected_grad * z`` in place;
 3. every ``eval_steps`` steps the model is evaluated on the validation examples and the best step
    is remembered. At the end the best weights (the first ``best_step`` steps of the trajectory,
    replayed from the base model) are evaluated on the test examples.
 
-Arguments: :mod:`mezo_rl.training.arguments`; what a run builds from them: :mod:`mezo_rl.training.setup`; the run directory and checkpoint: :mod:`mezo_rl.training.rundir`;
+Arguments: :mod:`mezo_rl.training.arguments`; the run they describe, resolved once: :mod:`mezo_rl.training.plan`;
+what the plan says to build: :mod:`mezo_rl.training.setup`; the run directory and checkpoint: :mod:`mezo_rl.training.rundir`;
 examples -> model outputs -> objective: :mod:`mezo_rl.training.outputs`; hooks: :mod:`mezo_rl.training.callbacks`.
 """
 from __future__ import annotations
