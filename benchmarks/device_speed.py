@@ -384,8 +384,8 @@ def main(argv=None) -> int:
         fail("--device cuda: no CUDA device is available here (torch.cuda.is_available() is False); use --device cpu")
     lm, dtype = build(args)
     meter = Meter(args.device, args.repeats)
-    if args.eager_decode:
-        eager_decoding().__enter__()  # for the whole run
+    eager = eager_decoding(args.eager_decode)  # held until main returns: the whole run
+    eager.__enter__()
     n_params = sum(p.numel() for p in lm.model.parameters())
     device = torch.cuda.get_device_name() if args.device == "cuda" else "cpu"
     print(f"# {args.arch} ({n_params:,} parameters, random weights), {device}, {str(dtype).replace('torch.', '')}, "
