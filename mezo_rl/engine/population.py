@@ -352,7 +352,7 @@ class MemberPlan:
             left, right = (w["b"], w["a"]) if conv else (w["a"], w["b"])  # W^T = left right^T / x W^T gains (x left) right^T
             right_t = right.transpose(1, 2).contiguous()                    # [M, r, out]
             transposed = product_form(W.device) == "transposed"
-            left = left.transpose(1, 2).contiguous() if transposed else left  # [M, r, in] or [M, in, r]
+            left = (left.transpose(1, 2) if transposed else left).contiguous()  # [M, r, in] or [M, in, r]
             rank1 = right_t.shape[1] == 1
             cast = {right_t.dtype: right_t}
         elif kind == "dense":
