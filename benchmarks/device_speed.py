@@ -7,7 +7,8 @@ Prints, with the project's own ``LanguageModel``, ``MeZO`` and ``BatchedMembers`
 - population decode / plain inference of the same M x prompts rows at each M (greedy; the batched
   members' closure, and the whole step with its noise draw and update), as a speed ratio
   (plain time / population time: 1 is as fast as plain inference);
-- a scoring step / two forward passes (prompts x score-tokens tokens), low-rank and Gaussian noise;
+- a scoring step / two forward passes (prompts x score-tokens tokens): in place with low-rank and Gaussian noise,
+  and with batched members (low-rank);
 - an in-place generation step / two decodes;
 - plain greedy decoding of the prompts, ``LanguageModel.generate`` against transformers' ``model.generate``
   on the same left-padded batch (speed-up, and whether the tokens are the same), and whether the
@@ -229,11 +230,14 @@ def population(lm, args, meter, M, counting):
     return p, best_closure, best_step
 
 
-def scoring(lm, args, meter, noise, counting):
-    """(two forwards, one in-place scoring step): prompts x score-tokens tokens, one two-point sample."""
+def scoring(lm, args, meter, noise, counting, batched=False):
+    """(two forwards, one scoring step): prompts x score-tokens tokens, one two-point sample; the step in place
+    (the members' perturbations swept into the weights), or ``batched`` (``BatchedMembers``: both members in
+    one forward on twice the rows, low-rank noise, no sweep but the update's)."""
     import torch
 
     from mezo_rl.engine.optim import MeZO
+    from mezo_rl.engine.population import BatchedMembers
 
     vocab = lm.model.config.vocab_size
     prompts = texts(args.prompts, args.score_tokens - 1, 2, vocab)
@@ -243,14 +247,23 @@ def scoring(lm, args, meter, noise, counting):
     def loss():
         return float(sum(s.mean[0] for s in lm.score(prompts, cands)))
 
+    def member_losses(members):
+        per_member = lm.score(prompts, cands, members=len(members))
+        return [float(sum(s.mean[0] for s in scores)) for scores in per_member]
+
     def forwards():
         with torch.no_grad():
             loss()
             loss()
 
     backend = "torch" if noise == "lowrank" or args.device == "cpu" else "auto"
-    opt = MeZO(list(lm.model.parameters()), lr=0.0, eps=1e-3, noise=noise, noise_backend=backend)
-    step = lambda: opt.step(loss)
+    if batched:
+        opt = MeZO(list(lm.model.parameters()), lr=0.0, eps=1e-3, noise=noise, noise_backend=backend,
+                   evaluation=BatchedMembers(lm.model))
+        step = lambda: opt.step(member_losses)  # noqa: E731
+    else:
+        opt = MeZO(list(lm.model.parameters()), lr=0.0, eps=1e-3, noise=noise, noise_backend=backend)
+        step = lambda: opt.step(loss)  # noqa: E731
     measure = meter.ops if counting else meter.time
     return measure(forwards), measure(step)
 
@@ -407,10 +420,11 @@ def main(argv=None) -> int:
                     print(f"  M={M:3d}: plain {plain:8.3f} s  members' decode {closure:8.3f} s ({plain / closure:.2f})  "
                           f"whole step {step:8.3f} s ({plain / step:.2f})")
         if "score" in args.sections:
-            for noise in ("lowrank", "gaussian"):
-                two, step = scoring(lm, args, meter, noise, counting)
+            for noise, batched in (("lowrank", False), ("gaussian", False), ("lowrank", True)):
+                two, step = scoring(lm, args, meter, noise, counting, batched)
                 fmt = (lambda v: f"{v:,d}") if counting else (lambda v: f"{v:.3f} s")
-                print(f"scoring step / two forwards, {noise} noise, {unit}: {fmt(step)} / {fmt(two)} = {step / two:.2f}")
+                how = "batched members" if batched else "in place"
+                print(f"scoring step / two forwards, {noise} noise, {how}, {unit}: {fmt(step)} / {fmt(two)} = {step / two:.2f}")
         if "inplace" in args.sections:
             two, step = inplace_generation(lm, args, meter, counting)
             fmt = (lambda v: f"{v:,d}") if counting else (lambda v: f"{v:.3f} s")
