@@ -7,8 +7,12 @@ Prints, with the project's own ``LanguageModel``, ``MeZO`` and ``BatchedMembers`
 - population decode / plain inference of the same M x prompts rows at each M (greedy; the batched
   members' closure, and the whole step with its noise draw and update), as a speed ratio
   (plain time / population time: 1 is as fast as plain inference);
-- a scoring step / two forward passes (prompts x score-tokens tokens), low-rank and Gaussian noise;
+- a scoring step / two forward passes (prompts x score-tokens tokens): in place with low-rank and Gaussian noise,
+  and with batched members (low-rank);
 - an in-place generation step / two decodes;
+- plain greedy decoding of the prompts, ``LanguageModel.generate`` against transformers' ``model.generate``
+  on the same left-padded batch (speed-up, and whether the tokens are the same), and whether the
+  decoding step replayed as a CUDA graph gives the eager step's tokens, plain and with members;
 - peak memory of inference, the MeZO scoring step and backprop + AdamW on the same batch (CUDA:
   ``torch.cuda.max_memory_allocated``; CPU: the process's peak RSS, reset between parts);
 - with ``--count-ops``, the same comparisons in dispatched aten ops (``mezo_rl.opcount.OpCounter``):
@@ -20,6 +24,7 @@ engine at device speed".
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 import time
 
@@ -37,7 +42,7 @@ ARCHS = {
     "tiny": dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
                  intermediate_size=64, vocab_size=512, tie_word_embeddings=True),
 }
-SECTIONS = ("decode", "score", "inplace", "memory")
+SECTIONS = ("decode", "score", "inplace", "generate", "memory")
 
 
 def parse(argv):
@@ -54,6 +59,8 @@ def parse(argv):
     ap.add_argument("--dtype", default="auto", help="float32, bfloat16, or auto (bfloat16 on cuda, float32 on cpu)")
     ap.add_argument("--sections", default=",".join(SECTIONS), help=f"comma-separated, of {', '.join(SECTIONS)}")
     ap.add_argument("--repeats", type=int, default=2, help="timed runs of each part (the fastest is kept)")
+    ap.add_argument("--eager-decode", action="store_true",
+                    help="decode without CUDA graphs (each token's step dispatched op by op), for comparison")
     args = ap.parse_args(argv)
     if args.device not in ("cpu", "cuda"):
         raise SystemExit(f"--device must be cpu or cuda, got {args.device!r}")
@@ -161,6 +168,22 @@ class Meter:
         return counter.total
 
 
+@contextlib.contextmanager
+def eager_decoding(on: bool = True):
+    """Within the block, ``LanguageModel.generate`` decodes without CUDA graphs (its plan otherwise unchanged)."""
+    import dataclasses
+
+    import mezo_rl.model.lm as lm_module
+
+    plan = lm_module.decode_plan
+    if on:
+        lm_module.decode_plan = lambda *a, **k: dataclasses.replace(plan(*a, **k), graphed=False)
+    try:
+        yield
+    finally:
+        lm_module.decode_plan = plan
+
+
 def population(lm, args, meter, M, counting):
     """(plain, closure, step): plain decode of the M x prompts rows, the batched members' closure, the whole step."""
     from decoding import eos_only_kwargs
@@ -207,11 +230,14 @@ def population(lm, args, meter, M, counting):
     return p, best_closure, best_step
 
 
-def scoring(lm, args, meter, noise, counting):
-    """(two forwards, one in-place scoring step): prompts x score-tokens tokens, one two-point sample."""
+def scoring(lm, args, meter, noise, counting, batched=False):
+    """(two forwards, one scoring step): prompts x score-tokens tokens, one two-point sample; the step in place
+    (the members' perturbations swept into the weights), or ``batched`` (``BatchedMembers``: both members in
+    one forward on twice the rows, low-rank noise, no sweep but the update's)."""
     import torch
 
     from mezo_rl.engine.optim import MeZO
+    from mezo_rl.engine.population import BatchedMembers
 
     vocab = lm.model.config.vocab_size
     prompts = texts(args.prompts, args.score_tokens - 1, 2, vocab)
@@ -221,14 +247,23 @@ def scoring(lm, args, meter, noise, counting):
     def loss():
         return float(sum(s.mean[0] for s in lm.score(prompts, cands)))
 
+    def member_losses(members):
+        per_member = lm.score(prompts, cands, members=len(members))
+        return [float(sum(s.mean[0] for s in scores)) for scores in per_member]
+
     def forwards():
         with torch.no_grad():
             loss()
             loss()
 
     backend = "torch" if noise == "lowrank" or args.device == "cpu" else "auto"
-    opt = MeZO(list(lm.model.parameters()), lr=0.0, eps=1e-3, noise=noise, noise_backend=backend)
-    step = lambda: opt.step(loss)
+    if batched:
+        opt = MeZO(list(lm.model.parameters()), lr=0.0, eps=1e-3, noise=noise, noise_backend=backend,
+                   evaluation=BatchedMembers(lm.model))
+        step = lambda: opt.step(member_losses)  # noqa: E731
+    else:
+        opt = MeZO(list(lm.model.parameters()), lr=0.0, eps=1e-3, noise=noise, noise_backend=backend)
+        step = lambda: opt.step(loss)  # noqa: E731
     measure = meter.ops if counting else meter.time
     return measure(forwards), measure(step)
 
@@ -250,6 +285,49 @@ def inplace_generation(lm, args, meter, counting):
     step = lambda: opt.step(lambda: (lm.generate(prompts, **gen), 0.0)[1])
     measure = meter.ops if counting else meter.time
     return measure(two), measure(step)
+
+
+def versus_generate(lm, args, meter):
+    """``(ours, theirs, same)``: plain greedy decoding of the prompts by ``LanguageModel.generate`` and by
+    transformers' ``model.generate`` on the same left-padded batch (EOS and padding ids the same), and whether
+    the two wrote the same tokens."""
+    prompts = texts(args.prompts, args.prompt_tokens, 4, lm.model.config.vocab_size)
+    tok = lm.tokenizer
+    tok.padding_side = "left"
+    batch = tok(prompts, return_tensors="pt", padding=True).to(lm.device)
+    lm.batch_size = args.prompts
+    width = batch["input_ids"].shape[1]
+    ours = lambda: lm.generate(prompts, max_new_tokens=args.new_tokens)  # noqa: E731
+    theirs = lambda: lm.model.generate(**batch, max_new_tokens=args.new_tokens, do_sample=False,  # noqa: E731
+                                       pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id)
+    same = ours() == [tok.decode(row[width:], skip_special_tokens=True) for row in theirs().tolist()]
+    return meter.time(ours), meter.time(theirs), same
+
+
+def graph_matches_eager(lm, args, M):
+    """The share of rows whose greedy tokens are the same with the decoding step replayed as a CUDA graph as
+    dispatched op by op: plain, and a population of M members (``BatchedMembers``, eps 1e-3)."""
+    from mezo_rl.engine.optim import MeZO
+    from mezo_rl.engine.population import BatchedMembers
+
+    prompts = texts(args.prompts, args.prompt_tokens, 5, lm.model.config.vocab_size)
+    lm.batch_size = args.prompts
+    out = {}
+    for eager in (False, True):
+        with eager_decoding(eager):
+            plain = lm.generate(prompts, max_new_tokens=args.new_tokens)
+            blocks = []
+
+            def closure(members):
+                blocks.extend(lm.generate(prompts, members=len(members), max_new_tokens=args.new_tokens))
+                return [0.0] * len(members)
+
+            opt = MeZO(list(lm.model.parameters()), lr=0.0, eps=1e-3, n_spsa=M // 2, noise_backend="torch",
+                       evaluation=BatchedMembers(lm.model), seed=7)
+            opt.step(closure)
+            out[eager] = (plain, [t for block in blocks for t in block])
+    share = lambda a, b: sum(x == y for x, y in zip(a, b)) / len(a)  # noqa: E731
+    return share(out[False][0], out[True][0]), share(out[False][1], out[True][1])
 
 
 def peak_memory(lm, args):
@@ -319,11 +397,14 @@ def main(argv=None) -> int:
         fail("--device cuda: no CUDA device is available here (torch.cuda.is_available() is False); use --device cpu")
     lm, dtype = build(args)
     meter = Meter(args.device, args.repeats)
+    eager = eager_decoding(args.eager_decode)  # held until main returns: the whole run
+    eager.__enter__()
     n_params = sum(p.numel() for p in lm.model.parameters())
     device = torch.cuda.get_device_name() if args.device == "cuda" else "cpu"
     print(f"# {args.arch} ({n_params:,} parameters, random weights), {device}, {str(dtype).replace('torch.', '')}, "
           f"torch {torch.__version__}, {torch.get_num_threads()} threads; {args.prompts} prompts of "
-          f"{args.prompt_tokens} tokens, {args.new_tokens} new tokens (greedy); scoring {args.prompts} x {args.score_tokens}")
+          f"{args.prompt_tokens} tokens, {args.new_tokens} new tokens (greedy"
+          f"{', eager decoding' if args.eager_decode else ''}); scoring {args.prompts} x {args.score_tokens}")
     modes = ([] if args.no_time else [False]) + ([True] if args.count_ops else [])
     for counting in modes:
         unit = "aten ops" if counting else "time"
@@ -339,14 +420,24 @@ def main(argv=None) -> int:
                     print(f"  M={M:3d}: plain {plain:8.3f} s  members' decode {closure:8.3f} s ({plain / closure:.2f})  "
                           f"whole step {step:8.3f} s ({plain / step:.2f})")
         if "score" in args.sections:
-            for noise in ("lowrank", "gaussian"):
-                two, step = scoring(lm, args, meter, noise, counting)
+            for noise, batched in (("lowrank", False), ("gaussian", False), ("lowrank", True)):
+                two, step = scoring(lm, args, meter, noise, counting, batched)
                 fmt = (lambda v: f"{v:,d}") if counting else (lambda v: f"{v:.3f} s")
-                print(f"scoring step / two forwards, {noise} noise, {unit}: {fmt(step)} / {fmt(two)} = {step / two:.2f}")
+                how = "batched members" if batched else "in place"
+                print(f"scoring step / two forwards, {noise} noise, {how}, {unit}: {fmt(step)} / {fmt(two)} = {step / two:.2f}")
         if "inplace" in args.sections:
             two, step = inplace_generation(lm, args, meter, counting)
             fmt = (lambda v: f"{v:,d}") if counting else (lambda v: f"{v:.3f} s")
             print(f"in-place generation step / two decodes, {unit}: {fmt(step)} / {fmt(two)} = {step / two:.2f}")
+        if "generate" in args.sections and not counting:
+            ours, theirs, same = versus_generate(lm, args, meter)
+            print(f"plain decode, LanguageModel.generate / transformers' generate, time: {ours:.3f} s / {theirs:.3f} s "
+                  f"(ours {theirs / ours:.2f}x as fast); same tokens: {'yes' if same else 'no'}")
+            if args.device == "cuda" and not args.eager_decode:
+                M = max(args.members)
+                plain, members = graph_matches_eager(lm, args, M)
+                print(f"CUDA graph step = eager step, rows with the same greedy tokens: plain {plain:.0%}, "
+                      f"M={M} members {members:.0%}")
     if "memory" in args.sections:
         mem = peak_memory(lm, args)
         base = mem["inference"]

@@ -15,12 +15,12 @@ no training question uses (``mezo_rl.tasks.builtin.SQuAD``), so a step that memo
 does not look better there than on the test questions (SQuAD dev).
 
     python examples/optimize_f1.py --max-steps 20 --num-test 32    # a look: 20 steps, 32 test questions
-    python examples/optimize_f1.py                             # the full run (about an hour on 2 CPU cores)
+    python examples/optimize_f1.py                             # the full run
     python examples/optimize_f1.py --n-spsa 2 --reward-shaping group --learning-rate 6e-2 --lr-scheduler linear \
         --max-steps 80                                             # 2 SPSA samples, per-question shaping
     python examples/optimize_f1.py --resume                    # continue a stopped run
 
-Measured runs, their figures and commands: benchmarks/README.md, "SQuAD F1 as the objective". Needs the data directory (MEZO_RL_DATA
+Its settings, commands and what is recorded of its runs: benchmarks/README.md, "SQuAD F1 as the objective". Needs the data directory (MEZO_RL_DATA
 or --data-dir) and the SmolLM2 package (see README).
 """
 import argparse

@@ -104,3 +104,44 @@ def test_a_cuda_run_replays_on_the_cpu_to_the_weights_it_trained(tmp_path, tiny_
     assert main(["export", "--run-dir", str(run), "--step", "final", "--output", str(tmp_path / "exported")]) == 0
     written = {f.name for f in (tmp_path / "exported").iterdir()}
     assert {"config.json", "mezo_peft.json"} & written  # a prefix is exported as an adapter
+
+
+@pytest.mark.parametrize("members", [None, 4])
+def test_the_decoding_step_replayed_as_a_cuda_graph_writes_the_eager_steps_tokens(tiny_causal_lm, monkeypatch, members):
+    """On CUDA the one-token step is recorded once per decode and replayed (LanguageModel.generate's plan); the
+    replay runs the kernels the eager step runs, on the same inputs, so greedy decoding writes the same tokens,
+    plain and for a population of batched members (their factors recorded with the step)."""
+    import dataclasses
+
+    import mezo_rl.model.lm as lm_module
+    from mezo_rl.engine.optim import MeZO
+    from mezo_rl.engine.population import BatchedMembers
+    from mezo_rl.model.lm import LanguageModel
+
+    model, tok = tiny_causal_lm
+    model.to(DEVICE)
+    lm = LanguageModel(model, tok)
+    prompts = ["the movie was", "a b c d e f", "Yes"]
+    assert lm_module.decode_plan(model, DEVICE).graphed
+
+    def decode():
+        if members is None:
+            return lm.generate(prompts, max_new_tokens=12)
+        out = []
+
+        def closure(ms):
+            out.extend(lm.generate(prompts, max_new_tokens=12, members=len(ms)))
+            return [0.0] * len(ms)
+
+        MeZO(list(model.parameters()), lr=0.0, eps=1e-2, n_spsa=members // 2, noise_backend="torch",
+             evaluation=BatchedMembers(model)).step(closure)
+        return out
+
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a failed recording warns: here it must not fail
+        graphed = decode()
+    plan = lm_module.decode_plan
+    monkeypatch.setattr(lm_module, "decode_plan", lambda *a, **k: dataclasses.replace(plan(*a, **k), graphed=False))
+    assert decode() == graphed

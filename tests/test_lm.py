@@ -175,23 +175,22 @@ def test_decoding_preallocates_its_cache_and_matches_a_growing_cache(tiny_causal
     assert StaticCache in caches and type(None) in caches  # each path ran
 
 
-def test_only_cuda_compiles_the_decoding_step(tiny_causal_lm, monkeypatch):
-    """The compiled (CUDA graph) step is chosen for CUDA devices alone, without members; on a CPU decoding
-    never calls torch.compile and reads "finished?" after every token."""
+def test_only_cuda_records_the_decoding_step_as_a_graph(tiny_causal_lm, monkeypatch):
+    """The CUDA-graph step is chosen for CUDA devices alone, with or without members; on a CPU decoding never
+    touches CUDA graphs and reads "finished?" after every token."""
     from mezo_rl.model.lm import DONE_CHECK_EVERY, decode_plan
 
     model, tok = tiny_causal_lm
     cpu, cuda = decode_plan(model, "cpu"), decode_plan(model, torch.device("cuda"))
-    assert (cpu.static_cache, cpu.compiled, cpu.check_every, cpu.length_multiple) == (True, False, 1, 1)
-    assert cuda.static_cache and cuda.compiled and cuda.check_every == DONE_CHECK_EVERY > 1
-    assert not decode_plan(model, "cuda", members=2).compiled  # the population's hooks stay eager
-    assert not decode_plan(model, "cuda:0", members=4).compiled and decode_plan(model, "cuda:0").compiled
+    assert (cpu.static_cache, cpu.graphed, cpu.check_every) == (True, False, 1)
+    assert cuda.static_cache and cuda.graphed and cuda.check_every == DONE_CHECK_EVERY > 1
+    assert decode_plan(model, "cuda:0").graphed
 
     class NoStaticCache(torch.nn.Module):  # a model whose attention takes no preallocated cache
         _can_compile_fullgraph = False
 
-    assert not decode_plan(NoStaticCache(), "cuda").static_cache and not decode_plan(NoStaticCache(), "cuda").compiled
-    monkeypatch.setattr(torch, "compile", lambda *a, **k: pytest.fail("torch.compile was called on a CPU"))
+    assert not decode_plan(NoStaticCache(), "cuda").static_cache and not decode_plan(NoStaticCache(), "cuda").graphed
+    monkeypatch.setattr(torch.cuda, "CUDAGraph", lambda *a, **k: pytest.fail("a CUDA graph was made on a CPU"))
     lm = LanguageModel(model, tok)
     assert lm.generate(PROMPTS, max_new_tokens=4) == LanguageModel(model, tok, batch_size=1).generate(PROMPTS, max_new_tokens=4)
 
@@ -214,37 +213,31 @@ def test_decoding_reads_from_the_device_only_at_its_finished_checks(tiny_causal_
             lm.generate(PROMPTS, max_new_tokens=n, stop=["zq"])
         return ops.counts["aten._local_scalar_dense"]
 
-    every_4 = lm_module.DecodePlan(static_cache=True, compiled=False, check_every=4, length_multiple=1)
+    every_4 = lm_module.DecodePlan(static_cache=True, graphed=False, check_every=4)
     assert reads(every_4, 16) - reads(every_4, 8) == 2
-    growing = lm_module.DecodePlan(static_cache=False, compiled=False, check_every=4, length_multiple=1)
+    growing = lm_module.DecodePlan(static_cache=False, graphed=False, check_every=4)
     assert reads(growing, 16) - reads(growing, 8) > 8
 
 
-def test_a_compiled_step_that_fails_to_compile_falls_back_to_the_eager_step(tiny_causal_lm, monkeypatch):
-    """Where the compiled path is chosen (CUDA; forced here on a CPU) and compiling fails, decoding warns once and
-    runs eagerly, with the same texts; the prompt's pass is never compiled."""
+@pytest.mark.parametrize("members", [None, 2])
+def test_a_decoding_step_that_cannot_be_recorded_falls_back_to_the_eager_step(tiny_causal_lm, monkeypatch, members):
+    """Where the graph path is chosen (CUDA; forced here on a CPU, where recording a CUDA graph really fails),
+    decoding warns once and runs eagerly, with the same texts (the cache advanced once per token: the
+    failed recording ran nothing twice), and does not try again."""
     import mezo_rl.model.lm as lm_module
 
     model, tok = tiny_causal_lm
-    want = LanguageModel(model, tok).generate(PROMPTS, max_new_tokens=6)
-    compiled_calls = []
-
-    def broken_compile(fn, **kw):
-        assert kw.get("mode") == "reduce-overhead"
-
-        def run(ids, *a):
-            compiled_calls.append(ids.shape[1])
-            raise RuntimeError("no compiler here")
-        return run
-
-    plan = lm_module.DecodePlan(static_cache=True, compiled=True, check_every=2, length_multiple=8)
+    want = LanguageModel(model, tok).generate(PROMPTS, max_new_tokens=6, members=members)
+    plan = lm_module.DecodePlan(static_cache=True, graphed=True, check_every=2)
     monkeypatch.setattr(lm_module, "decode_plan", lambda *a, **k: plan)
-    monkeypatch.setattr(torch, "compile", broken_compile)
     lm = LanguageModel(model, tok)
-    with pytest.warns(UserWarning, match="torch.compile of the decoding step failed"):
-        assert lm.generate(PROMPTS, max_new_tokens=6) == want
-    assert compiled_calls == [1]  # tried once, on a one-token step
-    assert lm.generate(PROMPTS, max_new_tokens=6) == want and compiled_calls == [1]
+    with pytest.warns(UserWarning, match="recording the decoding step as a CUDA graph failed"):
+        assert lm.generate(PROMPTS, max_new_tokens=6, members=members) == want
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert lm.generate(PROMPTS, max_new_tokens=6, members=members) == want
 
 
 def test_finished_rows_are_read_back_every_k_tokens_where_the_plan_says(tiny_causal_lm, monkeypatch):
@@ -257,7 +250,7 @@ def test_finished_rows_are_read_back_every_k_tokens_where_the_plan_says(tiny_cau
     with torch.no_grad():  # EOS wins from the first step on
         model.lm_head.bias = torch.nn.Parameter(torch.zeros(len(tok)))
         model.lm_head.bias.data[tok.eos_token_id] = 1e4
-    every_4 = lm_module.DecodePlan(static_cache=True, compiled=False, check_every=4, length_multiple=8)
+    every_4 = lm_module.DecodePlan(static_cache=True, graphed=False, check_every=4)
     steps = []
     hook = lm._base.register_forward_pre_hook(lambda m, a: steps.append(1))
     try:

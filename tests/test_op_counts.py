@@ -69,17 +69,25 @@ def counts(lm, M, what, distinct=True):
     return plain.total, inner.total, step.total
 
 
+#: a noise sample's low-rank draw: two flat generator draws, B's and A's (mezo_rl.engine.noise._Draw)
+DRAW_OPS_PER_SAMPLE = 2
+
+
 def test_a_population_decode_costs_its_rows_flat_in_M(tiny_tokenizer, form):
     lm = LanguageModel(make_tiny_causal_lm(tiny_tokenizer, attention_bias=True), tiny_tokenizer)
-    extra = {}
+    extra, fixed = {}, {}
     for M in (2, 8, 32):
         plain, members, step = counts(lm, M, "generate", distinct=False)
         assert members <= POPULATION_BOUND * plain, (M, members, plain)
         assert step > members  # the draw and the update are outside the closure
-        extra[M] = members - plain
+        extra[M], fixed[M] = members - plain, step - members
     # flat in M: the members add the same number of ops over plain inference of their rows at every M
     # (what grows with M, per-row work of building the batch, both sides do alike)
     assert extra[2] == extra[8] == extra[32] > 0
+    # the step's own work (the members' factors, stacked once and viewed per tensor; the update) grows with M
+    # only by each new sample's draw
+    assert fixed[8] - fixed[2] <= DRAW_OPS_PER_SAMPLE * (8 - 2) // 2
+    assert fixed[32] - fixed[8] <= DRAW_OPS_PER_SAMPLE * (32 - 8) // 2
 
 
 #: score(..., members=M) returns one list of CandidateScores per member: per member, its values are split

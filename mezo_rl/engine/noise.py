@@ -39,6 +39,7 @@ Box-Muller transform agrees to float rounding), so a run trained on a GPU replay
 """
 from __future__ import annotations
 
+import itertools
 import math
 import warnings
 from collections import OrderedDict
@@ -313,6 +314,47 @@ class _Draw:
         return self._views[key]
 
 
+class _Stacked:
+    """Low-rank draws of several samples stacked over a leading member axis (:meth:`NoiseSpec.stacked`): ``b``
+    [M, r * sum(m) + sum(numel of 1-D)] and ``a`` [M, r * sum(n)], float32 on one device (two copies from
+    the host). :meth:`factors` and :meth:`vector` are views of them, each the numbers
+    :meth:`NoiseSpec.factors` / :meth:`NoiseSpec.sample` give for one sample."""
+
+    def __init__(self, spec: "NoiseSpec", seeds: list[int], device: torch.device):
+        unique = list(dict.fromkeys(seeds))
+        draws = [spec._draw(s) for s in unique]
+        pick = torch.tensor([unique.index(s) for s in seeds])
+        self.spec, self.members = spec, len(seeds)
+        self.b = torch.stack([d.b for d in draws]).index_select(0, pick).to(device)
+        self.a = torch.stack([d.a for d in draws]).index_select(0, pick).to(device)
+        mats, vecs = spec._mats, spec._vecs
+        self._m_at = [0, *itertools.accumulate(m for _, _, m, _ in mats)]
+        self._n_at = [0, *itertools.accumulate(n for _, _, _, n in mats)]
+        self._v_at = [0, *itertools.accumulate(numel for _, _, numel in vecs)]
+
+    def factors(self, p: torch.Tensor, index: int, b=None, a=None) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(B [M, m, r], A [M, n, r])`` of the matrix ``p`` at ``index`` for every member, as views of
+        :attr:`b` and :attr:`a`, or of ``b`` / ``a`` given instead: tensors of their shapes made from them
+        elementwise (cast, scaled per member)."""
+        matrix, i = self.spec._position(index, p)
+        if not matrix:
+            raise ValueError(f"the tensor at index {index} has {p.dim()} dimension(s): low-rank factors are drawn "
+                             "for tensors of 2 or more")
+        M, r = self.members, self.spec.rank
+        sm, sn = self._m_at[-1], self._n_at[-1]
+        b = (self.b if b is None else b)[:, : r * sm].view(M, r, sm)[:, :, self._m_at[i] : self._m_at[i + 1]]
+        a = (self.a if a is None else a).view(M, r, sn)[:, :, self._n_at[i] : self._n_at[i + 1]]
+        return b.transpose(1, 2), a.transpose(1, 2)
+
+    def vector(self, p: torch.Tensor, index: int) -> torch.Tensor:
+        """[M, *shape]: the element-wise noise of the 1-D (or 0-D) tensor ``p`` at ``index`` for every member (a view)."""
+        matrix, j = self.spec._position(index, p)
+        if matrix:
+            raise ValueError(f"the tensor at index {index} is a matrix: its noise is low-rank factors")
+        start = self.spec.rank * self._m_at[-1]
+        return self.b[:, start + self._v_at[j] : start + self._v_at[j + 1]].view(self.members, *p.shape)
+
+
 @contextmanager
 def one_thread_on_cpu(devices):
     """Within the block, torch's CPU operators run on one thread when any of ``devices`` is the CPU.
@@ -443,6 +485,14 @@ class NoiseSpec:
             return self._draw(seed).views(torch.float32, torch.device("cpu"))[2][i].clone().view(p.shape).to(p.device)
         fb, fa = self.factors(p, seed, index)
         return (fb @ fa.t()).div_(math.sqrt(self.rank)).view(p.shape)
+
+    def stacked(self, seeds, device) -> "_Stacked":
+        """The low-rank noise of several samples at once, one per entry of ``seeds`` (seeds may repeat), stacked
+        over a leading member axis on ``device``: :class:`_Stacked` (the population's per-member factors,
+        made in a number of operations that does not grow with the number of tensors)."""
+        if self.kind != "lowrank":
+            raise ValueError(f"stacked draws are for low-rank noise, not {self.kind!r}")
+        return _Stacked(self, [int(s) for s in seeds], torch.device(device))
 
     # -- every tensor at once -----------------------------------------------------------------------
     def sweep_(self, tensors, seed: int, coefs) -> None:

@@ -275,27 +275,37 @@ class MemberPlan:
                 mod.forward = previous
 
     def _draw(self, spec, members, entries) -> dict[int, dict]:
-        """Per trainable tensor, this step's per-member factors (low-rank) or perturbations (others)."""
+        """Per trainable tensor, this step's per-member factors (low-rank) or perturbations (others).
+
+        Low-rank noise: every member's draws stacked once per device (:meth:`NoiseSpec.stacked`), A scaled by
+        each member's ``sign * eps / sqrt(r)`` and both cast once per group and dtype; each tensor then takes
+        views of them, so the ops do not grow with the number of members or of tensors. Element-wise noise:
+        each member's sample, tensor by tensor."""
         seeds = sorted({m.seed for m in members})
-        out, coefs = {}, {}  # each member's sign * eps per (eps, device), and its broadcast shapes, made once a step
+        lowrank = spec.kind == "lowrank"
+        out, made = {}, {}  # made: what is shared across tensors, made once a step (per eps, device, dtype)
         for idx, p, group in entries:
             kinds, entry = self.kinds[id(p)], {}
-            key = (group["eps"], p.device)
-            if key not in coefs:
-                coefs[key] = torch.tensor([m.sign * group["eps"] for m in members], dtype=torch.float32, device=p.device)
-            coef = coefs[key]
+            eps, dev, dtype = group["eps"], p.device, p.dtype
+            if (eps, dev) not in made:
+                made[(eps, dev)] = torch.tensor([m.sign * eps for m in members], dtype=torch.float32, device=dev)
+            coef = made[(eps, dev)]
+            if lowrank and dev not in made:
+                made[dev] = spec.stacked([m.seed for m in members], dev)
             if "lowrank" in kinds:
-                drawn = {s: spec.factors(p, s, idx) for s in seeds}
-                if (key, "scale") not in coefs:
-                    coefs[(key, "scale")] = (coef / math.sqrt(spec.rank))[:, None, None]
-                entry["b"] = torch.stack([drawn[m.seed][0] for m in members]).to(p.dtype)         # [M, m, r]
-                entry["a"] = (torch.stack([drawn[m.seed][1] for m in members]) * coefs[(key, "scale")]).to(p.dtype)
+                key = (eps, dev, dtype)
+                if key not in made:  # every member's A scaled by its sign * eps / sqrt(r), and B, in the dtype
+                    stacked = made[dev]
+                    made[key] = (stacked.b.to(dtype), (stacked.a * (coef / math.sqrt(spec.rank))[:, None]).to(dtype))
+                b_all, a_all = made[key]
+                entry["b"], entry["a"] = made[dev].factors(p, idx, b=b_all, a=a_all)  # [M, m, r], [M, n, r] views
             if kinds - {"lowrank"}:
-                drawn = {s: spec.sample(p, s, idx) for s in seeds}
-                if (key, p.dim()) not in coefs:
-                    coefs[(key, p.dim())] = coef.view(-1, *([1] * p.dim()))
-                delta = torch.stack([drawn[m.seed] for m in members]) * coefs[(key, p.dim())]
-                delta = delta.to(p.dtype)
+                if lowrank:
+                    z = made[dev].vector(p, idx)
+                else:
+                    drawn = {s: spec.sample(p, s, idx) for s in seeds}
+                    z = torch.stack([drawn[m.seed] for m in members])
+                delta = (z * coef.view(-1, *([1] * p.dim()))).to(dtype)
                 if "bias" in kinds:
                     entry["delta"] = delta                                  # each member's perturbation [M, *shape]
                 entry["copies"] = p.detach().unsqueeze(0) + delta          # each member's tensor [M, *shape]
@@ -342,7 +352,7 @@ class MemberPlan:
             left, right = (w["b"], w["a"]) if conv else (w["a"], w["b"])  # W^T = left right^T / x W^T gains (x left) right^T
             right_t = right.transpose(1, 2).contiguous()                    # [M, r, out]
             transposed = product_form(W.device) == "transposed"
-            left = left.transpose(1, 2).contiguous() if transposed else left  # [M, r, in] or [M, in, r]
+            left = (left.transpose(1, 2) if transposed else left).contiguous()  # [M, r, in] or [M, in, r]
             rank1 = right_t.shape[1] == 1
             cast = {right_t.dtype: right_t}
         elif kind == "dense":

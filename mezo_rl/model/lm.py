@@ -97,7 +97,7 @@ class LanguageModel:
         self._eos = None  # (device, vocabulary size) and the EOS mask over the vocabulary
         self._stop_checks = {}  # stop strings -> StopCheck
         self._kv = None  # the last preallocated key/value cache handed out: (shape key, cache)
-        self._compiled = None  # the compiled one-token decoding step (CUDA)
+        self._graphs = True  # False once recording a decoding step as a CUDA graph has failed here
         self._trunk = None  # the frozen-trunk cache, when enabled (enable_trunk_cache)
 
     @property
@@ -533,7 +533,7 @@ class LanguageModel:
         padding from then on. Where the host has to wait for the device to read "has every row
         finished?" (an accelerator), it asks only every ``DONE_CHECK_EVERY`` tokens; on a CPU after each
         one. The key/value cache is preallocated for the whole decode where the model supports it
-        (:func:`decode_plan`), and on CUDA the one-token step runs as a compiled CUDA graph.
+        (:func:`decode_plan`), and on CUDA the one-token step is a CUDA graph, replayed (:class:`DecodeGraph`).
 
         With ``members=M`` every forward (prompt and decoding steps, KV cache included) runs on M copies
         of the batch in member-major layout, and the result is a list of M lists of texts. Sampling
@@ -619,9 +619,8 @@ class LanguageModel:
         the "every row finished?" check, every ``DONE_CHECK_EVERY`` tokens."""
         dev, pad = self.device, self.tokenizer.pad_token_id
         B, P = input_ids.shape
-        plan = decode_plan(self.model, dev, members)
+        plan = decode_plan(self.model, dev)
         length = P + max_new_tokens - 1  # the last new token is never fed back
-        length = -(-length // plan.length_multiple) * plan.length_multiple
         cache = self._decode_cache(B, length) if plan.static_cache else None
         full_mask = torch.zeros((B, length), dtype=mask.dtype, device=dev)
         full_mask[:, :P] = mask
@@ -631,11 +630,13 @@ class LanguageModel:
         eos = self._eos_tokens()
         positions = (mask.cumsum(1) - 1).clamp(min=0)  # the prompt's positions; each new token's is one more
         step_ids, every = input_ids, plan.check_every
-        n = 0
+        graph, n = None, 0
         for n in range(max_new_tokens):
             step_mask = full_mask if plan.static_cache else full_mask[:, : P + n]
-            if plan.compiled and n > 0:  # the prompt's pass (a shape of its own) runs eagerly
-                logits, cache = self._compiled_step(step_ids, step_mask, positions, cache)
+            if graph is not None:
+                logits = graph(step_ids, positions)
+            elif plan.graphed and n == 1 and self._graphs:  # the first one-token step: recorded, then replayed
+                logits, graph = self._record_step(step_ids, step_mask, positions, cache)
             else:
                 logits, cache = self._decode_step(step_ids, step_mask, positions, cache)
             nxt = self._next_tokens(logits.to(dev), do_sample, gen, temperature, top_k, members)
@@ -658,24 +659,26 @@ class LanguageModel:
                                    **{cache_keyword(self._base or self.model): cache})
         return self._logits(hidden[:, -1]), returned_cache(out)
 
-    def _compiled_step(self, ids, mask, positions, cache):
-        """The one-token step compiled as a CUDA graph (``torch.compile(mode="reduce-overhead")``, built on
-        first use); if compiling fails here, the eager step from then on (with a warning)."""
-        if self._compiled is None:
-            self._compiled = torch.compile(self._decode_step, mode="reduce-overhead", fullgraph=False)
-        if self._compiled is not self._decode_step:
-            try:
-                return self._compiled(ids, mask, positions, cache)
-            except Exception as err:  # any compiler/toolchain failure: fall back, loudly
-                warnings.warn(f"torch.compile of the decoding step failed ({type(err).__name__}: {err}); "
-                              "decoding runs eagerly")
-                self._compiled = self._decode_step
-        return self._decode_step(ids, mask, positions, cache)
+    def _record_step(self, ids, mask, positions, cache):
+        """This one-token step's logits, and the step recorded as a :class:`DecodeGraph` for the decode's later
+        tokens; if recording fails here, None and the eager step from then on (with a warning)."""
+        try:
+            stream = DecodeGraph.stream(ids.device)
+        except Exception as err:  # no CUDA here
+            return self._no_graphs(err, *self._decode_step(ids, mask, positions, cache))
+        logits, graph = DecodeGraph.record(self._decode_step, ids, mask, positions, cache, stream)
+        return (logits, graph) if isinstance(graph, DecodeGraph) else self._no_graphs(graph, logits, None)
+
+    def _no_graphs(self, err, logits, _cache):
+        warnings.warn(f"recording the decoding step as a CUDA graph failed ({type(err).__name__}: {err}); "
+                      "decoding runs eagerly")
+        self._graphs = False
+        return logits, None
 
     def _decode_cache(self, batch: int, length: int):
         """A preallocated key/value cache (transformers' ``StaticCache``) of ``length`` positions for
         ``batch`` rows, emptied. The same one is handed out again for the same shape, device, weight dtype
-        and autocast state, so a compiled step's graph reads the same memory on every call."""
+        and autocast state."""
         from transformers import StaticCache
 
         weight = next(self.model.parameters())
@@ -755,38 +758,86 @@ def _check_members(members) -> int:
 
 
 DONE_CHECK_EVERY = 8  # on an accelerator: new tokens between two host reads of "has every row finished?"
-COMPILED_LENGTH_MULTIPLE = 64  # a compiled decode's cache length is a multiple of this (fewer shapes to compile)
 STATIC_CACHE_DEVICES = ("cpu", "cuda")  # device types whose decoding preallocates the key/value cache
 
 
 @dataclass(frozen=True)
 class DecodePlan:
     """How ``LanguageModel.generate`` decodes: ``static_cache``, a key/value cache preallocated for the whole
-    decode (transformers' ``StaticCache``: written in place, no tensor grows); ``compiled``, the one-token
-    step as a compiled CUDA graph; ``check_every``, new tokens between two host reads of "has every row
-    finished?"; ``length_multiple``, what the preallocated length is rounded up to."""
+    decode (transformers' ``StaticCache``: written in place, no tensor grows); ``graphed``, the one-token
+    step recorded once per decode as a CUDA graph and replayed (:class:`DecodeGraph`); ``check_every``,
+    new tokens between two host reads of "has every row finished?"."""
 
     static_cache: bool
-    compiled: bool
+    graphed: bool
     check_every: int
-    length_multiple: int
 
 
-def decode_plan(model, device, members: int = 1) -> DecodePlan:
+def decode_plan(model, device) -> DecodePlan:
     """The :class:`DecodePlan` of ``model`` on ``device`` (a ``torch.device`` or its name).
 
     The cache is preallocated where the model's attention takes transformers' static cache (its class
-    says ``_can_compile_fullgraph``) and the device type is in ``STATIC_CACHE_DEVICES``. The compiled step
-    is for CUDA only, and only without members: a member-batched decode (``members`` > 1) runs the
-    model's modules with the population's per-member hooks, which a captured graph would freeze. A CPU
-    reads "finished?" after every token (the read costs nothing there and ends the decode at once);
+    says ``_can_compile_fullgraph``) and the device type is in ``STATIC_CACHE_DEVICES``. On CUDA the
+    one-token step is then a CUDA graph, with or without members (a member-batched decode records the
+    population's batched corrections with the rest: the drawn factors stay put for the whole closure). A
+    CPU reads "finished?" after every token (the read costs nothing there and ends the decode at once);
     elsewhere every ``DONE_CHECK_EVERY`` tokens, so the host does not wait on the device at each token.
     """
     kind = torch.device(device).type
     static = bool(getattr(model, "_can_compile_fullgraph", False)) and kind in STATIC_CACHE_DEVICES
-    compiled = static and kind == "cuda" and members == 1
-    return DecodePlan(static_cache=static, compiled=compiled, check_every=1 if kind == "cpu" else DONE_CHECK_EVERY,
-                      length_multiple=COMPILED_LENGTH_MULTIPLE if compiled else 1)
+    return DecodePlan(static_cache=static, graphed=static and kind == "cuda",
+                      check_every=1 if kind == "cpu" else DONE_CHECK_EVERY)
+
+
+class DecodeGraph:
+    """The one-token decoding step recorded once as a CUDA graph and replayed for each later token of a decode.
+
+    On a GPU a small model's decoding step is bound by kernel launches, one per dispatched op, each paid
+    by the host; a replayed graph launches them all at once. :meth:`record` runs the step eagerly on a
+    side stream (the warm-up a capture needs; its logits are this token's), then records it reading the
+    token ids and positions from buffers of its own, and the attention mask and the preallocated key/value
+    cache in place (the cache advances its own position on the device). Calling the graph copies the next
+    token's ids and positions in and replays it: the logits come back in the same tensor each time. Within
+    a decode everything the step reads stays at its address: the weights, a population's drawn factors,
+    the mask and the cache."""
+
+    def __init__(self, graph, ids, positions, logits):
+        self.graph, self.ids, self.positions, self.logits = graph, ids, positions, logits
+
+    @staticmethod
+    def stream(device):
+        """A side stream of ``device`` that has waited for its current stream (the stream a graph records on)."""
+        side = torch.cuda.Stream(device=device)
+        side.wait_stream(torch.cuda.current_stream(device))
+        return side
+
+    @classmethod
+    def record(cls, step, ids, mask, positions, cache, stream):
+        """``(logits, graph)``: ``step(ids, mask, positions, cache)`` run once on ``stream``, then recorded there.
+        Where recording fails, ``graph`` is the error instead: the step has run once either way (the cache
+        advanced by this token), and a failed recording has run nothing."""
+        dev = ids.device
+        ids, positions = ids.clone(), positions.clone()
+        with torch.cuda.stream(stream):
+            first = step(ids, mask, positions, cache)[0].clone()
+            graph = torch.cuda.CUDAGraph()
+            try:
+                graph.capture_begin()
+                try:
+                    logits = step(ids, mask, positions, cache)[0]
+                finally:
+                    graph.capture_end()
+                recorded = cls(graph, ids, positions, logits)
+            except Exception as err:  # an op the step runs that a graph cannot hold (a host read, ...)
+                recorded = err
+        torch.cuda.current_stream(dev).wait_stream(stream)
+        return first, recorded
+
+    def __call__(self, ids, positions):
+        self.ids.copy_(ids)
+        self.positions.copy_(positions)
+        self.graph.replay()
+        return self.logits
 
 
 def stop_strings(stop) -> tuple[str, ...]:
