@@ -251,7 +251,7 @@ class ObjectiveArguments(Arguments):
                                          "for SQuAD, exact_answer for arithmetic; a prompt file or dataset needs one)")
     reward_weights: Optional[list[float]] = option(None, "one weight per --reward (default: all 1)")
     reward_scale: Optional[str] = option(None, "std: divide each reward by the spread of its values on the first batch (then fixed) before weighting, so rewards on different scales weigh as their weights say (default: each reward as it is)", choices=["std"])
-    reward_shaping: str = option("none", "group: centre each prompt's weighted rewards across all of the step's completions of it (every member, every --num-generations sample) and divide by their std, as GRPO and EGGROLL do per prompt; none: the mean reward", choices=["none", "group"])
+    reward_shaping: str = option("none", "group: centre each prompt's weighted rewards across all of the step's completions of it (every member, every --num-generations sample) and divide by their std, as GRPO and EGGROLL do per prompt; rank: each member's loss is its centred rank among the step's members (-1/2 best to +1/2 worst, ties averaged), the fitness shaping of evolution strategies; none: the mean reward", choices=["none", "group", "rank"])
     beta: float = option(0.0, "the KL coefficient (TRL's beta), prompt tasks: each member's loss adds beta times the mean per-token KL to the starting model (exact over the vocabulary; both members of a pair read it on the + member's completions), so a step prefers members that stay close to where the run began; 0: no penalty (kl is still reported at each evaluation)", ge=0.0)
 
     def __post_init__(self):

@@ -9,7 +9,9 @@ loss per member:
    members' statistics all-reduced across ranks in one collective;
 2. **group shaping** (``reward_shaping="group"``): instead, each prompt's weighted rewards are centred and
    scaled across all of the step's completions of it, every member's (``mezo_rl.rewards.group_shape``),
-   and a member's loss is minus its mean shaped reward;
+   and a member's loss is minus its mean shaped reward; or **rank shaping** (``reward_shaping="rank"``):
+   each member's loss becomes its centred rank among the step's members (:func:`centred_ranks`), so a
+   step depends on the members' order alone;
 3. **normalisation** (``step_normalize="std"``): each loss difference is divided by the spread of the step's
    member losses instead of by 2 eps (FZOO; ES-at-scale's z-scoring for ``estimator="es"``), a step
    whose length does not depend on the reward's scale. Without ``beta`` that division is the engine's
@@ -37,7 +39,7 @@ from mezo_rl.errors import UserError
 from mezo_rl.stats import Moments
 from mezo_rl.training.kl import KL, KLSums
 
-__all__ = ["FitnessSpec", "Fitness", "RewardsSilentError", "bounded_losses"]
+__all__ = ["FitnessSpec", "Fitness", "RewardsSilentError", "bounded_losses", "centred_ranks"]
 
 
 class RewardsSilentError(UserError, ValueError):
@@ -51,6 +53,26 @@ def bounded_losses(losses: list[float], eps: float) -> list[float]:
     gradient grows with the kl, without bound)."""
     s = spread(losses)
     return losses if s <= eps else [eps * x / s for x in losses]
+
+
+def centred_ranks(losses: list[float]) -> list[float]:
+    """Each loss replaced by its centred rank among ``losses``: ``rank / (M - 1) - 1/2``, from -1/2 (the lowest
+    loss) to +1/2 (the highest), tied losses sharing their mean rank (Salimans et al. 2017's fitness shaping).
+    A step then depends only on the members' order: the same for any increasing transform of the reward.
+    One member: 0. A NaN loss (no reward scored) stays NaN."""
+    if len(losses) < 2:
+        return [x if math.isnan(x) else 0.0 for x in losses]
+    finite = sorted((x, i) for i, x in enumerate(losses) if not math.isnan(x))
+    out = [math.nan] * len(losses)
+    k = 0
+    while k < len(finite):
+        j = k
+        while j + 1 < len(finite) and finite[j + 1][0] == finite[k][0]:
+            j += 1
+        for _, i in finite[k : j + 1]:
+            out[i] = (k + j) / 2 / (len(losses) - 1) - 0.5
+        k = j + 1
+    return out
 
 
 @dataclass(frozen=True)
@@ -76,7 +98,8 @@ class FitnessSpec:
         return "std" if self.normalize and not self.beta else None
 
     def __str__(self) -> str:
-        parts = ["group-shaped rewards" if self.reward_shaping == "group" else "weighted mean reward"]
+        parts = [{"group": "group-shaped rewards", "rank": "members' centred ranks"}.get(self.reward_shaping,
+                                                                                       "weighted mean reward")]
         if self.beta:
             parts.append(f"+ {self.beta:g} x KL to the start")
         parts.append("normalised by the members' spread" if self.normalize else "over 2 eps")
@@ -105,6 +128,8 @@ class Fitness:
         losses = [float(self.objective.loss_from(st["sums"], st["counts"], st["sq_sums"])) for st in stats]
         if spec.reward_shaping == "group":
             losses = self._group_losses(outcomes)
+        elif spec.reward_shaping == "rank":
+            losses = centred_ranks(losses)
         record = {}
         if spec.beta:
             kls = self._kls(outcomes)
