@@ -15,7 +15,8 @@ Per difficulty it prints one JSON line and a markdown row: ``correct`` (``countd
 ``<answer>`` uses every number once and reaches the target) and the ``countdown`` reward (0.1 x format + 1.0 x
 correct), each with its SE, and the measured reasons a completion scores nothing: the share with an
 ``<answer>...</answer>`` pair (``answer_tag``), whose last answer parses as an expression (``parsable``), that
-also uses each number once (``uses_numbers``), that ended at EOS before ``--max-new-tokens`` (``ended``), and
+also uses each number once (``uses_numbers``), that has no pair but solves the puzzle on its first line
+(``bare_correct``: right, untagged, scored 0), that ended at EOS before ``--max-new-tokens`` (``ended``), and
 that loop (``loops``: ``suite.protocol.repetition_of`` below ``LOOP_REPETITION``). ``--sampled K`` adds the rate
 under sampling (temperature 1, K completions a puzzle, as an RL run draws them): the share of completions that
 are correct (``sampled_correct``) and of puzzles with at least one correct completion (``pass_at_k``).
@@ -44,7 +45,7 @@ from suite.protocol import LOOP_REPETITION, PRECISION, commit, cpu_info, precisi
 from suite.records import append_record  # noqa: E402
 
 from mezo_rl.model.loading import load_model  # noqa: E402
-from mezo_rl.rewards.verifiable import ExpressionError, answer_contents, evaluate_expression  # noqa: E402
+from mezo_rl.rewards.verifiable import TOLERANCE, ExpressionError, answer_contents, evaluate_expression  # noqa: E402
 from mezo_rl.stats import Moments  # noqa: E402
 from mezo_rl.tasks import get_task  # noqa: E402
 from mezo_rl.training.evaluation import evaluate  # noqa: E402
@@ -53,9 +54,19 @@ REPO = pathlib.Path(__file__).resolve().parent.parent
 SAMPLES = 6  # completions kept per difficulty, beside their puzzles
 
 
-def diagnose(text: str, numbers, tokens: int | None, max_new_tokens: int) -> dict:
+def _solves(expression: str, numbers, target) -> tuple[bool, bool]:
+    """(parses, solves): ``expression`` parses, and it uses ``numbers`` each once and equals ``target``."""
+    try:
+        value, used = evaluate_expression(expression.strip())
+    except ExpressionError:
+        return False, False
+    return True, Counter(used) == Counter(int(n) for n in numbers) and abs(float(value) - float(target)) < TOLERANCE
+
+
+def diagnose(text: str, numbers, tokens: int | None, max_new_tokens: int, target=None) -> dict:
     """Why a completion scores what it does: an answer pair, a parsable last answer, the numbers each used once,
-    an end before the token limit (``tokens`` None: unknown), a loop."""
+    an end before the token limit (``tokens`` None: unknown), a loop; and ``bare_correct``: with no answer pair,
+    whether its first line, up to an ``=``, solves the puzzle (right but untagged, which the reward scores 0)."""
     found = answer_contents(text)
     parsed, uses = False, False
     if found:
@@ -64,8 +75,10 @@ def diagnose(text: str, numbers, tokens: int | None, max_new_tokens: int) -> dic
             parsed, uses = True, Counter(used) == Counter(int(n) for n in numbers)
         except ExpressionError:
             pass
+    lines = text.strip().splitlines()
+    bare = not found and target is not None and bool(lines) and _solves(lines[0].split("=")[0], numbers, target)[1]
     return {"answer_tag": float(bool(found)), "parsable": float(parsed), "uses_numbers": float(uses),
-            "ended": float(tokens < max_new_tokens) if tokens is not None else None,
+            "bare_correct": float(bare), "ended": float(tokens < max_new_tokens) if tokens is not None else None,
             "loops": float(repetition_of(text) < LOOP_REPETITION)}
 
 
@@ -138,14 +151,15 @@ def main():
         task = get_task("countdown", chat=chat, **options)
         examples = task.load_split(args.split, n=args.n, seed=args.seed)
         values = {"countdown": [], "countdown_correct": []}
-        why = {k: [] for k in ("answer_tag", "parsable", "uses_numbers", "ended", "loops")}
+        why = {k: [] for k in ("answer_tag", "parsable", "uses_numbers", "bare_correct", "ended", "loops")}
         samples = []
 
         def keep(batch, outputs, vals):
             for k in values:
                 values[k] += vals[k]
             for g, text in zip(outputs.groups, outputs.texts):
-                d = diagnose(text, batch[g].columns["numbers"], token_count(lm, text), args.max_new_tokens)
+                d = diagnose(text, batch[g].columns["numbers"], token_count(lm, text), args.max_new_tokens,
+                             batch[g].columns["target"])
                 for k in why:
                     why[k].append(d[k])
             if len(samples) < SAMPLES:
@@ -181,12 +195,12 @@ def main():
             append_record(args.record, row)
         print(json.dumps(row), flush=True)
     print("\n| model | numbers | from 1.. | correct (SE) | reward (SE) | answer tag | parsable | uses numbers | "
-          "ended | loops | n |\n|---|---|---|---|---|---|---|---|---|---|---|")
+          "untagged right | ended | loops | n |\n|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         c = r["count"] if isinstance(r["count"], int) else "-".join(map(str, r["count"]))
         print(f"| {r['model']} | {c} | {r['max_number']} | {100 * r['correct']:.1f}% ({100 * r['correct_se']:.1f}) | "
               f"{r['reward']:.3f} ({r['reward_se']:.3f}) | {r['answer_tag']:.2f} | {r['parsable']:.2f} | "
-              f"{r['uses_numbers']:.2f} | {r['ended']:.2f} | {r['loops']:.2f} | {r['n']} |")
+              f"{r['uses_numbers']:.2f} | {r['bare_correct']:.2f} | {r['ended']:.2f} | {r['loops']:.2f} | {r['n']} |")
 
 
 if __name__ == "__main__":

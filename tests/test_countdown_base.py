@@ -32,3 +32,14 @@ def test_the_last_answer_is_parsed_and_its_numbers_checked():
 def test_a_loop_is_counted():
     assert countdown_base.diagnose("1 + 2 = 3 " * 30, [1, 2], tokens=None, max_new_tokens=9)["loops"] == 1.0
     assert countdown_base.diagnose("3 * 8 gives 24, the target", [8, 3], None, 9)["loops"] == 0.0
+
+
+def test_a_right_equation_without_tags_is_counted_apart():
+    right = countdown_base.diagnose("10 + 11 = 21", [10, 11], tokens=8, max_new_tokens=256, target=21)
+    assert (right["answer_tag"], right["bare_correct"]) == (0.0, 1.0)
+    wrong_target = countdown_base.diagnose("10 + 8 = 18", [10, 8], tokens=8, max_new_tokens=256, target=80)
+    assert wrong_target["bare_correct"] == 0.0
+    a_number_missing = countdown_base.diagnose("11 = 11", [10, 11], tokens=8, max_new_tokens=256, target=11)
+    assert a_number_missing["bare_correct"] == 0.0
+    tagged = countdown_base.diagnose("<answer>10 + 11</answer>", [10, 11], tokens=8, max_new_tokens=256, target=21)
+    assert tagged["bare_correct"] == 0.0  # tagged: the reward's own parse applies
