@@ -283,25 +283,27 @@ class MemberPlan:
         each member's sample, tensor by tensor."""
         seeds = sorted({m.seed for m in members})
         lowrank = spec.kind == "lowrank"
-        out, made = {}, {}  # made: what is shared across tensors, made once a step (per eps, device, dtype)
+        # made once a step: each member's sign * eps per (eps, device); the stacked low-rank draws per device;
+        # B and the scaled A in each (eps, device, dtype)
+        coefs, stacks, factors, out = {}, {}, {}, {}
         for idx, p, group in entries:
             kinds, entry = self.kinds[id(p)], {}
             eps, dev, dtype = group["eps"], p.device, p.dtype
-            if (eps, dev) not in made:
-                made[(eps, dev)] = torch.tensor([m.sign * eps for m in members], dtype=torch.float32, device=dev)
-            coef = made[(eps, dev)]
-            if lowrank and dev not in made:
-                made[dev] = spec.stacked([m.seed for m in members], dev)
+            if (eps, dev) not in coefs:
+                coefs[(eps, dev)] = torch.tensor([m.sign * eps for m in members], dtype=torch.float32, device=dev)
+            coef = coefs[(eps, dev)]
+            if lowrank and dev not in stacks:
+                stacks[dev] = spec.stacked([m.seed for m in members], dev)
             if "lowrank" in kinds:
                 key = (eps, dev, dtype)
-                if key not in made:  # every member's A scaled by its sign * eps / sqrt(r), and B, in the dtype
-                    stacked = made[dev]
-                    made[key] = (stacked.b.to(dtype), (stacked.a * (coef / math.sqrt(spec.rank))[:, None]).to(dtype))
-                b_all, a_all = made[key]
-                entry["b"], entry["a"] = made[dev].factors(p, idx, b=b_all, a=a_all)  # [M, m, r], [M, n, r] views
+                if key not in factors:  # every member's A scaled by its sign * eps / sqrt(r), and B, in the dtype
+                    stacked = stacks[dev]
+                    factors[key] = (stacked.b.to(dtype), (stacked.a * (coef / math.sqrt(spec.rank))[:, None]).to(dtype))
+                b_all, a_all = factors[key]
+                entry["b"], entry["a"] = stacks[dev].factors(p, idx, b=b_all, a=a_all)  # [M, m, r], [M, n, r] views
             if kinds - {"lowrank"}:
                 if lowrank:
-                    z = made[dev].vector(p, idx)
+                    z = stacks[dev].vector(p, idx)
                 else:
                     drawn = {s: spec.sample(p, s, idx) for s in seeds}
                     z = torch.stack([drawn[m.seed] for m in members])

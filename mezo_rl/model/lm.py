@@ -665,15 +665,14 @@ class LanguageModel:
         try:
             stream = DecodeGraph.stream(ids.device)
         except Exception as err:  # no CUDA here
-            return self._no_graphs(err, *self._decode_step(ids, mask, positions, cache))
-        logits, graph = DecodeGraph.record(self._decode_step, ids, mask, positions, cache, stream)
-        return (logits, graph) if isinstance(graph, DecodeGraph) else self._no_graphs(graph, logits, None)
-
-    def _no_graphs(self, err, logits, _cache):
-        warnings.warn(f"recording the decoding step as a CUDA graph failed ({type(err).__name__}: {err}); "
-                      "decoding runs eagerly")
-        self._graphs = False
-        return logits, None
+            logits, graph, error = self._decode_step(ids, mask, positions, cache)[0], None, err
+        else:
+            logits, graph, error = DecodeGraph.record(self._decode_step, ids, mask, positions, cache, stream)
+        if graph is None:
+            warnings.warn(f"recording the decoding step as a CUDA graph failed ({type(error).__name__}: {error}); "
+                          "decoding runs eagerly")
+            self._graphs = False
+        return logits, graph
 
     def _decode_cache(self, batch: int, length: int):
         """A preallocated key/value cache (transformers' ``StaticCache``) of ``length`` positions for
@@ -813,25 +812,24 @@ class DecodeGraph:
 
     @classmethod
     def record(cls, step, ids, mask, positions, cache, stream):
-        """``(logits, graph)``: ``step(ids, mask, positions, cache)`` run once on ``stream``, then recorded there.
-        Where recording fails, ``graph`` is the error instead: the step has run once either way (the cache
-        advanced by this token), and a failed recording has run nothing."""
+        """``(logits, graph, error)``: ``step(ids, mask, positions, cache)`` run once on ``stream``, then recorded
+        there. Where recording fails, ``graph`` is None and ``error`` says why: the step has run once either way
+        (the cache advanced by this token), and a failed recording has run nothing."""
         dev = ids.device
         ids, positions = ids.clone(), positions.clone()
+        graph, error = torch.cuda.CUDAGraph(), None
         with torch.cuda.stream(stream):
             first = step(ids, mask, positions, cache)[0].clone()
-            graph = torch.cuda.CUDAGraph()
             try:
                 graph.capture_begin()
                 try:
                     logits = step(ids, mask, positions, cache)[0]
                 finally:
                     graph.capture_end()
-                recorded = cls(graph, ids, positions, logits)
             except Exception as err:  # an op the step runs that a graph cannot hold (a host read, ...)
-                recorded = err
+                error = err
         torch.cuda.current_stream(dev).wait_stream(stream)
-        return first, recorded
+        return first, (None if error else cls(graph, ids, positions, logits)), error
 
     def __call__(self, ids, positions):
         self.ids.copy_(ids)
