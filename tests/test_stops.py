@@ -288,6 +288,59 @@ def test_squad_and_drop_answers_end_with_their_newline_and_score_as_when_it_was_
     assert all(v > 0 for v in tried.values()), tried  # right answers were among those tried
 
 
+def test_resuming_a_run_made_when_completions_were_cut_before_the_stop(tmp_path, tiny_tokenizer):
+    """A checkpoint without model.json's ``stop_strings`` comes from the version that cut a completion before its
+    stop string. Its run is refused in one line where its completions would now differ (a stop string that a
+    reward or metric reads past), by the trainer and by the command line's checks before any model loads; it
+    resumes where nothing can differ (no stop; only SQuAD's newline, read by F1 and exact match)."""
+    import json
+
+    from mezo_rl.cli.checks import check_training
+    from mezo_rl.errors import ConfigError
+    from mezo_rl.training.arguments import MeZOConfig
+    from mezo_rl.training.rundir import STOP_STRINGS, check_stop_strings
+    from mezo_rl.training.setup import build_objective
+    from mezo_rl.training.trainer import MeZOTrainer
+    from test_trainer import make_args
+
+    task = get_task("arithmetic-plain")
+    splits = {s: task.load_split(s, n=4) for s in ("train", "validation", "test")}
+
+    def args(steps, resume=False):
+        return make_args(tmp_path, task=task.name, reward=["exact_answer"], stop=["="], max_steps=steps, eval_steps=1,
+                         max_completion_length=3, initial_test=False, evaluation="inplace", resume=resume)
+
+    def run(steps, resume=False):
+        factory = lambda: LanguageModel(make_tiny_causal_lm(tiny_tokenizer), tiny_tokenizer)  # noqa: E731
+        MeZOTrainer(args=args(steps, resume), lm=factory(), lm_factory=factory, task=task, splits=splits).train()
+
+    run(1)
+    run(2, resume=True)  # a checkpoint of this version: it resumes
+    path = tmp_path / "run" / "checkpoint" / "model.json"
+    identity = json.loads(path.read_text())
+    assert identity.pop("stop_strings") == STOP_STRINGS
+    path.write_text(json.dumps(identity))  # the checkpoint as the version that cut before the stop string wrote it
+    refused = (r"^--resume: the run in '.*run' was made with stop strings cut before the string; this version keeps "
+               r"them, so its completions would differ: start it over with --overwrite-output-dir$")
+    with pytest.raises(ConfigError, match=refused):
+        run(3, resume=True)
+    with pytest.raises(ConfigError, match=refused):
+        check_training(args(3, resume=True), model=False)
+    assert json.loads((tmp_path / "run" / "checkpoint" / "trainer_state.json").read_text())["global_step"] == 2
+
+    def check(task_name, reward, stop=None):
+        check_stop_strings(tmp_path / "run", MeZOConfig(task=task_name, stop=stop), get_task(task_name),
+                           build_objective([reward]))
+
+    check("arithmetic-plain", "exact_answer")                       # no stop string: nothing differs
+    check("squad", "cross_entropy")                                 # the newline, read by F1 and exact match
+    check("squad", "cross_entropy", stop=["\n", " "])               # whitespace, read by F1 and exact match
+    check("sst2", "cross_entropy", stop=["."])                      # nothing generates
+    for task_name, reward, stop in (("squad", "cross_entropy", ["."]), ("arithmetic-plain", "exact_answer", ["\n"])):
+        with pytest.raises(ConfigError, match=refused):
+            check(task_name, reward, stop)
+
+
 def test_a_stop_that_is_not_text_is_one_line_from_a_config_file_before_any_model_loads(tmp_path, monkeypatch, capsys):
     import mezo_rl.model.loading as loading
     from mezo_rl.cli.main import main
