@@ -147,7 +147,7 @@ def test_generation_stops_at_newline_only_when_asked(tiny_causal_lm):
     with torch.no_grad():  # force "\n" to win from the first step on
         model.lm_head.bias = torch.nn.Parameter(torch.zeros(len(tok)))
         model.lm_head.bias.data[nl] = 1e4
-    assert lm.generate(["the sun rose", "Yes or No ?"], max_new_tokens=6, stop=["\n"]) == ["", ""]
+    assert lm.generate(["the sun rose", "Yes or No ?"], max_new_tokens=6, stop=["\n"]) == ["\n", "\n"]
     assert lm.generate(["the sun rose", "Yes or No ?"], max_new_tokens=3) == ["\n\n\n"] * 2
 
 

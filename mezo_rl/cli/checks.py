@@ -98,6 +98,8 @@ def check_training(args, *, model: bool = True, output: bool = True):
     check_data_dir(args.data_dir)
     if output:
         check_output_dir(plan.args)
+        if plan.args.resume:
+            rundir.check_stop_strings(plan.args.output_dir, plan.args, plan.task, plan.objective)
     check_reward_fit(plan.objective, args.model if model else None)
     if plan.task_kind == "prompts":
         check_prompts(plan.task, args.model if model else None)

@@ -513,7 +513,7 @@ class LanguageModel:
         stop: list[str] | None = None,
         members: int | None = None,
     ) -> list[str] | list[list[str]]:
-        """Continue each prompt; return the new text only, cut before the first stop string it writes.
+        """Continue each prompt; return the new text only, up to and including the first stop string it writes.
 
         Batched decoding with a key/value cache, ``self.batch_size`` prompts at a time, taken in order of
         their token length so that a chunk's left padding stays short. Greedy by default; with
@@ -522,11 +522,12 @@ class LanguageModel:
         same prompts return the same text, so +eps and -eps perturbations see common random numbers.
 
         A completion ends at EOS (always; EOS is not part of the text), at the first of the ``stop``
-        strings it writes, or after ``max_new_tokens``. The text is cut just before the stop string,
-        which is not part of it, wherever it falls: across tokens, or starting or ending inside one
-        (``stop=["\\n"]`` ends a completion at its first newline and keeps what precedes the newline
-        inside the token that holds it). ``stop``: a list of non-empty strings (one string is taken as a
-        list of one); None or empty: EOS only.
+        strings it writes, or after ``max_new_tokens``. The text keeps the stop string and ends with it,
+        as transformers' ``generate(stop_strings=...)`` does, wherever it falls: across tokens, or starting
+        or ending inside one; what the token that completes it carries beyond it is dropped (transformers
+        keeps that token whole). Of several stop strings, the one written first ends the text
+        (``stop=["\\n"]``: a completion ends with its first newline).
+        ``stop``: a list of non-empty strings (one string is taken as a list of one); None or empty: EOS only.
 
         Stop checks run on the device: EOS is a lookup of each new token, a stop string is matched over
         the last tokens' ids (transformers' ``StopStringCriteria``), and a row that has finished gets
@@ -709,9 +710,9 @@ class LanguageModel:
         return torch.cat(parts)
 
     def _detokenise(self, new, ends, stops) -> list[str]:
-        """Each row's text: its kept tokens (``ends``) decoded, then cut before the first stop string."""
+        """Each row's text: its kept tokens (``ends``) decoded, then ended with the first stop string."""
         tok = self.tokenizer
-        return [cut_at_stop(tok.decode(ids[:end], skip_special_tokens=True), stops)
+        return [end_at_stop(tok.decode(ids[:end], skip_special_tokens=True), stops)
                 for ids, end in zip(new.tolist(), ends.tolist())]
 
     # ------------------------------------------------------------------ features
@@ -851,10 +852,11 @@ def stop_strings(stop) -> tuple[str, ...]:
     return tuple(dict.fromkeys(stop))
 
 
-def cut_at_stop(text: str, stops) -> str:
-    """``text`` up to (not including) the earliest occurrence of any of ``stops``; all of it if none occurs."""
-    found = [i for i in (text.find(s) for s in stops) if i >= 0]
-    return text[: min(found)] if found else text
+def end_at_stop(text: str, stops) -> str:
+    """``text`` up to and including the first of ``stops`` it holds (the occurrence that ends first: the one
+    written first); all of it if none occurs."""
+    ends = [i + len(s) for s in stops if (i := text.find(s)) >= 0]
+    return text[: min(ends)] if ends else text
 
 
 class StopCheck:
@@ -864,8 +866,8 @@ class StopCheck:
     built once per tokenizer and strings). It sees the completion's tokens only, never the prompt's.
 
     Where the tokenizer's vocabulary holds no token that can end any of the strings, ``check`` is None:
-    nothing stops a row early, and the text is still cut before the first stop string
-    (``cut_at_stop``)."""
+    nothing stops a row early, and the text still ends with the first stop string it holds
+    (``end_at_stop``)."""
 
     def __init__(self, tokenizer, stops: tuple[str, ...]):
         from transformers import StopStringCriteria

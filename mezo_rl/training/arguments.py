@@ -372,8 +372,8 @@ class GenerationArguments(Arguments):
     top_k: Optional[int] = option(None, "sampling: accepted unset or 0 only (LanguageModel.generate draws from the "
                                         "whole distribution)")
     repetition_penalty: float = option(1.0, "accepted at 1.0 only (LanguageModel.generate applies no penalty)")
-    stop: Optional[list[str]] = option(None, "end each completion at the first of these strings, cut just before "
-                                             "it (repeat for several; on the command line \\n is a newline); every "
+    stop: Optional[list[str]] = option(None, "end each completion at the first of these strings, which it keeps "
+                                             "(repeat for several; on the command line \\n is a newline); every "
                                              "completion also ends at EOS, and a task whose format needs it adds its "
                                              "own (SQuAD and DROP: a newline)", verbatim=True)
 

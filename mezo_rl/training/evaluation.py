@@ -2,7 +2,7 @@
 
 * classification / multiple choice: the prediction is the candidate with the highest average
   log-likelihood per token (paper, Table 14 caption); metric ``accuracy``.
-* generation (SQuAD, DROP): greedy decoding up to a newline; metrics ``squad_f1`` and ``exact_match``
+* generation (SQuAD, DROP): greedy decoding up to and including a newline; metrics ``squad_f1`` and ``exact_match``
   (official SQuAD normalisation, max over the gold answers).
 * prompts (no gold answer): greedy decoding to EOS (or a ``--stop`` string); the metrics are the run's own rewards, the weighted
   ``objective`` (``sum_k w_k * mean_k``, loss-like rewards negated; :data:`OBJECTIVE`) with its

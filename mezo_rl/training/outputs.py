@@ -119,8 +119,8 @@ def model_outputs(lm, examples, needs, members=None, *, sample_seed: Optional[in
 
     Gradients follow the caller's mode (the engine calls closures under ``torch.no_grad()``; the
     backprop baseline needs them). Generation uses ``sample_seed``, so +eps and -eps see the same
-    sampling randomness, and ends each completion at EOS and at the ``stop`` strings (cut before the stop
-    string; :func:`completion_stops` gives a run's); with ``num_generations`` G > 1 each example's row is repeated G times
+    sampling randomness, and ends each completion at EOS and at the ``stop`` strings (the text ends with
+    the stop string; :func:`completion_stops` gives a run's); with ``num_generations`` G > 1 each example's row is repeated G times
     (sampled generation draws G different completions). An empty batch (a distributed rank's empty
     shard) gives empty lists. ``normalised=False``: the rewards only compare an example's candidates
     (``rewards.Objective.normaliser_invariant``), so ``lm.score`` may return logits where that saves work.

@@ -5,9 +5,10 @@
     training_args.json   the resolved MeZOConfig
     metrics.jsonl        one JSON object per logged step and per evaluation
     summary.json         initial_validation, validation (best step), test, best_step, wall_time_s, metrics
-    checkpoint/          model.json (base model identity + PEFT config), trajectory.npz,
-                         optimizer.json (optimizer + scheduler state), optimizer.safetensors (momentum /
-                         Adam buffers, only when the run has them), trainer_state.json (TrainerState)
+    checkpoint/          model.json (base model identity + PEFT config; how completions end at a stop
+                         string), trajectory.npz, optimizer.json (optimizer + scheduler state),
+                         optimizer.safetensors (momentum / Adam buffers, only when the run has them),
+                         trainer_state.json (TrainerState)
     samples/             prompt tasks: <split>-step<N>.jsonl, the first completions of each evaluation
     completions/         the same as <split>-step<N>.parquet tables (TRL's log_completions; needs pyarrow)
     config.json, model.safetensors, tokenizer files, README.md (the model card): the weights, with
@@ -45,11 +46,13 @@ from typing import Optional
 import numpy as np
 import torch
 
+from mezo_rl import rewards
 from mezo_rl.engine.optim import replay_trajectory
 from mezo_rl.engine.trajectory import Trajectory
 from mezo_rl.errors import ConfigError, UserError, first_line
 from mezo_rl.model.peft import PEFT_METHODS, export_model, peft_config
 from mezo_rl.training.arguments import MeZOConfig, parse_step
+from mezo_rl.training.outputs import completion_stops
 from mezo_rl.training.setup import build_model, trainable_parameters
 
 CONFIG_FILE = "training_args.json"  # the run's MeZOConfig (config.json is the saved model's, as transformers)
@@ -196,10 +199,45 @@ def read_args(run_dir: str | os.PathLike) -> MeZOConfig:
 
 
 def model_identity(args: MeZOConfig, lm) -> dict:
-    """What the checkpoint needs besides the trajectory: the base model and the adapter."""
+    """What the checkpoint needs besides the trajectory: the base model and the adapter; and how its completions
+    ended at a stop string (``stop_strings``: :data:`STOP_STRINGS`)."""
     return {"model": args.model, "dtype": args.dtype, "peft": peft_config(lm) if args.peft in PEFT_METHODS else None,
             "parameters": sum(p.numel() for p in trainable_parameters(lm.model)),
-            "transformers": version("transformers"), "torch": torch.__version__}
+            "transformers": version("transformers"), "torch": torch.__version__, "stop_strings": STOP_STRINGS}
+
+
+# How a completion ends at a stop string (model.json's "stop_strings"): "kept", the text ends with the stop string.
+# A checkpoint without it was written by a version that cut the text just before the stop string.
+STOP_STRINGS = "kept"
+# Built-in rewards whose value ignores whitespace at the ends of a completion (they normalise or tokenise it away).
+WHITESPACE_BLIND = frozenset({"squad_f1", "exact_match", "rouge_l", "bleu"})
+
+
+def check_stop_strings(run_dir: str | os.PathLike, args: MeZOConfig, task, objective) -> None:
+    """Refuse, in one line, to resume a run whose checkpoint comes from a version that cut a completion before
+    its stop string, where this version's completions could make it go on differently: it generates with stop
+    strings (the task's and ``--stop``) and something reads its completions (:func:`completion_readers`). It
+    goes on identically where every stop string is whitespace and the only readers are
+    :data:`WHITESPACE_BLIND` metrics of a task with gold answers (SQuAD's and DROP's newline with their F1 and
+    exact match): that run resumes (``--beta``, a KL over the completions, is for prompt tasks only)."""
+    stops, readers = completion_stops(task, args.stop), completion_readers(task, objective)
+    if not stops or not readers:
+        return
+    identity = read_json(checkpoint_dir(run_dir) / MODEL_FILE)
+    if isinstance(identity, dict) and identity.get("stop_strings") == STOP_STRINGS:
+        return
+    if task.kind != "prompts" and all(not s.strip() for s in stops) and readers <= WHITESPACE_BLIND:
+        return
+    raise ConfigError(f"--resume: the run in {str(run_dir)!r} was made with stop strings cut before the string; this "
+                      f"version keeps them, so its completions would differ: start it over with --overwrite-output-dir")
+
+
+def completion_readers(task, objective) -> set[str]:
+    """What reads a run's completions: the generation rewards of its objective and of its task's metrics; for a
+    prompt task also its evaluations' ``distinct_2``, ``completion_chars`` and ``kl``."""
+    specs = [*objective.rewards, *(rewards.get_reward(m) for m in task.metrics)]
+    readers = {s.name for s in specs if s.needs == "generation"}
+    return readers | ({"distinct_2", "completion_chars", "kl"} if task.kind == "prompts" else set())
 
 
 # ---------------------------------------------------------------------- checkpoint

@@ -465,6 +465,7 @@ class MeZOTrainer:
     def _resume(self) -> None:
         """Restore a run from its checkpoint: replay the trajectory, restore optimizer and best step."""
         rundir.check_resumable(self.output_dir, self.args)
+        rundir.check_stop_strings(self.output_dir, self.args, self.task, self.objective)
         self.state = self._new_state(rundir.load_checkpoint(self.output_dir, self.optimizer, self.scheduler))
         rundir.replay_prefix(self.lm, self.optimizer.trajectory, self.step)
         self.objective.load_state_dict(self.state.objective)
