@@ -140,12 +140,26 @@ def cache_root() -> pathlib.Path:
     return (pathlib.Path(base) if base else pathlib.Path.home() / ".cache" / "mezo_rl") / "models"
 
 
+def parse_max_memory(spec: str | None) -> dict | None:
+    """``"0=20GiB,cpu=60GiB"`` -> ``{0: "20GiB", "cpu": "60GiB"}`` (the form accelerate expects)."""
+    if not spec:
+        return None
+    out = {}
+    for part in spec.split(","):
+        key, sep, value = part.partition("=")
+        if not sep or not key.strip() or not value.strip():
+            raise ConfigError(f"--max-memory: cannot read {part!r}; expected DEVICE=SIZE pairs such as '0=20GiB,cpu=60GiB'")
+        key = key.strip()
+        out[int(key) if key.isdigit() else key] = value.strip()
+    return out
+
+
 def load_model(
     name: str,
     dtype: str = "float32",
     device: str | torch.device = "cpu",
     device_map=None,
-    max_memory: dict | None = None,
+    max_memory: dict | str | None = None,
     batch_size: int = 16,
     **from_pretrained_kwargs,
 ) -> LanguageModel:
@@ -157,7 +171,9 @@ def load_model(
         dtype: ``"float32"`` (``"fp32"``) or ``"bfloat16"`` (``"bf16"``).
         device: where to put the model when ``device_map`` is not given (``"cpu"``, ``"cuda:0"``).
         device_map, max_memory: passed to ``from_pretrained`` to spread a large model over devices
-            (e.g. ``device_map="auto"``); ``device`` is then ignored.
+            (e.g. ``device_map="auto"``); ``device`` is then ignored. ``max_memory`` as accelerate takes it
+            (``{0: "20GiB", "cpu": "60GiB"}``) or as ``--max-memory`` writes it (``"0=20GiB,cpu=60GiB"``,
+            :func:`parse_max_memory`).
         batch_size: the ``LanguageModel``'s batch size for scoring and generation.
         **from_pretrained_kwargs: anything else for ``from_pretrained`` (``revision``, ``attn_implementation``).
 
@@ -169,7 +185,7 @@ def load_model(
     if device_map is not None:
         kw["device_map"] = device_map
     if max_memory is not None:
-        kw["max_memory"] = max_memory
+        kw["max_memory"] = parse_max_memory(max_memory) if isinstance(max_memory, str) else max_memory
 
     tried = []
     source = _resolve(name, tried)

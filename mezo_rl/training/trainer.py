@@ -44,13 +44,13 @@ from mezo_rl.training.fitness import Fitness, RewardsSilentError
 from mezo_rl.training.kl import StartingPoint, completion_kl, member_kls
 from mezo_rl.training.member_evaluation import resumed_evaluation
 from mezo_rl.training.outputs import (autocast, completion_stops, example_columns, model_outputs, objective_outputs,
-                                     prompt_texts)
+                                     prompt_texts, truncate_prompts)
 from mezo_rl.training.plan import RunPlan, plan_given, replace_args
 from mezo_rl.training.rundir import TrainerState
 from mezo_rl.training.model_card import push_to_hub, write_model_card
 from mezo_rl.training.reporting import completion_stats, eval_logs, reporters, train_logs, write_completions_table
 from mezo_rl.training.runguard import InterruptGuard
-from mezo_rl.training.setup import build_model, build_optimizer, run_splits, trainable_parameters, truncate_prompts
+from mezo_rl.training.setup import build_model, build_optimizer, run_splits, trainable_parameters
 from mezo_rl.training.trl_inputs import RewardContext, with_trl_keywords
 from mezo_rl.tasks.user import data_task, is_dataset_object
 
