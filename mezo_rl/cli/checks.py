@@ -22,8 +22,8 @@ from mezo_rl.errors import ConfigError
 from mezo_rl.model.loading import check_model, has_chat_template, model_architectures
 from mezo_rl.training import rundir
 from mezo_rl.training.outputs import ChatTemplateError
-from mezo_rl.training.plan import plan_given
-from mezo_rl.training.setup import TaskCodeError, load_splits, resolve_task, user_code
+from mezo_rl.training.plan import plan_given, resolve_task, user_code
+from mezo_rl.training.setup import TaskCodeError, load_splits
 from mezo_rl.tasks import SPLITS
 from mezo_rl.tasks.data import data_root
 

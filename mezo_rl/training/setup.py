@@ -1,42 +1,35 @@
-"""Building what a run needs from its arguments, each thing once: the task and its examples, the
-objective, the model with its adapter, the optimizer.
+"""Building what a run's plan says, each thing once: the task's examples, the model with what it trains,
+the optimizer.
 
-What a run is, is decided once, by :func:`mezo_rl.training.plan.plan_run` from the task and the objective
-built here; the model and the optimizer are then built from the plan. ``mezo-rl`` builds the task and the
-objective while it checks a command (before any model loads) and hands the plan to the trainer.
+What a run is, is decided once, by :mod:`mezo_rl.training.plan` (the task, the objective, the configuration);
+the examples, the model and the optimizer are then built here from the plan. ``mezo-rl`` plans while it
+checks a command (before any model loads) and hands the plan to the trainer.
 
-- :func:`resolve_task` / :func:`load_splits` / :func:`run_splits`: the task ``--task`` names (a
-  registered name, ``module:function``, a data file or a dataset) and its train / validation / test
-  examples; a user's task code that raises is named in one line.
-- :func:`build_objective`: the rewards as one ``rewards.Objective``.
-- :func:`build_model`: the base model, set up for what ``--peft`` trains; :func:`param_groups` and
-  :func:`trainable_parameters`: the order the engine and replay see the trainable tensors in.
+- :func:`load_splits` / :func:`run_splits`: the task's train / validation / test examples; a user's task
+  code that raises is named in one line.
+- :func:`build_model`: the base model, set up for what ``--peft`` trains
+  (:func:`mezo_rl.model.peft.set_trainable`); :func:`param_groups` and :func:`trainable_parameters`: the
+  order the engine and replay see the trainable tensors in.
 - :func:`build_optimizer`: MeZO over those tensors with the run's options, and its lr schedule.
 """
 from __future__ import annotations
 
 import math
-from typing import Callable, Optional, TypeVar
+from typing import Optional
 
 import torch
 
-from mezo_rl import rewards
 from mezo_rl.engine.optim import MeZO
-from mezo_rl.errors import ConfigError, UnknownNameError, UserError, first_line
+from mezo_rl.errors import ConfigError, UserError, first_line
 from mezo_rl.model.loading import load_model
 from mezo_rl.model.peft import set_trainable
-from mezo_rl.training.arguments import DATA_TASK_FIELDS, MeZOConfig, TaskArguments
+from mezo_rl.training.arguments import MeZOConfig
 from mezo_rl.training.defaults import mezo_options
 from mezo_rl.training.distributed import check_no_offload
 from mezo_rl.training.member_evaluation import evaluation_options
-from mezo_rl.training.trl_inputs import check_replayable_reward, resolve_reward
-from mezo_rl.tasks import get_task, list_tasks
-from mezo_rl.tasks.user import check_data_task, data_task, is_data_task
 
-__all__ = ["TaskCodeError", "user_code", "resolve_task", "load_splits", "run_splits", "build_objective",
-           "build_model", "param_groups", "trainable_parameters", "build_optimizer", "lr_scheduler"]
-
-T = TypeVar("T")
+__all__ = ["TaskCodeError", "load_splits", "run_splits", "build_model", "param_groups", "trainable_parameters",
+           "build_optimizer", "lr_scheduler"]
 
 
 # ---------------------------------------------------------------------- the task and its examples
@@ -44,39 +37,8 @@ class TaskCodeError(UserError):
     """A user's task code raised while its examples were read."""
 
 
-def user_code(what: str, ref: str, load: Callable[[], T]) -> T:
-    """``load()``, with any failure to find or import ``ref`` (a name, ``module:object`` or
-    ``file.py:object``) turned into one :class:`~mezo_rl.errors.UnknownNameError` line naming ``what``."""
-    try:
-        return load()
-    except UserError:
-        raise
-    except (ImportError, AttributeError, FileNotFoundError, ValueError, TypeError) as e:
-        raise UnknownNameError(f"{what} {ref!r}: {first_line(e)}") from e
-    except Exception as e:  # the user's module raised while being imported
-        raise UnknownNameError(f"{what} {ref!r}: loading it raised {type(e).__name__}: {first_line(e)}") from e
-
-
 def _is_user_code(task) -> bool:
     return not type(task).__module__.startswith("tasks.")
-
-
-def resolve_task(args):
-    """The task ``args.task`` names, with the data options of ``args`` (any arguments object, or a dict of
-    field values: ``template``, columns, files).
-
-    Data files and datasets are built here (reading them checks their columns); a registered name,
-    ``module:function`` or entry point comes from the task registry. Options that do not fit the
-    task are refused before anything is read.
-    """
-    get = args.get if isinstance(args, dict) else lambda k, default=None: getattr(args, k, default)
-    ref = get("task", TaskArguments.task)
-    options = {k: get(k) for k in DATA_TASK_FIELDS if get(k) not in (None, [])}
-    registered = list_tasks()
-    check_data_task(ref, options, registered)
-    if is_data_task(ref, options, registered):
-        return data_task(ref, options)
-    return user_code("--task", ref, lambda: get_task(ref))
 
 
 def load_splits(task, task_ref: str, sizes: dict, data_dir, seed: int) -> dict:
@@ -107,20 +69,6 @@ def run_splits(args: MeZOConfig, task, splits=None) -> dict:
     if not splits["train"]:
         raise ConfigError(f"task {args.task!r}: the train split is empty")
     return splits
-
-
-# ---------------------------------------------------------------------- the objective
-def build_objective(refs, weights=None, normalize=None, trust_remote_code: bool = False):
-    """The objective of the rewards ``refs`` (names, ``module:function`` paths, a reward model's path or hub id:
-    ``trl_inputs.resolve_reward``; or RewardSpecs already resolved) with ``reward_weights`` and
-    ``reward_scale``; a reference that cannot be resolved, or imported again to replay the run, is one line."""
-    specs = []
-    for ref in refs:
-        if isinstance(ref, str):
-            check_replayable_reward(ref)
-            ref = user_code("--reward", ref, lambda ref=ref: resolve_reward(ref, trust_remote_code=trust_remote_code))
-        specs.append(ref)
-    return rewards.build_objective(specs, weights=weights, normalize=normalize)
 
 
 # ---------------------------------------------------------------------- the model and its trainable tensors

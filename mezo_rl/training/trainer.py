@@ -51,7 +51,7 @@ from mezo_rl.training.model_card import push_to_hub, write_model_card
 from mezo_rl.training.reporting import completion_stats, eval_logs, reporters, train_logs, write_completions_table
 from mezo_rl.training.runguard import InterruptGuard
 from mezo_rl.training.setup import build_model, build_optimizer, run_splits, trainable_parameters
-from mezo_rl.training.trl_inputs import RewardContext, with_trl_keywords
+from mezo_rl.training.trl_rewards import RewardContext, with_trl_keywords
 from mezo_rl.tasks.user import data_task, is_dataset_object
 
 __all__ = ["MeZOTrainer", "TrainingInterrupted", "RewardsSilentError", "sample_batch_indices", "primary_metric", "peak_rss_mb"]
@@ -109,7 +109,7 @@ class MeZOTrainer:
     tokenizer), ``reward_funcs`` (callables, registered names, ``module:function`` paths, or
     sequence-classification reward models with ``reward_processing_classes``), ``train_dataset`` /
     ``eval_dataset`` (``datasets`` objects or a path) and ``peft_config`` (a ``peft.LoraConfig``) are what
-    ``GRPOTrainer`` takes (:mod:`mezo_rl.training.trl_inputs`); each left out comes from ``args`` (a
+    ``GRPOTrainer`` takes (:func:`mezo_rl.training.plan.resolve_inputs`); each left out comes from ``args`` (a
     :class:`~mezo_rl.training.arguments.MeZOConfig`). ``callbacks``: Hugging Face callbacks
     (:mod:`mezo_rl.training.callbacks`); ``trainer.state`` is a
     :class:`~mezo_rl.training.rundir.TrainerState` (``global_step``, ``log_history``, ``best_metric``, ...).
