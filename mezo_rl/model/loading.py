@@ -28,6 +28,9 @@ import pathlib
 import shutil
 import tempfile
 
+from dataclasses import dataclass
+from typing import Any
+
 import torch
 
 from mezo_rl.errors import ConfigError, UserError
@@ -55,13 +58,74 @@ def _hub_offline() -> bool:
     return os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on")
 
 
-def check_model(name: str, dtype: str = "float32") -> None:
+@dataclass(frozen=True)
+class FoundModel:
+    """Where :func:`check_model` found a model (``kind``: ``"gguf"`` or ``"pretrained"``; ``where``: a path or a
+    hub id), and what its files tell without loading any weights."""
+
+    name: str
+    kind: str
+    where: Any
+
+    def has_chat_template(self) -> bool | None:
+        """Whether the model's tokenizer has a chat template: a GGUF's metadata, or a local directory's / cached
+        hub id's tokenizer files. None where they are not at hand."""
+        kind, where = self.kind, self.where
+        if kind == "gguf":
+            try:
+                from gguf import GGUFReader
+
+                return "tokenizer.chat_template" in GGUFReader(str(where)).fields
+            except Exception:  # an unreadable GGUF is reported by the model load itself
+                return None
+        path = pathlib.Path(str(where))
+        if path.is_dir():
+            config = path / "tokenizer_config.json"
+            files = [config if config.is_file() else None, path / "chat_template.jinja"]
+        else:
+            from huggingface_hub import try_to_load_from_cache
+
+            files = [try_to_load_from_cache(str(where), f) for f in ("tokenizer_config.json", "chat_template.jinja")]
+            files = [pathlib.Path(f) if isinstance(f, str) else None for f in files]
+        if files[1] is not None and files[1].is_file():
+            return True
+        if files[0] is None:
+            return None
+        try:
+            return bool(json.loads(files[0].read_text()).get("chat_template"))
+        except (OSError, ValueError):
+            return None
+
+    def architectures(self) -> list[str] | None:
+        """The ``architectures`` of the model's ``config.json``: a local directory's, or a hub id's in the local
+        Hugging Face cache. None where no config.json is at hand (GGUF files and short names, which are causal
+        LMs; a hub id not yet downloaded)."""
+        if self.kind != "pretrained":
+            return None
+        where = pathlib.Path(str(self.where))
+        config = where / "config.json" if where.is_dir() else None
+        if config is None:
+            from huggingface_hub import try_to_load_from_cache
+
+            cached = try_to_load_from_cache(str(self.where), "config.json")
+            config = pathlib.Path(cached) if isinstance(cached, str) else None
+        if config is None or not config.is_file():
+            return None
+        try:
+            archs = json.loads(config.read_text()).get("architectures")
+        except (OSError, ValueError, AttributeError):
+            return None
+        return [str(a) for a in archs] if isinstance(archs, list) else None
+
+
+def check_model(name: str, dtype: str = "float32") -> FoundModel:
     """Check, without loading anything, that ``load_model(name, dtype)`` can find the model.
 
     Short names, ``.gguf`` files and local directories are checked on disk. A hub id is checked
     against the local Hugging Face cache when offline (``HF_HUB_OFFLINE=1``); online it is accepted
     here and ``load_model`` reports a failed download. Raises :class:`ModelNotFoundError` (one line,
-    naming everything tried) or :class:`~mezo_rl.errors.ConfigError` for a bad dtype.
+    naming everything tried) or :class:`~mezo_rl.errors.ConfigError` for a bad dtype. Returns where it found
+    the model (:class:`FoundModel`), whose files tell the checks of a run what they need of it.
     """
     if dtype not in DTYPES:
         raise ConfigError(f"dtype must be one of {sorted(DTYPES)}, got {dtype!r}")
@@ -76,62 +140,7 @@ def check_model(name: str, dtype: str = "float32") -> None:
         if not isinstance(try_to_load_from_cache(str(where), "config.json"), str):
             tried.append(f"hub id {str(where)!r} is not in the local Hugging Face cache (HF_HUB_OFFLINE=1)")
             raise _not_found("find", name, tried)
-
-
-def has_chat_template(name: str) -> bool | None:
-    """Whether the model ``name``'s tokenizer has a chat template, read without loading any weights: a
-    GGUF's metadata, or a local directory's / cached hub id's tokenizer files. None where they are not at hand."""
-    source = _resolve(name, [])
-    if source is None:
-        return None
-    kind, where, _ = source
-    if kind == "gguf":
-        try:
-            from gguf import GGUFReader
-
-            return "tokenizer.chat_template" in GGUFReader(str(where)).fields
-        except Exception:  # an unreadable GGUF is reported by the model load itself
-            return None
-    path = pathlib.Path(str(where))
-    if path.is_dir():
-        config = path / "tokenizer_config.json"
-        files = [config if config.is_file() else None, path / "chat_template.jinja"]
-    else:
-        from huggingface_hub import try_to_load_from_cache
-
-        files = [try_to_load_from_cache(str(where), f) for f in ("tokenizer_config.json", "chat_template.jinja")]
-        files = [pathlib.Path(f) if isinstance(f, str) else None for f in files]
-    if files[1] is not None and files[1].is_file():
-        return True
-    if files[0] is None:
-        return None
-    try:
-        return bool(json.loads(files[0].read_text()).get("chat_template"))
-    except (OSError, ValueError):
-        return None
-
-
-def model_architectures(name: str) -> list[str] | None:
-    """The ``architectures`` of the model ``name`` from its ``config.json``, read without loading any weights:
-    a local directory's, or a hub id's in the local Hugging Face cache. None where no config.json is at hand
-    (GGUF files and short names, which are causal LMs; a hub id not yet downloaded)."""
-    source = _resolve(name, [])
-    if source is None or source[0] != "pretrained":
-        return None
-    where = pathlib.Path(str(source[1]))
-    config = where / "config.json" if where.is_dir() else None
-    if config is None:
-        from huggingface_hub import try_to_load_from_cache
-
-        cached = try_to_load_from_cache(str(source[1]), "config.json")
-        config = pathlib.Path(cached) if isinstance(cached, str) else None
-    if config is None or not config.is_file():
-        return None
-    try:
-        archs = json.loads(config.read_text()).get("architectures")
-    except (OSError, ValueError, AttributeError):
-        return None
-    return [str(a) for a in archs] if isinstance(archs, list) else None
+    return FoundModel(name, kind, where)
 
 
 def cache_root() -> pathlib.Path:
