@@ -145,6 +145,8 @@ class MeZOTrainer:
         self.metric_for_best, self.greater_is_better = plan.metric_for_best, plan.greater_is_better
         self.dist = dist if dist is not None else DistContext.from_env()
         self.output_dir = pathlib.Path(args.output_dir)
+        if args.resume:  # the member evaluation a resumed run keeps: asking for the other is one line, before any
+            resumed_evaluation(args.evaluation, rundir.recorded_evaluation(args.output_dir))  # model loads
         self.reward_context = RewardContext()  # TRL's reward keywords: completion_ids, trainer_state, log_*
         with_trl_keywords(self.objective, self.reward_context)
         # what the plan says, built in order, each once: the examples, the model, the reference of kl and --beta
@@ -154,8 +156,6 @@ class MeZOTrainer:
         # builds its optimizer in train(), once a resume has told which member evaluation the run keeps
         self._optimizer = self._scheduler = None
         self._released = False  # the optimizer was let go for the best step's weights (_restore_best)
-        if args.resume:  # the member evaluation a resumed run keeps: asking for the other is one line, now
-            resumed_evaluation(args.evaluation, rundir.recorded_evaluation(args.output_dir))
         self.callback_handler = CallbackHandler(callbacks or [])
         if self.dist.is_main:  # the loggers and the progress bar on the main process only
             for reporter in reporters(args.report_to):
