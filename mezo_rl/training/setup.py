@@ -5,7 +5,8 @@ What a run is, is decided once, by :mod:`mezo_rl.training.plan` (the task, the o
 the examples, the model and the optimizer are then built here from the plan. ``mezo-rl`` plans while it
 checks a command (before any model loads) and hands the plan to the trainer.
 
-- :func:`build_run`: what a plan says, in order, each once: the examples, the model, the starting point.
+- :func:`build_run`: what a plan says, in order, each once: the examples, the model, the starting point, the
+  fitness.
 - :func:`load_splits` / :func:`run_splits`: the task's train / validation / test examples; a user's task
   code that raises is named in one line.
 - :func:`build_model`: the base model, set up for what ``--peft`` trains
@@ -26,7 +27,8 @@ from mezo_rl.model.loading import load_model
 from mezo_rl.model.peft import set_trainable
 from mezo_rl.training.arguments import MeZOConfig
 from mezo_rl.training.defaults import mezo_options
-from mezo_rl.training.distributed import check_no_offload
+from mezo_rl.training.distributed import DistContext, check_no_offload
+from mezo_rl.training.fitness import Fitness
 from mezo_rl.training.kl import starting_point
 from mezo_rl.training.member_evaluation import evaluation_options
 from mezo_rl.training.outputs import example_columns, truncate_prompts
@@ -35,16 +37,18 @@ __all__ = ["build_run", "TaskCodeError", "load_splits", "run_splits", "build_mod
            "build_optimizer", "lr_scheduler"]
 
 
-def build_run(plan, lm=None, splits=None) -> tuple:
+def build_run(plan, lm=None, splits=None, dist=None) -> tuple:
     """What ``plan`` (a :class:`~mezo_rl.training.plan.RunPlan`) says to build, in order, each once; returns
-    ``(splits, lm, start)``:
+    ``(splits, lm, start, fitness)``:
 
     - the task's examples (``splits``: given), checked, and against the columns the rewards read, before any
       model loads;
     - the model (``lm``: the base model, given), set up for what the run trains (:func:`build_model`), checked
       against the rewards (generation rewards need a causal LM);
     - the prompts cut to ``max_prompt_length`` tokens, as the model reads them;
-    - the starting point a prompt task keeps (the reference of ``kl`` and ``beta``), or None.
+    - the starting point a prompt task keeps (the reference of ``kl`` and ``beta``), or None;
+    - the run's fitness: how a member's loss is formed, its statistics all-reduced over ``dist``
+      (a :class:`~mezo_rl.training.distributed.DistContext`; None: this process alone).
     """
     args, objective = plan.args, plan.objective
     splits = run_splits(args, plan.task, splits)
@@ -52,7 +56,7 @@ def build_run(plan, lm=None, splits=None) -> tuple:
     lm = build_model(args, lm)
     objective.check_compatible(bool(lm.is_causal))
     splits = truncate_prompts(splits, lm, args.max_prompt_length)
-    return splits, lm, starting_point(lm, plan.reference)
+    return splits, lm, starting_point(lm, plan.reference), Fitness(plan.fitness, objective, dist or DistContext())
 
 
 # ---------------------------------------------------------------------- the task and its examples

@@ -40,7 +40,7 @@ from mezo_rl.training.config import resume_path
 from mezo_rl.training.callbacks import CallbackHandler, ProgressCallback, TrainerCallback, TrainerControl
 from mezo_rl.training.distributed import DistContext
 from mezo_rl.training.evaluation import evaluate
-from mezo_rl.training.fitness import Fitness, RewardsSilentError
+from mezo_rl.training.fitness import RewardsSilentError
 from mezo_rl.training.kl import completion_kl, member_kls, starting_point
 from mezo_rl.training.member_evaluation import resumed_evaluation
 from mezo_rl.training.outputs import autocast, completion_stops, model_outputs, objective_outputs, prompt_texts
@@ -149,9 +149,9 @@ class MeZOTrainer:
             resumed_evaluation(args.evaluation, rundir.recorded_evaluation(args.output_dir))  # model loads
         self.reward_context = RewardContext()  # TRL's reward keywords: completion_ids, trainer_state, log_*
         with_trl_keywords(self.objective, self.reward_context)
-        # what the plan says, built in order, each once: the examples, the model, the reference of kl and --beta
-        self.splits, self.lm, self.start = build_run(plan, lm, splits)
-        self.fitness = Fitness(plan.fitness, self.objective, self.dist)      # a member's loss
+        # what the plan says, built in order, each once: the examples, the model, the reference of kl and --beta,
+        # a member's loss
+        self.splits, self.lm, self.start, self.fitness = build_run(plan, lm, splits, self.dist)
         # MeZO and its schedule: built on first use (create_optimizer_and_scheduler), as transformers' Trainer
         # builds its optimizer in train(), once a resume has told which member evaluation the run keeps
         self._optimizer = self._scheduler = None
