@@ -145,8 +145,9 @@ class MeZOTrainer:
         self.metric_for_best, self.greater_is_better = plan.metric_for_best, plan.greater_is_better
         self.dist = dist if dist is not None else DistContext.from_env()
         self.output_dir = pathlib.Path(args.output_dir)
-        if args.resume:  # the member evaluation a resumed run keeps: asking for the other is one line, before any
-            resumed_evaluation(args.evaluation, rundir.recorded_evaluation(args.output_dir))  # model loads
+        # a resumed run keeps the member evaluation it ran with: asking for the other is one line, before any model loads
+        if args.resume:
+            resumed_evaluation(args.evaluation, rundir.recorded_evaluation(args.output_dir))
         self.reward_context = RewardContext()  # TRL's reward keywords: completion_ids, trainer_state, log_*
         with_trl_keywords(self.objective, self.reward_context)
         # what the plan says, built in order, each once: the examples, the model, the reference of kl and --beta,
