@@ -126,10 +126,11 @@ def test_a_resumed_run_keeps_the_evaluation_mode_it_ran_with(tmp_path, factory):
         assert trainer.optimizer.config["evaluation"] == "inplace"
         trainer.train()
         assert trainer.summary["steps"] == 3
+        # refused before any model loads: no lm is given, and the model args name ("tiny") cannot be loaded
         with pytest.raises(ConfigError, match=r"^--resume: this run's steps were evaluated inplace; resume it with "
                                               r"--evaluation inplace or auto, not --evaluation batched$"):
             MeZOTrainer(args=make_args(tmp_path, reward=["test_len_resume"], max_completion_length=64, max_steps=4, eval_steps=2,
-                              resume=True, evaluation="batched"), lm=factory(), task=get_task("sst2"), splits=splits())
+                              resume=True, evaluation="batched"), task=get_task("sst2"), splits=splits())
     finally:
         unregister_reward("test_len_resume")
 

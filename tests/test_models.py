@@ -47,8 +47,13 @@ def test_check_model_finds_what_load_model_would_without_loading(tmp_path, monke
     from mezo_rl.errors import ConfigError, UserError
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    make_tiny_causal_lm(tiny_tokenizer).save_pretrained(tmp_path / "causal")
-    check_model(str(tmp_path / "causal"))
+    model = make_tiny_causal_lm(tiny_tokenizer)
+    model.save_pretrained(tmp_path / "causal")
+    found = check_model(str(tmp_path / "causal"))
+    # what its files tell the run's checks: a causal LM (generation rewards fit), and no chat template at hand
+    assert found.architectures() == [type(model).__name__] and found.has_chat_template() is None
+    tiny_tokenizer.save_pretrained(tmp_path / "causal")
+    assert found.has_chat_template() is False  # a tokenizer without one
     for name, message in ((str(tmp_path / "nope.gguf"), "no such file"),
                           (str(tmp_path / "missing" / "dir"), "not a model directory"),
                           ("no-such-org/no-such-model-xyz", "'no-such-org/no-such-model-xyz' is not in the local Hugging Face cache")):

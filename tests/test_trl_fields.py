@@ -178,7 +178,7 @@ def test_max_prompt_length_keeps_the_last_tokens_of_a_longer_prompt(tiny_tokeniz
     from conftest import make_tiny_causal_lm
     from mezo_rl.model.lm import LanguageModel
     from mezo_rl.tasks import Example
-    from mezo_rl.training.setup import truncate_prompts
+    from mezo_rl.training.outputs import truncate_prompts
 
     lm = LanguageModel(make_tiny_causal_lm(tiny_tokenizer), tiny_tokenizer)
     long, short = Example(prompt="the movie was good and the acting was warm and bright . It was"), Example(prompt="fun")

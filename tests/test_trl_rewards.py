@@ -13,7 +13,7 @@ from conftest import make_tiny_causal_lm
 from mezo_rl import MeZOConfig, MeZOTrainer
 from mezo_rl.cli.main import main
 from mezo_rl.errors import ConfigError
-from mezo_rl.training.trl_inputs import RewardModel, is_reward_model_ref
+from mezo_rl.training.trl_rewards import RewardModel, is_reward_model_ref
 
 datasets = pytest.importorskip("datasets")
 PROMPTS = [f"Tell me about the number {i} and" for i in range(12)]

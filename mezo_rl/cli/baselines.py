@@ -26,7 +26,8 @@ import torch
 from tqdm.auto import tqdm
 
 from mezo_rl.cli import checks
-from mezo_rl.training.setup import load_splits, resolve_task
+from mezo_rl.training.plan import resolve_task
+from mezo_rl.training.setup import load_splits
 from mezo_rl.training.arguments import METHODS, BaselineArguments
 from mezo_rl.training.evaluation import evaluate
 from mezo_rl.model.loading import load_model

@@ -17,13 +17,14 @@ from __future__ import annotations
 
 import os
 import pathlib
+from typing import Optional
 
 from mezo_rl.errors import ConfigError
-from mezo_rl.model.loading import check_model, has_chat_template, model_architectures
+from mezo_rl.model.loading import FoundModel, check_model
 from mezo_rl.training import rundir
 from mezo_rl.training.outputs import ChatTemplateError
-from mezo_rl.training.plan import plan_given
-from mezo_rl.training.setup import TaskCodeError, load_splits, resolve_task, user_code
+from mezo_rl.training.plan import plan_given, resolve_task, user_code
+from mezo_rl.training.setup import TaskCodeError, load_splits
 from mezo_rl.tasks import SPLITS
 from mezo_rl.tasks.data import data_root
 
@@ -31,12 +32,12 @@ __all__ = ["TaskCodeError", "user_code", "resolve_task", "check_reward_fit",
            "check_output_dir", "check_run_dir", "check_training", "load_splits"]
 
 
-def check_reward_fit(objective, model=None) -> None:
-    """The rewards fit the task's kind (``accuracy`` is for classification and multiple choice) and, where
-    the model's ``config.json`` is at hand, the model (generation rewards need a causal LM): checks that need
-    no data and no weights (the task's kind: ``mezo_rl.training.plan.plan_run``). The rewards' dataset columns
-    are checked once the task's examples are read."""
-    archs = model_architectures(model) if model is not None else None
+def check_reward_fit(objective, model: Optional[FoundModel] = None) -> None:
+    """The rewards fit the model (generation rewards need a causal LM) where its ``config.json`` is at hand
+    (``model``: where :func:`~mezo_rl.model.loading.check_model` found it): a check that needs no data and no
+    weights (the task's kind: ``mezo_rl.training.plan.plan_run``). The rewards' dataset columns are checked
+    once the task's examples are read."""
+    archs = model.architectures() if model is not None else None
     if archs is not None:
         objective.check_compatible(not any(a.endswith("ForMaskedLM") for a in archs))
 
@@ -93,23 +94,23 @@ def check_training(args, *, model: bool = True, output: bool = True):
     dataset tasks (to check their columns); built-in tasks read theirs later.
     """
     plan, _, _ = plan_given(args)  # the task, the rewards, the configuration for that task: one line on a mistake
-    if model:
-        check_model(args.model, args.dtype)
+    found = check_model(args.model, args.dtype) if model else None
     check_data_dir(args.data_dir)
     if output:
         check_output_dir(plan.args)
         if plan.args.resume:
             rundir.check_stop_strings(plan.args.output_dir, plan.args, plan.task, plan.objective)
-    check_reward_fit(plan.objective, args.model if model else None)
+    check_reward_fit(plan.objective, found)
     if plan.task_kind == "prompts":
-        check_prompts(plan.task, args.model if model else None)
+        check_prompts(plan.task, found)
     return plan
 
 
-def check_prompts(task, model=None) -> None:
+def check_prompts(task, model: Optional[FoundModel] = None) -> None:
     """A prompt task's prompts are well formed (reading every split checks each row) and, where they are
-    chat messages, the model's tokenizer has a chat template (read from its files, no weights loaded)."""
+    chat messages, the model's tokenizer has a chat template (read from its files, no weights loaded;
+    ``model``: where :func:`~mezo_rl.model.loading.check_model` found it)."""
     chat = any(ex.messages is not None for split in SPLITS for ex in task.examples(split))
-    if chat and model is not None and has_chat_template(model) is False:
-        raise ChatTemplateError(f"the prompts are chat messages but model {model!r} has no chat template; use a chat "
+    if chat and model is not None and model.has_chat_template() is False:
+        raise ChatTemplateError(f"the prompts are chat messages but model {model.name!r} has no chat template; use a chat "
                                 f"(instruct) model, or give the prompts as plain text")

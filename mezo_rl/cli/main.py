@@ -42,8 +42,8 @@ from typing import Any, Optional
 import yaml
 
 from mezo_rl.cli import checks, plots
-from mezo_rl.training.plan import reward_refs
-from mezo_rl.training.setup import build_objective, load_splits, resolve_task
+from mezo_rl.training.plan import build_objective, resolve_task, reward_refs
+from mezo_rl.training.setup import load_splits
 
 from mezo_rl.training import rundir
 from mezo_rl.training.arguments import (RENAMED, RENAMED_OPTIONS, BaselineArguments, EvalRunArguments, MeZOConfig,

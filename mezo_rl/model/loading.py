@@ -28,6 +28,9 @@ import pathlib
 import shutil
 import tempfile
 
+from dataclasses import dataclass
+from typing import Any
+
 import torch
 
 from mezo_rl.errors import ConfigError, UserError
@@ -55,13 +58,74 @@ def _hub_offline() -> bool:
     return os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on")
 
 
-def check_model(name: str, dtype: str = "float32") -> None:
+@dataclass(frozen=True)
+class FoundModel:
+    """Where :func:`check_model` found a model (``kind``: ``"gguf"`` or ``"pretrained"``; ``where``: a path or a
+    hub id), and what its files tell without loading any weights."""
+
+    name: str
+    kind: str
+    where: Any
+
+    def has_chat_template(self) -> bool | None:
+        """Whether the model's tokenizer has a chat template: a GGUF's metadata, or a local directory's / cached
+        hub id's tokenizer files. None where they are not at hand."""
+        kind, where = self.kind, self.where
+        if kind == "gguf":
+            try:
+                from gguf import GGUFReader
+
+                return "tokenizer.chat_template" in GGUFReader(str(where)).fields
+            except Exception:  # an unreadable GGUF is reported by the model load itself
+                return None
+        path = pathlib.Path(str(where))
+        if path.is_dir():
+            config = path / "tokenizer_config.json"
+            files = [config if config.is_file() else None, path / "chat_template.jinja"]
+        else:
+            from huggingface_hub import try_to_load_from_cache
+
+            files = [try_to_load_from_cache(str(where), f) for f in ("tokenizer_config.json", "chat_template.jinja")]
+            files = [pathlib.Path(f) if isinstance(f, str) else None for f in files]
+        if files[1] is not None and files[1].is_file():
+            return True
+        if files[0] is None:
+            return None
+        try:
+            return bool(json.loads(files[0].read_text()).get("chat_template"))
+        except (OSError, ValueError):
+            return None
+
+    def architectures(self) -> list[str] | None:
+        """The ``architectures`` of the model's ``config.json``: a local directory's, or a hub id's in the local
+        Hugging Face cache. None where no config.json is at hand (GGUF files and short names, which are causal
+        LMs; a hub id not yet downloaded)."""
+        if self.kind != "pretrained":
+            return None
+        where = pathlib.Path(str(self.where))
+        config = where / "config.json" if where.is_dir() else None
+        if config is None:
+            from huggingface_hub import try_to_load_from_cache
+
+            cached = try_to_load_from_cache(str(self.where), "config.json")
+            config = pathlib.Path(cached) if isinstance(cached, str) else None
+        if config is None or not config.is_file():
+            return None
+        try:
+            archs = json.loads(config.read_text()).get("architectures")
+        except (OSError, ValueError, AttributeError):
+            return None
+        return [str(a) for a in archs] if isinstance(archs, list) else None
+
+
+def check_model(name: str, dtype: str = "float32") -> FoundModel:
     """Check, without loading anything, that ``load_model(name, dtype)`` can find the model.
 
     Short names, ``.gguf`` files and local directories are checked on disk. A hub id is checked
     against the local Hugging Face cache when offline (``HF_HUB_OFFLINE=1``); online it is accepted
     here and ``load_model`` reports a failed download. Raises :class:`ModelNotFoundError` (one line,
-    naming everything tried) or :class:`~mezo_rl.errors.ConfigError` for a bad dtype.
+    naming everything tried) or :class:`~mezo_rl.errors.ConfigError` for a bad dtype. Returns where it found
+    the model (:class:`FoundModel`), whose files tell the checks of a run what they need of it.
     """
     if dtype not in DTYPES:
         raise ConfigError(f"dtype must be one of {sorted(DTYPES)}, got {dtype!r}")
@@ -76,62 +140,7 @@ def check_model(name: str, dtype: str = "float32") -> None:
         if not isinstance(try_to_load_from_cache(str(where), "config.json"), str):
             tried.append(f"hub id {str(where)!r} is not in the local Hugging Face cache (HF_HUB_OFFLINE=1)")
             raise _not_found("find", name, tried)
-
-
-def has_chat_template(name: str) -> bool | None:
-    """Whether the model ``name``'s tokenizer has a chat template, read without loading any weights: a
-    GGUF's metadata, or a local directory's / cached hub id's tokenizer files. None where they are not at hand."""
-    source = _resolve(name, [])
-    if source is None:
-        return None
-    kind, where, _ = source
-    if kind == "gguf":
-        try:
-            from gguf import GGUFReader
-
-            return "tokenizer.chat_template" in GGUFReader(str(where)).fields
-        except Exception:  # an unreadable GGUF is reported by the model load itself
-            return None
-    path = pathlib.Path(str(where))
-    if path.is_dir():
-        config = path / "tokenizer_config.json"
-        files = [config if config.is_file() else None, path / "chat_template.jinja"]
-    else:
-        from huggingface_hub import try_to_load_from_cache
-
-        files = [try_to_load_from_cache(str(where), f) for f in ("tokenizer_config.json", "chat_template.jinja")]
-        files = [pathlib.Path(f) if isinstance(f, str) else None for f in files]
-    if files[1] is not None and files[1].is_file():
-        return True
-    if files[0] is None:
-        return None
-    try:
-        return bool(json.loads(files[0].read_text()).get("chat_template"))
-    except (OSError, ValueError):
-        return None
-
-
-def model_architectures(name: str) -> list[str] | None:
-    """The ``architectures`` of the model ``name`` from its ``config.json``, read without loading any weights:
-    a local directory's, or a hub id's in the local Hugging Face cache. None where no config.json is at hand
-    (GGUF files and short names, which are causal LMs; a hub id not yet downloaded)."""
-    source = _resolve(name, [])
-    if source is None or source[0] != "pretrained":
-        return None
-    where = pathlib.Path(str(source[1]))
-    config = where / "config.json" if where.is_dir() else None
-    if config is None:
-        from huggingface_hub import try_to_load_from_cache
-
-        cached = try_to_load_from_cache(str(source[1]), "config.json")
-        config = pathlib.Path(cached) if isinstance(cached, str) else None
-    if config is None or not config.is_file():
-        return None
-    try:
-        archs = json.loads(config.read_text()).get("architectures")
-    except (OSError, ValueError, AttributeError):
-        return None
-    return [str(a) for a in archs] if isinstance(archs, list) else None
+    return FoundModel(name, kind, where)
 
 
 def cache_root() -> pathlib.Path:
@@ -140,12 +149,26 @@ def cache_root() -> pathlib.Path:
     return (pathlib.Path(base) if base else pathlib.Path.home() / ".cache" / "mezo_rl") / "models"
 
 
+def parse_max_memory(spec: str | None) -> dict | None:
+    """``"0=20GiB,cpu=60GiB"`` -> ``{0: "20GiB", "cpu": "60GiB"}`` (the form accelerate expects)."""
+    if not spec:
+        return None
+    out = {}
+    for part in spec.split(","):
+        key, sep, value = part.partition("=")
+        if not sep or not key.strip() or not value.strip():
+            raise ConfigError(f"--max-memory: cannot read {part!r}; expected DEVICE=SIZE pairs such as '0=20GiB,cpu=60GiB'")
+        key = key.strip()
+        out[int(key) if key.isdigit() else key] = value.strip()
+    return out
+
+
 def load_model(
     name: str,
     dtype: str = "float32",
     device: str | torch.device = "cpu",
     device_map=None,
-    max_memory: dict | None = None,
+    max_memory: dict | str | None = None,
     batch_size: int = 16,
     **from_pretrained_kwargs,
 ) -> LanguageModel:
@@ -157,7 +180,9 @@ def load_model(
         dtype: ``"float32"`` (``"fp32"``) or ``"bfloat16"`` (``"bf16"``).
         device: where to put the model when ``device_map`` is not given (``"cpu"``, ``"cuda:0"``).
         device_map, max_memory: passed to ``from_pretrained`` to spread a large model over devices
-            (e.g. ``device_map="auto"``); ``device`` is then ignored.
+            (e.g. ``device_map="auto"``); ``device`` is then ignored. ``max_memory`` as accelerate takes it
+            (``{0: "20GiB", "cpu": "60GiB"}``) or as ``--max-memory`` writes it (``"0=20GiB,cpu=60GiB"``,
+            :func:`parse_max_memory`).
         batch_size: the ``LanguageModel``'s batch size for scoring and generation.
         **from_pretrained_kwargs: anything else for ``from_pretrained`` (``revision``, ``attn_implementation``).
 
@@ -169,7 +194,7 @@ def load_model(
     if device_map is not None:
         kw["device_map"] = device_map
     if max_memory is not None:
-        kw["max_memory"] = max_memory
+        kw["max_memory"] = parse_max_memory(max_memory) if isinstance(max_memory, str) else max_memory
 
     tried = []
     source = _resolve(name, tried)

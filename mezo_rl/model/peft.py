@@ -42,6 +42,7 @@ from contextlib import contextmanager
 import torch
 from torch import nn
 
+from mezo_rl.errors import ConfigError
 from mezo_rl.model.lm import FINAL_NORM_MODULES, returned_cache
 
 PEFT_METHODS = ("lora", "prefix")
@@ -57,6 +58,69 @@ _PREFIX_WEIGHTS = "prefix_model.safetensors"
 
 
 # --------------------------------------------------------------------------------------------- API
+
+def set_trainable(lm, mode: str, *, trainable: str | None = None, modules_to_save=None, r: int = 8,
+                  alpha: float = 16, target_modules=None, num_prefix_tokens: int = 5, seed: int = 0):
+    """Set ``lm`` up, in place, for what ``mode`` (``--peft``) trains; return it.
+
+    - ``norm``: every weight but the final normalisation layer's gains (:data:`FINAL_NORM`) is frozen,
+      and the model's trunk cache is turned on (:meth:`~mezo_rl.model.lm.LanguageModel.enable_trunk_cache`):
+      each scored sequence runs through the frozen trunk once, later scores run only the final norm and
+      the output head. The cache cannot see frozen weights edited in place; a run never edits them (MeZO
+      and replay change the trainable gains only), and code that does must call ``lm.clear_trunk_cache()``.
+      No other mode turns the cache on.
+    - ``lora`` / ``prefix``: the adapter is added (:func:`apply_peft`, with ``r``, ``alpha``,
+      ``target_modules`` (None: its default; ``"all-linear"`` included), ``num_prefix_tokens`` and ``seed``),
+      the base frozen; the modules named ``modules_to_save`` (as peft's ``LoraConfig`` names them) train
+      beside it.
+    - ``full``: every weight stays trainable.
+
+    ``trainable`` (a ``re.search`` pattern over parameter names) then freezes the trainable weights it does not
+    match. Deterministic in (base weights, these arguments), so a replay rebuilds the same trainable tensors.
+    """
+    if mode in PEFT_METHODS:
+        targets = {} if target_modules is None else {"target_modules": target_modules}
+        lm = apply_peft(lm, mode, r=r, alpha=alpha, num_prefix_tokens=num_prefix_tokens, seed=seed, **targets)
+        if modules_to_save:
+            train_modules(lm.model, modules_to_save)
+    elif mode == "norm":
+        freeze_unmatched(lm.model, FINAL_NORM, what="--peft norm (the final normalisation layer)")
+    if trainable is not None:
+        freeze_unmatched(lm.model, trainable, what=f"--trainable {trainable!r}")
+    if mode == "norm":  # the trunk is frozen now, whatever ``trainable`` kept
+        lm.enable_trunk_cache()
+    return lm
+
+
+def train_modules(model: nn.Module, names: list[str]) -> None:
+    """Train every weight of the modules named ``names`` (the last part of the module name, as peft's
+    ``modules_to_save``) beside an adapter; one line when a name matches no module."""
+    found = set()
+    for module_name, module in model.named_modules():
+        leaf = module_name.rsplit(".", 1)[-1]
+        if leaf in names:
+            found.add(leaf)
+            for p in module.parameters():
+                p.requires_grad_(True)
+    missing = [n for n in names if n not in found]
+    if missing:
+        raise ConfigError(f"--lora-modules-to-save {missing}: no module of that name in {type(model).__name__}")
+
+
+def freeze_unmatched(model: nn.Module, pattern: str, what: str) -> None:
+    """Freeze every trainable parameter whose name does not match ``pattern`` (``re.search``).
+
+    Deterministic in (model, pattern), so a replay rebuilds the same trainable set in the same order.
+    """
+    regex = re.compile(pattern)
+    trainable = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    if not any(regex.search(n) for n, _ in trainable):
+        names = ", ".join(n for n, _ in trainable[:4])
+        raise ConfigError(f"{what}: {pattern!r} matches no trainable parameter; names look like: {names}, ...")
+    for n, p in trainable:
+        if not regex.search(n):
+            p.requires_grad_(False)
+
 
 def apply_peft(lm, method: str, *, r: int = 8, alpha: float = 16, target_modules=("q_proj", "v_proj"),
                num_prefix_tokens: int = 5, seed: int = 0):
@@ -221,9 +285,16 @@ def _lora_peft_config(config, base_name):
 
 
 def _resolve_lora_targets(model, target_modules):
+    """The layer names LoRA wraps: ``target_modules`` as given; ``"all-linear"`` is every linear layer but the
+    output head, as peft reads it; the default ``("q_proj", "v_proj")`` falls back to peft's mapping for the
+    architecture where the model has no such layers."""
     if isinstance(target_modules, str):
         target_modules = [target_modules]
     targets = list(target_modules)
+    if targets == ["all-linear"]:
+        head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+        targets = sorted({n.rsplit(".", 1)[-1] for n, m in model.named_modules()
+                          if isinstance(m, nn.Linear) and m is not head and "." in n})
     leaf_names = {name.rsplit(".", 1)[-1] for name, _ in model.named_modules()}
     if not leaf_names.intersection(targets) and tuple(targets) == ("q_proj", "v_proj"):
         from peft.utils.constants import TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING as MAPPING

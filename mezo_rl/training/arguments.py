@@ -44,6 +44,7 @@ from mezo_rl.training.member_evaluation import check_evaluation
 from mezo_rl.training.reporting import check_report_to
 from mezo_rl.engine.noise import NOISES as NOISE_KINDS
 from mezo_rl.engine.optim import ESTIMATORS, EVALUATIONS, ON_NONFINITE
+from mezo_rl.model.loading import parse_max_memory
 
 #: ``lr_scheduler_type``: the schedules of ``transformers.get_scheduler`` that need no more than warmup and length
 LR_SCHEDULERS = ("constant", "constant_with_warmup", "linear", "cosine", "cosine_with_restarts", "polynomial")
@@ -144,20 +145,6 @@ def shared(cls, name: str, **metadata):
     (same default, help, choices; ``metadata`` overrides, e.g. a command-specific help text)."""
     f = {f.name: f for f in dataclasses.fields(cls)}[name]
     return field(default=f.default, default_factory=f.default_factory, metadata={**f.metadata, **metadata})
-
-
-def parse_max_memory(spec: Optional[str]) -> Optional[dict]:
-    """``"0=20GiB,cpu=60GiB"`` -> ``{0: "20GiB", "cpu": "60GiB"}`` (the form accelerate expects)."""
-    if not spec:
-        return None
-    out = {}
-    for part in spec.split(","):
-        key, sep, value = part.partition("=")
-        if not sep or not key.strip() or not value.strip():
-            raise ConfigError(f"--max-memory: cannot read {part!r}; expected DEVICE=SIZE pairs such as '0=20GiB,cpu=60GiB'")
-        key = key.strip()
-        out[int(key) if key.isdigit() else key] = value.strip()
-    return out
 
 
 def _fmt(x: float) -> str:

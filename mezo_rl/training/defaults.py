@@ -78,7 +78,7 @@ def default_reward(task_metrics: list[str] | None) -> list[str] | None:
     """The reward a run optimises when ``--reward`` is not given: its task's first metric (accuracy for a
     classification task, ``squad_f1`` for SQuAD, ``exact_answer`` for arithmetic). None where there is none
     (a task of prompts only, which the run's own rewards judge) or the metrics are not known yet (a code
-    task, until it is built): the run then needs ``--reward`` (:func:`mezo_rl.training.setup.reward_refs`)."""
+    task, until it is built): the run then needs ``--reward`` (:func:`mezo_rl.training.plan.reward_refs`)."""
     return list(task_metrics[:1]) if task_metrics else None
 
 

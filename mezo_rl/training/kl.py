@@ -34,7 +34,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-__all__ = ["StartingPoint", "KLSums", "completion_kl", "member_kls", "KL", "KL_BATCH"]
+__all__ = ["StartingPoint", "starting_point", "KLSums", "completion_kl", "member_kls", "KL", "KL_BATCH"]
 
 KL = "kl"  #: the evaluation and log key
 #: (prompt, completion) pairs a forward pass of :func:`completion_kl` reads: it holds both models'
@@ -74,6 +74,13 @@ class StartingPoint:
             for p, h in zip(self.params, held):
                 p.data = h
             torch.clear_autocast_cache()
+
+
+def starting_point(lm, reference: bool) -> "StartingPoint | None":
+    """The run's starting point where its plan keeps one (``reference``: a prompt task,
+    ``mezo_rl.training.plan.RunPlan.reference``) and the model writes completions (a causal LM): the reference
+    of ``kl`` and of ``--beta``. None otherwise."""
+    return StartingPoint(lm.model) if reference and lm.is_causal else None
 
 
 @dataclass

@@ -12,6 +12,7 @@ objective summed over batches) and the backprop baseline (``mezo_rl.cli.baseline
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
@@ -102,6 +103,24 @@ def prompt_texts(lm, examples) -> list[str]:
     return [ex.prompt if ex.messages is None else
             lm.tokenizer.apply_chat_template(ex.messages, add_generation_prompt=True, tokenize=False)
             for ex in examples]
+
+
+def truncate_prompts(splits: dict, lm, max_prompt_length) -> dict:
+    """Each example's prompt cut to its last ``max_prompt_length`` tokens (chat messages rendered with the
+    chat template first, as the model reads them), as TRL truncates from the left; ``splits`` unchanged
+    when it is None."""
+    if max_prompt_length is None:
+        return splits
+    def cut(ex):
+        if not lm.is_causal:
+            return ex
+        text = prompt_texts(lm, [ex])[0]
+        ids = lm.tokenizer(text, add_special_tokens=False)["input_ids"]
+        if len(ids) <= max_prompt_length:
+            return ex
+        return dataclasses.replace(ex, prompt=lm.tokenizer.decode(ids[-max_prompt_length:]), messages=None)
+
+    return {split: [cut(ex) for ex in examples] for split, examples in splits.items()}
 
 
 def completion_stops(task, stop=None) -> list[str]:

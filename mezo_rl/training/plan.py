@@ -1,15 +1,43 @@
-"""The plan of a run: what its options leave to the task, the objective and the model, decided once.
+"""The plan of a run: from what it was given to every decision its options leave to the task, the
+objective and the model, taken once.
 
 ::
 
     plan = plan_run(config, task, objective)    # a pure function: no data read, no model loaded
+    plan, lm, lm_factory = plan_given(config, model, reward_funcs, train_dataset, ...)   # as MeZOTrainer is given a run
     print(plan)                                 # the run, one decision a line
     plan.args                                   # the MeZOConfig the run records (training_args.json)
 
-:func:`plan_run` is the one place a run is resolved. ``mezo-rl train`` (through ``mezo_rl.cli.checks``)
-and :class:`~mezo_rl.training.trainer.MeZOTrainer` are adapters that build the plan from what they were
-given (options, a task name or a dataset, reward names or callables, a model name or object) and then
-build what it says; nothing is added to it afterwards. A :class:`RunPlan` is frozen.
+:func:`plan_run` is the one place a run is resolved, and :func:`plan_given` the one way there from what a run
+is given: ``mezo-rl train`` (through ``mezo_rl.cli.checks``) and
+:class:`~mezo_rl.training.trainer.MeZOTrainer` are adapters that call it, then build what the plan says
+(:mod:`mezo_rl.training.setup`); nothing is added to it afterwards. A :class:`RunPlan` is frozen.
+
+What a run is given, read here in one straight line (every mistake one line, before any model loads):
+
+- the options (a :class:`~mezo_rl.training.arguments.MeZOConfig`);
+- what ``trl.GRPOTrainer`` takes (:func:`resolve_inputs`), turned into option values (what
+  ``training_args.json`` records) and the objects the run runs with:
+
+  - ``model``: a short name, hub id or path (``args.model``), or a ``PreTrainedModel`` (wrapped with
+    ``processing_class``, or the tokenizer saved beside it; ``args.model`` records its ``name_or_path``);
+  - ``reward_funcs``: a callable, a registered name, a ``module:function`` / ``file.py:function`` path, a
+    sequence-classification reward model (an object, a local directory or a hub id; its tokenizer from
+    ``reward_processing_classes`` or beside it: :mod:`mezo_rl.training.trl_rewards`), or a list of these. A
+    callable is recorded as ``module:qualname`` (a registered one by its name), so
+    ``mezo-rl train --config RUN/training_args.json`` imports it again; one that cannot be imported (a lambda,
+    a function defined inside another, or one in the running script) still trains, and the run says it
+    cannot be replayed from its config alone (summary.json ``config_replayable: false`` and why);
+  - ``train_dataset`` / ``eval_dataset``: ``datasets`` objects or a path (``mezo_rl.tasks.user``); the run's
+    defaults follow the task's kind (a prompt task gets the prompt tasks' run length), and an
+    ``IterableDataset`` needs ``max_steps``, since a stream has no length (as in TRL);
+  - ``peft_config``: a ``peft.LoraConfig`` (``peft="lora"``, its ``r``, ``lora_alpha``, ``target_modules``,
+    "all-linear" included, and ``modules_to_save``; ``lora_dropout`` > 0 is refused: MeZO's +eps and -eps
+    passes must see the same function) or a ``peft.PrefixTuningConfig`` (``peft="prefix"``, its
+    ``num_virtual_tokens``);
+
+- the task (:func:`resolve_task`: a registered name, ``module:function``, a data file or a dataset) and the
+  rewards as one objective (:func:`build_objective`).
 
 What it decides:
 
@@ -25,20 +53,32 @@ What it decides:
 """
 from __future__ import annotations
 
+import copy
 import dataclasses
+import pathlib
+import sys
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, Callable, Optional, TypeVar
 
 from mezo_rl import rewards
-from mezo_rl.errors import ConfigError
-from mezo_rl.training.arguments import MeZOConfig
+from mezo_rl.errors import ConfigError, UnknownNameError, UserError, first_line
+from mezo_rl.model.lm import LanguageModel
+from mezo_rl.rewards.registry import REGISTRY
+from mezo_rl.training.arguments import DATA_TASK_FIELDS, MeZOConfig, TaskArguments
 from mezo_rl.training.evaluation import OBJECTIVE, prompt_metrics
 from mezo_rl.training.fitness import FitnessSpec
-from mezo_rl.training.setup import build_objective, resolve_task
-from mezo_rl.training.trl_inputs import resolve_inputs
+from mezo_rl.training.trl_rewards import HUB_ID, is_reward_model_ref, resolve_reward, reward_model_spec
+from mezo_rl.tasks import get_task, list_tasks
+from mezo_rl.tasks.user import (check_data_task, data_task, is_data_task, is_dataset_object,
+                                is_iterable_dataset)
 
 __all__ = ["RunPlan", "plan_run", "plan_given", "run_config", "reward_refs", "default_metric_for_best",
-           "greater_is_better", "replace_args"]
+           "greater_is_better", "replace_args", "user_code", "resolve_task", "build_objective", "Inputs",
+           "resolve_inputs", "reward_reference", "unreplayable_reason", "check_replayable_reward"]
+
+T = TypeVar("T")
+#: what a recorded reward reference cannot be imported from
+_NOT_IMPORTABLE = ("<lambda>", "<locals>")
 
 
 @dataclass(frozen=True)
@@ -72,6 +112,267 @@ class RunPlan:
         return "\n".join(lines)
 
 
+# ---------------------------------------------------------------------- the task and the rewards it was given
+def user_code(what: str, ref: str, load: Callable[[], T]) -> T:
+    """``load()``, with any failure to find or import ``ref`` (a name, ``module:object`` or
+    ``file.py:object``) turned into one :class:`~mezo_rl.errors.UnknownNameError` line naming ``what``."""
+    try:
+        return load()
+    except UserError:
+        raise
+    except (ImportError, AttributeError, FileNotFoundError, ValueError, TypeError) as e:
+        raise UnknownNameError(f"{what} {ref!r}: {first_line(e)}") from e
+    except Exception as e:  # the user's module raised while being imported
+        raise UnknownNameError(f"{what} {ref!r}: loading it raised {type(e).__name__}: {first_line(e)}") from e
+
+
+def resolve_task(args):
+    """The task ``args.task`` names, with the data options of ``args`` (any arguments object, or a dict of
+    field values: ``template``, columns, files).
+
+    Data files and datasets are built here (reading them checks their columns); a registered name,
+    ``module:function`` or entry point comes from the task registry. Options that do not fit the
+    task are refused before anything is read.
+    """
+    get = args.get if isinstance(args, dict) else lambda k, default=None: getattr(args, k, default)
+    ref = get("task", TaskArguments.task)
+    options = {k: get(k) for k in DATA_TASK_FIELDS if get(k) not in (None, [])}
+    registered = list_tasks()
+    check_data_task(ref, options, registered)
+    if is_data_task(ref, options, registered):
+        return data_task(ref, options)
+    return user_code("--task", ref, lambda: get_task(ref))
+
+
+def reward_reference(fn) -> str:
+    """How ``training_args.json`` records the reward callable ``fn``: its registered name if it is registered, else
+    ``module:qualname``."""
+
+    spec = rewards.get_reward(fn)
+    if spec.name in REGISTRY and REGISTRY[spec.name].fn is fn:
+        return spec.name
+    module = getattr(fn, "__module__", None) or type(fn).__module__
+    qualname = getattr(fn, "__qualname__", None) or type(fn).__qualname__
+    return f"{module}:{qualname}"
+
+
+def unreplayable_reason(ref: str) -> Optional[str]:
+    """Why the recorded reward reference ``ref`` cannot be imported again, or None when it can be tried."""
+    if ":" not in ref:
+        return None
+    module, _, qualname = ref.rpartition(":")
+    if any(part in qualname for part in _NOT_IMPORTABLE):
+        kind = "a lambda" if "<lambda>" in qualname else "a function defined inside another"
+        return f"reward {ref!r} is {kind}"
+    if module == "__main__":
+        return f"reward {ref!r} is defined in the script that ran the training"
+    return None
+
+
+def check_replayable_reward(ref: str) -> None:
+    """One line for a recorded reward that cannot be imported again (a lambda, a local function, one from the
+    training script), before anything loads."""
+    reason = unreplayable_reason(ref)
+    if reason is not None:
+        raise ConfigError(f"--reward {ref!r}: {reason}, so it cannot be imported again; the reward must be importable "
+                          f"to replay a run from its config: move it to a module (module:function or "
+                          f"file.py:function) and give that")
+
+
+def build_objective(refs, weights=None, normalize=None, trust_remote_code: bool = False):
+    """The objective of the rewards ``refs`` (names, ``module:function`` paths, a reward model's path or hub id:
+    ``mezo_rl.training.trl_rewards.resolve_reward``; or RewardSpecs already resolved) with ``reward_weights`` and
+    ``reward_scale``; a reference that cannot be resolved, or imported again to replay the run, is one line."""
+    specs = []
+    for ref in refs:
+        if isinstance(ref, str):
+            check_replayable_reward(ref)
+            ref = user_code("--reward", ref, lambda ref=ref: resolve_reward(ref, trust_remote_code=trust_remote_code))
+        specs.append(ref)
+    return rewards.build_objective(specs, weights=weights, normalize=normalize)
+
+
+# ---------------------------------------------------------------------- what MeZOTrainer was given, TRL's way
+@dataclass
+class Inputs:
+    """What :func:`resolve_inputs` read: the option values of the run (``args.given_values()`` with what the
+    TRL-shaped arguments stand for; None where none was given) and the objects it runs with (None: built from
+    the options as usual). The plan (``mezo_rl.training.plan.plan_run``) resolves the configuration from them."""
+
+    values: Optional[dict] = None
+    lm: Any = None
+    lm_factory: Optional[Callable] = None
+    task: Any = None
+    rewards: Optional[list] = None
+    not_replayable: list[str] = field(default_factory=list)
+
+
+def _is_pretrained_model(obj) -> bool:
+    transformers = sys.modules.get("transformers")
+    return transformers is not None and isinstance(obj, transformers.PreTrainedModel)
+
+
+def _model(model, processing_class, values: dict, not_replayable: list) -> tuple:
+    """``(lm, lm_factory)`` for a model object (None, None for a name), ``values["model"]`` set. The object is
+    copied once, before training, so the best step's weights can be rebuilt from the starting ones."""
+    if model is None:
+        if processing_class is not None:
+            raise ConfigError("processing_class goes with a model object; a model named by args.model brings its own tokenizer")
+        return None, None
+    if isinstance(model, str):
+        if processing_class is not None:
+            raise ConfigError(f"processing_class goes with a model object; model {model!r} is loaded with its own tokenizer")
+        values["model"] = model
+        return None, None
+    if isinstance(model, LanguageModel):
+        base, tokenizer = model.model, processing_class or model.tokenizer
+    elif _is_pretrained_model(model):
+        base, tokenizer = model, processing_class
+    else:
+        raise ConfigError(f"model: got a {type(model).__name__}; accepted: a short name, a hub id or path, or a "
+                          f"transformers PreTrainedModel (with processing_class, its tokenizer)")
+    name = getattr(getattr(base, "config", None), "name_or_path", None) or ""
+    if tokenizer is None:
+        try:
+            from transformers import AutoTokenizer
+
+            tokenizer = AutoTokenizer.from_pretrained(name)
+        except Exception:  # noqa: BLE001 - any failure: the user must pass the tokenizer
+            raise ConfigError(f"model: a {type(base).__name__} object whose tokenizer cannot be loaded from "
+                              f"{name or 'its config'!r}; pass processing_class=tokenizer") from None
+    if hasattr(tokenizer, "tokenizer") and not hasattr(tokenizer, "apply_chat_template"):
+        tokenizer = tokenizer.tokenizer  # a processor: its text tokenizer
+    values["model"] = name or type(base).__name__
+    if not name:
+        not_replayable.append(f"the model is a {type(base).__name__} object without a name_or_path (save it with "
+                              f"save_pretrained and give the directory to replay the run)")
+    pristine = copy.deepcopy(base)  # the base weights, to rebuild the best step after training
+
+    def factory():
+        return LanguageModel(copy.deepcopy(pristine), tokenizer)
+
+    return LanguageModel(base, tokenizer), factory
+
+
+def _peft(peft_config, values: dict) -> None:
+    if peft_config is None:
+        return
+    kind = type(peft_config).__name__
+    if kind == "LoraConfig":
+        if peft_config.lora_dropout:
+            raise ConfigError(f"peft_config: lora_dropout={peft_config.lora_dropout!r}, accepted: 0 (MeZO compares the "
+                              f"loss at +eps and -eps, and dropout would make the two passes different functions)")
+        targets, keep = peft_config.target_modules, peft_config.modules_to_save
+        values.update(peft="lora", lora_r=int(peft_config.r), lora_alpha=int(peft_config.lora_alpha),
+                      lora_target_modules=None if targets is None else [targets] if isinstance(targets, str)
+                      else sorted(targets),
+                      lora_modules_to_save=None if not keep else [keep] if isinstance(keep, str) else list(keep))
+    elif kind == "PrefixTuningConfig":
+        values.update(peft="prefix", num_prefix_tokens=int(peft_config.num_virtual_tokens))
+    else:
+        raise ConfigError(f"peft_config: got a {kind}; accepted: a peft.LoraConfig or a peft.PrefixTuningConfig")
+
+
+def _rewards(reward_funcs, values: dict, not_replayable: list, processing_classes=None) -> Optional[list]:
+    """The objective's rewards (callables kept as objects so they run in this process), ``values["reward"]``
+    set to what training_args.json records."""
+    if reward_funcs is None:
+        return None
+    funcs = list(reward_funcs) if isinstance(reward_funcs, (list, tuple)) else [reward_funcs]
+    if not funcs:
+        raise ConfigError("reward_funcs: give at least one reward (a function, a registered name or 'module:function')")
+    classes = processing_classes if isinstance(processing_classes, (list, tuple)) else [processing_classes] * len(funcs)
+    if len(classes) != len(funcs):
+        raise ConfigError(f"reward_processing_classes: got {len(classes)} for {len(funcs)} reward_funcs; give one per "
+                          f"reward (None for a function)")
+    refs, specs = [], []
+    for i, (fn, tokenizer) in enumerate(zip(funcs, classes)):
+        if _is_pretrained_model(fn) or (isinstance(fn, str) and is_reward_model_ref(fn)):
+            spec = reward_model_spec(fn, tokenizer, trust_remote_code=values.get("trust_remote_code", False))
+            if not isinstance(fn, str) and not pathlib.Path(spec.name).is_dir() and not HUB_ID.match(spec.name):
+                not_replayable.append(f"reward model {spec.name!r} is an object without a saved path")
+            refs.append(spec.name)
+            specs.append(spec)
+        elif isinstance(fn, str):
+            check_replayable_reward(fn)
+            refs.append(fn)
+            specs.append(fn)
+        elif callable(fn):
+            ref = reward_reference(fn)
+            reason = unreplayable_reason(ref)
+            if reason is not None:
+                not_replayable.append(reason)
+            refs.append(ref)
+            specs.append(dataclasses.replace(rewards.get_reward(fn), name=ref))
+        else:
+            raise ConfigError(f"reward_funcs[{i}]: got a {type(fn).__name__}, which is not callable; accepted: a "
+                              f"function (prompts, completions, **columns) -> list[float], a registered name or "
+                              f"'module:function'")
+    values["reward"] = refs
+    return specs
+
+
+def _task(train_dataset, eval_dataset, values: dict, not_replayable: list, max_rows: Optional[int]):
+    """The task of the datasets (None when neither is given), ``values["task"]`` set to what training_args.json records."""
+    if train_dataset is None:
+        if eval_dataset is not None:
+            raise ConfigError("eval_dataset needs a train_dataset")
+        return None
+    if isinstance(train_dataset, str) and eval_dataset is None:
+        values["task"] = train_dataset
+        return None
+    if eval_dataset is not None and not is_dataset_object(eval_dataset):
+        raise ConfigError(f"eval_dataset: got a {type(eval_dataset).__name__}; accepted: a datasets.Dataset (with a "
+                          f"train_dataset object)")
+    if not is_dataset_object(train_dataset):
+        raise ConfigError(f"train_dataset: got a {type(train_dataset).__name__}; accepted: a datasets Dataset, "
+                          f"DatasetDict or IterableDataset, or a path (a data file or a dataset directory)")
+    source = train_dataset if eval_dataset is None else {"train": train_dataset, "validation": eval_dataset}
+    options = {k: values[k] for k in DATA_TASK_FIELDS if values.get(k) not in (None, [])}
+    task = data_task(source, options, max_rows=max_rows if is_iterable_dataset(source) else None)
+    values["task"] = _dataset_reference(source, not_replayable)
+    return task
+
+
+def _dataset_reference(source, not_replayable: list) -> str:
+    """A dataset object's train split as a file the config can name again (its one Arrow cache file), or a
+    description of an in-memory dataset, which a config cannot replay."""
+    data = source["train"] if isinstance(source, dict) and "train" in source else source
+    files = getattr(data, "cache_files", None) or []
+    if len(files) == 1 and not isinstance(source, dict):
+        return files[0]["filename"]
+    described = f"<{type(data).__name__} object>"
+    not_replayable.append(f"the dataset is an in-memory {type(source).__name__} (save it with save_to_disk or to a "
+                          f"file and give the path to replay the run)")
+    return described
+
+
+def resolve_inputs(args, model=None, reward_funcs=None, train_dataset=None, eval_dataset=None,
+                   processing_class=None, peft_config=None, reward_processing_classes=None) -> Inputs:
+    """The configuration and objects of a run given TRL's way (see the module docstring); every mistake is one
+    :class:`~mezo_rl.errors.UserError` line, before any model loads."""
+    if not isinstance(args, MeZOConfig):
+        raise ConfigError(f"args: got a {type(args).__name__}; accepted: a MeZOConfig (TRL's GRPOConfig fields "
+                          f"that mean something for MeZO have the same names; see docs/rl.md)")
+    if all(x is None for x in (model, reward_funcs, train_dataset, eval_dataset, processing_class, peft_config,
+                               reward_processing_classes)):
+        return Inputs()  # everything comes from args
+    values, not_replayable = args.given_values(), []
+    if is_iterable_dataset(train_dataset) and "max_steps" not in values:
+        raise ConfigError("train_dataset is an IterableDataset: a stream has no length, so give max_steps "
+                          "(MeZOConfig(max_steps=...)), as TRL asks")
+    lm, lm_factory = _model(model, processing_class, values, not_replayable)
+    _peft(peft_config, values)
+    specs = _rewards(reward_funcs, values, not_replayable, reward_processing_classes)
+    rows = None
+    if is_iterable_dataset(train_dataset):
+        rows = values.get("num_train", args.num_train) + values.get("num_eval", args.num_eval) + values.get(
+            "num_test", args.num_test)
+    task = _task(train_dataset, eval_dataset, values, not_replayable, rows)
+    return Inputs(values, lm, lm_factory, task, specs, not_replayable)
+
+
+# ---------------------------------------------------------------------- the plan
 def reward_refs(reward, task, ref=None) -> list:
     """The rewards a run optimises: ``reward`` as given, else its task's own first metric; one line for a run that
     has neither (a task of prompts only, given no reward; ``ref``: how the run named the task)."""
@@ -150,7 +451,7 @@ def plan_run(args: MeZOConfig, task, objective, model=None, given: Optional[dict
 def plan_given(args, model=None, reward_funcs=None, train_dataset=None, eval_dataset=None, processing_class=None,
                peft_config=None, reward_processing_classes=None, *, lm=None, task=None, objective=None,
                lm_factory=None) -> tuple:
-    """The plan of a run given as ``MeZOTrainer`` takes it (TRL's arguments, :mod:`mezo_rl.training.trl_inputs`;
+    """The plan of a run given as ``MeZOTrainer`` takes it (TRL's arguments, :func:`resolve_inputs`;
     or the objects already built: ``lm``, ``task``, ``objective``), with the task and the objective built where
     they were not given; returns ``(plan, lm, lm_factory)``, the model objects None where ``args.model`` names
     the model. Everything but the task's data and the model's weights is read here, so a mistake is one line

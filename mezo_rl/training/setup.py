@@ -1,47 +1,62 @@
-"""Building what a run needs from its arguments, each thing once: the task and its examples, the
-objective, the model with its adapter, the optimizer.
+"""Building what a run's plan says, each thing once: the task's examples, the model with what it trains,
+the optimizer.
 
-What a run is, is decided once, by :func:`mezo_rl.training.plan.plan_run` from the task and the objective
-built here; the model and the optimizer are then built from the plan. ``mezo-rl`` builds the task and the
-objective while it checks a command (before any model loads) and hands the plan to the trainer.
+What a run is, is decided once, by :mod:`mezo_rl.training.plan` (the task, the objective, the configuration);
+the examples, the model and the optimizer are then built here from the plan. ``mezo-rl`` plans while it
+checks a command (before any model loads) and hands the plan to the trainer.
 
-- :func:`resolve_task` / :func:`load_splits` / :func:`run_splits`: the task ``--task`` names (a
-  registered name, ``module:function``, a data file or a dataset) and its train / validation / test
-  examples; a user's task code that raises is named in one line.
-- :func:`build_objective`: the rewards as one ``rewards.Objective``.
-- :func:`build_model`: the base model, set up for what ``--peft`` trains; :func:`param_groups` and
-  :func:`trainable_parameters`: the order the engine and replay see the trainable tensors in.
+- :func:`build_run`: what a plan says, in order, each once: the examples, the model, the starting point, the
+  fitness.
+- :func:`load_splits` / :func:`run_splits`: the task's train / validation / test examples; a user's task
+  code that raises is named in one line.
+- :func:`build_model`: the base model, set up for what ``--peft`` trains
+  (:func:`mezo_rl.model.peft.set_trainable`); :func:`param_groups` and :func:`trainable_parameters`: the
+  order the engine and replay see the trainable tensors in.
 - :func:`build_optimizer`: MeZO over those tensors with the run's options, and its lr schedule.
 """
 from __future__ import annotations
 
 import math
-import re
-from typing import Callable, Optional, TypeVar
+from typing import Optional
 
 import torch
 
-from mezo_rl import rewards
-import dataclasses
-
 from mezo_rl.engine.optim import MeZO
-from mezo_rl.errors import ConfigError, UnknownNameError, UserError, first_line
+from mezo_rl.errors import ConfigError, UserError, first_line
 from mezo_rl.model.loading import load_model
-from mezo_rl.model.peft import FINAL_NORM, PEFT_METHODS, apply_peft
-from mezo_rl.training.arguments import DATA_TASK_FIELDS, MeZOConfig, TaskArguments, parse_max_memory
+from mezo_rl.model.peft import set_trainable
+from mezo_rl.training.arguments import MeZOConfig
 from mezo_rl.training.defaults import mezo_options
-from mezo_rl.training.distributed import check_no_offload
+from mezo_rl.training.distributed import DistContext, check_no_offload
+from mezo_rl.training.fitness import Fitness
+from mezo_rl.training.kl import starting_point
 from mezo_rl.training.member_evaluation import evaluation_options
-from mezo_rl.training.outputs import prompt_texts
-from mezo_rl.training.trl_inputs import check_replayable_reward, resolve_reward
-from mezo_rl.tasks import get_task, list_tasks
-from mezo_rl.tasks.user import check_data_task, data_task, is_data_task
+from mezo_rl.training.outputs import example_columns, truncate_prompts
 
-__all__ = ["TaskCodeError", "user_code", "resolve_task", "load_splits", "run_splits", "build_objective",
-           "build_model", "freeze_unmatched", "param_groups", "trainable_parameters", "build_optimizer",
-           "lr_scheduler", "truncate_prompts", "lora_targets", "train_modules"]
+__all__ = ["build_run", "TaskCodeError", "load_splits", "run_splits", "build_model", "param_groups", "trainable_parameters",
+           "build_optimizer", "lr_scheduler"]
 
-T = TypeVar("T")
+
+def build_run(plan, lm=None, splits=None, dist=None) -> tuple:
+    """What ``plan`` (a :class:`~mezo_rl.training.plan.RunPlan`) says to build, in order, each once; returns
+    ``(splits, lm, start, fitness)``:
+
+    - the task's examples (``splits``: given), checked, and against the columns the rewards read, before any
+      model loads;
+    - the model (``lm``: the base model, given), set up for what the run trains (:func:`build_model`), checked
+      against the rewards (generation rewards need a causal LM);
+    - the prompts cut to ``max_prompt_length`` tokens, as the model reads them;
+    - the starting point a prompt task keeps (the reference of ``kl`` and ``beta``), or None;
+    - the run's fitness: how a member's loss is formed, its statistics all-reduced over ``dist``
+      (a :class:`~mezo_rl.training.distributed.DistContext`; None: this process alone).
+    """
+    args, objective = plan.args, plan.objective
+    splits = run_splits(args, plan.task, splits)
+    objective.check_columns(example_columns(splits["train"]), task_kind=plan.task_kind)
+    lm = build_model(args, lm)
+    objective.check_compatible(bool(lm.is_causal))
+    splits = truncate_prompts(splits, lm, args.max_prompt_length)
+    return splits, lm, starting_point(lm, plan.reference), Fitness(plan.fitness, objective, dist or DistContext())
 
 
 # ---------------------------------------------------------------------- the task and its examples
@@ -49,39 +64,8 @@ class TaskCodeError(UserError):
     """A user's task code raised while its examples were read."""
 
 
-def user_code(what: str, ref: str, load: Callable[[], T]) -> T:
-    """``load()``, with any failure to find or import ``ref`` (a name, ``module:object`` or
-    ``file.py:object``) turned into one :class:`~mezo_rl.errors.UnknownNameError` line naming ``what``."""
-    try:
-        return load()
-    except UserError:
-        raise
-    except (ImportError, AttributeError, FileNotFoundError, ValueError, TypeError) as e:
-        raise UnknownNameError(f"{what} {ref!r}: {first_line(e)}") from e
-    except Exception as e:  # the user's module raised while being imported
-        raise UnknownNameError(f"{what} {ref!r}: loading it raised {type(e).__name__}: {first_line(e)}") from e
-
-
 def _is_user_code(task) -> bool:
     return not type(task).__module__.startswith("tasks.")
-
-
-def resolve_task(args):
-    """The task ``args.task`` names, with the data options of ``args`` (any arguments object, or a dict of
-    field values: ``template``, columns, files).
-
-    Data files and datasets are built here (reading them checks their columns); a registered name,
-    ``module:function`` or entry point comes from the task registry. Options that do not fit the
-    task are refused before anything is read.
-    """
-    get = args.get if isinstance(args, dict) else lambda k, default=None: getattr(args, k, default)
-    ref = get("task", TaskArguments.task)
-    options = {k: get(k) for k in DATA_TASK_FIELDS if get(k) not in (None, [])}
-    registered = list_tasks()
-    check_data_task(ref, options, registered)
-    if is_data_task(ref, options, registered):
-        return data_task(ref, options)
-    return user_code("--task", ref, lambda: get_task(ref))
 
 
 def load_splits(task, task_ref: str, sizes: dict, data_dir, seed: int) -> dict:
@@ -114,20 +98,6 @@ def run_splits(args: MeZOConfig, task, splits=None) -> dict:
     return splits
 
 
-# ---------------------------------------------------------------------- the objective
-def build_objective(refs, weights=None, normalize=None, trust_remote_code: bool = False):
-    """The objective of the rewards ``refs`` (names, ``module:function`` paths, a reward model's path or hub id:
-    ``trl_inputs.resolve_reward``; or RewardSpecs already resolved) with ``reward_weights`` and
-    ``reward_scale``; a reference that cannot be resolved, or imported again to replay the run, is one line."""
-    specs = []
-    for ref in refs:
-        if isinstance(ref, str):
-            check_replayable_reward(ref)
-            ref = user_code("--reward", ref, lambda ref=ref: resolve_reward(ref, trust_remote_code=trust_remote_code))
-        specs.append(ref)
-    return rewards.build_objective(specs, weights=weights, normalize=normalize)
-
-
 # ---------------------------------------------------------------------- the model and its trainable tensors
 def param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
     """The trainable parameters (``requires_grad``), in ``named_parameters`` order, as param groups.
@@ -154,76 +124,18 @@ def trainable_parameters(model: torch.nn.Module) -> list[torch.Tensor]:
 
 
 def build_model(args: MeZOConfig, lm=None):
-    """Load the base model (unless ``lm`` is given) and set it up for what ``args.peft`` trains.
-
-    - ``norm``: every weight but the final normalisation layer's gains is frozen, and the model's
-      trunk cache is turned on (:meth:`~mezo_rl.model.lm.LanguageModel.enable_trunk_cache`): each scored
-      sequence runs through the frozen trunk once, later scores run only the final norm and the
-      output head. The cache cannot see frozen weights edited in place; a run never edits them (MeZO
-      and replay change the trainable gains only), and code that does must call
-      ``lm.clear_trunk_cache()``. No other mode turns the cache on.
-    - ``lora`` / ``prefix``: the adapter is added (:func:`~mezo_rl.model.peft.apply_peft`), the base frozen.
-    - ``full``: every weight stays trainable.
-
-    ``args.trainable`` then freezes the trainable weights its pattern does not match.
-    """
+    """Load the base model (unless ``lm`` is given) and set it up for what ``args.peft`` trains
+    (:func:`mezo_rl.model.peft.set_trainable`: the final norm with its trunk cache, an adapter, or every
+    weight; then ``args.trainable``'s pattern)."""
     if lm is None:
         remote = {"trust_remote_code": True} if args.trust_remote_code else {}
         lm = load_model(args.model, dtype=args.dtype, device_map=args.device_map,
-                        max_memory=parse_max_memory(args.max_memory), batch_size=args.eval_batch_size, **remote)
+                        max_memory=args.max_memory, batch_size=args.eval_batch_size, **remote)
         if args.device_map is not None:
             check_no_offload(lm.model)  # weights offloaded to disk cannot be perturbed in place
-    if args.peft == "norm":
-        freeze_unmatched(lm.model, FINAL_NORM, what="--peft norm (the final normalisation layer)")
-        lm.enable_trunk_cache()  # the norm mode's trunk cache (see above)
-    elif args.peft in PEFT_METHODS:
-        targets = {} if args.lora_target_modules is None else {"target_modules": lora_targets(lm.model, args.lora_target_modules)}
-        lm = apply_peft(lm, args.peft, r=args.lora_r, alpha=args.lora_alpha,
-                        num_prefix_tokens=args.num_prefix_tokens, seed=args.seed, **targets)
-        if args.lora_modules_to_save:
-            train_modules(lm.model, args.lora_modules_to_save)
-    if args.trainable is not None:
-        freeze_unmatched(lm.model, args.trainable, what=f"--trainable {args.trainable!r}")
-    return lm
-
-
-def lora_targets(model: torch.nn.Module, names: list[str]) -> list[str]:
-    """LoRA's target layer names; ``all-linear`` is every linear layer but the output head, as peft reads it."""
-    if names not in (["all-linear"], "all-linear"):
-        return list(names)
-    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
-    return sorted({n.rsplit(".", 1)[-1] for n, m in model.named_modules()
-                   if isinstance(m, torch.nn.Linear) and m is not head and "." in n})
-
-
-def train_modules(model: torch.nn.Module, names: list[str]) -> None:
-    """Train every weight of the modules named ``names`` (the last part of the module name, as peft's
-    ``modules_to_save``) beside an adapter; one line when a name matches no module."""
-    found = set()
-    for module_name, module in model.named_modules():
-        leaf = module_name.rsplit(".", 1)[-1]
-        if leaf in names:
-            found.add(leaf)
-            for p in module.parameters():
-                p.requires_grad_(True)
-    missing = [n for n in names if n not in found]
-    if missing:
-        raise ConfigError(f"--lora-modules-to-save {missing}: no module of that name in {type(model).__name__}")
-
-
-def freeze_unmatched(model: torch.nn.Module, pattern: str, what: str) -> None:
-    """Freeze every trainable parameter whose name does not match ``pattern`` (``re.search``).
-
-    Deterministic in (model, pattern), so a replay rebuilds the same trainable set in the same order.
-    """
-    regex = re.compile(pattern)
-    trainable = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
-    if not any(regex.search(n) for n, _ in trainable):
-        names = ", ".join(n for n, _ in trainable[:4])
-        raise ConfigError(f"{what}: {pattern!r} matches no trainable parameter; names look like: {names}, ...")
-    for n, p in trainable:
-        if not regex.search(n):
-            p.requires_grad_(False)
+    return set_trainable(lm, args.peft, trainable=args.trainable, modules_to_save=args.lora_modules_to_save,
+                         r=args.lora_r, alpha=args.lora_alpha, target_modules=args.lora_target_modules,
+                         num_prefix_tokens=args.num_prefix_tokens, seed=args.seed)
 
 
 # ---------------------------------------------------------------------- the optimizer
@@ -251,21 +163,3 @@ def lr_scheduler(args: MeZOConfig, optimizer):
     total = max(args.max_steps, 1)
     warmup = math.ceil(args.warmup_steps * total) if args.warmup_steps < 1 else int(args.warmup_steps)
     return get_scheduler(args.lr_scheduler_type, optimizer, num_warmup_steps=warmup, num_training_steps=total)
-
-
-def truncate_prompts(splits: dict, lm, max_prompt_length) -> dict:
-    """Each example's prompt cut to its last ``max_prompt_length`` tokens (chat messages rendered with the
-    chat template first, as the model reads them), as TRL truncates from the left; ``splits`` unchanged
-    when it is None."""
-    if max_prompt_length is None:
-        return splits
-    def cut(ex):
-        if not lm.is_causal:
-            return ex
-        text = prompt_texts(lm, [ex])[0]
-        ids = lm.tokenizer(text, add_special_tokens=False)["input_ids"]
-        if len(ids) <= max_prompt_length:
-            return ex
-        return dataclasses.replace(ex, prompt=lm.tokenizer.decode(ids[-max_prompt_length:]), messages=None)
-
-    return {split: [cut(ex) for ex in examples] for split, examples in splits.items()}

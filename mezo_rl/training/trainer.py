@@ -40,18 +40,17 @@ from mezo_rl.training.config import resume_path
 from mezo_rl.training.callbacks import CallbackHandler, ProgressCallback, TrainerCallback, TrainerControl
 from mezo_rl.training.distributed import DistContext
 from mezo_rl.training.evaluation import evaluate
-from mezo_rl.training.fitness import Fitness, RewardsSilentError
-from mezo_rl.training.kl import StartingPoint, completion_kl, member_kls
+from mezo_rl.training.fitness import RewardsSilentError
+from mezo_rl.training.kl import completion_kl, member_kls, starting_point
 from mezo_rl.training.member_evaluation import resumed_evaluation
-from mezo_rl.training.outputs import (autocast, completion_stops, example_columns, model_outputs, objective_outputs,
-                                     prompt_texts)
+from mezo_rl.training.outputs import autocast, completion_stops, model_outputs, objective_outputs, prompt_texts
 from mezo_rl.training.plan import RunPlan, plan_given, replace_args
 from mezo_rl.training.rundir import TrainerState
 from mezo_rl.training.model_card import push_to_hub, write_model_card
 from mezo_rl.training.reporting import completion_stats, eval_logs, reporters, train_logs, write_completions_table
 from mezo_rl.training.runguard import InterruptGuard
-from mezo_rl.training.setup import build_model, build_optimizer, run_splits, trainable_parameters, truncate_prompts
-from mezo_rl.training.trl_inputs import RewardContext, with_trl_keywords
+from mezo_rl.training.setup import build_model, build_optimizer, build_run, trainable_parameters
+from mezo_rl.training.trl_rewards import RewardContext, with_trl_keywords
 from mezo_rl.tasks.user import data_task, is_dataset_object
 
 __all__ = ["MeZOTrainer", "TrainingInterrupted", "RewardsSilentError", "sample_batch_indices", "primary_metric", "peak_rss_mb"]
@@ -109,7 +108,7 @@ class MeZOTrainer:
     tokenizer), ``reward_funcs`` (callables, registered names, ``module:function`` paths, or
     sequence-classification reward models with ``reward_processing_classes``), ``train_dataset`` /
     ``eval_dataset`` (``datasets`` objects or a path) and ``peft_config`` (a ``peft.LoraConfig``) are what
-    ``GRPOTrainer`` takes (:mod:`mezo_rl.training.trl_inputs`); each left out comes from ``args`` (a
+    ``GRPOTrainer`` takes (:func:`mezo_rl.training.plan.resolve_inputs`); each left out comes from ``args`` (a
     :class:`~mezo_rl.training.arguments.MeZOConfig`). ``callbacks``: Hugging Face callbacks
     (:mod:`mezo_rl.training.callbacks`); ``trainer.state`` is a
     :class:`~mezo_rl.training.rundir.TrainerState` (``global_step``, ``log_history``, ``best_metric``, ...).
@@ -146,22 +145,18 @@ class MeZOTrainer:
         self.metric_for_best, self.greater_is_better = plan.metric_for_best, plan.greater_is_better
         self.dist = dist if dist is not None else DistContext.from_env()
         self.output_dir = pathlib.Path(args.output_dir)
-        # what the plan says, built in order, each once (mezo_rl.training.setup)
-        self.splits = run_splits(args, self.task, splits)                                  # examples
+        # a resumed run keeps the member evaluation it ran with: asking for the other is one line, before any model loads
+        if args.resume:
+            resumed_evaluation(args.evaluation, rundir.recorded_evaluation(args.output_dir))
         self.reward_context = RewardContext()  # TRL's reward keywords: completion_ids, trainer_state, log_*
         with_trl_keywords(self.objective, self.reward_context)
-        self.objective.check_columns(example_columns(self.splits["train"]), task_kind=self.task.kind)
-        self.lm = build_model(args, lm)                                                     # model and adapter
-        self.objective.check_compatible(bool(self.lm.is_causal))
-        self.splits = truncate_prompts(self.splits, self.lm, args.max_prompt_length)        # max_prompt_length
-        self.start = self._starting_point()                                   # the reference of kl and --beta
-        self.fitness = Fitness(plan.fitness, self.objective, self.dist)      # a member's loss
+        # what the plan says, built in order, each once: the examples, the model, the reference of kl and --beta,
+        # a member's loss
+        self.splits, self.lm, self.start, self.fitness = build_run(plan, lm, splits, self.dist)
         # MeZO and its schedule: built on first use (create_optimizer_and_scheduler), as transformers' Trainer
         # builds its optimizer in train(), once a resume has told which member evaluation the run keeps
         self._optimizer = self._scheduler = None
         self._released = False  # the optimizer was let go for the best step's weights (_restore_best)
-        if args.resume:  # the member evaluation a resumed run keeps: asking for the other is one line, now
-            resumed_evaluation(args.evaluation, rundir.recorded_evaluation(args.output_dir))
         self.callback_handler = CallbackHandler(callbacks or [])
         if self.dist.is_main:  # the loggers and the progress bar on the main process only
             for reporter in reporters(args.report_to):
@@ -245,10 +240,6 @@ class MeZOTrainer:
         """The fitness of a step: every member's loss from the members' outputs on this rank, and the step's
         reward statistics (:class:`mezo_rl.training.fitness.Fitness`, the one place a member's loss is formed)."""
         return self.fitness(outcomes, self.step)
-
-    def _starting_point(self):
-        """A prompt task's starting model (``mezo_rl.training.kl``): a copy of the trainable tensors as built."""
-        return StartingPoint(self.lm.model) if self.plan.reference and self.lm.is_causal else None
 
     def member_outcomes(self, examples, members=None, sample_seed: Optional[int] = None,
                         kl_texts: Optional[list[str]] = None) -> list:
@@ -501,7 +492,7 @@ class MeZOTrainer:
         del self.lm
         gc.collect()
         self.lm = build_model(self.args, self.lm_factory() if self.lm_factory is not None else None)
-        self.start = self._starting_point()
+        self.start = starting_point(self.lm, self.plan.reference)
         rundir.replay_prefix(self.lm, self.trajectory, self.state.best_step)
         self.lm.adopt_trunk_cache(trunk)
         self.seconds["load"] += time.perf_counter() - t0
