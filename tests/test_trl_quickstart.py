@@ -15,6 +15,7 @@ datasets = pytest.importorskip("datasets")
 from datasets import Dataset  # noqa: E402
 
 from mezo_rl import MeZOConfig, MeZOTrainer  # noqa: E402
+from mezo_rl.training.defaults import PROMPT_TASK_DEFAULTS  # noqa: E402
 
 PROMPTS = [f"the movie was good and the acting was bad . {i}" for i in range(40)]
 CHAT_TEMPLATE = ("{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
@@ -51,8 +52,9 @@ def test_the_grpo_quickstart_with_two_names_changed(tmp_path, tiny_tokenizer, mo
     trainer.train()
     # ---
     config = json.loads((tmp_path / "out" / "training_args.json").read_text())
-    assert config["max_steps"] == 90 and config["per_device_train_batch_size"] == 16  # a prompt task's run length
-    assert [r["step"] for r in records(tmp_path / "out") if "split" not in r] == list(range(1, 91))
+    row = PROMPT_TASK_DEFAULTS[config["peft"]]  # a prompt task's run length, for the mode it defaults to
+    assert (config["max_steps"], config["per_device_train_batch_size"]) == (row["steps"], row["batch_size"])
+    assert [r["step"] for r in records(tmp_path / "out") if "split" not in r] == list(range(1, row["steps"] + 1))
 
 
 def test_the_quickstart_trains_records_its_reward_and_logs_trls_keys(tmp_path, tiny_tokenizer):
