@@ -299,7 +299,7 @@ def test_resuming_a_run_made_when_completions_were_cut_before_the_stop(tmp_path,
     from mezo_rl.errors import ConfigError
     from mezo_rl.training.arguments import MeZOConfig
     from mezo_rl.training.rundir import STOP_STRINGS, check_stop_strings
-    from mezo_rl.training.setup import build_objective
+    from mezo_rl.training.plan import build_objective
     from mezo_rl.training.trainer import MeZOTrainer
     from test_trainer import make_args
 
