@@ -22,6 +22,7 @@ from typing import Optional
 import torch
 
 from mezo_rl.engine.optim import MeZO
+from mezo_rl import tasks
 from mezo_rl.errors import ConfigError, UserError, first_line
 from mezo_rl.model.loading import load_model
 from mezo_rl.model.peft import set_trainable
@@ -65,7 +66,8 @@ class TaskCodeError(UserError):
 
 
 def _is_user_code(task) -> bool:
-    return not type(task).__module__.startswith("tasks.")
+    """Whether ``task`` is a user's: its class is defined outside the built-in tasks' package."""
+    return not type(task).__module__.startswith(tasks.__name__ + ".")
 
 
 def load_splits(task, task_ref: str, sizes: dict, data_dir, seed: int) -> dict:
