@@ -803,8 +803,10 @@ class FrontierCell:
 
 
 #: MeZO steps per family, beta 0 and beta > 0 (the KL term's extra forward passes make a step ~2.5x dearer), sized
-#: to the task's budget at the s/step the study measured on this machine
-_MEZO_STEPS = {"arithmetic": {"full": (58, 24), "lora": (58, 18), "norm": (48, 20)},
+#: to the task's budget (640 s on arithmetic) at the median s/step the seed-0 grid recorded on this machine, quiet:
+#: every weight 5.0 s (beta 0) and 12.3 s (beta > 0); LoRA 5.5 s (beta 0; beta > 0 scaled as every weight's); norm
+#: not yet measured (scaled as every weight's). A record whose command is not its cell's current one is kept out.
+_MEZO_STEPS = {"arithmetic": {"full": (128, 52), "lora": (116, 47), "norm": (106, 43)},
                "sentiment": {"full": (60, 24)}}
 
 
@@ -863,6 +865,35 @@ def frontier_command(cell: FrontierCell, seed: int, out_dir: pathlib.Path) -> li
     return [sys.executable, str(GRPO), *task, "--output-dir", str(out_dir), "--seed", str(seed),
             "--max-completion-length", str(t["max_new_tokens"]), "--num-generations", "4", "--batch-size", "16",
             "--time-budget-s", str(t["budget_s"]), "--no-base-loglik", *sizes, *cell.args]
+
+
+def _command_key(command: str) -> list[str]:
+    """A cell command's arguments without the interpreter, the output directory and the checkout's own path (a
+    script is named by its folder and file)."""
+    args = shlex.split(command)[1:]
+    return ["/".join(pathlib.PurePath(a).parts[-2:]) if a.endswith(".py") else a
+            for i, a in enumerate(args) if i == 0 or args[i - 1] != "--output-dir"]
+
+
+def superseded(record: dict) -> str:
+    """Why a frontier record no longer stands for its cell (its command is not the cell's current definition,
+    e.g. a MeZO cell since re-sized to the budget), or "" if it does."""
+    cell = next((c for c in FRONTIER_GRIDS.get(record.get("task"), []) if c.name == record.get("cell")), None)
+    if cell is None:
+        return "no such cell in the current grid"
+    seed = record.get("seed")
+    if seed not in cell.seeds or "command" not in record:
+        return "not a seed of the cell's current definition"
+    now = _command_key(shlex.join(frontier_command(cell, seed, FRONTIER_RUNS / "x")))
+    if _command_key(record["command"]) != now:
+        was = record.get("steps")
+        return "superseded: an earlier definition of the cell" + (f" ({was} steps)" if was is not None else "")
+    return ""
+
+
+def current_records(records: list[dict]) -> list[dict]:
+    """The frontier records that stand for their cell's current definition."""
+    return [r for r in records if not superseded(r)]
 
 
 def run_frontier_cell(cell: FrontierCell, seed: int) -> dict:
@@ -935,6 +966,7 @@ def frontier_pending(task: str, stage: str, names: list[str] | None, records: li
     """The (cell, seed) pairs a stage still has to run on this machine: "grid" every cell's first seed, "seeds"
     the other seeds of the cells on seed 0's validation frontier (candidates), "all" both."""
     here = machine()
+    records = current_records(records)
     done = {(r["cell"], r["seed"]) for r in records if r.get("task") == task and r.get("ok") and r.get("machine") == here}
     grid = [c for c in FRONTIER_GRIDS[task] if names is None or c.name in names]
     todo = []
@@ -969,9 +1001,10 @@ def render_frontier(records: list[dict]) -> str:
     of where each tool wins, the records kept out and why, counts and sample completions."""
     out = []
     for task in FRONTIER_TASKS:
-        rows = [r for r in records if r.get("task") == task]
-        if not rows:
+        every = [r for r in records if r.get("task") == task]
+        if not every:
             continue
+        rows, old = current_records(every), [r for r in every if superseded(r)]
         reward = FRONTIER_TASKS[task]["reward"]
         summaries = summarise(rows, reward)
         t = FRONTIER_TASKS[task]
@@ -990,7 +1023,7 @@ def render_frontier(records: list[dict]) -> str:
         said = statements(summaries)
         out += ["", "Where each tool wins (generated from the records; a difference within 2 SE names no winner):", ""]
         out += said or ["- no compared cell yet (a compared cell has every one of its seeds recorded)."]
-        kept_out = [(r, admitted(r)[1]) for r in rows if not admitted(r)[0]]
+        kept_out = [(r, admitted(r)[1]) for r in rows if not admitted(r)[0]] + [(r, superseded(r)) for r in old]
         if kept_out:
             out += ["", "Records kept out of the comparison:", ""]
             out += [f"- {r.get('cell')} seed {r.get('seed')}: {why}" + (f" ({r['protocol_error']})" if r.get("protocol_error")

@@ -209,18 +209,36 @@ def test_frontier_stages_resume_and_pick_on_validation(monkeypatch):
     grid = rl.FRONTIER_GRIDS["arithmetic"]
     here = rl.machine()
 
-    def rec(cell, val, kl, test_gain):
-        return {"protocol": 1, "task": "arithmetic", "cell": cell.name, "tool": cell.tool, "seed": 0, "ok": True,
-                "machine": here, **_fields(val, kl, test_gain)}
     a, b, c = grid[0], grid[1], grid[-1]
-    records = [rec(a, 0.30, 0.10, 0.1), rec(b, 0.20, 0.20, 0.9), rec(c, 0.1, 0.05, 0.1)]   # b: dominated on validation
+    records = [_rec(a, 0.30, 0.10, 0.1), _rec(b, 0.20, 0.20, 0.9), _rec(c, 0.1, 0.05, 0.1)]  # b: dominated on validation
     todo = rl.frontier_pending("arithmetic", "grid", None, records)
     assert (a, 0) not in todo and (grid[2], 0) in todo and len(todo) == len(grid) - 3
     seeds = rl.frontier_pending("arithmetic", "seeds", None, records)
     assert seeds == [(a, 1), (a, 2), (c, 1), (c, 2)]
 
 
+def test_a_record_of_an_earlier_cell_definition_is_superseded():
+    """A MeZO cell re-sized to the budget (another --max-steps): its old record neither counts as done nor enters
+    the comparison; the rendered section names it as superseded."""
+    cell = rl.frontier_cell("arithmetic", "mezo-full-lr1e-3-beta0")
+    now = _rec(cell, 0.3, 0.1, 0.2)
+    steps = cell.args[cell.args.index("--max-steps") + 1]
+    old = dict(now, command=now["command"].replace(f"--max-steps {steps}", "--max-steps 58"), steps=58)
+    assert rl.superseded(now) == "" and "58 steps" in rl.superseded(old)
+    assert (cell, 0) in rl.frontier_pending("arithmetic", "grid", [cell.name], [old])
+    assert rl.frontier_pending("arithmetic", "grid", [cell.name], [now]) == []
+    assert rl.current_records([old, now]) == [now]
+    assert "superseded: an earlier definition of the cell (58 steps)" in rl.render_frontier([old])
+
+
 # ---------------------------------------------------------------------------------------------- fixtures
+def _rec(cell, val, kl, test_gain, seed=0):
+    """A record of ``cell`` (its current command) on this machine."""
+    cmd = rl.frontier_command(cell, seed, rl.FRONTIER_RUNS / f"{cell.task}-{cell.name}-s{seed}")
+    return {"protocol": 1, "task": cell.task, "cell": cell.name, "tool": cell.tool, "seed": seed, "ok": True,
+            "machine": rl.machine(), **_fields(val, kl, test_gain), "command": rl.shlex.join(cmd)}
+
+
 def _fields(val_gain, val_kl, test_gain, test_kl=None, se=0.02, reward="exact_answer"):
     return {"commit": "abc", "cpu": {"model": "x", "avx512_bf16": True}, "command": "cmd", "precision": "fp32",
             "config": {"lr": 1}, "samples": [{"prompt": "p", "before": "a", "after": "b"}],
