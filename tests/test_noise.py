@@ -108,3 +108,21 @@ def test_compiled_backend(kind):
     p16 = torch.zeros(1000, dtype=torch.bfloat16)
     noise.axpy_(p16, 5, kind, "compiled", a=1.0)
     assert torch.equal(p16, noise.generate(5, 1000, kind, "compiled").to(torch.bfloat16))
+
+
+@pytest.mark.slow  # compiles the kernel for two dtypes and two ranks
+def test_a_compiled_sweep_is_the_per_tensor_kernel_bit_for_bit():
+    """NoiseSpec.sweep_ on the compiled backend (one key and coefficient table a sweep) gives every tensor what
+    axpy_ alone gives it, bit for bit, in float32 and bfloat16, with the restore-and-update coefficients."""
+    g = torch.Generator().manual_seed(0)
+    ps = [torch.randn(17, 9, generator=g), torch.randn(9, generator=g), torch.randn(17, 9, generator=g).bfloat16(),
+          torch.randn(33, generator=g).bfloat16()]
+    coefs = [(1e-3, 0.0, 1.0), (-2e-3, 0.0, 1.0), (1e-3, -0.05, 0.99), (0.5, 0.25, 1.0)]
+    for kind in ("gaussian", "rademacher"):
+        spec = noise.NoiseSpec(kind=kind, backend="compiled")
+        swept, alone = [p.clone() for p in ps], [p.clone() for p in ps]
+        spec.sweep_(list(enumerate(swept)), 7, coefs)
+        for i, (p, (a, b, c)) in enumerate(zip(alone, coefs)):
+            noise.axpy_(p, noise.tensor_key(7, i, p.shape), kind, "compiled", a=a, b=b, c=c)
+        assert all(torch.equal(x, y) for x, y in zip(swept, alone))
+        assert not torch.equal(swept[0], ps[0])

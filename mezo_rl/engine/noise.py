@@ -176,11 +176,14 @@ def _compiled_fn(name: str, kind: str):
     return fn
 
 
+def _key_words(key: int) -> list[int]:
+    words = (key & _M32, key >> 32, _splitmix64(key) & _M32)
+    return [w - (1 << 32) if w >= (1 << 31) else w for w in words]
+
+
 def hash_keys(key: int, device) -> torch.Tensor:
     """The compiled backend's three 32-bit words [k1, k2, k3] of a noise key, as signed int32 (two's complement)."""
-    words = (key & _M32, key >> 32, _splitmix64(key) & _M32)
-    signed = [w - (1 << 32) if w >= (1 << 31) else w for w in words]
-    return torch.tensor(signed, dtype=torch.int32, device=device)
+    return torch.tensor(_key_words(key), dtype=torch.int32, device=device)
 
 
 _backend_ok: dict[str, bool] = {}
@@ -502,6 +505,9 @@ class NoiseSpec:
         many there are (per dtype and device of the tensors: one ``_foreach_mul_`` if some c != 1, and one
         ``_foreach_addcmul_`` per column of the factors, the 1-D tensors' noise with the first)."""
         if self.kind != "lowrank":
+            if self.backend == "compiled":
+                self._compiled_sweep_(tensors, seed, coefs)
+                return
             for (index, p), (a, b, c) in zip(tensors, coefs):
                 axpy_(p, tensor_key(seed, index, p.shape), self.kind, self.backend, a=a, b=b, c=c)
             return
@@ -520,6 +526,23 @@ class NoiseSpec:
         for (dtype, device), (scaled, mats, vecs) in lists.items():
             with one_thread_on_cpu([device]):
                 self._apply(draw, dtype, device, scaled, mats, vecs)
+
+    def _compiled_sweep_(self, tensors, seed: int, coefs) -> None:
+        """The compiled backend's sweep: :func:`axpy_`'s kernel on each tensor, with every tensor's keys and
+        coefficients sent to its device as one table a sweep (a row each), so that on an accelerator no tensor's
+        kernel waits on a host-to-device copy of its own (a synchronising copy per tensor on CUDA)."""
+        rows: dict = {}  # device -> [(flat view, key words, (a, b, c))]
+        for (index, p), abc in zip(tensors, coefs):
+            if not p.is_contiguous():
+                raise ValueError("MeZO noise needs contiguous parameters (got a non-contiguous tensor)")
+            rows.setdefault(p.device, []).append((p.view(-1), _key_words(tensor_key(seed, index, p.shape)), abc))
+        kernel = _compiled_fn("axpy", self.kind)
+        for device, items in rows.items():
+            keys = torch.tensor([k for _, k, _ in items], dtype=torch.int32).to(device)
+            table = torch.tensor([abc for _, _, abc in items], dtype=torch.float32).to(device)
+            with torch.no_grad():
+                for j, (flat, _, _) in enumerate(items):
+                    kernel(flat, keys[j], table[j])
 
     def _apply(self, draw: _Draw, dtype, device, scaled, mats, vecs) -> None:
         """The operators of :meth:`sweep_` for the tensors of one dtype and device."""
