@@ -803,11 +803,15 @@ class FrontierCell:
 
 
 #: MeZO steps per family, beta 0 and beta > 0 (the KL term's extra forward passes make a step ~2.5x dearer), sized
-#: to the task's budget (640 s on arithmetic) at the median s/step the seed-0 grid recorded on this machine, quiet:
-#: every weight 5.0 s (beta 0) and 12.3 s (beta > 0); LoRA 5.5 s (beta 0; beta > 0 scaled as every weight's); norm
-#: not yet measured (scaled as every weight's). A record whose command is not its cell's current one is kept out.
-_MEZO_STEPS = {"arithmetic": {"full": (128, 52), "lora": (116, 47), "norm": (106, 43)},
+#: to the task's budget (640 s on arithmetic) at the median s/step recorded on this machine, quiet: every weight
+#: 7.7 s at beta 0 (beta > 0 at the grid's earlier ratio, 2.46x); LoRA and norm scaled as every weight's by the
+#: earlier grid's ratios. A record whose command is not its cell's current one is superseded (kept out), and a
+#: record whose training seconds miss the budget by more than one validation interval is not equal-time (kept out).
+_MEZO_STEPS = {"arithmetic": {"full": (83, 34), "lora": (75, 31), "norm": (69, 28)},
                "sentiment": {"full": (60, 24)}}
+#: validations in a cell's training (MeZO: every steps // 3; GRPO: --eval-points 3): the resolution of its pick,
+#: and so the tolerance of "equal time" (a third of the budget)
+FRONTIER_EVAL_POINTS = 3
 
 
 def _frontier_cells(task: str, family: str, lrs, betas) -> list[FrontierCell]:
@@ -819,9 +823,10 @@ def _frontier_cells(task: str, family: str, lrs, betas) -> list[FrontierCell]:
                 steps = _MEZO_STEPS[task][peft][beta != "0"]
                 extra = () if peft == "norm" else _BATCHED
                 args = _mezo(peft, lr, steps, *extra, "--beta", beta, "--autocast", PRECISION,
-                             eval_steps=max(1, steps // 3))
+                             eval_steps=max(1, steps // FRONTIER_EVAL_POINTS))
             else:
-                args = ["--peft", peft, "--lr", lr, "--beta", beta, "--autocast", PRECISION, "--eval-points", "3"]
+                args = ["--peft", peft, "--lr", lr, "--beta", beta, "--autocast", PRECISION, "--eval-points",
+                    str(FRONTIER_EVAL_POINTS)]
             out.append(FrontierCell(task, family, lr, beta, tuple(args)))
     return out
 
@@ -876,8 +881,9 @@ def _command_key(command: str) -> list[str]:
 
 
 def superseded(record: dict) -> str:
-    """Why a frontier record no longer stands for its cell (its command is not the cell's current definition,
-    e.g. a MeZO cell since re-sized to the budget), or "" if it does."""
+    """Why a frontier record does not stand for its cell: its command is not the cell's current definition (e.g.
+    a MeZO cell since re-sized to the budget), or its training time missed the budget by more than a validation
+    interval; "" if it stands."""
     cell = next((c for c in FRONTIER_GRIDS.get(record.get("task"), []) if c.name == record.get("cell")), None)
     if cell is None:
         return "no such cell in the current grid"
@@ -888,6 +894,10 @@ def superseded(record: dict) -> str:
     if _command_key(record["command"]) != now:
         was = record.get("steps")
         return "superseded: an earlier definition of the cell" + (f" ({was} steps)" if was is not None else "")
+    budget, took = FRONTIER_TASKS[cell.task]["budget_s"], record.get("train_s")
+    if record.get("ok") and took is not None and abs(took - budget) > budget / FRONTIER_EVAL_POINTS:
+        return (f"not equal-time: trained {took:.0f} s against the {budget} s budget (more than a validation "
+                f"interval, {budget / FRONTIER_EVAL_POINTS:.0f} s, apart)")
     return ""
 
 

@@ -231,6 +231,19 @@ def test_a_record_of_an_earlier_cell_definition_is_superseded():
     assert "superseded: an earlier definition of the cell (58 steps)" in rl.render_frontier([old])
 
 
+def test_a_cell_that_missed_the_budget_is_not_equal_time():
+    """A run whose training seconds miss the task's budget by more than a validation interval (the resolution of
+    its pick) is kept out and run again; within it, it stands."""
+    cell = rl.frontier_cell("arithmetic", "grpo-full-lr1e-5-beta0.04")
+    budget = rl.FRONTIER_TASKS["arithmetic"]["budget_s"]
+    interval = budget / rl.FRONTIER_EVAL_POINTS
+    near, far = dict(_rec(cell, 0.3, 0.1, 0.2), train_s=budget + 0.9 * interval), dict(_rec(cell, 0.3, 0.1, 0.2),
+                                                                                      train_s=budget + 1.1 * interval)
+    assert rl.superseded(near) == "" and rl.superseded(far).startswith("not equal-time")
+    assert rl.frontier_pending("arithmetic", "grid", [cell.name], [far]) == [(cell, 0)]
+    assert rl.frontier_pending("arithmetic", "grid", [cell.name], [near]) == []
+
+
 # ---------------------------------------------------------------------------------------------- fixtures
 def _rec(cell, val, kl, test_gain, seed=0):
     """A record of ``cell`` (its current command) on this machine."""
