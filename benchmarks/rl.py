@@ -911,6 +911,8 @@ def run_frontier_cell(cell: FrontierCell, seed: int) -> dict:
     out_dir = FRONTIER_RUNS / f"{cell.task}-{cell.name}-s{seed}"
     cmd = frontier_command(cell, seed, out_dir)
     run_dir = out_dir / "run"
+    if (run_dir / "summary.json").is_file() or (out_dir / "summary.json").is_file():
+        set_aside(out_dir)  # a finished run whose record no longer stands (pending again): start afresh
     if cell.tool == "mezo-rl" and (run_dir / "checkpoint").is_dir() and not (run_dir / "summary.json").is_file():
         cmd.append("--resume")
     env = dict(os.environ, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", TOKENIZERS_PARALLELISM="false",

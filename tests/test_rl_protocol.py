@@ -194,13 +194,16 @@ def test_the_runner_records_a_protocol_breach_as_a_failed_cell(tmp_path, monkeyp
     monkeypatch.setattr(rl, "FRONTIER_RECORDS", tmp_path / "records.jsonl")
     out = tmp_path / "runs" / f"arithmetic-{cell.name}-s0"
     out.mkdir(parents=True)
+    (out / "summary.json").write_text("{}")  # an earlier finished run: set aside, the new one starts afresh
     reads = [{"split": "validation", "step": 0, "objective": 0.1}, {"split": "test", "step": 0, "weights_step": 0},
              {"split": "validation", "step": 5, "objective": 0.3}, {"split": "test", "step": 9, "weights_step": 9}]
-    (out / "summary.json").write_text(json.dumps({"reads": reads, "best_step": 9}))
-    monkeypatch.setattr(rl, "frontier_command", lambda c, s, d: [sys.executable, "-c", "pass"])
+    summary = json.dumps({"reads": reads, "best_step": 9})
+    monkeypatch.setattr(rl, "frontier_command", lambda c, s, d: [
+        sys.executable, "-c", f"import pathlib; pathlib.Path({str(d / 'summary.json')!r}).write_text({summary!r})"])
     r = rl.run_frontier_cell(cell, 0)
     assert r["ok"] is False and "validation picked step 5" in r["protocol_error"]
     assert rl.load_records(tmp_path / "records.jsonl")[-1]["protocol_error"] == r["protocol_error"]
+    assert (out.with_name(out.name + "-prev1") / "summary.json").read_text() == "{}"
 
 
 def test_frontier_stages_resume_and_pick_on_validation(monkeypatch):
