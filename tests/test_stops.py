@@ -354,3 +354,29 @@ def test_a_stop_that_is_not_text_is_one_line_from_a_config_file_before_any_model
         err = capsys.readouterr().err
         assert err.startswith("mezo-rl: error: ") and err.count("\n") == 1, err
         assert says in err and "accepted: one or more non-empty strings" in err
+
+
+def test_eval_of_a_run_made_when_completions_were_cut_before_the_stop_warns(tmp_path, tiny_model_dir, capsys):
+    """`mezo-rl eval --run-dir` of a run from the version that cut completions before their stop string evaluates
+    under this version's rule and says so in one line; a run of this version evaluates without it."""
+    import json
+
+    from mezo_rl.cli.main import main
+
+    run = tmp_path / "run"
+    assert main(["train", "--model", str(tiny_model_dir), "--task", "arithmetic-plain", "--reward", "exact_answer",
+                 "--stop", "=", "--max-steps", "1", "--per-device-train-batch-size", "2", "--num-train", "4",
+                 "--num-eval", "2", "--num-test", "2", "--max-completion-length", "3", "--evaluation", "inplace",
+                 "--autocast", "none", "--no-progress", "--output-dir", str(run)]) == 0
+    evaluate = ["eval", "--run-dir", str(run), "--split", "validation", "--n", "2"]
+    capsys.readouterr()
+    assert main(evaluate) == 0
+    assert "warning" not in capsys.readouterr().err
+    path = run / "checkpoint" / "model.json"
+    identity = json.loads(path.read_text())
+    del identity["stop_strings"]
+    path.write_text(json.dumps(identity))
+    assert main(evaluate) == 0
+    warned = [line for line in capsys.readouterr().err.splitlines() if line.startswith("warning")]
+    assert warned == [f"warning: the run in {str(run)!r} was made by a version that cut completions before their "
+                      "stop string; this evaluation keeps it, so its figures can differ from the run's own"]

@@ -286,6 +286,10 @@ def cmd_eval(ns) -> int:
         # step 0, its trainable tensors kept (mezo_rl.training.kl), then the run's steps replayed on it
         objective = build_objective(reward_refs(run_args.reward, task, run_args.task), run_args.reward_weights,
                                     run_args.reward_scale, run_args.trust_remote_code)
+    if args.run_dir and rundir.stops_changed(args.run_dir, run_args.stop, task, objective):
+        print(f"warning: the run in {args.run_dir!r} was made by a version that cut completions before their stop "
+              "string; this evaluation keeps it, so its figures can differ from the run's own", file=sys.stderr)
+    if args.run_dir and task.kind == "prompts":
         lm, _, _ = load_run(args.run_dir, 0)
         reference = StartingPoint(lm.model)
         step = _replay_to(lm, args.run_dir, args.step)

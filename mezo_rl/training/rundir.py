@@ -213,29 +213,34 @@ STOP_STRINGS = "kept"
 WHITESPACE_BLIND = frozenset({"squad_f1", "exact_match", "rouge_l", "bleu"})
 
 
-def check_stop_strings(run_dir: str | os.PathLike, args: MeZOConfig, task, objective) -> None:
-    """Refuse, in one line, to resume a run whose checkpoint comes from a version that cut a completion before
-    its stop string, where this version's completions could make it go on differently: it generates with stop
-    strings (the task's and ``--stop``) and something reads its completions (:func:`completion_readers`). It
-    goes on identically where every stop string is whitespace and the only readers are
-    :data:`WHITESPACE_BLIND` metrics of a task with gold answers (SQuAD's and DROP's newline with their F1 and
-    exact match): that run resumes (``--beta``, a KL over the completions, is for prompt tasks only)."""
-    stops, readers = completion_stops(task, args.stop), completion_readers(task, objective)
+def stops_changed(run_dir: str | os.PathLike, stop, task, objective=None) -> bool:
+    """Whether the run in ``run_dir`` comes from a version that cut a completion before its stop string where this
+    version's completions could differ: it generates with stop strings (the task's and ``stop``) and something
+    reads its completions (:func:`completion_readers`). Nothing differs where every stop string is whitespace and
+    the only readers are :data:`WHITESPACE_BLIND` metrics of a task with gold answers (SQuAD's and DROP's newline
+    with their F1 and exact match; ``--beta``, a KL over the completions, is for prompt tasks only)."""
+    stops, readers = completion_stops(task, stop), completion_readers(task, objective)
     if not stops or not readers:
-        return
+        return False
     identity = read_json(checkpoint_dir(run_dir) / MODEL_FILE)
     if isinstance(identity, dict) and identity.get("stop_strings") == STOP_STRINGS:
-        return
-    if task.kind != "prompts" and all(not s.strip() for s in stops) and readers <= WHITESPACE_BLIND:
-        return
-    raise ConfigError(f"--resume: the run in {str(run_dir)!r} was made with stop strings cut before the string; this "
-                      f"version keeps them, so its completions would differ: start it over with --overwrite-output-dir")
+        return False
+    return not (task.kind != "prompts" and all(not s.strip() for s in stops) and readers <= WHITESPACE_BLIND)
 
 
-def completion_readers(task, objective) -> set[str]:
-    """What reads a run's completions: the generation rewards of its objective and of its task's metrics; for a
-    prompt task also its evaluations' ``distinct_2``, ``completion_chars`` and ``kl``."""
-    specs = [*objective.rewards, *(rewards.get_reward(m) for m in task.metrics)]
+def check_stop_strings(run_dir: str | os.PathLike, args: MeZOConfig, task, objective) -> None:
+    """Refuse, in one line, to resume a run whose completions this version could make go on differently
+    (:func:`stops_changed`)."""
+    if stops_changed(run_dir, args.stop, task, objective):
+        raise ConfigError(f"--resume: the run in {str(run_dir)!r} was made with stop strings cut before the string; "
+                          "this version keeps them, so its completions would differ: start it over with "
+                          "--overwrite-output-dir")
+
+
+def completion_readers(task, objective=None) -> set[str]:
+    """What reads a run's completions: the generation rewards of its objective (if given) and of its task's
+    metrics; for a prompt task also its evaluations' ``distinct_2``, ``completion_chars`` and ``kl``."""
+    specs = [*(objective.rewards if objective is not None else ()), *(rewards.get_reward(m) for m in task.metrics)]
     readers = {s.name for s in specs if s.needs == "generation"}
     return readers | ({"distinct_2", "completion_chars", "kl"} if task.kind == "prompts" else set())
 
