@@ -769,7 +769,7 @@ FRONTIER_RUNS = REPO / "runs" / "rl_frontier"
 FRONTIER_PLOTS = REPO / "docs" / "results"
 FRONTIER_SEEDS = (0, 1, 2)
 #: the tasks: reward, completion tokens, prompt counts (validation >= protocol.MIN_VALIDATION) and the training
-#: seconds of a GRPO cell (a MeZO cell's steps are sized to about the same from its s/step measured on this machine)
+#: training seconds of both tools' cells (see MEZO_STEP_CAP for how MeZO keeps to them)
 FRONTIER_TASKS = {
     "arithmetic": dict(reward="exact_answer", max_new_tokens=16, num_train=1000, num_eval=200, num_test=500,
                        budget_s=640),
@@ -802,15 +802,17 @@ class FrontierCell:
         return "mezo-rl" if self.family.startswith("mezo") else "trl-grpo"
 
 
-#: MeZO steps per family, beta 0 and beta > 0 (the KL term's extra forward passes make a step ~2.5x dearer), sized
-#: to the task's budget (640 s on arithmetic) at the median s/step recorded on this machine, quiet: every weight
-#: 7.7 s at beta 0 (beta > 0 at the grid's earlier ratio, 2.46x); LoRA and norm scaled as every weight's by the
-#: earlier grid's ratios. A record whose command is not its cell's current one is superseded (kept out), and a
-#: record whose training seconds miss the budget by more than one validation interval is not equal-time (kept out).
-_MEZO_STEPS = {"arithmetic": {"full": (83, 34), "lora": (75, 31), "norm": (69, 28)},
-               "sentiment": {"full": (60, 24)}}
-#: validations in a cell's training (MeZO: every steps // 3; GRPO: --eval-points 3): the resolution of its pick,
-#: and so the tolerance of "equal time" (a third of the budget)
+#: MeZO on arithmetic trains for the task's budget of seconds, as GRPO does (benchmarks/mezo_budget.py: the same
+#: stopping rule), with validations at each third of it; its --max-steps and --eval-steps are only a cap. The
+#: sentiment example takes no callback: its steps per family, beta 0 and beta > 0 (the KL term's extra forward
+#: passes make a step ~2.5x dearer), are sized to the budget at the s/step measured on this machine. A record whose
+#: command is not its cell's current one is superseded (kept out), and a record whose training seconds miss the
+#: budget by more than one validation interval is not equal-time (kept out).
+_MEZO_STEPS = {"sentiment": {"full": (60, 24)}}
+MEZO_STEP_CAP = 1000
+MEZO_BUDGET = REPO / "benchmarks" / "mezo_budget.py"
+#: validations in a cell's training (MeZO: at each third of the budget, or every steps // 3; GRPO: --eval-points 3):
+#: the resolution of its pick, and so the tolerance of "equal time" (a third of the budget)
 FRONTIER_EVAL_POINTS = 3
 
 
@@ -820,10 +822,11 @@ def _frontier_cells(task: str, family: str, lrs, betas) -> list[FrontierCell]:
     for lr in lrs:
         for beta in betas:
             if tool == "mezo":
-                steps = _MEZO_STEPS[task][peft][beta != "0"]
+                sized = task in _MEZO_STEPS  # else trained for the budget of seconds
+                steps = _MEZO_STEPS[task][peft][beta != "0"] if sized else MEZO_STEP_CAP
                 extra = () if peft == "norm" else _BATCHED
                 args = _mezo(peft, lr, steps, *extra, "--beta", beta, "--autocast", PRECISION,
-                             eval_steps=max(1, steps // FRONTIER_EVAL_POINTS))
+                             eval_steps=max(1, steps // FRONTIER_EVAL_POINTS) if sized else steps)
             else:
                 args = ["--peft", peft, "--lr", lr, "--beta", beta, "--autocast", PRECISION, "--eval-points",
                     str(FRONTIER_EVAL_POINTS)]
@@ -852,8 +855,9 @@ def frontier_cell(task: str, name: str) -> FrontierCell:
 
 
 def frontier_command(cell: FrontierCell, seed: int, out_dir: pathlib.Path) -> list[str]:
-    """The cell's command: ``mezo-rl train`` (arithmetic) or the sentiment example (MeZO), the GRPO script (GRPO),
-    with the task's prompt counts and the protocol's precision."""
+    """The cell's command: ``mezo-rl train`` for the task's budget of seconds (benchmarks/mezo_budget.py;
+    arithmetic) or the sentiment example (MeZO), the GRPO script (GRPO), with the task's prompt counts and the
+    protocol's precision."""
     t = FRONTIER_TASKS[cell.task]
     if seed not in cell.seeds:
         raise SystemExit(f"{cell.name}: seed {seed} is not one of the cell's seeds {cell.seeds}")
@@ -863,7 +867,8 @@ def frontier_command(cell: FrontierCell, seed: int, out_dir: pathlib.Path) -> li
             args = [a for i, a in enumerate(cell.args) if a != "--autocast" and cell.args[i - 1] != "--autocast"]
             return [sys.executable, str(EXAMPLE), "--output-dir", str(out_dir), "--seed", str(seed), *sizes,
                     "--max-completion-length", str(t["max_new_tokens"]), "--log-completions", str(t["num_test"]), *args]
-        return [sys.executable, "-m", "mezo_rl", "train", "--task", cell.task, "--reward", t["reward"],
+        return [sys.executable, str(MEZO_BUDGET), "--time-budget-s", str(t["budget_s"]), "--eval-points",
+                str(FRONTIER_EVAL_POINTS), "--", "--task", cell.task, "--reward", t["reward"],
                 "--max-completion-length", str(t["max_new_tokens"]), "--eval-batch-size", "64", "--log-completions",
                 str(t["num_test"]), "--seed", str(seed), *sizes, *cell.args, "--output-dir", str(out_dir / "run")]
     task = [] if cell.task == "sentiment" else ["--task", cell.task, "--reward", t["reward"]]

@@ -94,6 +94,7 @@ def test_the_grids_bracket_grpo_loras_lr_and_tune_sentiment_on_sentiment(tmp_pat
 
 
 def test_every_mezo_frontier_cell_is_a_valid_train_command(tmp_path):
+    import mezo_budget
     from mezo_rl.cli.main import build_parser, parse_into
     from mezo_rl.training.arguments import MeZOConfig
 
@@ -101,8 +102,11 @@ def test_every_mezo_frontier_cell_is_a_valid_train_command(tmp_path):
     for c in rl.FRONTIER_GRIDS["arithmetic"]:
         if c.tool == "mezo-rl":
             cmd = rl.frontier_command(c, 0, tmp_path)
-            a = parse_into(MeZOConfig, parser.parse_args(cmd[cmd.index("train"):]))
+            budget, train = mezo_budget.parse(cmd[2:])
+            assert budget.time_budget_s == rl.FRONTIER_TASKS["arithmetic"]["budget_s"]
+            a = parse_into(MeZOConfig, parser.parse_args(["train", *train]))
             assert a.num_eval >= MIN_VALIDATION and a.beta == float(c.beta) and a.autocast == rl.PRECISION
+            assert a.eval_steps >= a.max_steps   # only the budget's validations (and the last) run
 
 
 def test_the_grpo_script_takes_the_protocols_precision():

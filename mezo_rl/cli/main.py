@@ -218,18 +218,18 @@ def _model_loading_bars(show: bool):
         (hf_logging.enable_progress_bar if was else hf_logging.disable_progress_bar)()
 
 
-def cmd_train(ns) -> int:
+def cmd_train(ns, callbacks=()) -> int:
     args = parse_into(MeZOConfig, ns, _config(ns))
     with _model_loading_bars(args.progress):
-        return _train(args)
+        return _train(args, callbacks)
 
 
-def _train(args) -> int:
+def _train(args, callbacks=()) -> int:
     dist = DistContext.from_env()
     # options, task, rewards, model, data and output directory: nothing loaded yet
     plan = checks.check_training(args)
     with RunLock(args.output_dir) if dist.is_main else contextlib.nullcontext():  # one run per output directory
-        trainer = MeZOTrainer(args=plan.args, plan=plan, dist=dist, callbacks=[plots.CurvesCallback()])
+        trainer = MeZOTrainer(args=plan.args, plan=plan, dist=dist, callbacks=[plots.CurvesCallback(), *callbacks])
         trainer.train()
     if dist.is_main:  # under torchrun, one report
         _print_summary(trainer.summary, args.output_dir)
@@ -496,8 +496,9 @@ def _resume_command(argv: list[str]) -> str:
     return shlex.join(["mezo-rl", *[a for a in argv if a != "--resume"], "--resume"])
 
 
-def main(argv: Optional[list[str]] = None) -> int:
-    """Run the command; returns the exit status (0 ok, 2 a user error, 130/143 interrupted)."""
+def main(argv: Optional[list[str]] = None, callbacks=()) -> int:
+    """Run the command; returns the exit status (0 ok, 2 a user error, 130/143 interrupted). ``callbacks``: more
+    training callbacks for ``train`` (for a script that drives the command line with its own)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv or os.environ.get(DEBUG_ENV, "").lower() in ("1", "true", "yes", "on")
     argv = [a for a in argv if a != "--debug"]
@@ -505,7 +506,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         ns, extra = build_parser().parse_known_args(argv)
         if extra:
             raise UsageError(unrecognized(extra, getattr(ns, "command", None)))
-        return ns.func(ns)
+        return ns.func(ns, callbacks) if ns.func is cmd_train else ns.func(ns)
     except UserError as err:
         if debug:
             traceback.print_exc()
