@@ -1030,7 +1030,10 @@ def render_frontier(records: list[dict]) -> str:
                 f"choice read validation only ({t['num_eval']} prompts; the pick of each run is its record's `pick`); "
                 f"test ({t['num_test']} prompts a seed) was read once per run, at that pick. Compared cells have at "
                 f"least {MIN_SEEDS} seeds; test gain and kl are means over seeds with their SE over seeds. Frontier: "
-                "the cells no other cell of the tool beats on validation (gain at no larger kl). Precision: "
+                "the cells no other cell of the tool beats on validation (gain at no larger kl). Equal time: each "
+                f"cell trains for {t['budget_s']} s (the sum of its steps' seconds, evaluations excluded; MeZO through "
+                "`benchmarks/mezo_budget.py`, GRPO through its script's `--time-budget-s`, one stopping rule); a record "
+                "that missed it by more than a validation interval is kept out. Precision: "
                 + ", ".join(sorted({r.get('precision') or '?' for r in rows if r.get('ok')})) + ".", ""]
         out += frontier_table(summaries)
         png = plot_frontier(summaries, FRONTIER_PLOTS / f"rl_frontier_{task}.png",
