@@ -4,18 +4,21 @@ the reward-KL frontier's MeZO cells (benchmarks/rl.py --frontier), so that both 
     python benchmarks/mezo_budget.py --time-budget-s 640 --eval-points 3 -- --task arithmetic --reward exact_answer \\
         --max-steps 1000 --output-dir runs/x ...
 
-Everything after ``--`` is `mezo-rl train`'s arguments (``--resume`` included). Training time is the sum of the
-steps' own seconds (the trainer's ``seconds`` of each step: evaluations excluded), read back from the run's
-metrics.jsonl when it resumes. A callback (:class:`TimeBudget`) asks for a validation at each ``1/N`` of the budget
-and ends training at the step boundary nearest the budget: after step k if ``T_k + d_k / 2 >= budget`` (d_k that
-step's seconds), then the trainer validates, tests its best validated step and writes the summary, as at its last
-step. ``--max-steps`` stays an upper bound; give ``--eval-steps`` at least as large so that only the budget's
-validations run.
+Everything after ``--`` is `mezo-rl train`'s arguments (``--resume`` included: an interrupted run resumes with
+this same command and ``--resume``, not with the `mezo-rl train ... --resume` the command line prints). Training
+time is the sum of the steps' own seconds (the trainer's ``seconds`` of each step: evaluations excluded), read back
+from the run's metrics.jsonl when it resumes, so ``--logging-steps`` must stay 1; one process (no torchrun). A
+callback (:class:`TimeBudget`) asks for a validation at each ``1/N`` of the budget and ends training at the step
+boundary nearest the budget: after step k if ``T_k + d_k / 2 >= budget`` (d_k that step's seconds), then the trainer
+validates, tests its best validated step and writes the summary, as at its last step. A run resumed from a
+checkpoint whose last step passed a mark or the budget validates or stops there, as it would have. ``--max-steps``
+stays an upper bound; give ``--eval-steps`` at least as large so that only the budget's validations run.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import pathlib
 import sys
 
@@ -33,26 +36,35 @@ class TimeBudget:
             raise ValueError(f"a budget of seconds > 0 and eval_points >= 1, got {budget_s!r} and {eval_points!r}")
         self.budget, self.points = float(budget_s), int(eval_points)
         self.spent = 0.0
-        self.stopped_by = None
 
     def _marks_passed(self, spent: float) -> int:
         return sum(spent >= self.budget * k / self.points for k in range(1, self.points))
 
+    def _after(self, control, before: float, d: float) -> None:
+        """Steer ``control`` after a step of ``d`` seconds that began at ``before`` seconds."""
+        if before + d + d / 2 >= self.budget:
+            control.should_training_stop = True
+        elif self._marks_passed(before + d) > self._marks_passed(before):
+            control.should_evaluate = True
+
     def on_train_begin(self, args, state, control, **kwargs):
-        """The seconds of the steps already taken (a resumed run): its metrics.jsonl's step records."""
+        """A resumed run: the seconds of its steps so far (metrics.jsonl's step records up to the checkpoint's step,
+        the latest record of a step that ran twice), and what its last step asked for (a validation or the stop)."""
         path = pathlib.Path(args.output_dir) / "metrics.jsonl"
         lines = path.read_text().splitlines() if path.is_file() else []
-        records = [json.loads(line) for line in lines if line.strip()]
-        self.spent = sum(r["seconds"] for r in records if "loss" in r and r["step"] <= state.global_step)
+        seconds = {}
+        for r in (json.loads(line) for line in lines if line.strip()):
+            if "loss" in r and r["step"] <= state.global_step:
+                seconds[r["step"]] = float(r["seconds"])
+        self.spent = sum(seconds.values())
+        if state.global_step and state.global_step in seconds:
+            last = seconds[state.global_step]
+            self._after(control, self.spent - last, last)
 
     def on_step_end(self, args, state, control, record=None, **kwargs):
         d = float(record["seconds"])
-        before = self._marks_passed(self.spent)
+        self._after(control, self.spent, d)
         self.spent += d
-        if self.spent + d / 2 >= self.budget:
-            control.should_training_stop, self.stopped_by = True, "budget"
-        elif self._marks_passed(self.spent) > before:
-            control.should_evaluate = True
         return control
 
 
@@ -66,7 +78,13 @@ def parse(argv):
     a = p.parse_args(argv[:cut])
     if not a.time_budget_s > 0 or a.eval_points < 1:
         p.error(f"--time-budget-s must be > 0 and --eval-points >= 1, got {a.time_budget_s} and {a.eval_points}")
-    return a, argv[cut + 1:]
+    train = argv[cut + 1:]
+    logging = [train[i + 1] for i, x in enumerate(train[:-1]) if x in ("--logging-steps", "--logging_steps")]
+    if any(v != "1" for v in logging):
+        p.error(f"--logging-steps must stay 1 (the budget reads every step's seconds back on a resume), got {logging[-1]}")
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        p.error("one process only: under torchrun each rank would time its own steps and stop at its own step")
+    return a, train
 
 
 def main(argv=None) -> int:

@@ -769,7 +769,7 @@ FRONTIER_RUNS = REPO / "runs" / "rl_frontier"
 FRONTIER_PLOTS = REPO / "docs" / "results"
 FRONTIER_SEEDS = (0, 1, 2)
 #: the tasks: reward, completion tokens, prompt counts (validation >= protocol.MIN_VALIDATION) and the training
-#: training seconds of both tools' cells (see MEZO_STEP_CAP for how MeZO keeps to them)
+#: seconds of both tools' cells (see MEZO_STEP_CAP for how MeZO keeps to them)
 FRONTIER_TASKS = {
     "arithmetic": dict(reward="exact_answer", max_new_tokens=16, num_train=1000, num_eval=200, num_test=500,
                        budget_s=640),
@@ -801,6 +801,11 @@ class FrontierCell:
     def tool(self) -> str:
         return "mezo-rl" if self.family.startswith("mezo") else "trl-grpo"
 
+    @property
+    def budgeted(self) -> bool:
+        """Whether the cell trains for its task's budget of seconds (GRPO; MeZO unless sized in steps)."""
+        return self.tool == "trl-grpo" or self.task not in _MEZO_STEPS
+
 
 #: MeZO on arithmetic trains for the task's budget of seconds, as GRPO does (benchmarks/mezo_budget.py: the same
 #: stopping rule), with validations at each third of it; its --max-steps and --eval-steps are only a cap. The
@@ -828,8 +833,8 @@ def _frontier_cells(task: str, family: str, lrs, betas) -> list[FrontierCell]:
                 args = _mezo(peft, lr, steps, *extra, "--beta", beta, "--autocast", PRECISION,
                              eval_steps=max(1, steps // FRONTIER_EVAL_POINTS) if sized else steps)
             else:
-                args = ["--peft", peft, "--lr", lr, "--beta", beta, "--autocast", PRECISION, "--eval-points",
-                    str(FRONTIER_EVAL_POINTS)]
+                args = ["--peft", peft, "--lr", lr, "--beta", beta, "--autocast", PRECISION,
+                        "--eval-points", str(FRONTIER_EVAL_POINTS)]
             out.append(FrontierCell(task, family, lr, beta, tuple(args)))
     return out
 
@@ -878,11 +883,11 @@ def frontier_command(cell: FrontierCell, seed: int, out_dir: pathlib.Path) -> li
 
 
 def _command_key(command: str) -> list[str]:
-    """A cell command's arguments without the interpreter, the output directory and the checkout's own path (a
-    script is named by its folder and file)."""
+    """A cell command's arguments without the interpreter, the output directory, ``--resume`` (a run stopped
+    part-way and resumed is the same run) and the checkout's own path (a script is named by its folder and file)."""
     args = shlex.split(command)[1:]
     return ["/".join(pathlib.PurePath(a).parts[-2:]) if a.endswith(".py") else a
-            for i, a in enumerate(args) if i == 0 or args[i - 1] != "--output-dir"]
+            for i, a in enumerate(args) if a != "--resume" and (i == 0 or args[i - 1] != "--output-dir")]
 
 
 def superseded(record: dict) -> str:
@@ -893,14 +898,16 @@ def superseded(record: dict) -> str:
     if cell is None:
         return "no such cell in the current grid"
     seed = record.get("seed")
-    if seed not in cell.seeds or "command" not in record:
+    if "command" not in record:
+        return "no command recorded"
+    if seed not in cell.seeds:
         return "not a seed of the cell's current definition"
     now = _command_key(shlex.join(frontier_command(cell, seed, FRONTIER_RUNS / "x")))
     if _command_key(record["command"]) != now:
         was = record.get("steps")
         return "superseded: an earlier definition of the cell" + (f" ({was} steps)" if was is not None else "")
     budget, took = FRONTIER_TASKS[cell.task]["budget_s"], record.get("train_s")
-    if record.get("ok") and took is not None and abs(took - budget) > budget / FRONTIER_EVAL_POINTS:
+    if cell.budgeted and record.get("ok") and took is not None and abs(took - budget) > budget / FRONTIER_EVAL_POINTS:
         return (f"not equal-time: trained {took:.0f} s against the {budget} s budget (more than a validation "
                 f"interval, {budget / FRONTIER_EVAL_POINTS:.0f} s, apart)")
     return ""
@@ -1031,9 +1038,11 @@ def render_frontier(records: list[dict]) -> str:
                 f"test ({t['num_test']} prompts a seed) was read once per run, at that pick. Compared cells have at "
                 f"least {MIN_SEEDS} seeds; test gain and kl are means over seeds with their SE over seeds. Frontier: "
                 "the cells no other cell of the tool beats on validation (gain at no larger kl). Equal time: each "
-                f"cell trains for {t['budget_s']} s (the sum of its steps' seconds, evaluations excluded; MeZO through "
-                "`benchmarks/mezo_budget.py`, GRPO through its script's `--time-budget-s`, one stopping rule); a record "
-                "that missed it by more than a validation interval is kept out. Precision: "
+                f"cell trains for about {t['budget_s']} s (the sum of its steps' seconds, evaluations excluded; "
+                + ("MeZO's steps sized to it from its measured s/step, GRPO stopped at it by its script's "
+                   "`--time-budget-s`" if task in _MEZO_STEPS else "MeZO through `benchmarks/mezo_budget.py`, GRPO "
+                   "through its script's `--time-budget-s`, one stopping rule; a record that missed it by more than "
+                   "a validation interval is kept out") + "). Precision: "
                 + ", ".join(sorted({r.get('precision') or '?' for r in rows if r.get('ok')})) + ".", ""]
         out += frontier_table(summaries)
         png = plot_frontier(summaries, FRONTIER_PLOTS / f"rl_frontier_{task}.png",

@@ -83,3 +83,25 @@ def test_save_steps_writes_the_checkpoint_between_evaluations(tmp_path, factory)
 def test_a_callback_object_without_hooks_is_one_line(tmp_path, factory):  # noqa: F811
     with pytest.raises(ConfigError, match="callback object: has none of the hooks on_init_end"):
         train(make_args(tmp_path), factory, callbacks=[object()])
+
+
+def test_a_resumed_run_validates_first_where_a_callback_asks_at_train_begin(tmp_path, factory):  # noqa: F811
+    """A run that died after its step-2 checkpoint, before the validation a callback wanted there (a time budget's
+    mark passed in that step): resumed with a callback that asks at on_train_begin, it validates step 2 before
+    going on; resumed without, it does not."""
+    class DiesAtStep3(TrainerCallback):
+        def on_step_begin(self, args, state, control, **kwargs):
+            if state.global_step == 2:
+                raise RuntimeError("the process died")
+
+    class AsksAtBegin(TrainerCallback):
+        def on_train_begin(self, args, state, control, **kwargs):
+            control.should_evaluate = True
+
+    for name, callbacks in (("asked", [AsksAtBegin()]), ("not", [])):
+        args = dict(name=name, max_steps=3, eval_steps=100, save_steps=1)
+        with pytest.raises(RuntimeError, match="died"):
+            train(make_args(tmp_path, **args), factory, callbacks=[DiesAtStep3()])
+        train(make_args(tmp_path, resume=True, **args), factory, callbacks=callbacks)
+        validated = [r["step"] for r in records(tmp_path / name) if r.get("split") == "validation"]
+        assert validated == ([0, 2, 3] if callbacks else [0, 3])

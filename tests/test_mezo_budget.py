@@ -35,17 +35,30 @@ def test_validations_at_each_third_and_the_stop_at_the_nearest_step_boundary(tmp
     cb, args, state = TimeBudget(30, 3), SimpleNamespace(output_dir=tmp_path), SimpleNamespace(global_step=0)
     cb.on_train_begin(args, state, TrainerControl())
     assert steps_until_stop(cb, args, state, 4.0) == [("validate", 3), ("validate", 5), ("stop", 7)]
-    assert cb.stopped_by == "budget" and cb.spent == 28.0
+    assert cb.spent == 28.0
+
+
+def resumed(tmp_path, steps, at, seconds=4.0):
+    """A TimeBudget(30 s, 3) begun on a run whose metrics.jsonl holds ``steps`` and whose checkpoint is ``at``."""
+    lines = [{"step": 0, "split": "validation", "metrics": {}, "seconds": 50.0}]
+    lines += [{"step": k, "loss": 0.1, "seconds": seconds} for k in steps]
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    cb, args, state, control = TimeBudget(30, 3), SimpleNamespace(output_dir=tmp_path), SimpleNamespace(global_step=at), \
+        TrainerControl()
+    cb.on_train_begin(args, state, control)
+    return cb, args, state, control
 
 
 def test_a_resumed_run_counts_the_seconds_of_its_earlier_steps(tmp_path):
-    lines = [{"step": 0, "split": "validation", "metrics": {}, "seconds": 50.0}]
-    lines += [{"step": k, "loss": 0.1, "seconds": 4.0} for k in (1, 2, 3, 4)]   # step 4: after the checkpoint
-    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
-    cb, args, state = TimeBudget(30, 3), SimpleNamespace(output_dir=tmp_path), SimpleNamespace(global_step=3)
-    cb.on_train_begin(args, state, TrainerControl())
+    # step 4 ran after the checkpoint (not counted); steps 2 and 3 ran twice (a resume from step 1): counted once
+    cb, args, state, control = resumed(tmp_path, [1, 2, 3, 4, 2, 3], at=3)
     assert cb.spent == 12.0   # the evaluation's seconds and the steps past the checkpoint are not counted
+    assert control.should_evaluate and not control.should_training_stop   # step 3 passed the 10 s mark
     assert steps_until_stop(cb, args, state, 4.0) == [("validate", 5), ("stop", 7)]
+    cb, args, state, control = resumed(tmp_path, [1, 2, 3, 4], at=4)
+    assert cb.spent == 16.0 and not control.should_evaluate   # no mark passed in step 4
+    cb, args, state, control = resumed(tmp_path, range(1, 8), at=7)
+    assert control.should_training_stop   # step 7 reached the budget: the resumed run stops there
 
 
 def test_bad_input_is_one_line():
@@ -55,6 +68,8 @@ def test_bad_input_is_one_line():
         parse(["--time-budget-s", "0", "--", "--task", "sst2"])
     with pytest.raises(ValueError, match="budget"):
         TimeBudget(10, 0)
+    with pytest.raises(SystemExit):
+        parse(["--time-budget-s", "10", "--", "--logging-steps", "5"])
 
 
 def test_a_run_stops_at_its_budget_validated_and_tested(tmp_path, tiny_model_dir):

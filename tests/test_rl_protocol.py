@@ -247,6 +247,10 @@ def test_a_cell_that_missed_the_budget_is_not_equal_time():
     near, far = dict(_rec(cell, 0.3, 0.1, 0.2), train_s=budget + 0.9 * interval), dict(_rec(cell, 0.3, 0.1, 0.2),
                                                                                       train_s=budget + 1.1 * interval)
     assert rl.superseded(near) == "" and rl.superseded(far).startswith("not equal-time")
+    resumed = dict(near, command=near["command"] + " --resume")   # a cell stopped part-way and resumed: the same run
+    assert rl.superseded(resumed) == ""
+    sized = rl.frontier_cell("sentiment", "mezo-full-lr1e-3-beta0")   # sized in steps, not stopped at the budget
+    assert rl.superseded(dict(_rec(sized, 0.3, 0.1, 0.2), train_s=3 * budget)) == ""
     assert rl.frontier_pending("arithmetic", "grid", [cell.name], [far]) == [(cell, 0)]
     assert rl.frontier_pending("arithmetic", "grid", [cell.name], [near]) == []
 

@@ -506,7 +506,11 @@ def main(argv: Optional[list[str]] = None, callbacks=()) -> int:
         ns, extra = build_parser().parse_known_args(argv)
         if extra:
             raise UsageError(unrecognized(extra, getattr(ns, "command", None)))
-        return ns.func(ns, callbacks) if ns.func is cmd_train else ns.func(ns)
+        if ns.func is cmd_train:
+            return ns.func(ns, callbacks)
+        if callbacks:
+            raise UsageError(f"training callbacks were given to `{ns.command}`; only `train` takes them")
+        return ns.func(ns)
     except UserError as err:
         if debug:
             traceback.print_exc()

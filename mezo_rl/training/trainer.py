@@ -604,7 +604,9 @@ class MeZOTrainer:
                 s.initial_test = self._evaluate_and_log("test")
             self.save_checkpoint()
         eval_steps = a.eval_steps
-        if validating and self.step and s.last_eval_step not in (None, self.step) and (self.step % eval_steps == 0 or self.step == a.max_steps):
+        due = (self.step % eval_steps == 0 or self.step == a.max_steps  # or a callback asks, at on_train_begin
+               or self.control.should_evaluate or self.control.should_training_stop)
+        if validating and self.step and s.last_eval_step not in (None, self.step) and due:
             self._validate()  # stopped during this step's evaluation: do it now, as an uninterrupted run did
             self.save_checkpoint()
         while self.step < a.max_steps and not self.control.should_training_stop:
