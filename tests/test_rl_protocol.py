@@ -271,3 +271,26 @@ def _fields(val_gain, val_kl, test_gain, test_kl=None, se=0.02, reward="exact_an
             "initial_validation": {reward: 0.2}, "validation": {reward: 0.2 + val_gain, "kl": val_kl},
             "initial_test": {reward: 0.2}, "test": {reward: 0.2 + test_gain, "kl": val_kl if test_kl is None else test_kl},
             "paired": {"gain": test_gain, "se": se, "n": 500}}
+
+
+def test_the_commit_is_dirty_for_changed_code_not_for_the_records(tmp_path):
+    """A cell started while an earlier seed's record waits uncommitted in docs/results names a clean commit; a
+    changed file of code makes it +dirty."""
+    import subprocess
+
+    from suite.protocol import commit
+
+    def git(*args):
+        subprocess.run(["git", *args], cwd=tmp_path, check=True, capture_output=True)
+    (tmp_path / "docs" / "results").mkdir(parents=True)
+    (tmp_path / "docs" / "results" / "r.jsonl").write_text("{}\n")
+    (tmp_path / "code.py").write_text("x = 1\n")
+    git("init", "-q")
+    git("add", ".")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "c")
+    head = commit(tmp_path)
+    assert len(head) == 40 and "+" not in head
+    (tmp_path / "docs" / "results" / "r.jsonl").write_text("{}\n{}\n")
+    assert commit(tmp_path) == head
+    (tmp_path / "code.py").write_text("x = 2\n")
+    assert commit(tmp_path) == head + "+dirty"

@@ -215,11 +215,13 @@ def cpu_info(cpuinfo: str | None = None) -> dict:
 
 
 def commit(repo) -> str:
-    """The repository's commit, with ``+dirty`` where tracked files differ from it."""
+    """The repository's commit, with ``+dirty`` where tracked files outside docs/ differ from it (docs/ holds the
+    records and renderings a run appends to, not code a run executes)."""
     def git(*args):
         return subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True).stdout.strip()
     head = git("rev-parse", "HEAD") or "unknown"
-    return head + ("+dirty" if git("status", "--porcelain", "--untracked-files=no") else "")
+    changed = git("status", "--porcelain", "--untracked-files=no", "--", ".", ":(exclude)docs")
+    return head + ("+dirty" if changed else "")
 
 
 def precision_of(mode: str) -> str:
