@@ -229,6 +229,13 @@ def generate(key: int, numel: int, kind: str, backend: str, device="cpu") -> tor
     raise ValueError(f"noise backend must be 'torch' or 'compiled' here (resolve 'auto' first), got {backend!r}")
 
 
+def _contiguous(p: torch.Tensor) -> torch.Tensor:
+    """``p``, refused if not contiguous (the noise is laid out over its storage); checks only, dispatches nothing."""
+    if not p.is_contiguous():
+        raise ValueError("MeZO noise needs contiguous parameters (got a non-contiguous tensor)")
+    return p
+
+
 def axpy_(p: torch.Tensor, key: int, kind: str, backend: str, a: float, b: float = 0.0, c: float = 1.0) -> torch.Tensor:
     """In place: ``p <- (p + a*z) * c + b*z`` with z = noise(key), shaped like p.
 
@@ -238,9 +245,7 @@ def axpy_(p: torch.Tensor, key: int, kind: str, backend: str, a: float, b: float
     uses p's dtype for each of its (up to three) in-place ops.
     """
     _check_kind(kind)
-    if not p.is_contiguous():
-        raise ValueError("MeZO noise needs contiguous parameters (got a non-contiguous tensor)")
-    flat = p.view(-1)
+    flat = _contiguous(p).view(-1)
     if backend == "compiled":
         coef = torch.tensor([a, b, c], dtype=torch.float32, device=p.device)
         with torch.no_grad():
@@ -514,8 +519,7 @@ class NoiseSpec:
         draw, root_r = self._draw(seed), math.sqrt(self.rank)
         lists: dict = {}  # (dtype, device) -> (scaled tensors and their c, matrices, vectors)
         for (index, p), (a, b, c) in zip(tensors, coefs):
-            if not p.is_contiguous():
-                raise ValueError("MeZO noise needs contiguous parameters (got a non-contiguous tensor)")
+            _contiguous(p)
             matrix, i = self._position(index, p)
             scaled, mats, vecs = lists.setdefault((p.dtype, p.device), ([], [], []))
             if c != 1.0:
@@ -533,9 +537,8 @@ class NoiseSpec:
         kernel waits on a host-to-device copy of its own (a synchronising copy per tensor on CUDA)."""
         rows: dict = {}  # device -> [(flat view, key words, (a, b, c))]
         for (index, p), abc in zip(tensors, coefs):
-            if not p.is_contiguous():
-                raise ValueError("MeZO noise needs contiguous parameters (got a non-contiguous tensor)")
-            rows.setdefault(p.device, []).append((p.view(-1), _key_words(tensor_key(seed, index, p.shape)), abc))
+            key = _key_words(tensor_key(seed, index, p.shape))
+            rows.setdefault(p.device, []).append((_contiguous(p).view(-1), key, abc))
         kernel = _compiled_fn("axpy", self.kind)
         for device, items in rows.items():
             keys = torch.tensor([k for _, k, _ in items], dtype=torch.int32).to(device)
