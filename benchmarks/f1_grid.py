@@ -8,7 +8,8 @@ one device, each for the same wall-clock budget, each choosing its best step on 
 Every configuration is the example's task and reward (``squad`` with ``squad_f1`` of greedy answers, 16 new
 tokens, 1000 training questions, validation on ``--num-eval`` questions from articles no training question
 uses, test on ``--num-test`` SQuAD dev questions, seed ``--seed``), in its own process. A callback stops
-training after ``--budget`` seconds of steps and validates every ``--validate-every`` seconds of steps, so the
+training at the step boundary nearest ``--budget`` seconds of steps and validates at each ``1/--eval-points`` of
+them (benchmarks/mezo_budget.py's ``TimeBudget``: the protocol's equal-time rule), so the
 configurations get the same training time whatever their step costs; the run's own end then tests its best
 step. Each configuration's record (validation and test before and after with their SEs, steps, seconds a
 step, peak memory) is one JSON line in ``OUT/results.jsonl``, written by its own process; its run directory
@@ -29,7 +30,7 @@ import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
 
-from mezo_rl.training.callbacks import TrainerCallback
+from mezo_budget import TimeBudget  # the protocol's equal-time rule (benchmarks/suite/protocol.py)
 
 RESULTS = "results.jsonl"
 
@@ -55,23 +56,6 @@ CONFIGS = {
 }
 
 
-class TimeBudget(TrainerCallback):
-    """Stops training once its steps have taken ``budget`` seconds, and asks for a validation every
-    ``validate_every`` seconds of steps (the trainer's own ``seconds["steps"]``: evaluations not counted)."""
-
-    def __init__(self, budget: float, validate_every: float):
-        self.budget, self.validate_every, self.next_validation = budget, validate_every, validate_every
-
-    def on_step_end(self, args, state, control, trainer=None, **kwargs):
-        spent = trainer.seconds["steps"]
-        if spent >= self.budget:
-            control.should_training_stop = True
-        elif spent >= self.next_validation:
-            control.should_evaluate = True
-            self.next_validation = spent + self.validate_every
-        return control
-
-
 def run_one(name: str, a) -> dict:
     """Train configuration ``name`` in this process; returns its record."""
     import torch
@@ -86,7 +70,7 @@ def run_one(name: str, a) -> dict:
         num_train=1000, num_eval=a.num_eval, num_test=a.num_test, max_completion_length=16, seed=a.seed,
         data_dir=a.data_dir, device_map=a.device_map, output_dir=str(out), progress=False,
     )
-    trainer = MeZOTrainer(args=args, callbacks=[TimeBudget(a.budget, a.validate_every)])
+    trainer = MeZOTrainer(args=args, callbacks=[TimeBudget(a.budget, a.eval_points)])
     trainer.train()
     s = trainer.summary
     se = lambda split: s[split].get("squad_f1/se")  # noqa: E731
@@ -111,7 +95,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--configs", default=",".join(CONFIGS), help=f"comma-separated, of: {', '.join(CONFIGS)}")
     p.add_argument("--budget", type=float, default=300.0, help="seconds of training steps per configuration")
-    p.add_argument("--validate-every", type=float, default=45.0, help="validate every N seconds of steps")
+    p.add_argument("--eval-points", type=int, default=6, help="validate at each 1/N of the budget (and at the end)")
     p.add_argument("--jobs", type=int, default=0, help="configurations at once (default: all of them)")
     p.add_argument("--device-map", default=None, help="where each run computes, e.g. cuda (default: the CPU)")
     p.add_argument("--model", default="smollm2-135m")
@@ -127,6 +111,8 @@ def main() -> None:
     unknown = [n for n in names if n not in CONFIGS]
     if unknown:
         p.error(f"unknown configuration(s) {unknown}; known: {', '.join(CONFIGS)}")
+    if not a.budget > 0 or a.eval_points < 1:
+        p.error(f"--budget must be > 0 and --eval-points >= 1, got {a.budget} and {a.eval_points}")
     if a.one:   # the worker writes its own record: a finished configuration's survives its parent
         record = json.dumps(run_one(a.one, a))
         with open(pathlib.Path(a.out) / RESULTS, "a") as f:

@@ -96,7 +96,7 @@ import time
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))   # the suite package beside this file
 from suite.hacking import hacking_measures  # noqa: E402
-from suite.protocol import PRECISION, TestGate, commit, cpu_info, precision_of, text_counts  # noqa: E402
+from suite.protocol import PRECISION, TestGate, after_step, commit, cpu_info, precision_of, text_counts  # noqa: E402
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 EXAMPLE = REPO / "examples" / "rl_sentiment.py"
@@ -262,7 +262,6 @@ def make_callback(a, out: pathlib.Path, scorer: Scorer, tokenizer, state: dict, 
     from transformers import TrainerCallback
 
     budget = a.time_budget_s
-    marks = [budget * k / a.eval_points for k in range(1, a.eval_points)] if a.eval_points else []
 
     class BudgetCallback(TrainerCallback):
         def on_train_begin(self, args, tstate, control, **kw):
@@ -275,16 +274,13 @@ def make_callback(a, out: pathlib.Path, scorer: Scorer, tokenizer, state: dict, 
 
         def on_step_end(self, args, tstate, control, model=None, **kw):
             d = time.perf_counter() - state["t0"]
+            decision = after_step(sum(state["step_seconds"]), d, budget, a.eval_points)  # suite.protocol's rule
             state["step_seconds"].append(d)
-            spent = sum(state["step_seconds"])
             state["steps"] = tstate.global_step
-            stop = spent + d / 2 >= budget or (a.max_steps is not None and tstate.global_step >= a.max_steps)
-            if stop:
+            if decision == "stop" or (a.max_steps is not None and tstate.global_step >= a.max_steps):
                 control.should_training_stop = True
-                state["stopped_by"] = "budget" if spent + d / 2 >= budget else "max_steps"
-            elif marks and spent >= marks[0]:
-                while marks and spent >= marks[0]:
-                    marks.pop(0)
+                state["stopped_by"] = "budget" if decision == "stop" else "max_steps"
+            elif decision == "validate":
                 validate(model, tstate.global_step)
             return control
 

@@ -23,13 +23,16 @@ import pathlib
 import sys
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
+for _path in (REPO, REPO / "benchmarks"):  # the package, and the suite package beside this file
+    if str(_path) not in sys.path:
+        sys.path.insert(0, str(_path))
+from suite.protocol import after_step  # noqa: E402
 
 
 class TimeBudget:
     """A training callback: validations at each ``1/eval_points`` of ``budget_s`` training seconds, and the stop at
-    the step boundary nearest the budget (after a step if the seconds so far plus half of that step's reach it)."""
+    the step boundary nearest the budget (the protocol's equal-time rule, ``suite.protocol.after_step``, which the
+    GRPO script applies to TRL's steps)."""
 
     def __init__(self, budget_s: float, eval_points: int):
         if not budget_s > 0 or eval_points < 1:
@@ -37,14 +40,12 @@ class TimeBudget:
         self.budget, self.points = float(budget_s), int(eval_points)
         self.spent = 0.0
 
-    def _marks_passed(self, spent: float) -> int:
-        return sum(spent >= self.budget * k / self.points for k in range(1, self.points))
-
     def _after(self, control, before: float, d: float) -> None:
         """Steer ``control`` after a step of ``d`` seconds that began at ``before`` seconds."""
-        if before + d + d / 2 >= self.budget:
+        decision = after_step(before, d, self.budget, self.points)
+        if decision == "stop":
             control.should_training_stop = True
-        elif self._marks_passed(before + d) > self._marks_passed(before):
+        elif decision == "validate":
             control.should_evaluate = True
 
     def on_train_begin(self, args, state, control, **kwargs):

@@ -13,11 +13,29 @@ REPO = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "benchmarks"))     # as `python benchmarks/rl.py` sees it
 
 import rl  # noqa: E402
-from suite.protocol import (MIN_SEEDS, MIN_VALIDATION, RECORD_FIELDS, ProtocolError, TestGate, admitted,  # noqa: E402
+from suite.protocol import (MIN_SEEDS, MIN_VALIDATION, RECORD_FIELDS, ProtocolError, TestGate, admitted, after_step,  # noqa: E402
                             check_cell, cpu_info, missing_fields, text_counts)
 
 
 # ---------------------------------------------------------------------------------------------- the gate
+def test_the_equal_time_rule_stops_at_the_nearest_step_boundary_and_validates_at_each_mark():
+    # a budget of 30 s in thirds: marks at 10 and 20 s; steps of 4 s from 0 s
+    seen, spent = [], 0.0
+    while True:
+        decision = after_step(spent, 4.0, 30.0, 3)
+        spent += 4.0
+        seen.append((spent, decision))
+        if decision == "stop":
+            break
+    # 12 crosses 10 and 20 crosses 20 (validate); 28 + 2 reaches 30: the stop at 28 s, 2 s short, not at 32 s
+    assert seen == [(4, None), (8, None), (12, "validate"), (16, None), (20, "validate"), (24, None), (28, "stop")]
+    # one step across two marks validates once; no marks at eval_points 0 or 1
+    assert after_step(9.0, 12.0, 30.0, 3) == "validate" and after_step(9.0, 12.0, 30.0, 1) is None
+    assert after_step(0.0, 12.0, 30.0, 0) is None
+    with pytest.raises(ValueError):
+        after_step(0.0, 1.0, 0.0, 3)
+
+
 def test_test_before_validations_pick_is_refused():
     gate = TestGate()
     gate.validated(0, 0.1)

@@ -53,6 +53,23 @@ class ProtocolError(Exception):
     """A cell, a run or a comparison that breaks the protocol."""
 
 
+# ---------------------------------------------------------------------------------------------- equal time
+def after_step(spent: float, step_s: float, budget_s: float, eval_points: int) -> str | None:
+    """The equal-time rule both tools' budgeted runs obey, after a step of ``step_s`` seconds that began at ``spent``
+    seconds of training (evaluations not counted): ``"stop"`` at the step boundary nearest the budget (once
+    ``spent + step_s`` plus half a step reaches it), else ``"validate"`` when the step crossed one or more of the
+    marks at each ``1/eval_points`` of the budget (``eval_points`` 0 or 1: no marks), else None."""
+    if not budget_s > 0 or eval_points < 0:
+        raise ValueError(f"a budget of seconds > 0 and eval_points >= 0, got {budget_s!r} and {eval_points!r}")
+    after = spent + step_s
+    if after + step_s / 2 >= budget_s:
+        return "stop"
+    marks = [budget_s * k / eval_points for k in range(1, eval_points)]
+    if sum(after >= m for m in marks) > sum(spent >= m for m in marks):
+        return "validate"
+    return None
+
+
 # ---------------------------------------------------------------------------------------------- the test gate
 class TestGate:
     """The one door to a cell's test split. Feed it every evaluation in the order they happen:
