@@ -79,11 +79,13 @@ GRPO = REPO / "benchmarks" / "grpo_sentiment.py"
 REWARD = "positivity"
 
 
-def _mezo(peft: str, lr: str, steps: int, *extra: str, eval_steps: int | None = None) -> list[str]:
-    """A MeZO cell's arguments (``mezo-rl train`` and the sentiment example take the same): 16 prompts a step,
-    4 SPSA samples, the normalised step; validated every ``eval_steps`` (default: at the start and the end)."""
+def _mezo(peft: str, lr: str, steps: int, *extra: str, eval_steps: int | None = None, batch: int = 16,
+          n_spsa: int = 4) -> list[str]:
+    """A MeZO cell's arguments (``mezo-rl train`` and the sentiment example take the same): ``batch`` prompts a step
+    (16), ``n_spsa`` SPSA samples (4: 8 members), the normalised step; validated every ``eval_steps`` (default: at
+    the start and the end)."""
     return ["--peft", peft, "--learning-rate", lr, "--max-steps", str(steps), "--eval-steps", str(eval_steps or steps),
-            "--per-device-train-batch-size", "16", "--n-spsa", "4", "--step-normalize", "std", *extra]
+            "--per-device-train-batch-size", str(batch), "--n-spsa", str(n_spsa), "--step-normalize", "std", *extra]
 
 
 _BATCHED = ("--evaluation", "batched")
@@ -783,7 +785,7 @@ class FrontierCell:
     definition is refused with fewer than protocol.MIN_SEEDS seeds or a validation under MIN_VALIDATION prompts
     unless it is declared exploratory (then it is never compared)."""
     task: str
-    family: str  # tool and what it trains: mezo-full, mezo-lora, mezo-norm, grpo-full, grpo-lora
+    family: str  # tool and what it trains (mezo-full, mezo-lora, mezo-norm, grpo-full, grpo-lora), and a variant's name
     lr: str
     beta: str
     args: tuple
@@ -821,17 +823,19 @@ MEZO_BUDGET = REPO / "benchmarks" / "mezo_budget.py"
 FRONTIER_EVAL_POINTS = 3
 
 
-def _frontier_cells(task: str, family: str, lrs, betas) -> list[FrontierCell]:
+def _frontier_cells(task: str, family: str, lrs, betas, *variant: str, **sizes) -> list[FrontierCell]:
+    """The cells of ``family`` (tool-peft, then an optional variant's name: ``mezo-full-rank``) over ``lrs`` x
+    ``betas``; a MeZO variant's own arguments are ``variant`` and its ``batch``/``n_spsa`` (``_mezo``'s)."""
     out = []
-    tool, peft = family.split("-", 1)
+    tool, peft = family.split("-")[:2]
     for lr in lrs:
         for beta in betas:
             if tool == "mezo":
                 sized = task in _MEZO_STEPS  # else trained for the budget of seconds
                 steps = _MEZO_STEPS[task][peft][beta != "0"] if sized else MEZO_STEP_CAP
                 extra = () if peft == "norm" else _BATCHED
-                args = _mezo(peft, lr, steps, *extra, "--beta", beta, "--autocast", PRECISION,
-                             eval_steps=max(1, steps // FRONTIER_EVAL_POINTS) if sized else steps)
+                args = _mezo(peft, lr, steps, *extra, "--beta", beta, "--autocast", PRECISION, *variant,
+                             eval_steps=max(1, steps // FRONTIER_EVAL_POINTS) if sized else steps, **sizes)
             else:
                 args = ["--peft", peft, "--lr", lr, "--beta", beta, "--autocast", PRECISION,
                         "--eval-points", str(FRONTIER_EVAL_POINTS)]
@@ -846,7 +850,13 @@ FRONTIER_GRIDS = {
                    *_frontier_cells("arithmetic", "mezo-lora", ["3e-3", "1e-2", "3e-2"], ["0", "1"]),
                    *_frontier_cells("arithmetic", "mezo-norm", ["0.03", "0.1", "0.3"], ["0"]),
                    *_frontier_cells("arithmetic", "grpo-full", ["3e-6", "1e-5", "3e-5"], ["0", "0.04", "0.2"]),
-                   *_frontier_cells("arithmetic", "grpo-lora", ["1e-4", "3e-4", "1e-3"], ["0", "0.04"])],
+                   *_frontier_cells("arithmetic", "grpo-lora", ["1e-4", "3e-4", "1e-3"], ["0", "0.04"]),
+                   # the moonshot (issue 50): MeZO's best seed-0 cell (every weight, lr 3e-3, beta 0) with what the
+                   # literature says closes the gap: a larger population (16 members), more prompts per member (32
+                   # a step), rank-based fitness shaping (ES-at-scale)
+                   *_frontier_cells("arithmetic", "mezo-full-pop16", ["3e-3"], ["0"], n_spsa=8),
+                   *_frontier_cells("arithmetic", "mezo-full-b32", ["3e-3"], ["0"], batch=32),
+                   *_frontier_cells("arithmetic", "mezo-full-rank", ["3e-3"], ["0"], "--reward-shaping", "rank")],
     "sentiment": [*_frontier_cells("sentiment", "mezo-full", ["3e-4", "1e-3", "3e-3"], ["0", "0.3"]),
                   *_frontier_cells("sentiment", "grpo-full", ["3e-6", "1e-5", "3e-5", "1e-4"], ["0", "0.04"])],
 }
