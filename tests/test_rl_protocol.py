@@ -211,7 +211,7 @@ def test_a_real_runs_record_carries_every_field_and_a_peek_at_test_is_refused(tm
 
 def test_the_runner_records_a_protocol_breach_as_a_failed_cell(tmp_path, monkeypatch):
     """run_frontier_cell: a run whose evaluations break the protocol is recorded with its error, never admitted."""
-    cell = rl.FRONTIER_GRIDS["arithmetic"][-1]           # a GRPO cell
+    cell = next(c for c in rl.FRONTIER_GRIDS["arithmetic"] if c.tool == "trl-grpo")
     monkeypatch.setattr(rl, "FRONTIER_RUNS", tmp_path / "runs")
     monkeypatch.setattr(rl, "FRONTIER_RECORDS", tmp_path / "records.jsonl")
     out = tmp_path / "runs" / f"arithmetic-{cell.name}-s0"
