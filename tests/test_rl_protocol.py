@@ -13,8 +13,8 @@ REPO = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "benchmarks"))     # as `python benchmarks/rl.py` sees it
 
 import rl  # noqa: E402
-from suite.protocol import (MIN_SEEDS, MIN_VALIDATION, RECORD_FIELDS, ProtocolError, TestGate, admitted, after_step,  # noqa: E402
-                            check_cell, cpu_info, missing_fields, text_counts)
+from suite.protocol import (MIN_SEEDS, MIN_VALIDATION, RECORD_FIELDS, ProtocolError, TestGate, admitted,  # noqa: E402
+                            after_step, check_cell, cpu_info, missing_fields, text_counts)
 
 
 # ---------------------------------------------------------------------------------------------- the gate
