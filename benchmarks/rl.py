@@ -48,6 +48,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import datetime as _dt
+import importlib.util
 import json
 import math
 import os
@@ -775,7 +776,8 @@ FRONTIER_SEEDS = (0, 1, 2)
 FRONTIER_TASKS = {
     "arithmetic": dict(reward="exact_answer", max_new_tokens=16, num_train=1000, num_eval=200, num_test=500,
                        budget_s=640),
-    "sentiment": dict(reward=REWARD, max_new_tokens=24, num_train=1000, num_eval=200, num_test=200, budget_s=450),
+    "sentiment": dict(reward=REWARD, max_new_tokens=24, num_train=1000, num_eval=200, num_test=200, budget_s=450,
+                      words=6),  # words: of each review kept as the prompt (the example's and the GRPO script's)
 }
 
 
@@ -803,20 +805,17 @@ class FrontierCell:
     def tool(self) -> str:
         return "mezo-rl" if self.family.startswith("mezo") else "trl-grpo"
 
-    @property
-    def budgeted(self) -> bool:
-        """Whether the cell trains for its task's budget of seconds (GRPO; MeZO unless sized in steps)."""
-        return self.tool == "trl-grpo" or self.task not in _MEZO_STEPS
 
-
-#: MeZO on arithmetic trains for the task's budget of seconds, as GRPO does (benchmarks/mezo_budget.py: the same
-#: stopping rule), with validations at each third of it; its --max-steps and --eval-steps are only a cap. The
-#: sentiment example takes no callback: its steps per family, beta 0 and beta > 0 (the KL term's extra forward
-#: passes make a step ~2.5x dearer), are sized to the budget at the s/step measured on this machine. A record whose
-#: command is not its cell's current one is superseded (kept out), and a record whose training seconds miss the
-#: budget by more than one validation interval is not equal-time (kept out).
-_MEZO_STEPS = {"sentiment": {"full": (60, 24)}}
+#: MeZO trains for the task's budget of seconds, as GRPO does (benchmarks/mezo_budget.py: the same stopping rule),
+#: with validations at each third of it; its --max-steps and --eval-steps are only a cap. A record whose command is
+#: not its cell's current one is superseded (kept out), and a record whose training seconds miss the budget by more
+#: than one validation interval is not equal-time (kept out).
 MEZO_STEP_CAP = 1000
+#: the sentiment prompt files MeZO's cells train and score on: the example's writer (examples/rl_sentiment.py) at
+#: the task's sizes, the same files the GRPO script writes into each cell's folder; named relative to the checkout
+#: (the cells run there), so a command does not depend on where the checkout lies
+SENTIMENT_PROMPTS = FRONTIER_RUNS.relative_to(REPO) / "sentiment-prompts"
+SENTIMENT_REWARD = "examples/sentiment_reward.py:" + REWARD
 MEZO_BUDGET = REPO / "benchmarks" / "mezo_budget.py"
 #: validations in a cell's training (MeZO: at each third of the budget, or every steps // 3; GRPO: --eval-points 3):
 #: the resolution of its pick, and so the tolerance of "equal time" (a third of the budget)
@@ -831,11 +830,9 @@ def _frontier_cells(task: str, family: str, lrs, betas, *variant: str, **sizes) 
     for lr in lrs:
         for beta in betas:
             if tool == "mezo":
-                sized = task in _MEZO_STEPS  # else trained for the budget of seconds
-                steps = _MEZO_STEPS[task][peft][beta != "0"] if sized else MEZO_STEP_CAP
                 extra = () if peft == "norm" else _BATCHED
-                args = _mezo(peft, lr, steps, *extra, "--beta", beta, "--autocast", PRECISION, *variant,
-                             eval_steps=max(1, steps // FRONTIER_EVAL_POINTS) if sized else steps, **sizes)
+                args = _mezo(peft, lr, MEZO_STEP_CAP, *extra, "--beta", beta, "--autocast", PRECISION, *variant,
+                             **sizes)
             else:
                 args = ["--peft", peft, "--lr", lr, "--beta", beta, "--autocast", PRECISION,
                         "--eval-points", str(FRONTIER_EVAL_POINTS)]
@@ -870,20 +867,22 @@ def frontier_cell(task: str, name: str) -> FrontierCell:
 
 
 def frontier_command(cell: FrontierCell, seed: int, out_dir: pathlib.Path) -> list[str]:
-    """The cell's command: ``mezo-rl train`` for the task's budget of seconds (benchmarks/mezo_budget.py;
-    arithmetic) or the sentiment example (MeZO), the GRPO script (GRPO), with the task's prompt counts and the
-    protocol's precision."""
+    """The cell's command: ``mezo-rl train`` for the task's budget of seconds (benchmarks/mezo_budget.py; sentiment:
+    on the prompt files of ``SENTIMENT_PROMPTS``, which ``run_frontier_cell`` writes first) or the GRPO script, with
+    the task's prompt counts and the protocol's precision."""
     t = FRONTIER_TASKS[cell.task]
     if seed not in cell.seeds:
         raise SystemExit(f"{cell.name}: seed {seed} is not one of the cell's seeds {cell.seeds}")
     sizes = ["--num-train", str(t["num_train"]), "--num-eval", str(t["num_eval"]), "--num-test", str(t["num_test"])]
     if cell.tool == "mezo-rl":
-        if cell.task == "sentiment":  # the example takes no --autocast: mezo-rl's default, which is PRECISION
-            args = [a for i, a in enumerate(cell.args) if a != "--autocast" and cell.args[i - 1] != "--autocast"]
-            return [sys.executable, str(EXAMPLE), "--output-dir", str(out_dir), "--seed", str(seed), *sizes,
-                    "--max-completion-length", str(t["max_new_tokens"]), "--log-completions", str(t["num_test"]), *args]
+        if cell.task == "sentiment":
+            files = {split: str(SENTIMENT_PROMPTS / f"{split}.jsonl") for split in ("train", "validation", "test")}
+            task = ["--task", files["train"], "--validation-file", files["validation"], "--test-file", files["test"],
+                    "--reward", SENTIMENT_REWARD]
+        else:
+            task = ["--task", cell.task, "--reward", t["reward"]]
         return [sys.executable, str(MEZO_BUDGET), "--time-budget-s", str(t["budget_s"]), "--eval-points",
-                str(FRONTIER_EVAL_POINTS), "--", "--task", cell.task, "--reward", t["reward"],
+                str(FRONTIER_EVAL_POINTS), "--", *task,
                 "--max-completion-length", str(t["max_new_tokens"]), "--eval-batch-size", "64", "--log-completions",
                 str(t["num_test"]), "--seed", str(seed), *sizes, *cell.args, "--output-dir", str(out_dir / "run")]
     task = [] if cell.task == "sentiment" else ["--task", cell.task, "--reward", t["reward"]]
@@ -917,7 +916,7 @@ def superseded(record: dict) -> str:
         was = record.get("steps")
         return "superseded: an earlier definition of the cell" + (f" ({was} steps)" if was is not None else "")
     budget, took = FRONTIER_TASKS[cell.task]["budget_s"], record.get("train_s")
-    if cell.budgeted and record.get("ok") and took is not None and abs(took - budget) > budget / FRONTIER_EVAL_POINTS:
+    if record.get("ok") and took is not None and abs(took - budget) > budget / FRONTIER_EVAL_POINTS:
         return (f"not equal-time: trained {took:.0f} s against the {budget} s budget (more than a validation "
                 f"interval, {budget / FRONTIER_EVAL_POINTS:.0f} s, apart)")
     return ""
@@ -928,8 +927,24 @@ def current_records(records: list[dict]) -> list[dict]:
     return [r for r in records if not superseded(r)]
 
 
+def write_sentiment_prompts(data_dir: str | None, root: pathlib.Path = REPO) -> dict[str, pathlib.Path]:
+    """The prompt files of the sentiment MeZO cells (``SENTIMENT_PROMPTS`` under the checkout ``root``): the example's
+    own writer at the task's sizes, from ``data_dir``'s SST-2 (a fixed shuffle: written again, the same files)."""
+    if not data_dir or not (pathlib.Path(data_dir) / "SST-2" / "LM-BFF-original").is_dir():
+        raise SystemExit(f"the sentiment cells read SST-2: set MEZO_RL_DATA to the directory holding "
+                         f"SST-2/LM-BFF-original/, got {data_dir!r}")
+    spec = importlib.util.spec_from_file_location("rl_sentiment_example", EXAMPLE)
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    t = FRONTIER_TASKS["sentiment"]
+    return example.write_prompts(pathlib.Path(data_dir), root / SENTIMENT_PROMPTS, t["num_train"], t["num_eval"],
+                                 t["num_test"], t["words"])
+
+
 def run_frontier_cell(cell: FrontierCell, seed: int) -> dict:
     """Run one (cell, seed) in a subprocess (a MeZO cell stopped part-way resumes) and append its record."""
+    if cell.task == "sentiment" and cell.tool == "mezo-rl":
+        write_sentiment_prompts(os.environ.get("MEZO_RL_DATA"))
     out_dir = FRONTIER_RUNS / f"{cell.task}-{cell.name}-s{seed}"
     cmd = frontier_command(cell, seed, out_dir)
     run_dir = out_dir / "run"
@@ -1049,10 +1064,8 @@ def render_frontier(records: list[dict]) -> str:
                 f"least {MIN_SEEDS} seeds; test gain and kl are means over seeds with their SE over seeds. Frontier: "
                 "the cells no other cell of the tool beats on validation (gain at no larger kl). Equal time: each "
                 f"cell trains for about {t['budget_s']} s (the sum of its steps' seconds, evaluations excluded; "
-                + ("MeZO's steps sized to it from its measured s/step, GRPO stopped at it by its script's "
-                   "`--time-budget-s`" if task in _MEZO_STEPS else "MeZO through `benchmarks/mezo_budget.py`, GRPO "
-                   "through its script's `--time-budget-s`, one stopping rule; a record that missed it by more than "
-                   "a validation interval is kept out") + "). Precision: "
+                "MeZO through `benchmarks/mezo_budget.py`, GRPO through its script's `--time-budget-s`, one stopping "
+                "rule; a record that missed it by more than a validation interval is kept out). Precision: "
                 + ", ".join(sorted({r.get('precision') or '?' for r in rows if r.get('ok')})) + ".", ""]
         out += frontier_table(summaries)
         png = plot_frontier(summaries, FRONTIER_PLOTS / f"rl_frontier_{task}.png",

@@ -105,8 +105,7 @@ def test_the_grids_bracket_grpo_loras_lr_and_tune_sentiment_on_sentiment(tmp_pat
         for c in cells:
             cmd = rl.frontier_command(c, 0, tmp_path)
             assert cmd[cmd.index("--num-eval") + 1] == str(rl.FRONTIER_TASKS[task]["num_eval"])
-            if not (task == "sentiment" and c.tool == "mezo-rl"):   # the example takes mezo-rl's default
-                assert cmd[cmd.index("--autocast") + 1] == rl.PRECISION
+            assert cmd[cmd.index("--autocast") + 1] == rl.PRECISION
     with pytest.raises(SystemExit, match="not one of the cell's seeds"):
         rl.frontier_command(rl.FRONTIER_GRIDS["arithmetic"][0], 7, tmp_path)
 
@@ -117,14 +116,34 @@ def test_every_mezo_frontier_cell_is_a_valid_train_command(tmp_path):
     from mezo_rl.training.arguments import MeZOConfig
 
     parser = build_parser()
-    for c in rl.FRONTIER_GRIDS["arithmetic"]:
-        if c.tool == "mezo-rl":
+    for c in [c for cells in rl.FRONTIER_GRIDS.values() for c in cells]:
+        if c.tool == "mezo-rl":   # each task's MeZO cells stop at its budget of seconds, as GRPO's do
             cmd = rl.frontier_command(c, 0, tmp_path)
             budget, train = mezo_budget.parse(cmd[2:])
-            assert budget.time_budget_s == rl.FRONTIER_TASKS["arithmetic"]["budget_s"]
+            assert budget.time_budget_s == rl.FRONTIER_TASKS[c.task]["budget_s"]
             a = parse_into(MeZOConfig, parser.parse_args(["train", *train]))
             assert a.num_eval >= MIN_VALIDATION and a.beta == float(c.beta) and a.autocast == rl.PRECISION
             assert a.eval_steps >= a.max_steps   # only the budget's validations (and the last) run
+
+
+def test_the_sentiment_cells_train_on_the_prompts_the_runner_writes(tmp_path):
+    """MeZO's sentiment cells read the prompt files the example's writer puts where their command names them, the
+    same prompts the GRPO script writes for its cells; without SST-2 the runner stops with one line first."""
+    src = tmp_path / "data" / "SST-2" / "LM-BFF-original"
+    src.mkdir(parents=True)
+    sentences = [f"the film number {i} is a long and winding story" for i in range(30)]
+    (src / "train.tsv").write_text("sentence\tlabel\n" + "".join(f"{x}\t1\n" for x in sentences[:10]))
+    (src / "dev.tsv").write_text("sentence\tlabel\n" + "".join(f"{x}\t0\n" for x in sentences[10:20]))
+    (src / "test.tsv").write_text("".join(f"1 {x}\n" for x in sentences[20:]))
+    files = rl.write_sentiment_prompts(str(tmp_path / "data"), root=tmp_path / "checkout")
+    cmd = rl.frontier_command(rl.frontier_cell("sentiment", "mezo-full-lr1e-3-beta0"), 1, tmp_path)
+    for split, flag in (("train", "--task"), ("validation", "--validation-file"), ("test", "--test-file")):
+        assert tmp_path / "checkout" / cmd[cmd.index(flag) + 1] == files[split]
+        rows = [json.loads(line) for line in files[split].read_text().splitlines()]
+        assert rows and all(r["prompt"].startswith("Movie review: the film number") for r in rows)
+    assert cmd[cmd.index("--reward") + 1].endswith(f"sentiment_reward.py:{rl.REWARD}")
+    with pytest.raises(SystemExit, match="set MEZO_RL_DATA"):
+        rl.write_sentiment_prompts(str(tmp_path / "nowhere"), root=tmp_path / "checkout")
 
 
 def test_the_grpo_script_takes_the_protocols_precision():
@@ -267,8 +286,8 @@ def test_a_cell_that_missed_the_budget_is_not_equal_time():
     assert rl.superseded(near) == "" and rl.superseded(far).startswith("not equal-time")
     resumed = dict(near, command=near["command"] + " --resume")   # a cell stopped part-way and resumed: the same run
     assert rl.superseded(resumed) == ""
-    sized = rl.frontier_cell("sentiment", "mezo-full-lr1e-3-beta0")   # sized in steps, not stopped at the budget
-    assert rl.superseded(dict(_rec(sized, 0.3, 0.1, 0.2), train_s=3 * budget)) == ""
+    sentiment = rl.frontier_cell("sentiment", "mezo-full-lr1e-3-beta0")   # MeZO on sentiment: the same rule
+    assert rl.superseded(dict(_rec(sentiment, 0.3, 0.1, 0.2), train_s=3 * budget)).startswith("not equal-time")
     assert rl.frontier_pending("arithmetic", "grid", [cell.name], [far]) == [(cell, 0)]
     assert rl.frontier_pending("arithmetic", "grid", [cell.name], [near]) == []
 
