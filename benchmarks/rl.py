@@ -817,8 +817,8 @@ MEZO_STEP_CAP = 1000
 SENTIMENT_PROMPTS = FRONTIER_RUNS.relative_to(REPO) / "sentiment-prompts"
 SENTIMENT_REWARD = "examples/sentiment_reward.py:" + REWARD
 MEZO_BUDGET = REPO / "benchmarks" / "mezo_budget.py"
-#: validations in a cell's training (MeZO: at each third of the budget, or every steps // 3; GRPO: --eval-points 3):
-#: the resolution of its pick, and so the tolerance of "equal time" (a third of the budget)
+#: validations in a cell's training (both tools: at each third of the budget; MeZO through mezo_budget.py, GRPO by
+#: --eval-points): the resolution of its pick, and so the tolerance of "equal time" (a third of the budget)
 FRONTIER_EVAL_POINTS = 3
 
 
