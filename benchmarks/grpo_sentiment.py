@@ -82,7 +82,6 @@ from __future__ import annotations
 import argparse
 import gc
 import hashlib
-import importlib.util
 import json
 import math
 import os
@@ -96,6 +95,7 @@ import time
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))   # the suite package beside this file
 from suite.hacking import hacking_measures  # noqa: E402
+from suite.run import import_path  # noqa: E402
 from suite.protocol import PRECISION, TestGate, after_step, commit, cpu_info, precision_of, text_counts  # noqa: E402
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
@@ -195,13 +195,6 @@ def reset_peak_rss() -> bool:
         return True
     except OSError:
         return False
-
-
-def import_path(path: pathlib.Path, name: str):
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def sha256(path: pathlib.Path) -> str:

@@ -48,7 +48,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import datetime as _dt
-import importlib.util
 import json
 import math
 import os
@@ -70,7 +69,7 @@ from suite.protocol import (COUNTED_WORDS, LOOP_REPETITION, MIN_SEEDS, PRECISION
                             TestGate, admitted, check_cell, cpu_info, precision_of, reads_of_mezo_run, text_counts)
 from suite.protocol import commit as protocol_commit  # noqa: E402
 from suite.records import append_record, load_records  # noqa: E402
-from suite.run import cpu  # noqa: E402
+from suite.run import cpu, import_path  # noqa: E402
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 RECORDS = REPO / "docs" / "results" / "rl.jsonl"
@@ -933,9 +932,7 @@ def write_sentiment_prompts(data_dir: str | None, root: pathlib.Path = REPO) -> 
     if not data_dir or not (pathlib.Path(data_dir) / "SST-2" / "LM-BFF-original").is_dir():
         raise SystemExit(f"the sentiment cells read SST-2: set MEZO_RL_DATA to the directory holding "
                          f"SST-2/LM-BFF-original/, got {data_dir!r}")
-    spec = importlib.util.spec_from_file_location("rl_sentiment_example", EXAMPLE)
-    example = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(example)
+    example = import_path(EXAMPLE, "rl_sentiment_example")
     t = FRONTIER_TASKS["sentiment"]
     return example.write_prompts(pathlib.Path(data_dir), root / SENTIMENT_PROMPTS, t["num_train"], t["num_eval"],
                                  t["num_test"], t["words"])

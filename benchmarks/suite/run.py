@@ -7,6 +7,7 @@ average. A ``train`` cell stopped part-way continues from its checkpoint (``--re
 from __future__ import annotations
 
 import datetime as _dt
+import importlib.util
 import json
 import os
 import pathlib
@@ -19,6 +20,14 @@ from typing import Optional
 
 from .plan import REPO, Cell, TaskProtocol, option, variant_of
 from .records import load_records
+
+
+def import_path(path: pathlib.Path, name: str):
+    """The module of the Python file ``path`` (an example or a reward file beside the package), loaded as ``name``."""
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def cpu() -> tuple[Optional[str], str]:
