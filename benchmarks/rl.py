@@ -804,6 +804,12 @@ class FrontierCell:
     def tool(self) -> str:
         return "mezo-rl" if self.family.startswith("mezo") else "trl-grpo"
 
+    @property
+    def variant(self) -> bool:
+        """A moonshot variant (a family with a third part: ``mezo-full-pop16``): a fix the issue compares on every
+        seed, on the frontier or not."""
+        return self.family.count("-") >= 2
+
 
 #: MeZO trains for the task's budget of seconds, as GRPO does (benchmarks/mezo_budget.py: the same stopping rule),
 #: with validations at each third of it; its --max-steps and --eval-steps are only a cap. A record whose command is
@@ -1010,7 +1016,8 @@ def complete_frontier(record: dict, out_dir: pathlib.Path) -> dict:
 
 def frontier_pending(task: str, stage: str, names: list[str] | None, records: list[dict]) -> list[tuple]:
     """The (cell, seed) pairs a stage still has to run on this machine: "grid" every cell's first seed, "seeds"
-    the other seeds of the cells on seed 0's validation frontier (candidates), "all" both."""
+    the other seeds of the cells on seed 0's validation frontier (candidates) and of the moonshot's variants whose
+    seed 0 is in (each fix is compared on every seed), "all" both."""
     here = machine()
     records = current_records(records)
     done = {(r["cell"], r["seed"]) for r in records if r.get("task") == task and r.get("ok") and r.get("machine") == here}
@@ -1021,6 +1028,7 @@ def frontier_pending(task: str, stage: str, names: list[str] | None, records: li
     if stage in ("seeds", "all"):
         mine = [r for r in records if r.get("task") == task and r.get("machine") == here]
         chosen = set(candidates(mine, FRONTIER_TASKS[task]["reward"], seed=FRONTIER_SEEDS[0]))
+        chosen |= {c.name for c in grid if c.variant and (c.name, c.seeds[0]) in done}
         todo += [(c, s) for c in grid if c.name in chosen for s in c.seeds[1:]]
     return [(c, s) for c, s in todo if (c.name, s) not in done]
 

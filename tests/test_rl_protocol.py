@@ -249,7 +249,8 @@ def test_the_runner_records_a_protocol_breach_as_a_failed_cell(tmp_path, monkeyp
 
 def test_frontier_stages_resume_and_pick_on_validation(monkeypatch):
     """Stage grid: every cell's first seed not yet recorded; stage seeds: the other seeds of the cells on seed 0's
-    validation frontier only (a cell with a better test figure but worse validation is not chosen)."""
+    validation frontier (a cell with a better test figure but worse validation is not chosen) and of the moonshot's
+    variants whose first seed is in, on the frontier or not."""
     grid = rl.FRONTIER_GRIDS["arithmetic"]
     here = rl.machine()
 
@@ -259,6 +260,11 @@ def test_frontier_stages_resume_and_pick_on_validation(monkeypatch):
     assert (a, 0) not in todo and (grid[2], 0) in todo and len(todo) == len(grid) - 3
     seeds = rl.frontier_pending("arithmetic", "seeds", None, records)
     assert seeds == [(a, 1), (a, 2), (c, 1), (c, 2)]
+    pop = rl.frontier_cell("arithmetic", "mezo-full-pop16-lr3e-3-beta0")
+    assert pop.variant and not a.variant
+    dominated = records + [_rec(pop, 0.05, 0.3, 0.1)]  # off the frontier on validation, but a variant: all seeds
+    assert rl.frontier_pending("arithmetic", "seeds", None, dominated) == [(a, 1), (a, 2), (pop, 1), (pop, 2),
+                                                                            (c, 1), (c, 2)]
 
 
 def test_a_record_of_an_earlier_cell_definition_is_superseded():
