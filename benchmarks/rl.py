@@ -48,6 +48,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import datetime as _dt
+import functools
 import json
 import math
 import os
@@ -904,10 +905,31 @@ def _command_key(command: str) -> list[str]:
             for i, a in enumerate(args) if a != "--resume" and (i == 0 or args[i - 1] != "--output-dir")]
 
 
+#: where a tool's behaviour changed under an unchanged command: (tool, the commit that changed it, what ran before).
+#: A record made at a commit that does not contain the change is superseded (``made_before``).
+BEHAVIOUR_CHANGES = [
+    ("trl-grpo", "f0736e8", "the GRPO script ended completions at their first newline before f0736e8 (now at EOS, "
+                            "as TRL and mezo-rl's prompt tasks do)"),
+]
+
+
+@functools.lru_cache(maxsize=None)
+def made_before(change: str, commit: str) -> bool:
+    """Whether ``commit`` (a record's, ``+dirty`` allowed) lacks ``change``: git says ``change`` is not its ancestor.
+    A commit this checkout does not know (or no git) is not judged: False."""
+    try:
+        done = subprocess.run(["git", "-C", str(REPO), "merge-base", "--is-ancestor", change, commit.split("+")[0]],
+                              capture_output=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return done.returncode == 1
+
+
 def superseded(record: dict) -> str:
     """Why a frontier record does not stand for its cell: its command is not the cell's current definition (e.g.
-    a MeZO cell since re-sized to the budget), or its training time missed the budget by more than a validation
-    interval; "" if it stands."""
+    a MeZO cell since re-sized to the budget), it was made before a change of its tool's behaviour under the same
+    command (``BEHAVIOUR_CHANGES``), or its training time missed the budget by more than a validation interval;
+    "" if it stands."""
     cell = next((c for c in FRONTIER_GRIDS.get(record.get("task"), []) if c.name == record.get("cell")), None)
     if cell is None:
         return "no such cell in the current grid"
@@ -920,6 +942,9 @@ def superseded(record: dict) -> str:
     if _command_key(record["command"]) != now:
         was = record.get("steps")
         return "superseded: an earlier definition of the cell" + (f" ({was} steps)" if was is not None else "")
+    for tool, change, before in BEHAVIOUR_CHANGES:
+        if record.get("tool") == tool and made_before(change, str(record.get("commit", ""))):
+            return f"superseded: {before}"
     budget, took = FRONTIER_TASKS[cell.task]["budget_s"], record.get("train_s")
     if record.get("ok") and took is not None and abs(took - budget) > budget / FRONTIER_EVAL_POINTS:
         return (f"not equal-time: trained {took:.0f} s against the {budget} s budget (more than a validation "

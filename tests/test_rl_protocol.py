@@ -281,6 +281,31 @@ def test_a_record_of_an_earlier_cell_definition_is_superseded():
     assert "superseded: an earlier definition of the cell (58 steps)" in rl.render_frontier([old])
 
 
+def test_a_record_made_before_its_tools_behaviour_changed_is_superseded(tmp_path, monkeypatch):
+    """The same command at a commit without a behaviour change of its tool (GRPO's newline stop) is another run:
+    superseded, pending again, named in the rendered section; the other tool's records at that commit and a commit
+    this checkout does not know stand."""
+    git = ["git", "-C", str(tmp_path), "-c", "user.name=t", "-c", "user.email=t@t"]
+    rl.subprocess.run(git[:3] + ["init", "-q"], check=True)
+    commits = []
+    for i in range(3):
+        rl.subprocess.run(git + ["commit", "-q", "--allow-empty", "-m", str(i)], check=True)
+        commits.append(rl.subprocess.run(git[:3] + ["rev-parse", "HEAD"], capture_output=True, text=True,
+                                         check=True).stdout.strip())
+    monkeypatch.setattr(rl, "REPO", tmp_path)
+    monkeypatch.setattr(rl, "BEHAVIOUR_CHANGES", [("trl-grpo", commits[1], "it stopped at a newline")])
+    monkeypatch.setattr(rl, "made_before", rl.functools.lru_cache(maxsize=None)(rl.made_before.__wrapped__))
+    grpo = rl.frontier_cell("arithmetic", "grpo-lora-lr3e-4-beta0")
+    mezo = rl.frontier_cell("arithmetic", "mezo-lora-lr1e-2-beta0")
+    old, new = (dict(_rec(grpo, 0.3, 0.1, 0.2), commit=c) for c in (commits[0], commits[2] + "+dirty"))
+    assert rl.superseded(old) == "superseded: it stopped at a newline" and rl.superseded(new) == ""
+    assert rl.superseded(dict(_rec(mezo, 0.3, 0.1, 0.2), commit=commits[0])) == ""
+    assert rl.superseded(dict(old, commit="abc")) == ""
+    assert rl.frontier_pending("arithmetic", "grid", [grpo.name], [old]) == [(grpo, 0)]
+    assert rl.current_records([old, new]) == [new]
+    assert "superseded: it stopped at a newline" in rl.render_frontier([old])
+
+
 def test_a_cell_that_missed_the_budget_is_not_equal_time():
     """A run whose training seconds miss the task's budget by more than a validation interval (the resolution of
     its pick) is kept out and run again; within it, it stands."""
