@@ -48,7 +48,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import datetime as _dt
-import functools
 import json
 import math
 import os
@@ -67,7 +66,8 @@ from suite.hacking import hacking_measures  # noqa: E402
 from suite.frontier import candidates, statements, summarise  # noqa: E402
 from suite.frontier import plot as plot_frontier, table as frontier_table  # noqa: E402
 from suite.protocol import (COUNTED_WORDS, LOOP_REPETITION, MIN_SEEDS, PRECISION, PROTOCOL, ProtocolError,  # noqa: E402
-                            TestGate, admitted, check_cell, cpu_info, precision_of, reads_of_mezo_run, text_counts)
+                            TestGate, admitted, check_cell, cpu_info, made_before, precision_of, reads_of_mezo_run,
+                            text_counts)
 from suite.protocol import commit as protocol_commit  # noqa: E402
 from suite.records import append_record, load_records  # noqa: E402
 from suite.run import cpu, import_path  # noqa: E402
@@ -906,23 +906,11 @@ def _command_key(command: str) -> list[str]:
 
 
 #: where a tool's behaviour changed under an unchanged command: (tool, the commit that changed it, what ran before).
-#: A record made at a commit that does not contain the change is superseded (``made_before``).
+#: A record made at a commit that does not contain the change is superseded (``protocol.made_before``).
 BEHAVIOUR_CHANGES = [
     ("trl-grpo", "f0736e8", "the GRPO script ended completions at their first newline before f0736e8 (now at EOS, "
                             "as TRL and mezo-rl's prompt tasks do)"),
 ]
-
-
-@functools.lru_cache(maxsize=None)
-def made_before(change: str, commit: str) -> bool:
-    """Whether ``commit`` (a record's, ``+dirty`` allowed) lacks ``change``: git says ``change`` is not its ancestor.
-    A commit this checkout does not know (or no git) is not judged: False."""
-    try:
-        done = subprocess.run(["git", "-C", str(REPO), "merge-base", "--is-ancestor", change, commit.split("+")[0]],
-                              capture_output=True, timeout=30)
-    except (OSError, subprocess.TimeoutExpired):
-        return False
-    return done.returncode == 1
 
 
 def superseded(record: dict) -> str:
@@ -943,7 +931,7 @@ def superseded(record: dict) -> str:
         was = record.get("steps")
         return "superseded: an earlier definition of the cell" + (f" ({was} steps)" if was is not None else "")
     for tool, change, before in BEHAVIOUR_CHANGES:
-        if record.get("tool") == tool and made_before(change, str(record.get("commit", ""))):
+        if cell.tool == tool and made_before(str(REPO), change, str(record.get("commit", ""))):
             return f"superseded: {before}"
     budget, took = FRONTIER_TASKS[cell.task]["budget_s"], record.get("train_s")
     if record.get("ok") and took is not None and abs(took - budget) > budget / FRONTIER_EVAL_POINTS:

@@ -294,7 +294,6 @@ def test_a_record_made_before_its_tools_behaviour_changed_is_superseded(tmp_path
                                          check=True).stdout.strip())
     monkeypatch.setattr(rl, "REPO", tmp_path)
     monkeypatch.setattr(rl, "BEHAVIOUR_CHANGES", [("trl-grpo", commits[1], "it stopped at a newline")])
-    monkeypatch.setattr(rl, "made_before", rl.functools.lru_cache(maxsize=None)(rl.made_before.__wrapped__))
     grpo = rl.frontier_cell("arithmetic", "grpo-lora-lr3e-4-beta0")
     mezo = rl.frontier_cell("arithmetic", "mezo-lora-lr1e-2-beta0")
     old, new = (dict(_rec(grpo, 0.3, 0.1, 0.2), commit=c) for c in (commits[0], commits[2] + "+dirty"))

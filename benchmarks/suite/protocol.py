@@ -27,6 +27,7 @@
 """
 from __future__ import annotations
 
+import functools
 import math
 import pathlib
 import subprocess
@@ -239,6 +240,18 @@ def commit(repo) -> str:
     head = git("rev-parse", "HEAD") or "unknown"
     changed = git("status", "--porcelain", "--untracked-files=no", "--", ".", ":(exclude)docs")
     return head + ("+dirty" if changed else "")
+
+
+@functools.lru_cache(maxsize=None)
+def made_before(repo: str, change: str, commit: str) -> bool:
+    """Whether ``commit`` (a record's, ``+dirty`` allowed) lacks ``change``: git in ``repo`` says ``change`` is not
+    its ancestor. A commit the repository does not know (or no git) is not judged: False."""
+    try:
+        done = subprocess.run(["git", "-C", repo, "merge-base", "--is-ancestor", change, commit.split("+")[0]],
+                              capture_output=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return done.returncode == 1
 
 
 def precision_of(mode: str) -> str:
