@@ -28,22 +28,8 @@ DEVICE = os.environ.get("PROBE_DEVICE", "cuda")  # cpu: a smoke test of this scr
 ACTIVITIES = [torch.profiler.ProfilerActivity.CPU] + ([torch.profiler.ProfilerActivity.CUDA] if DEVICE == "cuda" else [])
 
 
-def sync():
-    if DEVICE == "cuda":
-        torch.cuda.synchronize()
-
-
-def best(fn, n=5, warm=1):
-    for _ in range(warm):
-        fn()
-    out = float("inf")
-    for _ in range(n):
-        sync()
-        t = time.perf_counter()
-        fn()
-        sync()
-        out = min(out, time.perf_counter() - t)
-    return out
+METER = ds.Meter(DEVICE, 5)  # the fastest of 5 timed calls after a warm-up, the device synchronised
+sync, best = METER.sync, METER.time
 
 
 def table(prof, key, n):
