@@ -854,8 +854,8 @@ FRONTIER_GRIDS = {
                    *_frontier_cells("arithmetic", "mezo-norm", ["0.03", "0.1", "0.3"], ["0"]),
                    *_frontier_cells("arithmetic", "grpo-full", ["3e-6", "1e-5", "3e-5"], ["0", "0.04", "0.2"]),
                    *_frontier_cells("arithmetic", "grpo-lora", ["1e-4", "3e-4", "1e-3"], ["0", "0.04"]),
-                   # GRPO below its grid's smallest kl (validation kl 0.073 at lr 3e-6, beta 0.2), where only MeZO
-                   # had a compared cell (LoRA lr 3e-3, validation kl 0.009)
+                   # GRPO below the smallest kl its grid reached, where only MeZO had a compared cell
+                   # (docs/mezo-or-grpo.md)
                    *_frontier_cells("arithmetic", "grpo-full", ["1e-6"], ["0.2"]),
                    # the moonshot (issue 50): MeZO's best seed-0 cell (every weight, lr 3e-3, beta 0) with what the
                    # literature says closes the gap: a larger population (16 members), more prompts per member (32
