@@ -855,8 +855,9 @@ FRONTIER_GRIDS = {
                    *_frontier_cells("arithmetic", "grpo-full", ["3e-6", "1e-5", "3e-5"], ["0", "0.04", "0.2"]),
                    *_frontier_cells("arithmetic", "grpo-lora", ["1e-4", "3e-4", "1e-3"], ["0", "0.04"]),
                    # GRPO below the smallest kl its grid reached, where only MeZO had a compared cell
-                   # (docs/mezo-or-grpo.md): lr 1e-6, then 3e-7 below that one's kl
+                   # (docs/mezo-or-grpo.md): lr 1e-6, then 3e-7 below that one's kl, then a larger beta
                    *_frontier_cells("arithmetic", "grpo-full", ["1e-6", "3e-7"], ["0.2"]),
+                   *_frontier_cells("arithmetic", "grpo-full", ["1e-6"], ["1"]),
                    # the moonshot (issue 50): MeZO's best seed-0 cell (every weight, lr 3e-3, beta 0) with what the
                    # literature says closes the gap: a larger population (16 members), more prompts per member (32
                    # a step), rank-based fitness shaping (ES-at-scale)
