@@ -863,7 +863,11 @@ FRONTIER_GRIDS = {
                    # a step), rank-based fitness shaping (ES-at-scale)
                    *_frontier_cells("arithmetic", "mezo-full-pop16", ["3e-3"], ["0"], n_spsa=8),
                    *_frontier_cells("arithmetic", "mezo-full-b32", ["3e-3"], ["0"], batch=32),
-                   *_frontier_cells("arithmetic", "mezo-full-rank", ["3e-3"], ["0"], "--reward-shaping", "rank")],
+                   *_frontier_cells("arithmetic", "mezo-full-rank", ["3e-3"], ["0"], "--reward-shaping", "rank"),
+                   # and diagonal preconditioning of the update: ZO-Adam (the paper's Appendix B.2: a per-weight
+                   # second moment scales each weight's step), over MeZO's full-weight lrs. HiZOO's curvature-scaled
+                   # perturbation is another preconditioner, not built (docs/mezo-or-grpo.md)
+                   *_frontier_cells("arithmetic", "mezo-full-adam", ["3e-4", "1e-3", "3e-3"], ["0"], "--adam")],
     "sentiment": [*_frontier_cells("sentiment", "mezo-full", ["3e-4", "1e-3", "3e-3"], ["0", "0.3"]),
                   *_frontier_cells("sentiment", "grpo-full", ["3e-6", "1e-5", "3e-5", "1e-4"], ["0", "0.04"])],
 }
