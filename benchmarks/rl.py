@@ -63,7 +63,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))   # the suite p
 from mezo_rl.stats import Moments  # noqa: E402
 from mezo_rl.training.rundir import CONFIG_FILE  # noqa: E402
 from suite.hacking import hacking_measures  # noqa: E402
-from suite.frontier import candidates, statements, summarise  # noqa: E402
+from suite.frontier import candidates, statements, summarise, val_gain  # noqa: E402
 from suite.frontier import plot as plot_frontier, table as frontier_table  # noqa: E402
 from suite.protocol import (COUNTED_WORDS, LOOP_REPETITION, MIN_SEEDS, PRECISION, PROTOCOL, ProtocolError,  # noqa: E402
                             TestGate, admitted, check_cell, cpu_info, made_before, precision_of, reads_of_mezo_run,
@@ -808,7 +808,7 @@ class FrontierCell:
     @property
     def variant(self) -> bool:
         """A moonshot variant (a family with a third part: ``mezo-full-pop16``): a fix the issue compares on every
-        seed, on the frontier or not."""
+        seed, on the frontier or not (at the lr seed 0's validation picks, when it has several)."""
         return self.family.count("-") >= 2
 
 
@@ -1037,8 +1037,8 @@ def complete_frontier(record: dict, out_dir: pathlib.Path) -> dict:
 
 def frontier_pending(task: str, stage: str, names: list[str] | None, records: list[dict]) -> list[tuple]:
     """The (cell, seed) pairs a stage still has to run on this machine: "grid" every cell's first seed, "seeds"
-    the other seeds of the cells on seed 0's validation frontier (candidates) and of the moonshot's variants whose
-    seed 0 is in (each fix is compared on every seed), "all" both."""
+    the other seeds of the cells on seed 0's validation frontier (candidates) and of the moonshot's variants
+    (``variants_chosen``: each fix is compared on every seed), "all" both."""
     here = machine()
     records = current_records(records)
     done = {(r["cell"], r["seed"]) for r in records if r.get("task") == task and r.get("ok") and r.get("machine") == here}
@@ -1049,9 +1049,23 @@ def frontier_pending(task: str, stage: str, names: list[str] | None, records: li
     if stage in ("seeds", "all"):
         mine = [r for r in records if r.get("task") == task and r.get("machine") == here]
         chosen = set(candidates(mine, FRONTIER_TASKS[task]["reward"], seed=FRONTIER_SEEDS[0]))
-        chosen |= {c.name for c in grid if c.variant and (c.name, c.seeds[0]) in done}
+        chosen |= variants_chosen(task, mine)
         todo += [(c, s) for c in grid if c.name in chosen for s in c.seeds[1:]]
     return [(c, s) for c, s in todo if (c.name, s) not in done]
+
+
+def variants_chosen(task: str, records: list[dict]) -> set[str]:
+    """The moonshot's variants that run on every seed: of each variant family whose cells all have a seed-0 record,
+    the cell with the largest seed-0 validation gain (one cell when the family has one lr; the lr picked on
+    validation when it has several)."""
+    first = {r["cell"]: r for r in records if r.get("seed") == FRONTIER_SEEDS[0] and r.get("ok")}
+    families: dict[str, list[FrontierCell]] = {}
+    for c in FRONTIER_GRIDS[task]:
+        if c.variant:
+            families.setdefault(c.family, []).append(c)
+    reward = FRONTIER_TASKS[task]["reward"]
+    return {max(cells, key=lambda c: val_gain(first[c.name], reward)).name for cells in families.values()
+            if all(c.name in first for c in cells)}
 
 
 def frontier_main(task: str, stage: str, names: list[str] | None, dry_run: bool) -> int:

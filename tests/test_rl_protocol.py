@@ -267,6 +267,19 @@ def test_frontier_stages_resume_and_pick_on_validation(monkeypatch):
                                                                             (c, 1), (c, 2)]
 
 
+def test_a_variant_over_several_lrs_runs_more_seeds_at_validations_pick():
+    """A moonshot variant with several lrs (ZO-Adam) waits for every lr's seed 0, then runs seeds 1-2 at the lr whose
+    seed-0 validation gain is largest, not at the one with the best test figure."""
+    adam = [c for c in rl.FRONTIER_GRIDS["arithmetic"] if c.family == "mezo-full-adam"]
+    assert len(adam) >= 2 and all(c.variant for c in adam)
+    low, high, *rest = adam
+    best = rl.frontier_cell("arithmetic", "mezo-full-lr1e-3-beta0")
+    some = [_rec(best, 0.30, 0.1, 0.3), _rec(low, 0.10, 0.3, 0.9)]  # the variants: off MeZO's seed-0 frontier
+    assert not any(c in adam for c, _ in rl.frontier_pending("arithmetic", "seeds", [c.name for c in adam], some))
+    every = some + [_rec(high, 0.25, 0.3, 0.1)] + [_rec(c, 0.05, 0.3, 0.1) for c in rest]
+    assert rl.frontier_pending("arithmetic", "seeds", [c.name for c in adam], every) == [(high, 1), (high, 2)]
+
+
 def test_a_record_of_an_earlier_cell_definition_is_superseded():
     """A MeZO cell re-sized to the budget (another --max-steps): its old record neither counts as done nor enters
     the comparison; the rendered section names it as superseded."""
