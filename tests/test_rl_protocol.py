@@ -267,6 +267,17 @@ def test_frontier_stages_resume_and_pick_on_validation(monkeypatch):
                                                                             (c, 1), (c, 2)]
 
 
+def test_a_cell_whose_validation_picked_its_start_runs_no_more_seeds():
+    """A seed-0 run whose validation never passed the start (pick: step 0, so kl 0 and gain 0) is the untrained model:
+    undominated at kl 0, but not a frontier candidate."""
+    grid = rl.FRONTIER_GRIDS["arithmetic"]
+    a, c = grid[0], grid[2]
+    start = {**_rec(c, 0.0, 0.0, 0.0), "pick": {"on": "validation", "step": 0}}
+    assert rl.frontier_pending("arithmetic", "seeds", [a.name, c.name], [_rec(a, 0.3, 0.1, 0.1), start]) == [(a, 1), (a, 2)]
+    moved = {**start, "pick": {"on": "validation", "step": 30}}  # the same point, reached by training: a candidate
+    assert (c, 1) in rl.frontier_pending("arithmetic", "seeds", [a.name, c.name], [_rec(a, 0.3, 0.1, 0.1), moved])
+
+
 def test_a_variant_over_several_lrs_runs_more_seeds_at_validations_pick():
     """A moonshot variant with several lrs (ZO-Adam) waits for every lr's seed 0, then runs seeds 1-2 at the lr whose
     seed-0 validation gain is largest, not at the one with the best test figure."""

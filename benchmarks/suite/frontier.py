@@ -77,8 +77,10 @@ def frontier(summaries: list[dict], tool: str) -> list[dict]:
 
 
 def candidates(records: list[dict], reward: str, seed: int = 0) -> list[str]:
-    """The cells on each tool's seed-``seed`` validation frontier: the ones the grid's next stage runs on more seeds."""
-    first = summarise([r for r in records if r.get("seed") == seed], reward)
+    """The cells on each tool's seed-``seed`` validation frontier: the ones the grid's next stage runs on more seeds.
+    A run whose validation picked its starting weights (step 0) is the untrained model, which every tool has at kl 0:
+    it is no candidate."""
+    first = summarise([r for r in records if r.get("seed") == seed and (r.get("pick") or {}).get("step") != 0], reward)
     return [s["cell"] for tool in TOOLS for s in pareto([s for s in first if s["tool"] == tool])]
 
 
