@@ -11,6 +11,7 @@ and TRL's GRPO on the same model, prompts, reward, completions per prompt and tr
     python benchmarks/rl.py --study arithmetic --cells mezo-norm-lr0.1,grpo-lora-lr1e-5   # issue 35's study (below)
     python benchmarks/rl.py --frontier arithmetic --stage grid     # issue 50: every grid cell on seed 0 (resumable)
     python benchmarks/rl.py --frontier arithmetic --stage seeds    # seeds 1, 2 of seed 0's validation frontier
+    python benchmarks/rl.py --frontier sentiment-guard --stage grid   # sentiment with the example's repetition guard
 
 Issue 50's protocol (``benchmarks/suite/protocol.py``; its docstring is the rule book) governs the ``--frontier``
 cells (``FRONTIER_GRIDS``): choices on validation only, test read once per run at validation's pick (the runner
@@ -779,6 +780,12 @@ FRONTIER_TASKS = {
     "sentiment": dict(reward=REWARD, max_new_tokens=24, num_train=1000, num_eval=200, num_test=200, budget_s=450,
                       words=6),  # words: of each review kept as the prompt (the example's and the GRPO script's)
 }
+#: sentiment with the user's guard against the gamed lexicon: both tools train on positivity plus the example's
+#: `repetition` reward at weight ``guard`` (examples/sentiment_reward.py; the GRPO script's ``--repetition-weight``)
+#: and pick their step on that weighted objective; the figures stay positivity's
+FRONTIER_TASKS["sentiment-guard"] = dict(FRONTIER_TASKS["sentiment"], guard="1")
+#: the tasks whose prompts are SST-2 review openings (``write_sentiment_prompts``), scored by the example's rewards
+SENTIMENT_TASKS = ("sentiment", "sentiment-guard")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -822,6 +829,7 @@ MEZO_STEP_CAP = 1000
 #: (the cells run there), so a command does not depend on where the checkout lies
 SENTIMENT_PROMPTS = FRONTIER_RUNS.relative_to(REPO) / "sentiment-prompts"
 SENTIMENT_REWARD = "examples/sentiment_reward.py:" + REWARD
+SENTIMENT_GUARD = "examples/sentiment_reward.py:repetition"
 MEZO_BUDGET = REPO / "benchmarks" / "mezo_budget.py"
 #: validations in a cell's training (both tools: at each third of the budget; MeZO through mezo_budget.py, GRPO by
 #: --eval-points): the resolution of its pick, and so the tolerance of "equal time" (a third of the budget)
@@ -870,6 +878,9 @@ FRONTIER_GRIDS = {
                    *_frontier_cells("arithmetic", "mezo-full-adam", ["3e-4", "1e-3", "3e-3"], ["0"], "--adam")],
     "sentiment": [*_frontier_cells("sentiment", "mezo-full", ["3e-4", "1e-3", "3e-3"], ["0", "0.3"]),
                   *_frontier_cells("sentiment", "grpo-full", ["3e-6", "1e-5", "3e-5", "1e-4"], ["0", "0.04"])],
+    # the guard is the regulariser here (beta 0); each tool's lrs around its unguarded sentiment picks
+    "sentiment-guard": [*_frontier_cells("sentiment-guard", "mezo-full", ["3e-4", "1e-3", "3e-3"], ["0"]),
+                        *_frontier_cells("sentiment-guard", "grpo-full", ["3e-6", "1e-5", "3e-5"], ["0"])],
 }
 
 
@@ -888,18 +899,21 @@ def frontier_command(cell: FrontierCell, seed: int, out_dir: pathlib.Path) -> li
     if seed not in cell.seeds:
         raise SystemExit(f"{cell.name}: seed {seed} is not one of the cell's seeds {cell.seeds}")
     sizes = ["--num-train", str(t["num_train"]), "--num-eval", str(t["num_eval"]), "--num-test", str(t["num_test"])]
+    guard = t.get("guard")
     if cell.tool == "mezo-rl":
-        if cell.task == "sentiment":
+        if cell.task in SENTIMENT_TASKS:
             files = {split: str(SENTIMENT_PROMPTS / f"{split}.jsonl") for split in ("train", "validation", "test")}
             task = ["--task", files["train"], "--validation-file", files["validation"], "--test-file", files["test"],
-                    "--reward", SENTIMENT_REWARD]
+                    "--reward", SENTIMENT_REWARD,
+                    *(["--reward", SENTIMENT_GUARD, "--reward-weights", "1", "--reward-weights", guard] if guard else [])]
         else:
             task = ["--task", cell.task, "--reward", t["reward"]]
         return [sys.executable, str(MEZO_BUDGET), "--time-budget-s", str(t["budget_s"]), "--eval-points",
                 str(FRONTIER_EVAL_POINTS), "--", *task,
                 "--max-completion-length", str(t["max_new_tokens"]), "--eval-batch-size", "64", "--log-completions",
                 str(t["num_test"]), "--seed", str(seed), *sizes, *cell.args, "--output-dir", str(out_dir / "run")]
-    task = [] if cell.task == "sentiment" else ["--task", cell.task, "--reward", t["reward"]]
+    task = (["--repetition-weight", guard] if guard else []) if cell.task in SENTIMENT_TASKS \
+        else ["--task", cell.task, "--reward", t["reward"]]
     return [sys.executable, str(GRPO), *task, "--output-dir", str(out_dir), "--seed", str(seed),
             "--max-completion-length", str(t["max_new_tokens"]), "--num-generations", "4", "--batch-size", "16",
             "--time-budget-s", str(t["budget_s"]), "--no-base-loglik", *sizes, *cell.args]
@@ -967,7 +981,7 @@ def write_sentiment_prompts(data_dir: str | None, root: pathlib.Path = REPO) -> 
 
 def run_frontier_cell(cell: FrontierCell, seed: int) -> dict:
     """Run one (cell, seed) in a subprocess (a MeZO cell stopped part-way resumes) and append its record."""
-    if cell.task == "sentiment" and cell.tool == "mezo-rl":
+    if cell.task in SENTIMENT_TASKS and cell.tool == "mezo-rl":
         write_sentiment_prompts(os.environ.get("MEZO_RL_DATA"))
     out_dir = FRONTIER_RUNS / f"{cell.task}-{cell.name}-s{seed}"
     cmd = frontier_command(cell, seed, out_dir)
@@ -1106,7 +1120,10 @@ def render_frontier(records: list[dict]) -> str:
                 f"cell trains for about {t['budget_s']} s (the sum of its steps' seconds, evaluations excluded; "
                 "MeZO through `benchmarks/mezo_budget.py`, GRPO through its script's `--time-budget-s`, one stopping "
                 "rule; a record that missed it by more than a validation interval is kept out). Precision: "
-                + ", ".join(sorted({r.get('precision') or '?' for r in rows if r.get('ok')})) + ".", ""]
+                + ", ".join(sorted({r.get('precision') or '?' for r in rows if r.get('ok')})) + "."
+                + (f" Guard: both tools train on {reward} plus the example's `repetition` reward at weight "
+                   f"{t['guard']} and pick their step on that objective; gains are {reward}'s." if t.get("guard")
+                   else ""), ""]
         out += frontier_table(summaries)
         png = plot_frontier(summaries, FRONTIER_PLOTS / f"rl_frontier_{task}.png",
                             f"{task}: held-out gain against kl, frontiers joined", reward)

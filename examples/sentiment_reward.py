@@ -13,7 +13,7 @@ A lexicon rewards positive words however they are strung together, so a policy c
 repeating them. ``repetition`` is a guard to add beside it: minus the share of a completion's word
 bigrams that repeat an earlier bigram of the same completion, so a loop costs reward::
 
-    mezo-rl train ... --reward examples/sentiment_reward.py:positivity examples/sentiment_reward.py:repetition
+    mezo-rl train ... --reward examples/sentiment_reward.py:positivity --reward examples/sentiment_reward.py:repetition
 """
 from functools import lru_cache
 

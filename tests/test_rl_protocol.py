@@ -146,6 +146,33 @@ def test_the_sentiment_cells_train_on_the_prompts_the_runner_writes(tmp_path):
         rl.write_sentiment_prompts(str(tmp_path / "nowhere"), root=tmp_path / "checkout")
 
 
+def test_the_guarded_sentiment_cells_train_both_tools_on_the_examples_guarded_objective(tmp_path):
+    """Both tools' guard cells train on the sentiment prompts with the rewards and weights the example builds for
+    its guard (positivity, then `repetition` at the task's weight): one objective, so one pick rule."""
+    import grpo_sentiment
+    from mezo_rl.cli.main import build_parser, parse_into
+    from mezo_rl.training.arguments import MeZOConfig
+
+    example = rl.import_path(rl.EXAMPLE, "rl_sentiment_example")
+    weight = float(rl.FRONTIER_TASKS["sentiment-guard"]["guard"])
+    refs, weights = example.rewards_of(weight)
+    cells = rl.FRONTIER_GRIDS["sentiment-guard"]
+    assert {c.tool for c in cells} == {"mezo-rl", "trl-grpo"}
+    for c in cells:
+        cmd = rl.frontier_command(c, 0, tmp_path)
+        if c.tool == "mezo-rl":
+            a = parse_into(MeZOConfig, build_parser().parse_args(["train", *cmd[cmd.index("--") + 1:]]))
+            assert [pathlib.PurePath(r).name for r in a.reward] == [pathlib.PurePath(r).name for r in refs]
+            assert a.reward_weights == weights and a.task == str(rl.SENTIMENT_PROMPTS / "train.jsonl")
+        else:
+            (tmp_path / "SST-2" / "LM-BFF-original").mkdir(parents=True, exist_ok=True)
+            g = grpo_sentiment.parse_args([*cmd[2:], "--data-dir", str(tmp_path)])
+            assert g.repetition_weight == weight and g.task is None
+    for c in rl.FRONTIER_GRIDS["sentiment"]:   # the unguarded task trains on positivity alone
+        cmd = rl.frontier_command(c, 0, tmp_path)
+        assert "--reward-weights" not in cmd and "--repetition-weight" not in cmd
+
+
 def test_the_grpo_script_takes_the_protocols_precision():
     import grpo_sentiment
 
