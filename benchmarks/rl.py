@@ -1071,15 +1071,21 @@ def frontier_pending(task: str, stage: str, names: list[str] | None, records: li
 def variants_chosen(task: str, records: list[dict]) -> set[str]:
     """The moonshot's variants that run on every seed: of each variant family whose cells all have a seed-0 record,
     the cell with the largest seed-0 validation gain (one cell when the family has one lr; the lr picked on
-    validation when it has several)."""
+    validation when it has several). As for ``candidates``, a run whose validation picked its start (step 0) is the
+    untrained model: a family whose every lr did so runs no more seeds."""
     first = {r["cell"]: r for r in records if r.get("seed") == FRONTIER_SEEDS[0] and r.get("ok")}
     families: dict[str, list[FrontierCell]] = {}
     for c in FRONTIER_GRIDS[task]:
         if c.variant:
             families.setdefault(c.family, []).append(c)
     reward = FRONTIER_TASKS[task]["reward"]
-    return {max(cells, key=lambda c: val_gain(first[c.name], reward)).name for cells in families.values()
-            if all(c.name in first for c in cells)}
+    chosen = set()
+    for cells in families.values():
+        if all(c.name in first for c in cells):
+            moved = [c for c in cells if (first[c.name].get("pick") or {}).get("step") != 0]
+            if moved:
+                chosen.add(max(moved, key=lambda c: val_gain(first[c.name], reward)).name)
+    return chosen
 
 
 def frontier_main(task: str, stage: str, names: list[str] | None, dry_run: bool) -> int:

@@ -316,6 +316,8 @@ def test_a_variant_over_several_lrs_runs_more_seeds_at_validations_pick():
     assert not any(c in adam for c, _ in rl.frontier_pending("arithmetic", "seeds", [c.name for c in adam], some))
     every = some + [_rec(high, 0.25, 0.3, 0.1)] + [_rec(c, 0.05, 0.3, 0.1) for c in rest]
     assert rl.frontier_pending("arithmetic", "seeds", [c.name for c in adam], every) == [(high, 1), (high, 2)]
+    start = [{**_rec(c, 0.0, 0.0, 0.0), "pick": {"on": "validation", "step": 0}} for c in adam]
+    assert rl.frontier_pending("arithmetic", "seeds", [c.name for c in adam], start) == []  # none left its start
 
 
 def test_a_record_of_an_earlier_cell_definition_is_superseded():
