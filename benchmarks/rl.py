@@ -64,7 +64,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))   # the suite p
 from mezo_rl.stats import Moments  # noqa: E402
 from mezo_rl.training.rundir import CONFIG_FILE  # noqa: E402
 from suite.hacking import hacking_measures  # noqa: E402
-from suite.frontier import candidates, statements, summarise, val_gain  # noqa: E402
+from suite.frontier import candidates, left_start, statements, summarise, val_gain  # noqa: E402
 from suite.frontier import plot as plot_frontier, table as frontier_table  # noqa: E402
 from suite.protocol import (COUNTED_WORDS, LOOP_REPETITION, MIN_SEEDS, PRECISION, PROTOCOL, ProtocolError,  # noqa: E402
                             TestGate, admitted, check_cell, cpu_info, made_before, precision_of, reads_of_mezo_run,
@@ -1082,7 +1082,7 @@ def variants_chosen(task: str, records: list[dict]) -> set[str]:
     chosen = set()
     for cells in families.values():
         if all(c.name in first for c in cells):
-            moved = [c for c in cells if (first[c.name].get("pick") or {}).get("step") != 0]
+            moved = [c for c in cells if left_start(first[c.name])]
             if moved:
                 chosen.add(max(moved, key=lambda c: val_gain(first[c.name], reward)).name)
     return chosen

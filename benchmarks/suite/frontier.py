@@ -76,11 +76,16 @@ def frontier(summaries: list[dict], tool: str) -> list[dict]:
     return pareto([s for s in summaries if s["tool"] == tool and s["compared"]])
 
 
+def left_start(record: dict) -> bool:
+    """Whether validation picked a trained step: a run whose pick is step 0 is the untrained model, which every tool
+    has at kl 0."""
+    return (record.get("pick") or {}).get("step") != 0
+
+
 def candidates(records: list[dict], reward: str, seed: int = 0) -> list[str]:
     """The cells on each tool's seed-``seed`` validation frontier: the ones the grid's next stage runs on more seeds.
-    A run whose validation picked its starting weights (step 0) is the untrained model, which every tool has at kl 0:
-    it is no candidate."""
-    first = summarise([r for r in records if r.get("seed") == seed and (r.get("pick") or {}).get("step") != 0], reward)
+    A run whose validation did not leave its start (``left_start``) is no candidate."""
+    first = summarise([r for r in records if r.get("seed") == seed and left_start(r)], reward)
     return [s["cell"] for tool in TOOLS for s in pareto([s for s in first if s["tool"] == tool])]
 
 
