@@ -59,10 +59,11 @@ def run(params, loss_fn, steps, **kw):
     return opt
 
 
-def messy_run(params, loss_fn, steps: int = 30, **kw):
+def messy_run(params, loss_fn, steps: int = 30, second_eps: float = 2e-3, **kw):
     """A run exercising groups, weight decay, a linear schedule, a skipped step (at steps // 3)
-    and an aborted one (at 2 * steps // 3), on the torch noise backend unless given."""
-    groups = [{"params": params[:2], "weight_decay": 0.01}, {"params": params[2:], "lr": 0.05, "eps": 2e-3}]
+    and an aborted one (at 2 * steps // 3), on the torch noise backend unless given. The second group's
+    eps is ``second_eps`` (HiZOO's one eps: the first group's, 1e-3)."""
+    groups = [{"params": params[:2], "weight_decay": 0.01}, {"params": params[2:], "lr": 0.05, "eps": second_eps}]
     opt = MeZO(groups, **dict(dict(lr=0.1, eps=1e-3, noise_backend="torch", on_nonfinite="skip"), **kw))
     sched = get_scheduler("linear", opt, total_steps=steps * 4 // 3)
     for t in range(steps):

@@ -148,11 +148,14 @@ def _steps(run_dir):
             if "split" not in json.loads(line)]
 
 
-@pytest.mark.parametrize("shaping", ["none", "group"])
-def test_a_generation_run_makes_one_batched_decode_per_step_and_matches_the_inplace_run(tmp_path, factory, shaping):
+@pytest.mark.parametrize("shaping, hessian_smooth", [("none", 0.0), ("group", 0.0), ("group", 0.3)])
+def test_a_generation_run_makes_one_batched_decode_per_step_and_matches_the_inplace_run(tmp_path, factory, shaping,
+                                                                                       hessian_smooth):
     """Greedy completions are discrete: the batched run's members decode the same texts as the in-place
     run's (the perturbed logits agree to float32 rounding, far from any tie here), so every member's
-    reward, every step's loss and every update are the same; the batched run decodes once per step."""
+    reward, every step's loss and every update are the same; the batched run decodes once per step.
+    With HiZOO (``hessian_smooth``) one more member, the unperturbed weights, decodes in the same pass, and
+    the steps after the first perturb with the curvature the members measured."""
     from mezo_rl.rewards import register_reward, unregister_reward
 
     @register_reward("test_len_batched", higher_is_better=True, needs="generation")
@@ -175,13 +178,16 @@ def test_a_generation_run_makes_one_batched_decode_per_step_and_matches_the_inpl
 
             kw = dict(do_sample=True, num_generations=2) if shaping == "group" else {}
             args = make_args(tmp_path, evaluation, reward=["test_len_batched"], max_steps=3, eval_steps=10, max_completion_length=4,
-                             learning_rate=1e-2, eps=0.1, evaluation=evaluation, reward_shaping=shaping, **kw)
+                             learning_rate=1e-2, eps=0.1, evaluation=evaluation, reward_shaping=shaping,
+                             hessian_smooth=hessian_smooth, **kw)
             trainer = MeZOTrainer(args=args, lm=lm, lm_factory=factory, task=get_task("sst2"), splits=splits())
             trainer.train()
             runs[evaluation] = trainer
     finally:
         unregister_reward("test_len_batched")
-    assert [c for c in calls if c[0] == "batched" and c[1] is not None] == [("batched", 2)] * 3
+    members = 2 + (hessian_smooth > 0)
+    assert [c for c in calls if c[0] == "batched" and c[1] is not None] == [("batched", members)] * 3
+    assert runs["batched"].trajectory.values.shape[1] == members
     assert runs["batched"].trajectory.header["evaluation"] == "batched"
     a, b = (runs[e].trajectory for e in ("inplace", "batched"))
     assert a.values.tolist() == b.values.tolist() and a.projected_grads.tolist() == b.projected_grads.tolist()

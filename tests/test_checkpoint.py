@@ -44,7 +44,7 @@ def fixed_clock(monkeypatch):
     monkeypatch.setattr(MeZOTrainer, "wall_time", lambda self: 0.0)
 
 
-@pytest.mark.parametrize("variant", [dict(momentum=0.9), dict(adam=True)])
+@pytest.mark.parametrize("variant", [dict(momentum=0.9), dict(adam=True), dict(hessian_smooth=0.3)])
 def test_a_resumed_run_writes_the_bytes_of_an_uninterrupted_one(tmp_path, factory, fixed_clock, variant):
     common = dict(eval_steps=2, **variant)
     train(make_args(tmp_path, "whole", max_steps=4, **common), factory)

@@ -59,6 +59,9 @@ MISSING_MODEL = "/nonexistent/model-dir"
     (["--reward", "accuracy", "--reward-weights", "1,2"], ["--reward-weights"]),
     (["--stepz", "3"], ["--stepz"]),
     (["--max-steps", "many"], ["--max-steps", "many"]),
+    (["--hessian-smooth", "1"], ["--hessian-smooth", "1"]),
+    (["--peft", "full", "--hessian-smooth", "1e-3", "--rank", "2"], ["--hessian-smooth", "--rank 2", "--rank 1"]),
+    (["--peft", "lora", "--hessian-smooth", "1e-3"], ["--hessian-smooth", "--noise gaussian", "--noise lowrank"]),
 ])
 def test_bad_options_are_refused_before_anything_loads(argv, culprits, out, capsys):
     # the model and the data do not exist: the option is refused first, so neither is looked at

@@ -95,6 +95,8 @@ def test_normalize_arguments_are_checked():
     dict(normalize="std", n_spsa=2), dict(normalize="std", noise="rademacher", momentum=0.5),
     dict(noise="lowrank", rank=2), dict(noise="lowrank", rank=3, lowrank_interval=4, n_spsa=2),
     dict(noise="lowrank", rank=1, adam=True), dict(noise="lowrank", rank=2, normalize="std"),
+    dict(noise="lowrank", rank=1, n_spsa=2, hessian_smooth=0.3, second_eps=1e-3),
+    dict(noise="lowrank", normalize="std", hessian_smooth=0.3, second_eps=1e-3),
 ])
 def test_new_options_replay_bit_identically(kw, tmp_path):
     params, loss_fn, _ = make_problem(SMALL_SHAPES)
@@ -135,7 +137,8 @@ def test_first_format_checkpoint_resumes():
     # the first-format run used Gaussian z (then the default)
     opt = MeZO(groups, lr=0.1, eps=1e-3, n_spsa=2, noise="gaussian", noise_backend="torch", on_nonfinite="skip", seed=7)
     sd = opt.state_dict()
-    old_config = {k: v for k, v in sd["mezo"]["config"].items() if k not in ("normalize", "rank", "lowrank_interval", "evaluation")}
+    old_config = {k: v for k, v in sd["mezo"]["config"].items() if k not in ("normalize", "rank", "lowrank_interval", "evaluation",
+                                                                                "hessian_smooth")}
     assert old_config == {k: h[k] for k in old_config}
     sd["mezo"].update(config=old_config, samples=24, trajectory=traj.state_dict(), backend="torch")
     sd["param_groups"] = [{k: g[k] for k in ("lr", "eps", "weight_decay", "params")} for g in sd["param_groups"]]

@@ -129,3 +129,34 @@ def test_the_members_ops_grow_with_the_layers_as_plain_inference_does(tiny_token
     assert grow["direct"][1] <= POPULATION_BOUND * grow["direct"][0]
     assert grow["cpu"][0] == grow["direct"][0] and grow["cpu"][2] == grow["direct"][2] > 0
     assert grow["cpu"][1] - grow["direct"][1] == grow["cpu"][2]
+
+
+#: what HiZOO adds to each noise sample's draw: its B and A scaled by the curvature's inverse root (two products)
+SCALE_OPS_PER_SAMPLE = 2
+
+
+def test_hizoo_adds_ops_that_grow_with_neither_the_tensors_nor_the_members_but_for_each_draws_scale(tiny_tokenizer):
+    """HiZOO (``hessian_smooth``): one more member in the same batched pass (flat in M, as any member), the
+    curvature's update over two flat vectors (a fixed count), and each sample's draw scaled (two products).
+    Its step's ops over plain MeZO's are the same for 2 and 4 layers, and grow from 2 to 32 members only by
+    the draws' scales."""
+    added = {}
+    for layers in (2, 4):
+        lm = LanguageModel(make_tiny_causal_lm(tiny_tokenizer, num_hidden_layers=layers), tiny_tokenizer)
+        for M in (2, 32):
+            steps = {}
+            for hs in (0.0, 0.01):
+                def closure(members):
+                    lm.generate(PROMPTS, members=len(members), max_new_tokens=4)
+                    return [float(k) for k in range(len(members))]  # differing losses: the curvature moves
+
+                opt = MeZO(lm.model.parameters(), lr=0.0, eps=1e-3, n_spsa=M // 2, noise_backend="torch",
+                           evaluation=BatchedMembers(lm.model), hessian_smooth=hs)
+                opt.step(closure)
+                with OpCounter() as step:
+                    opt.step(closure)
+                steps[hs] = step.total
+            added[layers, M] = steps[0.01] - steps[0.0]
+    assert added[2, 2] == added[4, 2] > 0 and added[2, 32] == added[4, 32]
+    assert added[2, 32] - added[2, 2] <= SCALE_OPS_PER_SAMPLE * (32 - 2) // 2
+

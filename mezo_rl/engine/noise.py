@@ -297,6 +297,10 @@ class _Draw:
         self.spec = spec
         self.b = _torch_noise(_draw_key(seed, _TAG_B), r * sum(ms) + sum(vs), "gaussian", torch.device("cpu"))
         self.a = _torch_noise(_draw_key(block_seed, _TAG_A), r * sum(ns), "gaussian", torch.device("cpu"))
+        self.raw = (self.b, self.a)  # the standard normal draws; ``b`` and ``a`` scaled where the spec is preconditioned
+        scales = spec._scales.get("draw")
+        if scales is not None:
+            self.b, self.a = self.b * scales[0], self.a * scales[1]
         self._views: dict = {}
 
     def views(self, dtype: torch.dtype, device: torch.device):
@@ -419,6 +423,7 @@ class NoiseSpec:
     layout: tuple = ()
     keep: int = 1
     _cache: OrderedDict = field(default_factory=OrderedDict, compare=False, repr=False)
+    _scales: dict = field(default_factory=dict, compare=False, repr=False)
 
     def _lowrank(self, p: torch.Tensor) -> bool:
         return self.kind == "lowrank" and p.dim() >= 2
@@ -465,6 +470,18 @@ class NoiseSpec:
         else:
             self._cache.move_to_end(seed)
         return draw
+
+    def precondition(self, b_scale: torch.Tensor, a_scale: torch.Tensor) -> None:
+        """From now on every low-rank draw's ``b`` (the B factors, then the 1-D tensors' noise) is multiplied by
+        ``b_scale`` and its ``a`` (the A factors) by ``a_scale``, element by element (float32 on the CPU, the
+        draws' lengths): a diagonal scale of the noise that keeps a matrix's noise low-rank
+        (:class:`mezo_rl.engine.curvature.Curvature`). Draws made before are forgotten."""
+        self._scales["draw"] = (b_scale, a_scale)
+        self._cache.clear()
+
+    def raw(self, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The sample's unscaled draws ``(b, a)``: standard normal, before :meth:`precondition`'s scales."""
+        return self._draw(seed).raw
 
     # -- the noise, tensor by tensor ---------------------------------------------------------------
     def factors(self, p: torch.Tensor, seed: int, index: int) -> tuple[torch.Tensor, torch.Tensor]:

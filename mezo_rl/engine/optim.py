@@ -42,6 +42,13 @@ Variants (paper Appendix B), with their memory cost:
                 for every tensor at once (element-wise noise: z per tensor). (The history could
                 be recomputed from the logged seeds instead, as the paper notes, but that costs
                 one sweep per remembered step; buffers are the honest default.)
+``hessian_smooth=alpha``  HiZOO (Zhao et al., ICLR 2025): a diagonal curvature estimate H preconditions the
+                perturbation, z -> H^-1/2 z, and so the step; one more member a step, the unperturbed
+                weights (last), measures the curvature along each sample's direction,
+                |l+ + l- - 2 l0| / (2 eps^2), and H moves towards it at the rate alpha
+                (:mod:`mezo_rl.engine.curvature`, where a matrix's H is a row times a column vector so that
+                its noise stays low-rank). Two-point, rank-1 low-rank noise, one eps; m + n floats of
+                state per matrix and one per element of a 1-D tensor.
 
 ``normalize="std"``  FZOO-style: the projected gradient of sample j is (l+_j - l-_j) / (2 sigma),
                 sigma the standard deviation of the step's 2n closure values, instead of / (2 eps):
@@ -102,6 +109,7 @@ from typing import Iterable
 import torch
 
 from mezo_rl.engine import noise as _noise
+from mezo_rl.engine.curvature import Curvature
 from mezo_rl.engine.population import BatchedMembers, Member, step_members
 from mezo_rl.engine.trajectory import STATUS, Trajectory
 
@@ -118,9 +126,9 @@ _NORMALIZE = (None, "std")
 #: options of the whole run (the same in every param group), with their defaults
 _RUN_DEFAULTS = dict(n_spsa=1, noise="lowrank", rank=1, lowrank_interval=1, normalize=None,
                      estimator="two_point", momentum=0.0, adam=False, betas=(0.9, 0.999), adam_eps=1e-8,
-                     seed=0, on_nonfinite="raise", noise_backend="auto", evaluation="inplace")
+                     seed=0, on_nonfinite="raise", noise_backend="auto", evaluation="inplace", hessian_smooth=0.0)
 #: options added after the first trajectory format, with the value that reproduces older runs
-_ADDED_LATER = {k: _RUN_DEFAULTS[k] for k in ("rank", "lowrank_interval", "normalize", "evaluation")}
+_ADDED_LATER = {k: _RUN_DEFAULTS[k] for k in ("rank", "lowrank_interval", "normalize", "evaluation", "hessian_smooth")}
 
 
 def _with_noise_format(header: dict) -> dict:
@@ -152,7 +160,7 @@ class _Members:
         if cfg["evaluation"] == "batched":
             return [self._keep(v, "member") for v in opt._evaluate_members(self.closure, self.seeds, self.entries)]
         n, estimator = cfg["n_spsa"], cfg["estimator"]
-        buffered = cfg["adam"] or cfg["momentum"] > 0
+        buffered, center = cfg["adam"] or cfg["momentum"] > 0, cfg["hessian_smooth"] > 0
         out = []
         for j, s in enumerate(self.seeds):
             self._move(s, +1.0)
@@ -162,8 +170,10 @@ class _Members:
             if estimator == "two_point":
                 self._move(s, -2.0)
                 out.append(self._keep(self.closure(), "call"))
-            if j < n - 1 or buffered:  # restore now; otherwise the restore is fused into the update
+            if j < n - 1 or buffered or center:  # restore now; otherwise the restore is fused into the update
                 self._move(s, -self.offset[1])
+        if center:  # HiZOO's l0, at theta
+            out.append(self._keep(self.closure(), "call"))
         return out
 
     def restore(self) -> None:
@@ -191,6 +201,7 @@ class StepResult:
     ``(l+ - l-) / (2 eps)``, or ``(l+ - l-) / (2 sigma)`` with ``normalize="std"``.
     ``seeds``: the noise seed of each sample. ``loss``: the mean of all closure values.
     ``skipped``: True when a non-finite loss made the step a no-op (``on_nonfinite="skip"``).
+    With ``hessian_smooth`` the last of ``values`` is the unperturbed weights' (HiZOO's l0).
     ``lr``: the first group's learning rate used for the update. ``values``: every closure value,
     in call order. ``spread``: sigma, the standard deviation of the step's closure values
     (``normalize="std"`` only; 0 means the step changed nothing but weight decay).
@@ -251,6 +262,8 @@ class MeZO(torch.optim.Optimizer):
         rank: r of the low-rank noise (>= 1; used only by ``noise="lowrank"``).
         lowrank_interval: hold the factor A for this many noise samples (LOZO's lazy subspace;
             1 = fresh every sample; used only by ``noise="lowrank"``).
+        hessian_smooth: HiZOO's smoothing scale alpha of the curvature that preconditions the perturbation
+            (0 = off; > 0 needs the two-point estimator, ``noise="lowrank"`` with ``rank=1`` and one eps).
         normalize: None, or ``"std"``: divide each sample's loss difference by the standard
             deviation sigma of the step's 2n closure values instead of by 2 eps (FZOO-style):
             ``g_j = (l+_j - l-_j) / (2 sigma)``; no ZO update when sigma = 0. See docs/engine.md.
@@ -277,7 +290,7 @@ class MeZO(torch.optim.Optimizer):
                  normalize: str | None = None, estimator: str = "two_point",
                  momentum: float = 0.0, adam: bool = False, betas=(0.9, 0.999), adam_eps: float = 1e-8,
                  seed: int = 0, on_nonfinite: str = "raise", noise_backend: str = "auto", record: bool = True,
-                 evaluation: str | BatchedMembers = "inplace"):
+                 evaluation: str | BatchedMembers = "inplace", hessian_smooth: float = 0.0):
         if noise not in _noise.NOISES:
             raise ValueError(f"noise must be one of {_noise.NOISES}, got {noise!r}")
         if estimator not in ESTIMATORS:
@@ -308,18 +321,25 @@ class MeZO(torch.optim.Optimizer):
             raise ValueError("choose either momentum or adam, not both")
         if not (len(betas) == 2 and all(0.0 <= b < 1.0 for b in betas)):
             raise ValueError(f"betas must be two numbers in [0, 1), got {betas!r}")
+        if not (isinstance(hessian_smooth, (int, float)) and 0.0 <= hessian_smooth < 1.0):
+            raise ValueError(f"hessian_smooth must be a number in [0, 1), got {hessian_smooth!r}")
+        if hessian_smooth and (estimator != "two_point" or noise != "lowrank" or rank != 1):
+            raise ValueError(f"hessian_smooth (HiZOO) needs the two-point estimator with noise='lowrank' and rank=1; "
+                             f"got estimator={estimator!r}, noise={noise!r}, rank={rank}")
         if not (isinstance(seed, int) and 0 <= seed < 2**31):
             raise ValueError(f"seed must be an integer in [0, 2**31), got {seed!r}")
         run = dict(n_spsa=n_spsa, noise=noise, rank=rank, lowrank_interval=lowrank_interval,
                    normalize=normalize, estimator=estimator, momentum=float(momentum),
                    adam=bool(adam), betas=[float(b) for b in betas], adam_eps=float(adam_eps),
-                   seed=seed, on_nonfinite=on_nonfinite, noise_backend=noise_backend, evaluation=evaluation)
+                   seed=seed, on_nonfinite=on_nonfinite, noise_backend=noise_backend, evaluation=evaluation,
+                   hessian_smooth=float(hessian_smooth))
         assert run.keys() == _RUN_DEFAULTS.keys()
         super().__init__(params, dict(lr=lr, eps=eps, weight_decay=weight_decay, **run))
         self._samples = 0          # noise samples drawn so far; the next seed is seed * 2**32 + _samples
         self._updates = 0          # applied updates (Adam bias correction)
         self._prev_loss = None     # one-point estimator: the previous step's loss
         self._noise = None         # NoiseSpec with the resolved backend, fixed at the first step
+        self._curvature = None     # hessian_smooth > 0: HiZOO's curvature, made with the noise
         self._record = record
         self.trajectory = Trajectory()
         self._members = strategy   # batched evaluation: the strategy that evaluates a step's members
@@ -369,9 +389,10 @@ class MeZO(torch.optim.Optimizer):
 
     @property
     def members_per_step(self) -> int:
-        """M, the closure values one step needs: 2 n_spsa (two-point), n_spsa (es), 1 (one-point)."""
+        """M, the closure values one step needs: 2 n_spsa (two-point; + 1, the unperturbed weights, with
+        ``hessian_smooth``), n_spsa (es), 1 (one-point)."""
         est, n = self.config["estimator"], self.config["n_spsa"]
-        return 1 if est == "one_point" else n if est == "es" else 2 * n
+        return 1 if est == "one_point" else n if est == "es" else 2 * n + (self.config["hessian_smooth"] > 0)
 
     def _set_backend(self, backend: str) -> None:
         """The run's noise: its kind and backend over the trainable tensors' layout, keeping one step's draws."""
@@ -379,6 +400,7 @@ class MeZO(torch.optim.Optimizer):
         trainable = [(idx, p) for idx, p, _ in self._flat() if p.requires_grad]
         self._noise = _noise.NoiseSpec(cfg["noise"], backend, cfg["rank"], cfg["lowrank_interval"],
                                        layout=_noise.layout(trainable), keep=cfg["n_spsa"])
+        self._curvature = Curvature(self._noise) if cfg["hessian_smooth"] else None
 
     def _prepare(self) -> list[tuple[int, torch.Tensor, dict]]:
         """Resolve the backend, fill the trajectory header, and list the trainable tensors."""
@@ -391,6 +413,9 @@ class MeZO(torch.optim.Optimizer):
         if self._noise.kind == "lowrank" and self._noise.layout != _noise.layout((i, p) for i, p, _ in trainable):
             raise ValueError("the trainable tensors changed since the first step; the noise covers the tensors it was "
                              "built for: build a new MeZO for the new setup")
+        if self._curvature is not None and len({g["eps"] for g in self.param_groups}) > 1:
+            raise ValueError("hessian_smooth (HiZOO) measures the curvature with one eps: give every param group the "
+                             f"same eps, got {sorted({g['eps'] for g in self.param_groups})}")
         header = dict(self.config, noise_backend=self._noise.backend, noise_format=_noise.FORMAT,
                       calls_per_step=self.members_per_step,
                       group_sizes=[len(g["params"]) for g in self.param_groups],
@@ -461,6 +486,7 @@ class MeZO(torch.optim.Optimizer):
         try:
             outcomes = run.evaluate()
             values = self._losses(outcomes, fitness, run.values)
+            center = values.pop() if self._curvature is not None else None
         except BaseException as err:
             run.restore()  # undo the perturbation we are in
             values = run.values
@@ -474,7 +500,7 @@ class MeZO(torch.optim.Optimizer):
             return StepResult(loss_plus=math.nan, loss_minus=None if plain else math.nan, projected_grads=[],
                               seeds=seeds, loss=sum(finite) / len(finite) if finite else math.nan,
                               skipped=True, lr=lrs[0], values=values)
-        return self._update(entries, seeds, values, run.offset, lrs, epss)
+        return self._update(entries, seeds, values, run.offset, lrs, epss, center)
 
     def _losses(self, outcomes: list, fitness, values: list[float]) -> list[float]:
         """Phase 2: the members' losses, ``values`` (filled as the closure returned them), or ``fitness``
@@ -489,9 +515,11 @@ class MeZO(torch.optim.Optimizer):
             _append_checked(values, _as_float(v), "member")
         return values
 
-    def _update(self, entries, seeds, values, offset, lrs, epss) -> StepResult:
+    def _update(self, entries, seeds, values, offset, lrs, epss, center=None) -> StepResult:
         """Phase 3: the projected gradients and the update. The parameters are at theta + offset (in place,
-        plain SGD: the restore is fused into the update) or at theta (batched, momentum, Adam)."""
+        plain SGD: the restore is fused into the update) or at theta (batched, momentum, Adam, HiZOO).
+        ``center``: HiZOO's loss at theta, which then moves the curvature (after the update, which used the
+        curvature the members were perturbed with)."""
         cfg = self.config
         n, one_point, es = cfg["n_spsa"], cfg["estimator"] == "one_point", cfg["estimator"] == "es"
         buffered = cfg["adam"] or cfg["momentum"] > 0
@@ -521,16 +549,29 @@ class MeZO(torch.optim.Optimizer):
         self._updates += 1
         if one_point:
             self._prev_loss = values[0]
-        self._log(seeds, values, grads, lrs, epss, STATUS["applied"])
         plus = values if one_point or es else values[0::2]
         minus = values[1::2]
+        if center is not None:
+            self._move_curvature(seeds, values, center, epss[0])
+            values = [*values, center]
+        self._log(seeds, values, grads, lrs, epss, STATUS["applied"])
         return StepResult(loss_plus=sum(plus) / len(plus), loss_minus=None if one_point or es else sum(minus) / len(minus),
                           projected_grads=grads, seeds=seeds, loss=sum(values) / len(values), lr=lrs[0],
                           values=values, spread=sigma)
 
+    def _move_curvature(self, seeds, values, center: float, eps: float) -> None:
+        """HiZOO: each sample's curvature along its direction, ``|l+ + l- - 2 l0| / (2 eps^2)``, moves H
+        (:meth:`Curvature.update`), and the noise of the steps to come is scaled by the new ``H^-1/2``."""
+        raws = [self._noise.raw(s) for s in seeds]
+        curv = torch.tensor([abs(values[2 * j] + values[2 * j + 1] - 2.0 * center) / (2.0 * eps * eps)
+                             for j in range(len(seeds))], dtype=torch.float64)
+        self._curvature.update(torch.stack([b for b, _ in raws]), torch.stack([a for _, a in raws]), curv,
+                               self.config["hessian_smooth"])
+        self._noise.precondition(*self._curvature.scales())
+
     def _evaluate_members(self, closure, seeds: list[int], entries) -> list:
         """Batched evaluation: ``closure(members)`` once, the strategy evaluating every member; its M values."""
-        members = step_members(seeds, self.config["estimator"])
+        members = step_members(seeds, self.config["estimator"], center=self.config["hessian_smooth"] > 0)
         if self._replaying:  # the replay closure hands back the logged values; nothing is evaluated
             return list(closure(members))
         if self._members is None:
@@ -647,7 +688,8 @@ class MeZO(torch.optim.Optimizer):
         sd = super().state_dict()
         sd["mezo"] = {"config": dict(self.config), "samples": self._samples, "updates": self._updates,
                       "prev_loss": self._prev_loss, "backend": self.noise_backend, "noise_format": _noise.FORMAT,
-                      "trajectory": self.trajectory.state_dict() if self._record else None}
+                      "trajectory": self.trajectory.state_dict() if self._record else None,
+                      "curvature": None if self._curvature is None else self._curvature.state_dict()}
         return sd
 
     def load_state_dict(self, state_dict: dict) -> None:
@@ -673,6 +715,9 @@ class MeZO(torch.optim.Optimizer):
         self._noise = None
         if extra["backend"] is not None:
             self._set_backend(extra["backend"])
+            if self._curvature is not None:
+                self._curvature.load_state_dict(extra["curvature"])
+                self._noise.precondition(*self._curvature.scales())
         if extra["trajectory"] is not None:
             self.trajectory = Trajectory.from_state_dict(extra["trajectory"])
             if self.trajectory.header:

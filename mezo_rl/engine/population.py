@@ -58,8 +58,8 @@ __all__ = ["Member", "MemberPlan", "BatchedMembers", "step_members", "PRODUCT_FO
 
 @dataclass(frozen=True)
 class Member:
-    """One member of a step: ``index`` in the step (0..M-1), the noise ``seed``, the ``sign`` (+1 / -1)
-    of its perturbation, and ``sample``, the SPSA sample (or population member) it belongs to."""
+    """One member of a step: ``index`` in the step (0..M-1), the noise ``seed``, the ``sign`` (+1 / -1; 0: the
+    unperturbed weights) of its perturbation, and ``sample``, the SPSA sample (or population member) it belongs to."""
 
     index: int
     seed: int
@@ -67,10 +67,12 @@ class Member:
     sample: int
 
 
-def step_members(seeds: list[int], estimator: str) -> list[Member]:
-    """The members of a step with these noise seeds, in the engine's order."""
+def step_members(seeds: list[int], estimator: str, center: bool = False) -> list[Member]:
+    """The members of a step with these noise seeds, in the engine's order; with ``center`` (HiZOO's curvature,
+    two-point only) one more at the end, the unperturbed weights (sign 0, a sample of its own)."""
     if estimator == "two_point":
-        return [Member(2 * j + h, s, sign, j) for j, s in enumerate(seeds) for h, sign in enumerate((1, -1))]
+        pairs = [Member(2 * j + h, s, sign, j) for j, s in enumerate(seeds) for h, sign in enumerate((1, -1))]
+        return pairs + [Member(len(pairs), seeds[0], 0, len(seeds))] if center else pairs
     if estimator == "one_point":
         return [Member(0, seeds[0], 1, 0)]
     return [Member(j, s, 1, j) for j, s in enumerate(seeds)]

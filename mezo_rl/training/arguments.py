@@ -323,6 +323,7 @@ class MeZOArguments(Arguments):
     estimator: str = option("two_point", "two_point (+/-eps per sample), one_point, or es (n one-sided members, losses centred across them; ES-at-scale with --step-normalize std)", choices=ESTIMATORS)
     momentum: float = option(0.0, "ZO-SGD momentum (Appendix B.2)", ge=0, lt=1)
     adam: bool = option(False, "ZO-Adam (Appendix B.2)")
+    hessian_smooth: float = option(0.0, "HiZOO: precondition the perturbation by a diagonal curvature estimate that moves at this rate a step, measured by one more member (the unperturbed weights); 0 = off; needs --noise lowrank with --rank 1", ge=0, lt=1)
     on_nonfinite: str = option("raise", "what a non-finite loss does", choices=ON_NONFINITE)
     evaluation: str = option("auto", "how a step evaluates its members: inplace (perturb the weights, one member after another), batched (all members in one batched pass, the weights untouched until the update; --peft full needs --noise lowrank) or auto (batched where it measured faster: generation rewards on a GPU, or with prompts at most 4x --max-completion-length long; inplace otherwise, scoring included; batched for bfloat16 weights, which the in-place sweeps would round; a resumed run keeps the mode it ran with)", choices=["auto", *EVALUATIONS])
 
@@ -484,6 +485,9 @@ class MeZOConfig(OutputArguments, EvalArguments, GenerationArguments, ComputeArg
                               f"num_generations prompts, num_generations each)")
         check_report_to(self.report_to)  # an unknown name or a missing package: one line, before anything loads
         check_evaluation(self.evaluation, self.peft, self.noise, self.trainable)
+        if self.hessian_smooth and (self.noise != "lowrank" or self.rank != 1 or self.estimator != "two_point"):
+            raise ConfigError(f"--hessian-smooth (HiZOO) needs --noise lowrank with --rank 1 and --estimator two_point; "
+                              f"got --noise {self.noise} --rank {self.rank} --estimator {self.estimator}")
 
     @classmethod
     def filled(cls, values: dict, task_kind: Optional[str], task_metrics: Optional[list[str]]) -> dict:

@@ -64,6 +64,8 @@ MODEL_FILE = "model.json"
 STATE_FILE = "trainer_state.json"
 OPTIMIZER_FILE = "optimizer.json"
 OPTIMIZER_TENSORS_FILE = "optimizer.safetensors"
+#: the name under which optimizer.safetensors holds HiZOO's curvature (``curvature/hb``, ``curvature/ha``)
+CURVATURE = "curvature"
 LEGACY_OPTIMIZER_FILE = "optimizer.pt"  # a checkpoint from before optimizer.json: refused, never unpickled
 OPTIMIZER_FORMAT = "mezo-rl-optimizer/2"
 SAMPLES_DIR = "samples"
@@ -283,9 +285,11 @@ def save_checkpoint(run_dir: pathlib.Path, state: TrainerState, identity: dict, 
 def write_optimizer_state(ckpt: pathlib.Path, optimizer_state: dict, scheduler_state: dict) -> None:
     """``optimizer.json`` (the scalars: param groups, MeZO's counters and config, the scheduler, the
     names of the tensors) and, when there are buffers, ``optimizer.safetensors`` (tensor
-    ``"{index}/{name}"``: the momentum / Adam buffer ``name`` of parameter ``index``). The trajectory in
-    ``optimizer_state`` is left out: ``trajectory.npz`` holds it."""
-    tensors = {}
+    ``"{index}/{name}"``: the momentum / Adam buffer ``name`` of parameter ``index``; ``"curvature/{name}"``:
+    HiZOO's curvature). The trajectory in ``optimizer_state`` is left out: ``trajectory.npz`` holds it."""
+    mezo = optimizer_state["mezo"]
+    tensors = {f"{CURVATURE}/{name}": value.detach().contiguous().cpu()
+               for name, value in (mezo.get("curvature") or {}).items()}
     for index, buffers in optimizer_state["state"].items():
         for name, value in buffers.items():
             if not isinstance(value, torch.Tensor):
@@ -297,7 +301,7 @@ def write_optimizer_state(ckpt: pathlib.Path, optimizer_state: dict, scheduler_s
         save_file(tensors, str(ckpt / OPTIMIZER_TENSORS_FILE))
     write_json(ckpt / OPTIMIZER_FILE, {
         "format": OPTIMIZER_FORMAT, "param_groups": optimizer_state["param_groups"],
-        "mezo": {k: v for k, v in optimizer_state["mezo"].items() if k != "trajectory"},
+        "mezo": {k: v for k, v in mezo.items() if k not in ("trajectory", "curvature")},
         "scheduler": scheduler_state, "tensors": sorted(tensors)}, exact=True)
 
 
@@ -312,15 +316,17 @@ def read_optimizer_state(ckpt: pathlib.Path, trajectory: Trajectory, *, tensors:
     if not (isinstance(saved, dict) and saved.get("format") == OPTIMIZER_FORMAT
             and {"param_groups", "mezo", "scheduler", "tensors"} <= saved.keys()):
         raise _unreadable(path, f"not a {OPTIMIZER_FORMAT} optimizer state")
-    optimizer_state = {"state": read_optimizer_tensors(ckpt, saved["tensors"], load=tensors),
-                       "param_groups": saved["param_groups"], "mezo": saved["mezo"]}
+    state = read_optimizer_tensors(ckpt, saved["tensors"], load=tensors)
+    curvature = state.pop(CURVATURE, None)
+    optimizer_state = {"state": state, "param_groups": saved["param_groups"], "mezo": saved["mezo"]}
     scheduler_state = saved["scheduler"]
-    optimizer_state["mezo"] = {**optimizer_state["mezo"], "trajectory": trajectory.state_dict()}
+    optimizer_state["mezo"] = {**optimizer_state["mezo"], "trajectory": trajectory.state_dict(), "curvature": curvature}
     return optimizer_state, scheduler_state
 
 
 def read_optimizer_tensors(ckpt: pathlib.Path, names: list, *, load: bool = True) -> dict:
-    """The optimizer's per-parameter buffers ``{index: {name: tensor}}`` listed in ``names``."""
+    """The optimizer's per-parameter buffers ``{index: {name: tensor}}`` listed in ``names`` (HiZOO's curvature
+    under the key ``"curvature"``)."""
     if not names:
         return {}
     from safetensors import SafetensorError, safe_open
@@ -339,7 +345,7 @@ def read_optimizer_tensors(ckpt: pathlib.Path, names: list, *, load: bool = True
     state: dict[int, dict] = {}
     for key, tensor in tensors.items():
         index, name = key.split("/", 1)
-        state.setdefault(int(index), {})[name] = tensor
+        state.setdefault(index if index == CURVATURE else int(index), {})[name] = tensor
     return state
 
 

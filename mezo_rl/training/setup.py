@@ -151,7 +151,7 @@ def build_optimizer(args: MeZOConfig, lm, needs, train=(), recorded: Optional[st
     options = {**mezo_options(vars(args)), "normalize": normalize}
     optimizer = MeZO(param_groups(lm.model, options["weight_decay"]), **options, rank=args.rank,
                      lowrank_interval=args.lowrank_interval, estimator=args.estimator, momentum=args.momentum,
-                     adam=args.adam, seed=args.seed, on_nonfinite=args.on_nonfinite,
+                     adam=args.adam, hessian_smooth=args.hessian_smooth, seed=args.seed, on_nonfinite=args.on_nonfinite,
                      **evaluation_options(args, needs, lm, train, recorded))
     return optimizer, lr_scheduler(args, optimizer)
 
