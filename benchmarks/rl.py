@@ -873,9 +873,13 @@ FRONTIER_GRIDS = {
                    *_frontier_cells("arithmetic", "mezo-full-b32", ["3e-3"], ["0"], batch=32),
                    *_frontier_cells("arithmetic", "mezo-full-rank", ["3e-3"], ["0"], "--reward-shaping", "rank"),
                    # and diagonal preconditioning of the update: ZO-Adam (the paper's Appendix B.2: a per-weight
-                   # second moment scales each weight's step), over MeZO's full-weight lrs. HiZOO's curvature-scaled
-                   # perturbation is another preconditioner, not built (docs/mezo-or-grpo.md)
-                   *_frontier_cells("arithmetic", "mezo-full-adam", ["3e-4", "1e-3", "3e-3"], ["0"], "--adam")],
+                   # second moment scales each weight's step), over MeZO's full-weight lrs
+                   *_frontier_cells("arithmetic", "mezo-full-adam", ["3e-4", "1e-3", "3e-3"], ["0"], "--adam"),
+                   # and of the perturbation: HiZOO (a curvature estimate scales each weight's noise), its smoothing
+                   # alpha on a grid of decades at that cell's lr; one variant, its alpha picked on validation
+                   *[c for alpha in ("1e-5", "1e-4", "1e-3")
+                     for c in _frontier_cells("arithmetic", f"mezo-full-hizoo-a{alpha}", ["3e-3"], ["0"],
+                                              "--hessian-smooth", alpha)]],
     "sentiment": [*_frontier_cells("sentiment", "mezo-full", ["3e-4", "1e-3", "3e-3"], ["0", "0.3"]),
                   *_frontier_cells("sentiment", "grpo-full", ["3e-6", "1e-5", "3e-5", "1e-4"], ["0", "0.04"])],
     # the guard is the regulariser here (beta 0); each tool's lrs around its unguarded sentiment picks
@@ -1069,15 +1073,16 @@ def frontier_pending(task: str, stage: str, names: list[str] | None, records: li
 
 
 def variants_chosen(task: str, records: list[dict]) -> set[str]:
-    """The moonshot's variants that run on every seed: of each variant family whose cells all have a seed-0 record,
-    the cell with the largest seed-0 validation gain (one cell when the family has one lr; the lr picked on
-    validation when it has several). As for ``candidates``, a run whose validation picked its start (step 0) is the
+    """The moonshot's variants that run on every seed: of each variant whose cells all have a seed-0 record, the cell
+    with the largest seed-0 validation gain (one cell when the variant has one lr; the lr picked on validation when
+    it has several; a variant with a setting of its own, ``mezo-full-hizoo-a1e-4``, is one variant over its
+    settings: the families that share their first three parts). As for ``candidates``, a run whose validation picked its start (step 0) is the
     untrained model: a family whose every lr did so runs no more seeds."""
     first = {r["cell"]: r for r in records if r.get("seed") == FRONTIER_SEEDS[0] and r.get("ok")}
     families: dict[str, list[FrontierCell]] = {}
     for c in FRONTIER_GRIDS[task]:
         if c.variant:
-            families.setdefault(c.family, []).append(c)
+            families.setdefault("-".join(c.family.split("-")[:3]), []).append(c)
     reward = FRONTIER_TASKS[task]["reward"]
     chosen = set()
     for cells in families.values():

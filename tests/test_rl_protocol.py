@@ -414,3 +414,15 @@ def test_the_commit_is_dirty_for_changed_code_not_for_the_records(tmp_path):
     assert commit(tmp_path) == head
     (tmp_path / "code.py").write_text("x = 2\n")
     assert commit(tmp_path) == head + "+dirty"
+
+
+def test_a_variant_over_settings_of_its_own_runs_more_seeds_at_one_setting():
+    """HiZOO's cells (``mezo-full-hizoo-a<alpha>``, one family per alpha) are one variant: seeds 1-2 run at the alpha
+    whose seed-0 validation gain is largest (and at cells on seed 0's frontier), not at every alpha."""
+    hizoo = [c for c in rl.FRONTIER_GRIDS["arithmetic"] if c.family.startswith("mezo-full-hizoo-")]
+    assert len(hizoo) >= 3 and all(c.variant for c in hizoo) and len({c.family for c in hizoo}) == len(hizoo)
+    names = [c.name for c in hizoo]
+    first, second, *rest = hizoo
+    # first: on the frontier (the least kl); second: the variant's pick; the rest dominated by first
+    every = [_rec(first, 0.20, 0.1, 0.3), _rec(second, 0.30, 0.4, 0.1)] + [_rec(c, 0.05, 0.3, 0.1) for c in rest]
+    assert rl.frontier_pending("arithmetic", "seeds", names, every) == [(first, 1), (first, 2), (second, 1), (second, 2)]
