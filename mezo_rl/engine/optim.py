@@ -114,7 +114,7 @@ from mezo_rl.engine.population import BatchedMembers, Member, step_members
 from mezo_rl.engine.trajectory import STATUS, Trajectory
 
 __all__ = ["MeZO", "BatchedMembers", "Member", "StepResult", "spread", "get_scheduler", "replay_trajectory", "ESTIMATORS", "EVALUATIONS",
-           "ON_NONFINITE", "SCHEDULERS"]
+           "HIZOO_OPTIONS", "ON_NONFINITE", "SCHEDULERS"]
 
 #: accepted values of MeZO's ``estimator`` / ``on_nonfinite`` and of :func:`get_scheduler`'s ``name``
 #: (the one declaration: command-line choices can be read from here, as noise kinds from ``noise.NOISES``)
@@ -122,6 +122,8 @@ ESTIMATORS = ("two_point", "one_point", "es")
 EVALUATIONS = ("inplace", "batched")
 ON_NONFINITE = ("raise", "skip")
 SCHEDULERS = ("constant", "linear")
+#: what ``hessian_smooth`` > 0 (HiZOO's curvature, :mod:`mezo_rl.engine.curvature`) needs of the other run options
+HIZOO_OPTIONS = dict(estimator="two_point", noise="lowrank", rank=1)
 _NORMALIZE = (None, "std")
 #: options of the whole run (the same in every param group), with their defaults
 _RUN_DEFAULTS = dict(n_spsa=1, noise="lowrank", rank=1, lowrank_interval=1, normalize=None,
@@ -323,7 +325,8 @@ class MeZO(torch.optim.Optimizer):
             raise ValueError(f"betas must be two numbers in [0, 1), got {betas!r}")
         if not (isinstance(hessian_smooth, (int, float)) and 0.0 <= hessian_smooth < 1.0):
             raise ValueError(f"hessian_smooth must be a number in [0, 1), got {hessian_smooth!r}")
-        if hessian_smooth and (estimator != "two_point" or noise != "lowrank" or rank != 1):
+        given = dict(estimator=estimator, noise=noise, rank=rank)
+        if hessian_smooth and given != HIZOO_OPTIONS:
             raise ValueError(f"hessian_smooth (HiZOO) needs the two-point estimator with noise='lowrank' and rank=1; "
                              f"got estimator={estimator!r}, noise={noise!r}, rank={rank}")
         if not (isinstance(seed, int) and 0 <= seed < 2**31):

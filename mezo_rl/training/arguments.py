@@ -43,7 +43,7 @@ from mezo_rl.training.config import trl_options
 from mezo_rl.training.member_evaluation import check_evaluation
 from mezo_rl.training.reporting import check_report_to
 from mezo_rl.engine.noise import NOISES as NOISE_KINDS
-from mezo_rl.engine.optim import ESTIMATORS, EVALUATIONS, ON_NONFINITE
+from mezo_rl.engine.optim import ESTIMATORS, EVALUATIONS, HIZOO_OPTIONS, ON_NONFINITE
 from mezo_rl.model.loading import parse_max_memory
 
 #: ``lr_scheduler_type``: the schedules of ``transformers.get_scheduler`` that need no more than warmup and length
@@ -485,7 +485,7 @@ class MeZOConfig(OutputArguments, EvalArguments, GenerationArguments, ComputeArg
                               f"num_generations prompts, num_generations each)")
         check_report_to(self.report_to)  # an unknown name or a missing package: one line, before anything loads
         check_evaluation(self.evaluation, self.peft, self.noise, self.trainable)
-        if self.hessian_smooth and (self.noise != "lowrank" or self.rank != 1 or self.estimator != "two_point"):
+        if self.hessian_smooth and {k: getattr(self, k) for k in HIZOO_OPTIONS} != HIZOO_OPTIONS:
             raise ConfigError(f"--hessian-smooth (HiZOO) needs --noise lowrank with --rank 1 and --estimator two_point; "
                               f"got --noise {self.noise} --rank {self.rank} --estimator {self.estimator}")
 
