@@ -13,6 +13,11 @@ boundary nearest the budget: after step k if ``T_k + d_k / 2 >= budget`` (d_k th
 validates, tests its best validated step and writes the summary, as at its last step. A run resumed from a
 checkpoint whose last step passed a mark or the budget validates or stops there, as it would have. ``--max-steps``
 stays an upper bound; give ``--eval-steps`` at least as large so that only the budget's validations run.
+
+``--scale-decay K --scale-decay-power P`` (a second callback, :class:`ScaleDecay`) multiplies the lr and the eps of
+the step that follows t steps by ``(1 + K t)^-P``: plain MeZO with its noise and its step shrinking over the run as
+HiZOO's curvature shrinks them when it grows alike for every weight (``H = (1 + K t)^2P``), the control that tells
+HiZOO's per-weight part from its decay (benchmarks/rl.py's ``mezo-full-decay*`` cells).
 """
 from __future__ import annotations
 
@@ -69,6 +74,26 @@ class TimeBudget:
         return control
 
 
+class ScaleDecay:
+    """A training callback: before the step that follows ``t`` steps, every param group's lr is the schedule's
+    (``lr_scheduler``) and its eps the run's (``args.eps``), each times ``(1 + k t)^-power``. Set from those, not
+    from the groups, so that a resumed run (whose groups hold the last step's values) does not decay twice; the
+    trajectory logs each step's lr and eps, so a replay needs no callback."""
+
+    def __init__(self, k: float, power: float):
+        if not (k > 0 and power > 0):
+            raise ValueError(f"--scale-decay and --scale-decay-power must be > 0, got {k!r} and {power!r}")
+        self.k, self.power = float(k), float(power)
+
+    def factor(self, steps: int) -> float:
+        return (1.0 + self.k * steps) ** -self.power
+
+    def on_step_begin(self, args, state, control, optimizer=None, lr_scheduler=None, **kwargs):
+        f = self.factor(state.global_step)
+        for group, lr in zip(optimizer.param_groups, lr_scheduler.get_last_lr()):
+            group["lr"], group["eps"] = lr * f, args.eps * f
+
+
 def parse(argv):
     if "--" not in argv:
         raise SystemExit("usage: mezo_budget.py --time-budget-s S [--eval-points N] -- <mezo-rl train arguments>")
@@ -76,9 +101,16 @@ def parse(argv):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--time-budget-s", type=float, required=True, help="training seconds (evaluations excluded)")
     p.add_argument("--eval-points", type=int, default=3, help="validations at each 1/N of the budget (and at the end)")
+    p.add_argument("--scale-decay", type=float, default=None, metavar="K",
+                   help="lr and eps of the step after t steps times (1 + K t)^-P (ScaleDecay); with --scale-decay-power")
+    p.add_argument("--scale-decay-power", type=float, default=None, metavar="P", help="P of --scale-decay")
     a = p.parse_args(argv[:cut])
     if not a.time_budget_s > 0 or a.eval_points < 1:
         p.error(f"--time-budget-s must be > 0 and --eval-points >= 1, got {a.time_budget_s} and {a.eval_points}")
+    if (a.scale_decay is None) != (a.scale_decay_power is None) or \
+            (a.scale_decay is not None and not (a.scale_decay > 0 and a.scale_decay_power > 0)):
+        p.error(f"--scale-decay and --scale-decay-power go together, each > 0; got {a.scale_decay} and "
+                f"{a.scale_decay_power}")
     train = argv[cut + 1:]
     logging = [train[i + 1] for i, x in enumerate(train[:-1]) if x in ("--logging-steps", "--logging_steps")]
     if any(v != "1" for v in logging):
@@ -92,7 +124,10 @@ def main(argv=None) -> int:
     from mezo_rl.cli.main import main as cli
 
     a, train = parse(list(sys.argv[1:] if argv is None else argv))
-    return cli(["train", *train], callbacks=[TimeBudget(a.time_budget_s, a.eval_points)])
+    callbacks = [TimeBudget(a.time_budget_s, a.eval_points)]
+    if a.scale_decay is not None:
+        callbacks.append(ScaleDecay(a.scale_decay, a.scale_decay_power))
+    return cli(["train", *train], callbacks=callbacks)
 
 
 if __name__ == "__main__":

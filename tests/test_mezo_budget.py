@@ -7,12 +7,13 @@ import pathlib
 import sys
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "benchmarks"))
 
-from mezo_budget import TimeBudget, main, parse  # noqa: E402
+from mezo_budget import ScaleDecay, TimeBudget, main, parse  # noqa: E402
 from mezo_rl.training.callbacks import TrainerControl  # noqa: E402
 
 
@@ -85,3 +86,37 @@ def test_a_run_stops_at_its_budget_validated_and_tested(tmp_path, tiny_model_dir
     validated = [json.loads(x)["step"] for x in (run / "metrics.jsonl").read_text().splitlines()
                  if json.loads(x).get("split") == "validation"]
     assert validated == [0, 1]
+
+
+def test_scale_decay_sets_each_steps_lr_and_eps_from_the_schedule_not_from_the_groups():
+    """The factor (1 + k t)^-p multiplies the schedule's lr and the run's eps; groups that already hold a decayed
+    value (a resumed run's) are not decayed again."""
+    cb = ScaleDecay(0.5, 2.0)
+    opt = SimpleNamespace(param_groups=[{"lr": 123.0, "eps": 456.0}, {"lr": 7.0, "eps": 8.0}])
+    sched = SimpleNamespace(get_last_lr=lambda: [0.1, 0.2])
+    args = SimpleNamespace(eps=0.01)
+    for step in (0, 3, 3):
+        cb.on_step_begin(args, SimpleNamespace(global_step=step), TrainerControl(), optimizer=opt, lr_scheduler=sched)
+        f = (1 + 0.5 * step) ** -2.0
+        assert [(g["lr"], g["eps"]) for g in opt.param_groups] == [(0.1 * f, 0.01 * f), (0.2 * f, 0.01 * f)]
+    with pytest.raises(ValueError, match="scale-decay"):
+        ScaleDecay(0.0, 1.0)
+    for bad in (["--scale-decay", "0.1"], ["--scale-decay-power", "1"], ["--scale-decay", "-1", "--scale-decay-power", "1"]):
+        with pytest.raises(SystemExit):
+            parse(["--time-budget-s", "10", *bad, "--", "--task", "sst2"])
+
+
+def test_a_decayed_run_logs_the_decayed_lr_and_eps_of_every_step(tmp_path, tiny_model_dir):
+    """A real run under --scale-decay 1 --scale-decay-power 1: the trajectory (what replay re-executes) holds
+    lr / (1 + t) and eps / (1 + t) at step t."""
+    run = tmp_path / "run"
+    assert main(["--time-budget-s", "1e6", "--scale-decay", "1", "--scale-decay-power", "1", "--", "--model",
+                 str(tiny_model_dir), "--task", "arithmetic-plain", "--reward", "exact_answer", "--max-steps", "3",
+                 "--eval-steps", "3", "--per-device-train-batch-size", "2", "--num-train", "4", "--num-eval", "2",
+                 "--num-test", "2", "--max-completion-length", "3", "--learning-rate", "0.25", "--eps", "0.5",
+                 "--evaluation", "inplace", "--autocast", "none", "--no-progress", "--output-dir", str(run)]) == 0
+    with np.load(run / "checkpoint" / "trajectory.npz") as z:
+        lrs, epss = z["lrs"], z["epss"]
+    assert lrs.shape[0] == 3
+    for t in range(3):
+        assert set(lrs[t]) == {0.25 * (1 + t) ** -1.0} and set(epss[t]) == {0.5 * (1 + t) ** -1.0}
