@@ -800,6 +800,7 @@ class FrontierCell:
     args: tuple
     seeds: tuple = FRONTIER_SEEDS
     exploratory: bool = False
+    launcher: tuple = ()  # a MeZO cell's arguments of benchmarks/mezo_budget.py itself (its --scale-decay)
 
     def __post_init__(self):
         check_cell(self.name, self.seeds, FRONTIER_TASKS[self.task]["num_eval"], self.exploratory)
@@ -836,9 +837,11 @@ MEZO_BUDGET = REPO / "benchmarks" / "mezo_budget.py"
 FRONTIER_EVAL_POINTS = 3
 
 
-def _frontier_cells(task: str, family: str, lrs, betas, *variant: str, **sizes) -> list[FrontierCell]:
+def _frontier_cells(task: str, family: str, lrs, betas, *variant: str, launcher: tuple = (),
+                    **sizes) -> list[FrontierCell]:
     """The cells of ``family`` (tool-peft, then an optional variant's name: ``mezo-full-rank``) over ``lrs`` x
-    ``betas``; a MeZO variant's own arguments are ``variant`` and its ``batch``/``n_spsa`` (``_mezo``'s)."""
+    ``betas``; a MeZO variant's own arguments are ``variant``, its ``batch``/``n_spsa`` (``_mezo``'s) and its
+    ``launcher`` arguments (benchmarks/mezo_budget.py's)."""
     out = []
     tool, peft = family.split("-")[:2]
     for lr in lrs:
@@ -850,7 +853,7 @@ def _frontier_cells(task: str, family: str, lrs, betas, *variant: str, **sizes) 
             else:
                 args = ["--peft", peft, "--lr", lr, "--beta", beta, "--autocast", PRECISION,
                         "--eval-points", str(FRONTIER_EVAL_POINTS)]
-            out.append(FrontierCell(task, family, lr, beta, tuple(args)))
+            out.append(FrontierCell(task, family, lr, beta, tuple(args), launcher=tuple(launcher)))
     return out
 
 
@@ -879,7 +882,15 @@ FRONTIER_GRIDS = {
                    # alpha on a grid of decades at that cell's lr; one variant, its alpha picked on validation
                    *[c for alpha in ("1e-5", "1e-4", "1e-3")
                      for c in _frontier_cells("arithmetic", f"mezo-full-hizoo-a{alpha}", ["3e-3"], ["0"],
-                                              "--hessian-smooth", alpha)]],
+                                              "--hessian-smooth", alpha)],
+                   # HiZOO's control: its curvature grew alike for every weight (H^-1/2's RMS over the weights, from
+                   # the 3 seeds' trajectories replayed, fits (1 + k t)^-p), so plain MeZO with its lr and eps
+                   # decayed as that RMS did tells the per-weight part from the decay; one cell per alpha matched
+                   # (1e-5: k 0.023, p 1/2; 1e-4: k 0.072, p 1), each its own variant (on every seed)
+                   *_frontier_cells("arithmetic", "mezo-full-decaysqrt", ["3e-3"], ["0"],
+                                    launcher=("--scale-decay", "0.023", "--scale-decay-power", "0.5")),
+                   *_frontier_cells("arithmetic", "mezo-full-decayinv", ["3e-3"], ["0"],
+                                    launcher=("--scale-decay", "0.072", "--scale-decay-power", "1"))],
     "sentiment": [*_frontier_cells("sentiment", "mezo-full", ["3e-4", "1e-3", "3e-3"], ["0", "0.3"]),
                   *_frontier_cells("sentiment", "grpo-full", ["3e-6", "1e-5", "3e-5", "1e-4"], ["0", "0.04"])],
     # the guard is the regulariser here (beta 0); each tool's lrs around its unguarded sentiment picks
@@ -913,7 +924,7 @@ def frontier_command(cell: FrontierCell, seed: int, out_dir: pathlib.Path) -> li
         else:
             task = ["--task", cell.task, "--reward", t["reward"]]
         return [sys.executable, str(MEZO_BUDGET), "--time-budget-s", str(t["budget_s"]), "--eval-points",
-                str(FRONTIER_EVAL_POINTS), "--", *task,
+                str(FRONTIER_EVAL_POINTS), *cell.launcher, "--", *task,
                 "--max-completion-length", str(t["max_new_tokens"]), "--eval-batch-size", "64", "--log-completions",
                 str(t["num_test"]), "--seed", str(seed), *sizes, *cell.args, "--output-dir", str(out_dir / "run")]
     task = (["--repetition-weight", guard] if guard else []) if cell.task in SENTIMENT_TASKS \
