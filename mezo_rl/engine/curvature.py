@@ -22,6 +22,8 @@ tensors or samples.
 """
 from __future__ import annotations
 
+import math
+
 import torch
 
 __all__ = ["Curvature"]
@@ -79,6 +81,29 @@ class Curvature:
         R.copy_(rowsum / self._ncols[self._row_of])
         cmean = self._segment_sum(colsum.view(1, -1), self._col_of)[0] / self._ncols
         C.copy_(colsum / cmean[self._col_of])
+
+    def noise_scale(self) -> dict[str, float]:
+        """What the preconditioner does to the noise, over every weight once (a matrix's ``H_ij = R_i C_j``):
+        ``rms`` and ``geomean`` of the per-weight scale ``H^-1/2`` (1 at the start; ``rms`` is the factor of the
+        step's length when the weights' noise is alike), and ``log_sd``, the standard deviation of its log over the
+        weights (0 while every weight's H is the same: a decay of the noise, no per-weight preconditioning)."""
+        R, H, C = (x.double() for x in (self.hb[: self.rows], self.hb[self.rows :], self.ha))
+        n_of, m_of = self._ncols.double(), self._segment_sum(torch.ones(1, self.rows), self._row_of)[0].double()
+        lr, lc = R.log().view(1, -1), C.log().view(1, -1)
+        # per matrix: sums of 1/H, of log H and of (log H)^2 over its m x n entries, from its row and column factors
+        inv_r, inv_c = (1 / R).view(1, -1), (1 / C).view(1, -1)
+        seg = lambda x, of: torch.zeros(self._mats, dtype=torch.float64).index_add_(0, of, x.view(-1))
+        sr, sc = seg(lr, self._row_of), seg(lc, self._col_of)
+        inv = seg(inv_r, self._row_of) * seg(inv_c, self._col_of)
+        log_sum = n_of * sr + m_of * sc
+        log_sq = n_of * seg(lr.square(), self._row_of) + m_of * seg(lc.square(), self._col_of) + 2 * sr * sc
+        count = float((m_of * n_of).sum()) + H.numel()
+        inv_t, log_t = float(inv.sum() + (1 / H).sum()), float(log_sum.sum() + H.log().sum())
+        sq_t = float(log_sq.sum() + H.log().square().sum())
+        mean_log_h = log_t / count
+        var_log_h = max(sq_t / count - mean_log_h ** 2, 0.0)
+        return {"rms": (inv_t / count) ** 0.5, "geomean": math.exp(-0.5 * mean_log_h),
+                "log_sd": 0.5 * var_log_h ** 0.5}
 
     def state_dict(self) -> dict:
         return {"hb": self.hb.clone(), "ha": self.ha.clone()}

@@ -104,7 +104,7 @@ from __future__ import annotations
 import math
 import os
 from dataclasses import dataclass, field
-from typing import Iterable
+from typing import Callable, Iterable
 
 import torch
 
@@ -391,6 +391,12 @@ class MeZO(torch.optim.Optimizer):
         return out
 
     @property
+    def curvature(self) -> Curvature | None:
+        """HiZOO's curvature (``hessian_smooth`` > 0; :meth:`Curvature.noise_scale` says what it does to the
+        noise), None otherwise or before the first step."""
+        return self._curvature
+
+    @property
     def members_per_step(self) -> int:
         """M, the closure values one step needs: 2 n_spsa (two-point; + 1, the unperturbed weights, with
         ``hessian_smooth``), n_spsa (es), 1 (one-point)."""
@@ -650,40 +656,48 @@ class MeZO(torch.optim.Optimizer):
 
     # ------------------------------------------------------------------------------------------
     @torch.no_grad()
-    def replay(self, trajectory: Trajectory) -> None:
+    def replay(self, trajectory: Trajectory, on_step: Callable[[int, "MeZO"], None] | None = None) -> None:
         """Re-execute every step of ``trajectory`` on this optimizer's parameters, with the
         logged seeds, lrs and eps, and the closure replaced by the logged values. Raises
         RuntimeError where the replay diverges from the log (an abort or projected gradient that
-        differs). Build the optimizer with :func:`replay_trajectory` unless you know its setup."""
+        differs). Build the optimizer with :func:`replay_trajectory` unless you know its setup.
+        ``on_step(t, optimizer)``, if given, is called after each row ``t`` of the log (whether it
+        moved the weights or not): the weights and state are then those of the run after step t + 1."""
         _with_noise_format(trajectory.header)
         entries = self._prepare()
         batched = self.config["evaluation"] == "batched"
         for t, row in enumerate(trajectory):
-            if batched and row.status != STATUS["applied"]:
-                continue  # a batched step that aborted or was skipped never touched the weights
-            for g, lr, eps in zip(self.param_groups, row.lrs, row.epss):
-                g["lr"], g["eps"] = lr, eps
-            recorded = iter(row.values[: row.calls])
+            self._replay_row(entries, row, t, batched)
+            if on_step is not None:
+                on_step(t, self)
 
-            def closure(members=None):
-                if members is not None:
-                    return list(recorded)
-                try:
-                    return next(recorded)
-                except StopIteration:
-                    raise _ReplayAbort() from None
+    def _replay_row(self, entries, row, t: int, batched: bool) -> None:
+        """One logged step re-executed (:meth:`replay`)."""
+        if batched and row.status != STATUS["applied"]:
+            return  # a batched step that aborted or was skipped never touched the weights
+        for g, lr, eps in zip(self.param_groups, row.lrs, row.epss):
+            g["lr"], g["eps"] = lr, eps
+        recorded = iter(row.values[: row.calls])
 
+        def closure(members=None):
+            if members is not None:
+                return list(recorded)
             try:
-                self._replaying = True
-                res = self._step(entries, closure, list(row.seeds))
-            except (_ReplayAbort, FloatingPointError):
-                if row.status != STATUS["aborted"]:
-                    raise RuntimeError(f"replay diverged at step {t}: it aborted, the run did not") from None
-                continue
-            finally:
-                self._replaying = False
-            if row.status == STATUS["applied"] and res.projected_grads != list(row.projected_grads):
-                raise RuntimeError(f"replay diverged at step {t}: projected gradients differ")
+                return next(recorded)
+            except StopIteration:
+                raise _ReplayAbort() from None
+
+        try:
+            self._replaying = True
+            res = self._step(entries, closure, list(row.seeds))
+        except (_ReplayAbort, FloatingPointError):
+            if row.status != STATUS["aborted"]:
+                raise RuntimeError(f"replay diverged at step {t}: it aborted, the run did not") from None
+            return
+        finally:
+            self._replaying = False
+        if row.status == STATUS["applied"] and res.projected_grads != list(row.projected_grads):
+            raise RuntimeError(f"replay diverged at step {t}: projected gradients differ")
 
     # ------------------------------------------------------------------------------------------
     def state_dict(self) -> dict:
@@ -736,7 +750,8 @@ def _flat_params(params) -> list[torch.Tensor]:
     return [p[1] if isinstance(p, tuple) else p for p in params]
 
 
-def replay_trajectory(params: torch.nn.Module | Iterable, trajectory: Trajectory | str | os.PathLike) -> None:
+def replay_trajectory(params: torch.nn.Module | Iterable, trajectory: Trajectory | str | os.PathLike,
+                      on_step: Callable[[int, MeZO], None] | None = None) -> None:
     """Rebuild trained weights in place from the initial weights and the run's trajectory.
 
     ``params`` must hold the weights the run *started* from, in the optimizer's order: a module
@@ -746,7 +761,8 @@ def replay_trajectory(params: torch.nn.Module | Iterable, trajectory: Trajectory
     alone, as in training. No data and no forward pass are needed; the result is bit-identical to
     the end of the run on the same machine and torch version, with the same noise backend.
     Momentum and Adam runs allocate their buffers again while replaying. Replay a prefix with
-    ``replay_trajectory(params, trajectory[:n])``.
+    ``replay_trajectory(params, trajectory[:n])``; look at every step on the way with
+    ``on_step(t, optimizer)`` (:meth:`MeZO.replay`).
     """
     traj = trajectory if isinstance(trajectory, Trajectory) else Trajectory.load(trajectory)
     h = traj.header
@@ -772,7 +788,7 @@ def replay_trajectory(params: torch.nn.Module | Iterable, trajectory: Trajectory
         start += size
     opt = MeZO(groups, lr=0.0, eps=1.0, betas=tuple(h["betas"]), record=False,
                **{k: h[k] for k in _RUN_DEFAULTS if k != "betas"})
-    opt.replay(traj)
+    opt.replay(traj, on_step)
 
 
 def get_scheduler(name: str, optimizer: torch.optim.Optimizer, total_steps: int | None = None):
