@@ -426,3 +426,21 @@ def test_a_variant_over_settings_of_its_own_runs_more_seeds_at_one_setting():
     # first: on the frontier (the least kl); second: the variant's pick; the rest dominated by first
     every = [_rec(first, 0.20, 0.1, 0.3), _rec(second, 0.30, 0.4, 0.1)] + [_rec(c, 0.05, 0.3, 0.1) for c in rest]
     assert rl.frontier_pending("arithmetic", "seeds", names, every) == [(first, 1), (first, 2), (second, 1), (second, 2)]
+
+
+def test_hizoos_controls_decay_as_the_recorded_fit_of_its_runs_curvature():
+    """Each mezo-full-decay* cell's --scale-decay K --scale-decay-power P is the better fixed-power fit of the rms of
+    H^-1/2 over HiZOO's runs at one alpha (docs/results/hizoo_scale.jsonl, benchmarks/hizoo_scale.py), and each fit
+    a control stands for fits within 10% in rms (a residual below 0.1 in logs)."""
+    fits = {x["alpha"]: x for x in map(json.loads, (rl.REPO / "docs" / "results" / "hizoo_scale.jsonl").read_text()
+                                       .splitlines()) if x["kind"] == "fit"}
+    controls = [c for c in rl.FRONTIER_GRIDS["arithmetic"] if c.family.startswith("mezo-full-decay")]
+    assert len(controls) == 2
+    matched = set()
+    for c in controls:
+        k = float(c.launcher[c.launcher.index("--scale-decay") + 1])
+        p = float(c.launcher[c.launcher.index("--scale-decay-power") + 1])
+        alpha = next(a for a, f in fits.items() if (f["best"]["k"], f["best"]["p"]) == (k, p))
+        assert fits[alpha]["fits"][str(p)]["resid_log_rms"] < 0.1
+        matched.add(alpha)
+    assert matched == {"1e-5", "1e-4"}
