@@ -91,10 +91,11 @@ class Curvature:
         n_of, m_of = self._ncols.double(), self._segment_sum(torch.ones(1, self.rows), self._row_of)[0].double()
         lr, lc = R.log().view(1, -1), C.log().view(1, -1)
         # per matrix: sums of 1/H, of log H and of (log H)^2 over its m x n entries, from its row and column factors
-        inv_r, inv_c = (1 / R).view(1, -1), (1 / C).view(1, -1)
-        seg = lambda x, of: torch.zeros(self._mats, dtype=torch.float64).index_add_(0, of, x.view(-1))
+        def seg(x, of):  # each matrix's sum of x over its rows (of = _row_of) or its columns (_col_of)
+            return torch.zeros(self._mats, dtype=torch.float64).index_add_(0, of, x.view(-1))
+
         sr, sc = seg(lr, self._row_of), seg(lc, self._col_of)
-        inv = seg(inv_r, self._row_of) * seg(inv_c, self._col_of)
+        inv = seg(1 / R, self._row_of) * seg(1 / C, self._col_of)
         log_sum = n_of * sr + m_of * sc
         log_sq = n_of * seg(lr.square(), self._row_of) + m_of * seg(lc.square(), self._col_of) + 2 * sr * sc
         count = float((m_of * n_of).sum()) + H.numel()
