@@ -58,7 +58,7 @@ class Curvature:
 
     def _segment_sum(self, x: torch.Tensor, of: torch.Tensor) -> torch.Tensor:
         """[S, L] -> [S, matrices]: each matrix's sum of ``x`` over its entries (``of``: an entry's matrix)."""
-        return torch.zeros(x.shape[0], self._mats).index_add_(1, of, x)
+        return torch.zeros(x.shape[0], self._mats, dtype=x.dtype).index_add_(1, of, x)
 
     def update(self, b: torch.Tensor, a: torch.Tensor, curvatures: torch.Tensor, alpha: float) -> None:
         """One step's move of H: ``b`` [S, len(hb)] and ``a`` [S, len(ha)] the S samples' unscaled draws (z's
@@ -88,16 +88,19 @@ class Curvature:
         step's length when the weights' noise is alike), and ``log_sd``, the standard deviation of its log over the
         weights (0 while every weight's H is the same: a decay of the noise, no per-weight preconditioning)."""
         R, H, C = (x.double() for x in (self.hb[: self.rows], self.hb[self.rows :], self.ha))
-        n_of, m_of = self._ncols.double(), self._segment_sum(torch.ones(1, self.rows), self._row_of)[0].double()
-        lr, lc = R.log().view(1, -1), C.log().view(1, -1)
-        # per matrix: sums of 1/H, of log H and of (log H)^2 over its m x n entries, from its row and column factors
-        def seg(x, of):  # each matrix's sum of x over its rows (of = _row_of) or its columns (_col_of)
-            return torch.zeros(self._mats, dtype=torch.float64).index_add_(0, of, x.view(-1))
+        def rows(x):  # each matrix's sum of x over its rows (x in R's layout); cols: over its columns
+            return self._segment_sum(x.view(1, -1), self._row_of)[0]
 
-        sr, sc = seg(lr, self._row_of), seg(lc, self._col_of)
-        inv = seg(1 / R, self._row_of) * seg(1 / C, self._col_of)
+        def cols(x):
+            return self._segment_sum(x.view(1, -1), self._col_of)[0]
+
+        n_of, m_of = self._ncols.double(), rows(torch.ones_like(R))
+        log_r, log_c = R.log(), C.log()
+        # per matrix: sums of 1/H, of log H and of (log H)^2 over its m x n entries, from its row and column factors
+        sr, sc = rows(log_r), cols(log_c)
+        inv = rows(1 / R) * cols(1 / C)
         log_sum = n_of * sr + m_of * sc
-        log_sq = n_of * seg(lr.square(), self._row_of) + m_of * seg(lc.square(), self._col_of) + 2 * sr * sc
+        log_sq = n_of * rows(log_r.square()) + m_of * cols(log_c.square()) + 2 * sr * sc
         count = float((m_of * n_of).sum()) + H.numel()
         inv_t, log_t = float(inv.sum() + (1 / H).sum()), float(log_sum.sum() + H.log().sum())
         sq_t = float(log_sq.sum() + H.log().square().sum())
