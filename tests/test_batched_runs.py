@@ -235,8 +235,7 @@ def _dp_batched(ctx, lm, steps, seed=0):
 def _dp_worker(rank, world_size, port, model_dir, out_dir, steps):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    ctx = _join(rank, world_size, port)
-    try:
+    with _join(rank, world_size, port) as ctx:
         lm = LanguageModel(AutoModelForCausalLM.from_pretrained(model_dir).eval(), AutoTokenizer.from_pretrained(model_dir))
         before = ctx.bytes_communicated
         losses, opt = _dp_batched(ctx, lm, steps)
@@ -244,8 +243,6 @@ def _dp_worker(rank, world_size, port, model_dir, out_dir, steps):
             opt.trajectory.save(os.path.join(out_dir, "trajectory.npz"))
         torch.save({"state": lm.model.state_dict(), "losses": losses,
                     "bytes_per_step": (ctx.bytes_communicated - before) / steps}, os.path.join(out_dir, f"rank{rank}.pt"))
-    finally:
-        ctx.close()
 
 
 def test_two_ranks_evaluate_their_shards_for_all_members_and_match_one_process(tmp_path, tiny_causal_lm):

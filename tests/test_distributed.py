@@ -133,8 +133,7 @@ def test_check_no_offload_names_offloaded_parameters():
 
 # ---------------------------------------------------------------------------- two gloo ranks
 def _collectives_worker(rank, world_size, port, out_dir):
-    ctx = _join(rank, world_size, port)
-    try:
+    with _join(rank, world_size, port) as ctx:
         report = {"rank": ctx.rank, "world_size": ctx.world_size, "is_main": ctx.is_main}
         report["sum_list"] = ctx.all_reduce_sum([rank + 0.5, 1.0, 1e-17 * (rank + 1)])
         report["sum_tensor"] = ctx.all_reduce_sum(torch.full((2, 2), float(rank + 1)))
@@ -161,8 +160,6 @@ def _collectives_worker(rank, world_size, port, out_dir):
             report["settings_error"] = str(e)
         ctx.barrier()
         torch.save(report, os.path.join(out_dir, f"rank{rank}.pt"))
-    finally:
-        ctx.close()
 
 
 def test_two_ranks_collectives_checksum_and_byte_count(tmp_path):
@@ -180,6 +177,42 @@ def test_two_ranks_collectives_checksum_and_byte_count(tmp_path):
         assert "rank 1 differs from rank 0 in 1 tensor(s): 1.bias" in r["mismatch_error"]
         assert r["settings_error"] == ("ranks disagree on settings: rank 0: {'noise': 'torch'}; "
                                        "rank 1: {'noise': 'compiled'}")
+
+
+def _leave_worker(rank, world_size, port, second_port, out_dir):
+    import time
+
+    report = {}
+    with _join(rank, world_size, port) as ctx:  # a normal end: rank 0 is still busy when rank 1 leaves the block
+        if rank == 0:
+            time.sleep(1.0)
+            report["busy_until"] = time.monotonic()
+    report["left"] = time.monotonic()
+    report["group_left"] = not torch.distributed.is_initialized()
+    start = time.monotonic()
+    try:  # an error path: rank 1 fails while rank 0 waits in a collective rank 1 never reaches
+        with _join(rank, world_size, second_port) as ctx:
+            if rank == 1:
+                raise ValueError("rank 1 failed")
+            ctx.all_reduce_sum([1.0])
+    except (ValueError, RuntimeError) as e:
+        report["error"] = type(e).__name__
+    report["error_path_seconds"] = time.monotonic() - start
+    report["group_left_after_error"] = not torch.distributed.is_initialized()
+    torch.save(report, os.path.join(out_dir, f"rank{rank}.pt"))
+
+
+def test_ranks_leave_together_at_a_normal_end_and_at_once_on_an_error(tmp_path):
+    _spawn(_leave_worker, 2, _free_port(), str(tmp_path))
+    r0, r1 = (torch.load(tmp_path / f"rank{r}.pt") for r in range(2))
+    # a normal end waits for every rank: rank 1 leaves after rank 0's work (one machine, one monotonic clock)
+    assert r1["left"] >= r0["busy_until"]
+    assert r0["group_left"] and r1["group_left"]
+    # an error inside the block does not wait for the others: the failing rank is out long before the
+    # 60 s collective timeout, and the rank left waiting fails instead of hanging until it
+    assert r1["error"] == "ValueError" and r0["error"] == "RuntimeError"
+    assert r1["error_path_seconds"] < 30 and r0["error_path_seconds"] < 30
+    assert r0["group_left_after_error"] and r1["group_left_after_error"]
 
 
 # ---------------------------------------------------------------------------- data-parallel MeZO
@@ -251,8 +284,7 @@ def _train_data_parallel(ctx, model, tokenizer, steps, lr=1e-4, eps=1e-3, seed=0
 def _train_worker(rank, world_size, port, model_dir, out_dir, steps):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    ctx = _join(rank, world_size, port)
-    try:
+    with _join(rank, world_size, port) as ctx:
         model = AutoModelForCausalLM.from_pretrained(model_dir).eval()
         tokenizer = AutoTokenizer.from_pretrained(model_dir)
         ctx.check_same_weights(model.named_parameters())
@@ -263,8 +295,6 @@ def _train_worker(rank, world_size, port, model_dir, out_dir, steps):
             opt.trajectory.save(os.path.join(out_dir, "trajectory.npz"))
         torch.save({"state": model.state_dict(), "losses": losses, "bytes_per_step": bytes_per_step},
                    os.path.join(out_dir, f"rank{rank}.pt"))
-    finally:
-        ctx.close()
 
 
 @pytest.mark.filterwarnings("ignore:normalize='std'")

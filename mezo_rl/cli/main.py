@@ -225,12 +225,12 @@ def cmd_train(ns, callbacks=()) -> int:
 
 
 def _train(args, callbacks=()) -> int:
-    dist = DistContext.from_env()
-    # options, task, rewards, model, data and output directory: nothing loaded yet
-    plan = checks.check_training(args)
-    with RunLock(args.output_dir) if dist.is_main else contextlib.nullcontext():  # one run per output directory
-        trainer = MeZOTrainer(args=plan.args, plan=plan, dist=dist, callbacks=[plots.CurvesCallback(), *callbacks])
-        trainer.train()
+    with DistContext.from_env() as dist:  # under torchrun: the group is left at the end, by every rank together
+        # options, task, rewards, model, data and output directory: nothing loaded yet
+        plan = checks.check_training(args)
+        with RunLock(args.output_dir) if dist.is_main else contextlib.nullcontext():  # one run per output directory
+            trainer = MeZOTrainer(args=plan.args, plan=plan, dist=dist, callbacks=[plots.CurvesCallback(), *callbacks])
+            trainer.train()
     if dist.is_main:  # under torchrun, one report
         _print_summary(trainer.summary, args.output_dir)
     return 0

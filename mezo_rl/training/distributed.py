@@ -32,7 +32,7 @@ are cheap no-ops, so the same training loop runs unchanged with or without torch
         opt.step(closure)                                # same seed on every rank -> same update
         if ctx.is_main:
             log(...)                                     # only rank 0 writes files
-    ctx.close()
+    ctx.close()                                          # or: with DistContext.from_env() as ctx: ...
 
 :attr:`DistContext.bytes_communicated` counts the payload bytes this rank handed to collectives,
 so a trainer can report the communication volume per step (typically 2 all-reduces of a few float64
@@ -367,8 +367,22 @@ class DistContext:
         if self.is_distributed:
             dist.barrier()
 
-    def close(self) -> None:
-        """Leave the process group if this context created it (idempotent)."""
+    def close(self, *, wait: bool = True) -> None:
+        """Leave the process group if this context created it (idempotent).
+
+        With ``wait`` (a normal end) every rank first waits for the others (a barrier), so no rank
+        tears its connections down, or exits, while another still uses them. On an error path pass
+        ``wait=False``: the other ranks may be blocked in a collective that this rank never reaches.
+        """
         if self._owns_group and dist.is_initialized():
+            if wait:
+                dist.barrier()
             dist.destroy_process_group()
         self._owns_group = False
+
+    def __enter__(self) -> "DistContext":
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        """Close on leaving a ``with`` block: waiting for the other ranks only if the block ended normally."""
+        self.close(wait=exc_type is None)
