@@ -75,7 +75,8 @@ def test_single_process_context_is_a_cheap_no_op(monkeypatch):
     assert ctx.all_reduce_sum_dict({"acc": 3.0}, keys=["acc", "f1"]) == {"acc": 3.0, "f1": 0.0}
     ctx.check_same_weights([torch.ones(3)])
     ctx.check_same_object("anything")
-    assert ctx.broadcast_object({"seed": 7}) == {"seed": 7}
+    with pytest.raises(TypeError, match=r"^settings must be a JSON value \(dict, list, str, int, float, bool or None\).*set"):
+        ctx.check_same_object({"a": {1, 2}}, what="settings")  # refused on one process as on many: nothing pickled
     ctx.barrier()
     ctx.close()
     assert ctx.bytes_communicated == 0
@@ -139,7 +140,6 @@ def _collectives_worker(rank, world_size, port, out_dir):
         report["sum_tensor"] = ctx.all_reduce_sum(torch.full((2, 2), float(rank + 1)))
         report["sum_dict"] = ctx.all_reduce_sum_dict({"a": 1.0} if rank == 0 else {}, keys=["a", "b"])
         report["bytes_after_reduces"] = ctx.bytes_communicated
-        report["broadcast"] = ctx.broadcast_object({"seed": 1234} if rank == 0 else "ignored")
 
         torch.manual_seed(0)  # identical weights on both ranks
         model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.Linear(3, 2))
@@ -152,7 +152,9 @@ def _collectives_worker(rank, world_size, port, out_dir):
             report["mismatch_error"] = None
         except WeightMismatchError as e:
             report["mismatch_error"] = str(e)
-        ctx.check_same_object({"noise": "torch", "lr": 1e-3}, what="settings")
+        before = ctx.bytes_communicated
+        ctx.check_same_object({"noise": "torch", "lr": 0.1 + 0.2}, what="settings")  # floats travel exactly
+        report["object_bytes"] = ctx.bytes_communicated - before
         try:
             ctx.check_same_object({"noise": "torch" if rank == 0 else "compiled"}, what="settings")
             report["settings_error"] = None
@@ -171,7 +173,8 @@ def test_two_ranks_collectives_checksum_and_byte_count(tmp_path):
         assert r["sum_tensor"].dtype == torch.float64 and r["sum_tensor"].eq(3.0).all()
         assert r["sum_dict"] == {"a": 1.0, "b": 0.0}
         assert r["bytes_after_reduces"] == (3 + 4 + 2) * 8  # payload of three all-reduces
-        assert r["broadcast"] == {"seed": 1234}
+        # a compared object: its length (8 bytes), then its JSON text, padded to the longest rank's
+        assert r["object_bytes"] == 8 + len('{"lr": 0.30000000000000004, "noise": "torch"}')
         # both ranks raise the same clear error, naming the rank and the tensor
         assert r["mismatch_error"] is not None
         assert "rank 1 differs from rank 0 in 1 tensor(s): 1.bias" in r["mismatch_error"]

@@ -46,8 +46,8 @@ weights offloaded to CPU/disk by accelerate hooks. See docs/distributed.md.
 from __future__ import annotations
 
 import datetime
+import json
 import os
-import pickle
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -129,6 +129,15 @@ def check_no_offload(model: torch.nn.Module) -> None:
         )
 
 
+def _json_bytes(obj: Any, what: str) -> bytes:
+    """``obj`` as JSON text (keys sorted); TypeError naming ``what`` if it is not a JSON value."""
+    try:
+        return json.dumps(obj, sort_keys=True).encode()
+    except (TypeError, ValueError) as e:
+        raise TypeError(f"{what} must be a JSON value (dict, list, str, int, float, bool or None) to be "
+                        f"compared across ranks: {e}") from None
+
+
 class DistContext:
     """Where this process stands in a data-parallel run, and the few collectives MeZO needs.
 
@@ -139,8 +148,9 @@ class DistContext:
         device: where this rank computes (``cuda:<local_rank>`` under NCCL, else ``cpu``).
         backend: "gloo", "nccl", or None for a single process.
         bytes_communicated: payload bytes this rank has handed to collectives so far (float64 values
-            count 8 bytes each; a broadcast object counts its pickled size). A single process
-            communicates nothing and stays at 0. Read it before and after a step for bytes/step.
+            count 8 bytes each; a compared object its JSON bytes, padded to the longest rank's, and 8 for
+            its length). A single process communicates nothing and stays at 0. Read it before and after
+            a step for bytes/step.
 
     Build it with :meth:`from_env`; the constructor is for tests and for callers that manage the
     process group themselves.
@@ -331,36 +341,32 @@ class DistContext:
         For the settings the replicas must share besides the weights, e.g. the training arguments,
         the step seed, or the resolved noise backend: a rank that silently fell back to another noise
         generator would draw different perturbations and drift away from the others. ``what`` names
-        the value in the error. Objects are compared with ``==`` after an all-gather of their pickles.
+        the value in the error. ``obj`` is a JSON value (dicts, lists, strings, numbers, booleans,
+        None): the ranks all-gather its JSON text (keys sorted) and compare the parsed values with
+        ``==``; nothing a peer sends is unpickled.
         """
+        data = _json_bytes(obj, what)  # refused on one process as on many
         if not self.is_distributed:
             return
-        gathered: list = [None] * self.world_size
-        dist.all_gather_object(gathered, obj)
-        self.bytes_communicated += len(pickle.dumps(obj))
+        gathered = self._all_gather_bytes(data)
         differing = [r for r in range(1, self.world_size) if gathered[r] != gathered[0]]
         if differing:
             shown = "; ".join(f"rank {r}: {gathered[r]!r}" for r in differing[:3])
             raise WeightMismatchError(f"ranks disagree on {what}: rank 0: {gathered[0]!r}; {shown}")
+
+    def _all_gather_bytes(self, data: bytes) -> list:
+        """Every rank's JSON ``data``, parsed: two all-gathers (the lengths, then the bytes padded to the longest)."""
+        sizes = self._all_gather(torch.tensor([len(data)], dtype=torch.int64, device=self.device))[:, 0].tolist()
+        buf = torch.zeros(max(sizes), dtype=torch.uint8)
+        buf[:len(data)] = torch.frombuffer(bytearray(data), dtype=torch.uint8)
+        rows = self._all_gather(buf.to(self.device)).cpu()
+        return [json.loads(rows[r, :n].numpy().tobytes()) for r, n in enumerate(sizes)]
 
     def _all_gather(self, t: torch.Tensor) -> torch.Tensor:
         out = [torch.empty_like(t) for _ in range(self.world_size)]
         dist.all_gather(out, t.contiguous())
         self.bytes_communicated += t.numel() * t.element_size()
         return torch.stack(out)
-
-    def broadcast_object(self, obj: Any = None) -> Any:
-        """Return rank 0's ``obj`` on every rank (any picklable object: seeds, a config dict).
-
-        Other ranks' ``obj`` is ignored. Counts the pickled size into :attr:`bytes_communicated` on
-        rank 0 (the sender); receivers count it too, since they take part in the same collective.
-        """
-        if not self.is_distributed:
-            return obj
-        box = [obj if self.is_main else None]
-        dist.broadcast_object_list(box, src=0, device=self.device if self.backend == "nccl" else None)
-        self.bytes_communicated += len(pickle.dumps(box[0]))
-        return box[0]
 
     def barrier(self) -> None:
         """Wait until every rank gets here."""
