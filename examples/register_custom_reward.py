@@ -96,7 +96,8 @@ def main():
     print(f"objective: {trainer.objective}")
     trainer.train()
 
-    print(f"\nheld-out reward on the test split ({args.peft} MeZO, {args.steps} steps of {args.batch_size}, "
+    run = trainer.args  # the run as resolved: the mode's defaults filled in
+    print(f"\nheld-out reward on the test split ({run.peft} MeZO, {run.max_steps} steps of {run.per_device_train_batch_size}, "
           f"final weights; mean +- standard error, n examples):")
     for name, (mean, se, n) in probe.before.items():
         mean_after, se_after, _ = probe.after[name]

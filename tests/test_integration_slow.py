@@ -125,3 +125,18 @@ def test_rl_arithmetic_example_runs_on_smollm2(tmp_path):
     for split in ("initial_test", "test"):
         assert summary[split]["n"] == 8 and 0.0 <= summary[split]["exact_answer"] <= 1.0
     assert math.isfinite(summary["test"]["kl"]) and summary["test"]["kl"] >= 0.0
+
+
+def test_register_custom_reward_example_runs_on_smollm2(tmp_path, shared_data_dir, monkeypatch):
+    """examples/register_custom_reward.py for two steps: the registered reward trained on, the held-out reward
+    before -> after with its SE, and the run as resolved (the mode's defaults filled in) in the report."""
+    import re
+
+    monkeypatch.setenv("MEZO_RL_DATA", str(shared_data_dir))
+    done = _run_example("register_custom_reward.py", "--max-steps", "2", "--per-device-train-batch-size", "8",
+                        "--held-out", "16", "--output-dir", str(tmp_path / "custom"))
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "held-out reward on the test split (norm MeZO, 2 steps of 8, final weights" in done.stdout, done.stdout[-1000:]
+    for name in ("gold_probability", "accuracy"):
+        assert re.search(rf"{name} +[\d.]+ \+- [\d.]+ -> [\d.]+ \+- [\d.]+ \(n = 16; gain [-+][\d.]+ = [-+][\d.]+ SE\)",
+                         done.stdout), done.stdout[-1000:]
