@@ -59,9 +59,9 @@ Variants (paper Appendix B), with their memory cost:
 
 Noise: ``noise="lowrank"`` (default: z = B A^T / sqrt(rank) per tensor of 2+ dimensions, rank 1,
 LOZO/SubZero, Gaussian for 1-D tensors; :class:`mezo_rl.engine.noise.NoiseSpec`), ``"gaussian"`` (the
-paper's) or ``"rademacher"`` (z_i = +-1). Low-rank is the default because it converges at least as
-fast per forward pass as Gaussian on the tasks we measured and its step costs the least: one
-BLAS pass per matrix, no compiler (docs/engine.md, "Which noise is the default").
+paper's) or ``"rademacher"`` (z_i = +-1). Low-rank is the default because its step costs the least (one BLAS
+pass per matrix, no compiler) and per forward pass it ends level with Gaussian on the tasks we
+measured (docs/engine.md, "Which noise is the default").
 With Rademacher z and a power-of-two eps (e.g. ``eps=2**-10``) the perturbation eps*z is exactly representable, and
 ``theta + eps z - 2 eps z + eps z`` returns theta exactly whenever ``theta +- eps`` is exactly
 representable (see docs/engine.md for measured drift).
