@@ -107,10 +107,14 @@ def parse(argv):
     a = p.parse_args(argv[:cut])
     if not a.time_budget_s > 0 or a.eval_points < 1:
         p.error(f"--time-budget-s must be > 0 and --eval-points >= 1, got {a.time_budget_s} and {a.eval_points}")
-    if (a.scale_decay is None) != (a.scale_decay_power is None) or \
-            (a.scale_decay is not None and not (a.scale_decay > 0 and a.scale_decay_power > 0)):
-        p.error(f"--scale-decay and --scale-decay-power go together, each > 0; got {a.scale_decay} and "
-                f"{a.scale_decay_power}")
+    if (a.scale_decay is None) != (a.scale_decay_power is None):
+        p.error(f"--scale-decay and --scale-decay-power go together; got {a.scale_decay} and {a.scale_decay_power}")
+    a.decay = None
+    if a.scale_decay is not None:
+        try:
+            a.decay = ScaleDecay(a.scale_decay, a.scale_decay_power)  # its own check, before any model loads
+        except ValueError as e:
+            p.error(str(e))
     train = argv[cut + 1:]
     logging = [train[i + 1] for i, x in enumerate(train[:-1]) if x in ("--logging-steps", "--logging_steps")]
     if any(v != "1" for v in logging):
@@ -125,8 +129,8 @@ def main(argv=None) -> int:
 
     a, train = parse(list(sys.argv[1:] if argv is None else argv))
     callbacks = [TimeBudget(a.time_budget_s, a.eval_points)]
-    if a.scale_decay is not None:
-        callbacks.append(ScaleDecay(a.scale_decay, a.scale_decay_power))
+    if a.decay is not None:
+        callbacks.append(a.decay)
     return cli(["train", *train], callbacks=callbacks)
 
 
