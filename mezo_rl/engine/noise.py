@@ -548,6 +548,35 @@ class NoiseSpec:
             with one_thread_on_cpu([device]):
                 self._apply(draw, dtype, device, scaled, mats, vecs)
 
+    def add_(self, targets, seed: int) -> None:
+        """In place, for every ``(index, p, start, view, s)`` of ``targets``: ``view += s * z[start:start + rows]``,
+        z the noise of the tensor ``p`` at ``index`` and ``view`` a float32 tensor shaped like those rows of it
+        (a low-precision update's buffer, :mod:`mezo_rl.engine.rounding`). Low-rank noise: the rows of each
+        matrix's B factor, in a number of operations that does not grow with the number of tensors; element-wise
+        noise: whole tensors (``start`` 0), one at a time."""
+        if self.kind != "lowrank":
+            for index, p, start, view, s in targets:
+                if start != 0 or view.numel() != p.numel():
+                    raise ValueError("element-wise noise is added to whole tensors only")
+                axpy_(view, tensor_key(seed, index, p.shape), self.kind, self.backend, a=0.0, b=s)
+            return
+        if not targets:
+            return
+        bs, as_, zs, one = self._draw(seed).views(torch.float32, targets[0][3].device)
+        root_r, mats, vecs = math.sqrt(self.rank), [], []
+        for index, p, start, view, s in targets:
+            matrix, i = self._position(index, p)
+            if matrix:
+                mats.append((view, i, start, s / root_r))
+            else:
+                vecs.append((view, zs[i], s))
+        for q in range(self.rank if mats else 0):
+            torch._foreach_addcmul_([v for v, _, _, _ in mats], [bs[q][i][a: a + v.shape[0]] for v, i, a, _ in mats],
+                                    [as_[q][i] for _, i, _, _ in mats], [s for _, _, _, s in mats])
+        if vecs:
+            torch._foreach_addcmul_([v for v, _, _ in vecs], [z for _, z, _ in vecs], [one] * len(vecs),
+                                    [s for _, _, s in vecs])
+
     def _compiled_sweep_(self, tensors, seed: int, coefs) -> None:
         """The compiled backend's sweep: :func:`axpy_`'s kernel on each tensor, with every tensor's keys and
         coefficients sent to its device as one table a sweep (a row each), so that on an accelerator no tensor's

@@ -109,18 +109,20 @@ from typing import Callable, Iterable
 import torch
 
 from mezo_rl.engine import noise as _noise
+from mezo_rl.engine import rounding as _rounding
 from mezo_rl.engine.curvature import Curvature
 from mezo_rl.engine.population import BatchedMembers, Member, step_members
 from mezo_rl.engine.trajectory import STATUS, Trajectory
 
 __all__ = ["MeZO", "BatchedMembers", "Member", "StepResult", "spread", "get_scheduler", "replay_trajectory", "ESTIMATORS", "EVALUATIONS",
-           "HIZOO_OPTIONS", "ON_NONFINITE", "SCHEDULERS"]
+           "HIZOO_OPTIONS", "ON_NONFINITE", "ROUNDINGS", "SCHEDULERS"]
 
 #: accepted values of MeZO's ``estimator`` / ``on_nonfinite`` and of :func:`get_scheduler`'s ``name``
 #: (the one declaration: command-line choices can be read from here, as noise kinds from ``noise.NOISES``)
 ESTIMATORS = ("two_point", "one_point", "es")
 EVALUATIONS = ("inplace", "batched")
 ON_NONFINITE = ("raise", "skip")
+ROUNDINGS = _rounding.ROUNDINGS
 SCHEDULERS = ("constant", "linear")
 #: what ``hessian_smooth`` > 0 (HiZOO's curvature, :mod:`mezo_rl.engine.curvature`) needs of the other run options
 HIZOO_OPTIONS = dict(estimator="two_point", noise="lowrank", rank=1)
@@ -128,9 +130,30 @@ _NORMALIZE = (None, "std")
 #: options of the whole run (the same in every param group), with their defaults
 _RUN_DEFAULTS = dict(n_spsa=1, noise="lowrank", rank=1, lowrank_interval=1, normalize=None,
                      estimator="two_point", momentum=0.0, adam=False, betas=(0.9, 0.999), adam_eps=1e-8,
-                     seed=0, on_nonfinite="raise", noise_backend="auto", evaluation="inplace", hessian_smooth=0.0)
-#: options added after the first trajectory format, with the value that reproduces older runs
-_ADDED_LATER = {k: _RUN_DEFAULTS[k] for k in ("rank", "lowrank_interval", "normalize", "evaluation", "hessian_smooth")}
+                     seed=0, on_nonfinite="raise", noise_backend="auto", evaluation="inplace", hessian_smooth=0.0,
+                     rounding="stochastic")
+#: options added after the first trajectory format, with the value that reproduces older runs (``rounding``: any
+#: value reproduces a float32 run; :func:`_check_rounding_recorded` refuses an older run of low-precision weights)
+_ADDED_LATER = {k: _RUN_DEFAULTS[k] for k in ("rank", "lowrank_interval", "normalize", "evaluation", "hessian_smooth",
+                                              "rounding")}
+
+
+def _check_rounding_recorded(recorded: dict, dtypes) -> None:
+    """Refuse, in one line, to replay or resume a run of bf16 / fp16 weights recorded before ``rounding`` existed:
+    its updates were rounded to nearest in the weights' dtype, operation by operation, which this version does
+    not do again."""
+    low = sorted({d for d in dtypes if d in ("bfloat16", "float16")})
+    if "rounding" not in recorded and low:
+        raise ValueError(f"this run's {'/'.join(low)} weights were updated by an earlier mezo-rl, which rounded every "
+                         "operation of an update to nearest in their dtype; this version computes an update in float32 "
+                         "and rounds it once, so it cannot replay or resume that run bit for bit: use the version that "
+                         "recorded it")
+
+
+def _low_precision_in_place(params) -> str | None:
+    """The dtype of a trainable bf16 / fp16 tensor among ``params`` (tensors), or None."""
+    return next((str(p.dtype).removeprefix("torch.") for p in params
+                 if p.requires_grad and _rounding.is_low_precision(p)), None)
 
 
 def _with_noise_format(header: dict) -> dict:
@@ -206,7 +229,10 @@ class StepResult:
     With ``hessian_smooth`` the last of ``values`` is the unperturbed weights' (HiZOO's l0).
     ``lr``: the first group's learning rate used for the update. ``values``: every closure value,
     in call order. ``spread``: sigma, the standard deviation of the step's closure values
-    (``normalize="std"`` only; 0 means the step changed nothing but weight decay).
+    (``normalize="std"`` only; 0 means the step changed nothing but weight decay). ``update_kept``: the share
+    of the intended update that reached the bf16 / fp16 weights, measured on a fixed sample of their entries
+    (:class:`mezo_rl.engine.rounding.UpdateMeter`; in expectation 1 with stochastic rounding); None where no
+    low-precision weight was to change.
     """
 
     loss_plus: float
@@ -218,6 +244,7 @@ class StepResult:
     lr: float = 0.0
     values: list[float] = field(default_factory=list)
     spread: float | None = None
+    update_kept: float | None = None
 
 
 class _ReplayAbort(Exception):
@@ -281,7 +308,13 @@ class MeZO(torch.optim.Optimizer):
             place) or a :class:`~mezo_rl.engine.population.BatchedMembers` strategy (``closure(members)``
             runs once, the strategy's model evaluating every member in member-major row blocks; see the
             module docstring). ``"batched"`` names that mode without a model: enough to replay a
-            trajectory, whose closure hands back logged values.
+            trajectory, whose closure hands back logged values. bf16 / fp16 trainable tensors need the batched
+            mode: a perturbation swept into them in place rounds, and the restore does not return them to
+            where they were (refused in one line).
+        rounding: how an update is written into bf16 / fp16 tensors, computed in float32 and rounded once:
+            ``"stochastic"`` (default; unbiased at any lr, its random bits drawn from the step's seed, so replay
+            and resume stay exact) or ``"nearest"`` (drops an update below half a weight's spacing).
+            float32 tensors are updated as always. See :mod:`mezo_rl.engine.rounding`.
 
     Every hyperparameter is in ``opt.defaults`` (and, as in ``torch.optim``, in every param
     group); those of the whole run (all but lr, eps, weight_decay) cannot differ between groups.
@@ -292,7 +325,8 @@ class MeZO(torch.optim.Optimizer):
                  normalize: str | None = None, estimator: str = "two_point",
                  momentum: float = 0.0, adam: bool = False, betas=(0.9, 0.999), adam_eps: float = 1e-8,
                  seed: int = 0, on_nonfinite: str = "raise", noise_backend: str = "auto", record: bool = True,
-                 evaluation: str | BatchedMembers = "inplace", hessian_smooth: float = 0.0):
+                 evaluation: str | BatchedMembers = "inplace", hessian_smooth: float = 0.0,
+                 rounding: str = "stochastic"):
         if noise not in _noise.NOISES:
             raise ValueError(f"noise must be one of {_noise.NOISES}, got {noise!r}")
         if estimator not in ESTIMATORS:
@@ -303,6 +337,8 @@ class MeZO(torch.optim.Optimizer):
             raise ValueError(f"noise_backend must be one of {_noise.BACKENDS}, got {noise_backend!r}")
         if normalize not in _NORMALIZE:
             raise ValueError(f"normalize must be one of {_NORMALIZE}, got {normalize!r}")
+        if rounding not in ROUNDINGS:
+            raise ValueError(f"rounding must be one of {ROUNDINGS}, got {rounding!r}")
         strategy = evaluation if isinstance(evaluation, BatchedMembers) else None
         if strategy is not None:
             evaluation = "batched"
@@ -335,7 +371,7 @@ class MeZO(torch.optim.Optimizer):
                    normalize=normalize, estimator=estimator, momentum=float(momentum),
                    adam=bool(adam), betas=[float(b) for b in betas], adam_eps=float(adam_eps),
                    seed=seed, on_nonfinite=on_nonfinite, noise_backend=noise_backend, evaluation=evaluation,
-                   hessian_smooth=float(hessian_smooth))
+                   hessian_smooth=float(hessian_smooth), rounding=rounding)
         assert run.keys() == _RUN_DEFAULTS.keys()
         super().__init__(params, dict(lr=lr, eps=eps, weight_decay=weight_decay, **run))
         self._samples = 0          # noise samples drawn so far; the next seed is seed * 2**32 + _samples
@@ -349,6 +385,16 @@ class MeZO(torch.optim.Optimizer):
         self._replaying = False
         if strategy is not None:   # a tensor it cannot perturb: one line now, not at the first step
             strategy.prepare([e for e in self._flat() if e[1].requires_grad], noise, self.members_per_step)
+        self._check_in_place([p for _, p, _ in self._flat()])
+
+    def _check_in_place(self, params) -> None:
+        """In-place evaluation of bf16 / fp16 weights is refused in one line: a perturbation swept into them rounds
+        and the restore does not return them bit for bit (the weights would walk away over a run)."""
+        low = _low_precision_in_place(params) if self.config["evaluation"] == "inplace" else None
+        if low is not None:
+            raise ValueError(f"MeZO cannot perturb {low} weights in place: a perturbation rounds and its restore does "
+                             "not return them bit for bit; use evaluation=BatchedMembers(model) (the weights untouched "
+                             "until the update) or float32 weights (with autocast for low-precision compute)")
 
     @property
     def member_evaluation(self) -> BatchedMembers | None:
@@ -417,6 +463,7 @@ class MeZO(torch.optim.Optimizer):
         trainable = [e for e in flat if e[1].requires_grad]
         if not trainable:
             raise ValueError("MeZO has no trainable tensors: every parameter has requires_grad=False")
+        self._check_in_place([p for _, p, _ in trainable])
         if self._noise is None:
             self._set_backend(_noise.resolve_backend(self.config["noise_backend"], self.config["noise"]))
         if self._noise.kind == "lowrank" and self._noise.layout != _noise.layout((i, p) for i, p, _ in trainable):
@@ -545,12 +592,18 @@ class MeZO(torch.optim.Optimizer):
                 return b, (1.0 - group["lr"] * group["weight_decay"]) if decay else 1.0
             return coeffs
 
+        low = [e for e in entries if _rounding.is_low_precision(e[1])]
+        if low:  # bf16 / fp16: computed in float32 and rounded once (batched evaluation: the weights are at theta)
+            entries = [e for e in entries if not _rounding.is_low_precision(e[1])]
+        kept = None
         if buffered:
             self._buffered_update(entries, seeds, group_grads)
+            kept = self._buffered_update(low, seeds, group_grads, rounded=True) if low else None
         elif offset is None:  # the weights are at theta: the same updates, without a restore to fuse
             self._sweep(entries, seeds[-1], 0.0, update=sgd(n - 1, decay=True), skip_identity=True)
             for j in range(n - 1):
                 self._sweep(entries, seeds[j], 0.0, update=sgd(j, decay=False), skip_identity=True)
+            kept = self._rounded_update(low, seeds, group_grads) if low else None
         else:
             self._sweep(entries, seeds[-1], -offset[1], update=sgd(n - 1, decay=True))  # restore + update, fused
             for j in range(n - 1):  # Algorithm 2: the other samples' updates
@@ -566,7 +619,7 @@ class MeZO(torch.optim.Optimizer):
         self._log(seeds, values, grads, lrs, epss, STATUS["applied"])
         return StepResult(loss_plus=sum(plus) / len(plus), loss_minus=None if one_point or es else sum(minus) / len(minus),
                           projected_grads=grads, seeds=seeds, loss=sum(values) / len(values), lr=lrs[0],
-                          values=values, spread=sigma)
+                          values=values, spread=sigma, update_kept=kept)
 
     def _move_curvature(self, seeds, values, center: float, eps: float) -> None:
         """HiZOO: each sample's curvature along its direction, ``|l+ + l- - 2 l0| / (2 eps^2)``, moves H
@@ -588,23 +641,41 @@ class MeZO(torch.optim.Optimizer):
                              "MeZO(params, evaluation=BatchedMembers(model))")
         return self._members.evaluate(closure, members, self._noise, entries)
 
-    def _buffered_update(self, entries, seeds, group_grads) -> None:
+    def _rounded_update(self, entries, seeds, group_grads) -> float | None:
+        """The SGD update of bf16 / fp16 tensors (weights at theta): ``c p + sum_j s_j z_j`` computed in float32
+        chunk by chunk and rounded once (:func:`mezo_rl.engine.rounding.update_`); the share of it kept. Nothing
+        is written where the update is the identity (lr 0), so those weights stay bit for bit."""
+        n = self.config["n_spsa"]
+        coefs = {id(g): [-g["lr"] * group_grads[id(g)][j] / n for j in range(len(seeds))] for g in self.param_groups}
+        decay = {id(g): 1.0 - g["lr"] * g["weight_decay"] for g in self.param_groups}
+        entries = [e for e in entries if decay[id(e[2])] != 1.0 or any(coefs[id(e[2])])]
+
+        def add(items):
+            for j, s in enumerate(seeds):
+                self._noise.add_([(pc.index, pc.p, pc.start, v, coefs[id(pc.group)][j]) for pc, v in items
+                                  if coefs[id(pc.group)][j] != 0.0], s)
+
+        return _rounding.update_(entries, add, lambda g: decay[id(g)], self.config["rounding"], seeds[-1],
+                                 split_rows=self._noise.kind == "lowrank") if entries else None
+
+    def _buffered_update(self, entries, seeds, group_grads, rounded: bool = False) -> float | None:
         """Momentum / Adam: materialise z per tensor and update the per-tensor float32 buffers (momentum with
-        low-rank noise: :meth:`_lowrank_momentum_update`, every tensor at once)."""
+        low-rank noise on float32 weights: :meth:`_lowrank_momentum_update`, every tensor at once). ``rounded``:
+        bf16 / fp16 tensors, the step computed in float32 and rounded once (:mod:`mezo_rl.engine.rounding`);
+        returns the share of it kept."""
         cfg = self.config
         n, mu, (b1, b2) = cfg["n_spsa"], cfg["momentum"], cfg["betas"]
-        if cfg["noise"] == "lowrank" and not cfg["adam"]:
+        if cfg["noise"] == "lowrank" and not cfg["adam"] and not rounded:
             return self._lowrank_momentum_update(entries, seeds, group_grads)
         t = self._updates + 1
-        for idx, p, group in entries:
-            lr = group["lr"]
+
+        def step_of(idx, p, group) -> tuple[torch.Tensor, float]:
+            """``(d, alpha)``: the change of ``p`` after its weight decay is ``alpha * d`` (float32), its buffers moved."""
             est = None  # the ZO gradient estimate for this tensor: mean_j g_j z_j
             for j, s in enumerate(seeds):
                 z = self._noise.sample(p, s, idx).mul_(group_grads[id(group)][j] / n)
                 est = z if est is None else est.add_(z)
-            state = self.state[p]
-            if group["weight_decay"]:
-                p.mul_(1.0 - lr * group["weight_decay"])
+            state, lr = self.state[p], group["lr"]
             if cfg["adam"]:
                 if "exp_avg" not in state:
                     state["exp_avg"] = torch.zeros_like(p, dtype=torch.float32)
@@ -613,12 +684,24 @@ class MeZO(torch.optim.Optimizer):
                 m.mul_(b1).add_(est, alpha=1 - b1)
                 v.mul_(b2).addcmul_(est, est, value=1 - b2)
                 denom = (v / (1 - b2**t)).sqrt_().add_(cfg["adam_eps"])
-                p.add_((m / denom).to(p.dtype), alpha=-lr / (1 - b1**t))
-            else:
-                if "momentum_buffer" not in state:
-                    state["momentum_buffer"] = torch.zeros_like(p, dtype=torch.float32)
-                buf = state["momentum_buffer"].mul_(mu).add_(est)
-                p.add_(buf.to(p.dtype), alpha=-lr)
+                return m / denom, -lr / (1 - b1**t)
+            if "momentum_buffer" not in state:
+                state["momentum_buffer"] = torch.zeros_like(p, dtype=torch.float32)
+            return state["momentum_buffer"].mul_(mu).add_(est), -lr
+
+        if rounded:
+            def add(items):
+                for pc, v in items:
+                    d, alpha = step_of(pc.index, pc.p, pc.group)
+                    v.add_(d.view(v.shape), alpha=alpha)
+            return _rounding.update_(entries, add, lambda g: 1.0 - g["lr"] * g["weight_decay"], cfg["rounding"],
+                                     seeds[-1], split_rows=False)
+        for idx, p, group in entries:
+            if group["weight_decay"]:
+                p.mul_(1.0 - group["lr"] * group["weight_decay"])
+            d, alpha = step_of(idx, p, group)
+            p.add_(d, alpha=alpha)
+        return None
 
     def _lowrank_momentum_update(self, entries, seeds, group_grads) -> None:
         """Heavy-ball momentum with low-rank noise, in operations that do not grow with the number of tensors:
@@ -664,6 +747,7 @@ class MeZO(torch.optim.Optimizer):
         ``on_step(t, optimizer)``, if given, is called after each row ``t`` of the log (whether it
         moved the weights or not): the weights and state are then those of the run after step t + 1."""
         _with_noise_format(trajectory.header)
+        _check_rounding_recorded(trajectory.header, trajectory.header.get("param_dtypes", ()))
         entries = self._prepare()
         batched = self.config["evaluation"] == "batched"
         for t, row in enumerate(trajectory):
@@ -714,6 +798,8 @@ class MeZO(torch.optim.Optimizer):
         extra = sd.pop("mezo", None)
         if extra is None:
             raise ValueError("not a MeZO state dict: the 'mezo' entry is missing")
+        _check_rounding_recorded(extra["config"], [str(p.dtype).removeprefix("torch.") for _, p, _ in self._flat()
+                                                   if p.requires_grad])
         saved = {**_ADDED_LATER, **extra["config"]}
         if saved != self.config:
             diff = {k: (saved.get(k), v) for k, v in self.config.items() if saved.get(k) != v}
@@ -768,6 +854,7 @@ def replay_trajectory(params: torch.nn.Module | Iterable, trajectory: Trajectory
     h = traj.header
     if not h:
         raise ValueError("the trajectory has no header: it was never filled by a MeZO run")
+    _check_rounding_recorded(h, h["param_dtypes"])
     h = _with_noise_format({**_ADDED_LATER, **h})
     flat = _flat_params(params)
     shapes = [list(p.shape) for p in flat]
