@@ -5,6 +5,7 @@ import dataclasses
 import functools
 
 import pytest
+import torch
 
 from mezo_rl.training.arguments import BaselineArguments, EvalRunArguments, MeZOConfig, flag, parse_step
 from mezo_rl.training.defaults import (FIELD_OF, MODE_DEFAULTS, MODES, PROMPT_TASK_DEFAULTS, PROMPT_TASK_MODE,
@@ -29,6 +30,10 @@ def test_every_declared_choice_minimum_and_bound_is_checked(cls):
             with pytest.raises(ValueError, match=f"{opt}: got 'bogus', accepted: " + ", ".join(f.metadata["choices"])):
                 cls(**{f.name: "bogus"})
             for choice in f.metadata["choices"]:
+                if (f.name, choice) == ("dtype", "float16") and not torch.cuda.is_available():
+                    with pytest.raises(ConfigError, match="^--dtype float16 needs a CUDA device"):
+                        cls(**{f.name: choice})
+                    continue
                 assert getattr(cls(**{f.name: choice}), f.name) == choice
         if "min" in f.metadata and (f.name, f.metadata["min"] - 1) != ("max_steps", -1):  # -1: transformers' "unset"
             with pytest.raises(ValueError, match=f"{opt}: got {f.metadata['min'] - 1}, accepted: an integer >= "):

@@ -34,6 +34,7 @@ from mezo_rl.model.loading import load_model
 from mezo_rl.training.outputs import model_outputs
 from mezo_rl.training.trainer import peak_rss_mb
 from mezo_rl.rewards import candidate_cross_entropy
+from mezo_rl.training.outputs import weights_dtype
 
 __all__ = ["METHODS", "BaselineArguments", "zero_shot", "icl", "linear_probe", "finetune", "run_baseline",
            "pick_demonstrations", "fit_logistic_regression"]
@@ -173,7 +174,7 @@ def run_baseline(args: BaselineArguments, lm=None, task=None, splits=None) -> di
         sizes = {"test": args.num_test, **({"train": args.num_train} if args.method != "zero-shot" else {})}
         splits = {"train": [], **load_splits(task, args.task, sizes, args.data_dir, args.seed)}
     if lm is None:
-        lm = load_model(args.model, dtype=args.dtype)
+        lm = load_model(args.model, dtype=weights_dtype(args.dtype, getattr(args, "autocast", "auto")))
     kw = dict(batch_size=args.eval_batch_size, max_new_tokens=args.max_completion_length)
     result = {"method": args.method, "model": args.model, "task": args.task}
     if args.method == "zero-shot":

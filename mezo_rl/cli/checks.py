@@ -27,6 +27,7 @@ from mezo_rl.training.plan import plan_given, resolve_task, user_code
 from mezo_rl.training.setup import TaskCodeError, load_splits
 from mezo_rl.tasks import SPLITS
 from mezo_rl.tasks.data import data_root
+from mezo_rl.training.outputs import weights_dtype
 
 __all__ = ["TaskCodeError", "user_code", "resolve_task", "check_reward_fit",
            "check_output_dir", "check_run_dir", "check_training", "load_splits"]
@@ -94,7 +95,7 @@ def check_training(args, *, model: bool = True, output: bool = True):
     dataset tasks (to check their columns); built-in tasks read theirs later.
     """
     plan, _, _ = plan_given(args)  # the task, the rewards, the configuration for that task: one line on a mistake
-    found = check_model(args.model, args.dtype) if model else None
+    found = check_model(args.model, weights_dtype(args.dtype, getattr(args, "autocast", "auto"))) if model else None
     check_data_dir(args.data_dir)
     if output:
         check_output_dir(plan.args)

@@ -64,6 +64,7 @@ from mezo_rl.training.trainer import MeZOTrainer, TrainingInterrupted
 from mezo_rl import rewards
 from mezo_rl.rewards import describe_rewards
 from mezo_rl.tasks import get_task, list_tasks
+from mezo_rl.training.outputs import weights_dtype
 
 
 class UsageError(ConfigError):
@@ -274,7 +275,7 @@ def cmd_eval(ns) -> int:
         checks.check_run_dir(args.run_dir)
         run_args = rundir.read_args(args.run_dir)
     else:
-        check_model(args.model, args.dtype)
+        check_model(args.model, weights_dtype(args.dtype, getattr(args, "autocast", "auto")))
     task_args = _task_args(args, run_args=run_args)
     data_dir = args.data_dir if args.data_dir is not None or run_args is None else run_args.data_dir
     checks.check_data_dir(data_dir)
@@ -298,7 +299,7 @@ def cmd_eval(ns) -> int:
         lm, _, step = load_run(args.run_dir, args.step)
         info = {"run_dir": args.run_dir, "step": step}
     else:
-        lm = load_model(args.model, dtype=args.dtype)
+        lm = load_model(args.model, dtype=weights_dtype(args.dtype, getattr(args, "autocast", "auto")))
         info = {"model": args.model}
     max_new_tokens = args.max_completion_length or (run_args.max_completion_length if run_args is not None else
                                                     MeZOConfig().max_completion_length)  # what the run generated
@@ -368,7 +369,7 @@ def cmd_compare(ns) -> int:
 
 def cmd_baseline(ns) -> int:
     args = parse_into(BaselineArguments, ns, _config(ns))
-    check_model(args.model, args.dtype)
+    check_model(args.model, weights_dtype(args.dtype, getattr(args, "autocast", "auto")))
     checks.check_data_dir(args.data_dir)
     task = resolve_task(args)
     if args.output_dir is not None and pathlib.Path(args.output_dir).is_file():

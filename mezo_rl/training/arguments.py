@@ -41,9 +41,10 @@ from mezo_rl.training.defaults import (FIELD_OF, MODE_DEFAULTS, MODES, PROMPT_TA
 from mezo_rl.errors import ConfigError
 from mezo_rl.training.config import trl_options
 from mezo_rl.training.member_evaluation import check_evaluation
+from mezo_rl.training.outputs import check_dtype
 from mezo_rl.training.reporting import check_report_to
 from mezo_rl.engine.noise import NOISES as NOISE_KINDS
-from mezo_rl.engine.optim import ESTIMATORS, EVALUATIONS, HIZOO_OPTIONS, ON_NONFINITE
+from mezo_rl.engine.optim import ESTIMATORS, EVALUATIONS, HIZOO_OPTIONS, ON_NONFINITE, ROUNDINGS
 from mezo_rl.model.loading import parse_max_memory
 
 #: ``lr_scheduler_type``: the schedules of ``transformers.get_scheduler`` that need no more than warmup and length
@@ -180,6 +181,8 @@ class Arguments:
             for key, (ok, sign) in _BOUNDS.items():
                 if key in f.metadata and not (math.isfinite(value) and ok(value, f.metadata[key])):
                     raise ConfigError(f"{flag(f.name)}: got {value!r}, accepted: a number {sign} {f.metadata[key]:g}")
+        if hasattr(self, "dtype"):  # weights this machine cannot hold, or a pair that means nothing: one line now
+            check_dtype(self.dtype, getattr(self, "autocast", "auto"))
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -325,6 +328,7 @@ class MeZOArguments(Arguments):
     adam: bool = option(False, "ZO-Adam (Appendix B.2)")
     hessian_smooth: float = option(0.0, "HiZOO: precondition the perturbation by a diagonal curvature estimate that moves at this rate a step, measured by one more member (the unperturbed weights); 0 = off; needs --noise lowrank with --rank 1", ge=0, lt=1)
     on_nonfinite: str = option("raise", "what a non-finite loss does", choices=ON_NONFINITE)
+    rounding: str = option("stochastic", "how an update is written into bfloat16 / float16 weights, computed in float32 and rounded once: stochastic (unbiased at any learning rate; its random bits drawn from the step's seed) or nearest (drops an update below half a weight's spacing); float32 weights are unaffected", choices=list(ROUNDINGS))
     evaluation: str = option("auto", "how a step evaluates its members: inplace (perturb the weights, one member after another), batched (all members in one batched pass, the weights untouched until the update; --peft full needs --noise lowrank) or auto (batched where it measured faster: generation rewards on a GPU, or with prompts at most 4x --max-completion-length long; inplace otherwise, scoring included; batched for bfloat16 weights, which the in-place sweeps would round; a resumed run keeps the mode it ran with)", choices=["auto", *EVALUATIONS])
 
 
@@ -335,7 +339,7 @@ class SeedArguments(Arguments):
 
 @dataclass
 class ComputeArguments(Arguments):
-    dtype: str = option("float32", "weights dtype", choices=["float32", "bfloat16"])
+    dtype: str = option("float32", "the weights' dtype: float32, bfloat16 (bf16 inference's memory; a step evaluates its members batched and writes its update with --rounding), float16 (CUDA only), or auto (bfloat16 where bf16 is native, a GPU or a CPU with AVX512-BF16/AMX, with --autocast auto; float32 elsewhere)", choices=["auto", "float32", "bfloat16", "float16"])
     autocast: str = option("auto", "bf16 autocast of the forward passes with fp32 master weights: auto (only where the CPU has native bf16: AVX512-BF16/AMX; on other CPUs bf16 is slower than fp32), bfloat16 or none", choices=["auto", "none", "bfloat16"])
     device_map: Optional[str] = option(None, "spread a model larger than one device over several (passed to from_pretrained, e.g. auto); offloading to disk is rejected")
     max_memory: Optional[str] = option(None, "per-device memory caps with --device-map, e.g. '0=20GiB,1=20GiB,cpu=60GiB'")
@@ -484,7 +488,7 @@ class MeZOConfig(OutputArguments, EvalArguments, GenerationArguments, ComputeArg
                               f"{self.per_device_train_batch_size}{times} (the completions of a step: that many / "
                               f"num_generations prompts, num_generations each)")
         check_report_to(self.report_to)  # an unknown name or a missing package: one line, before anything loads
-        check_evaluation(self.evaluation, self.peft, self.noise, self.trainable)
+        check_evaluation(self.evaluation, self.peft, self.noise, self.trainable, dtype=self.dtype, autocast=self.autocast)
         if self.hessian_smooth and {k: getattr(self, k) for k in HIZOO_OPTIONS} != HIZOO_OPTIONS:
             raise ConfigError(f"--hessian-smooth (HiZOO) needs --noise lowrank with --rank 1 and --estimator two_point; "
                               f"got --noise {self.noise} --rank {self.rank} --estimator {self.estimator}")

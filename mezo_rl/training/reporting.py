@@ -76,7 +76,8 @@ def check_report_to(report_to) -> list[str]:
 
 # ---------------------------------------------------------------------- TRL's keys
 _TRAIN_KEYS = {"lr": "learning_rate", "seconds": "step_time"}
-_PASSED = ("loss", "reward", "reward_std", "frac_reward_zero_std", "completions/mean_length", "kl", "projected_grad")
+_PASSED = ("loss", "reward", "reward_std", "frac_reward_zero_std", "completions/mean_length", "kl", "projected_grad",
+           "update_kept")
 
 
 def _number(v) -> Optional[float]:

@@ -120,6 +120,8 @@ class TrainerState:
     wall_time_s: float = 0.0  # up to the last save
     last_eval_step: Optional[int] = None  # the step of the last validation
     loss_sum: float = 0.0  # the training steps' losses summed (TrainOutput.training_loss: their mean)
+    update_kept_sum: float = 0.0  # bf16 / fp16 weights: the share of each update kept (StepResult.update_kept), summed
+    update_kept_steps: int = 0  # ... over this many steps
     objective: Optional[dict] = None  # Objective.state_dict(): the frozen normalisation scales
 
     @property
@@ -149,7 +151,7 @@ class TrainerState:
 
 _OWN_KEY = "MeZOTrainer"
 _OWN_FIELDS = ("best_validation", "initial_validation", "initial_test", "last_validation", "wall_time_s",
-               "last_eval_step", "loss_sum", "objective")
+               "last_eval_step", "loss_sum", "update_kept_sum", "update_kept_steps", "objective")
 
 
 # ---------------------------------------------------------------------- JSON
@@ -203,7 +205,7 @@ def read_args(run_dir: str | os.PathLike) -> MeZOConfig:
 def model_identity(args: MeZOConfig, lm) -> dict:
     """What the checkpoint needs besides the trajectory: the base model and the adapter; and how its completions
     ended at a stop string (``stop_strings``: :data:`STOP_STRINGS`)."""
-    return {"model": args.model, "dtype": args.dtype, "peft": peft_config(lm) if args.peft in PEFT_METHODS else None,
+    return {"model": args.model, "dtype": str(next(lm.model.parameters()).dtype).removeprefix("torch."), "peft": peft_config(lm) if args.peft in PEFT_METHODS else None,
             "parameters": sum(p.numel() for p in trainable_parameters(lm.model)),
             "transformers": version("transformers"), "torch": torch.__version__, "stop_strings": STOP_STRINGS}
 
@@ -442,6 +444,13 @@ def replay_prefix(lm, trajectory: Trajectory, n_steps: int) -> None:
         replay_trajectory(trainable_parameters(lm.model), trajectory[:n_steps])
 
 
+def recorded_dtype(run_dir: str | os.PathLike) -> Optional[str]:
+    """The weights' dtype a run's checkpoint was written with (model.json), or None without a checkpoint."""
+    path = checkpoint_dir(run_dir) / MODEL_FILE
+    identity = read_json(path) if path.is_file() else None
+    return identity.get("dtype") if isinstance(identity, dict) else None
+
+
 def load_run(run_dir: str | os.PathLike, step: str | int = "best", lm=None):
     """Rebuild a run's weights: base model (+ adapter) with the first ``step`` trajectory steps replayed.
 
@@ -458,7 +467,7 @@ def load_run(run_dir: str | os.PathLike, step: str | int = "best", lm=None):
     n = {"best": state.best_step, "final": state.global_step}.get(step, step)
     if not 0 <= n <= len(trajectory):
         raise ConfigError(f"step {step!r}: the checkpoint in {run} has steps 0..{len(trajectory)}")
-    lm = build_model(args, lm)
+    lm = build_model(args, lm, recorded_dtype(run))
     replay_prefix(lm, trajectory, n)
     return lm, args, n
 

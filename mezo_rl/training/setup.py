@@ -32,13 +32,13 @@ from mezo_rl.training.distributed import DistContext, check_no_offload
 from mezo_rl.training.fitness import Fitness
 from mezo_rl.training.kl import starting_point
 from mezo_rl.training.member_evaluation import evaluation_options
-from mezo_rl.training.outputs import example_columns, truncate_prompts
+from mezo_rl.training.outputs import example_columns, truncate_prompts, weights_dtype
 
 __all__ = ["build_run", "TaskCodeError", "load_splits", "run_splits", "build_model", "param_groups", "trainable_parameters",
            "build_optimizer", "lr_scheduler"]
 
 
-def build_run(plan, lm=None, splits=None, dist=None) -> tuple:
+def build_run(plan, lm=None, splits=None, dist=None, dtype: Optional[str] = None) -> tuple:
     """What ``plan`` (a :class:`~mezo_rl.training.plan.RunPlan`) says to build, in order, each once; returns
     ``(splits, lm, start, fitness)``:
 
@@ -50,11 +50,13 @@ def build_run(plan, lm=None, splits=None, dist=None) -> tuple:
     - the starting point a prompt task keeps (the reference of ``kl`` and ``beta``), or None;
     - the run's fitness: how a member's loss is formed, its statistics all-reduced over ``dist``
       (a :class:`~mezo_rl.training.distributed.DistContext`; None: this process alone).
+
+    ``dtype``: the weights' dtype a resumed run was recorded with (``--dtype auto`` keeps it).
     """
     args, objective = plan.args, plan.objective
     splits = run_splits(args, plan.task, splits)
     objective.check_columns(example_columns(splits["train"]), task_kind=plan.task_kind)
-    lm = build_model(args, lm)
+    lm = build_model(args, lm, dtype)
     objective.check_compatible(bool(lm.is_causal))
     splits = truncate_prompts(splits, lm, args.max_prompt_length)
     return splits, lm, starting_point(lm, plan.reference), Fitness(plan.fitness, objective, dist or DistContext())
@@ -125,13 +127,15 @@ def trainable_parameters(model: torch.nn.Module) -> list[torch.Tensor]:
     return [p for g in param_groups(model, 0.0) for p in g["params"]]
 
 
-def build_model(args: MeZOConfig, lm=None):
-    """Load the base model (unless ``lm`` is given) and set it up for what ``args.peft`` trains
+def build_model(args: MeZOConfig, lm=None, dtype: Optional[str] = None):
+    """Load the base model (unless ``lm`` is given) in ``args.dtype`` (``auto`` resolved here, or ``dtype``: the
+    one a recorded run used) and set it up for what ``args.peft`` trains
     (:func:`mezo_rl.model.peft.set_trainable`: the final norm with its trunk cache, an adapter, or every
     weight; then ``args.trainable``'s pattern)."""
     if lm is None:
         remote = {"trust_remote_code": True} if args.trust_remote_code else {}
-        lm = load_model(args.model, dtype=args.dtype, device_map=args.device_map,
+        dtype = dtype if dtype is not None and args.dtype == "auto" else weights_dtype(args.dtype, args.autocast)
+        lm = load_model(args.model, dtype=dtype, device_map=args.device_map,
                         max_memory=args.max_memory, batch_size=args.eval_batch_size, **remote)
         if args.device_map is not None:
             check_no_offload(lm.model)  # weights offloaded to disk cannot be perturbed in place
@@ -152,6 +156,7 @@ def build_optimizer(args: MeZOConfig, lm, needs, train=(), recorded: Optional[st
     optimizer = MeZO(param_groups(lm.model, options["weight_decay"]), **options, rank=args.rank,
                      lowrank_interval=args.lowrank_interval, estimator=args.estimator, momentum=args.momentum,
                      adam=args.adam, hessian_smooth=args.hessian_smooth, seed=args.seed, on_nonfinite=args.on_nonfinite,
+                     rounding=args.rounding,
                      **evaluation_options(args, needs, lm, train, recorded))
     return optimizer, lr_scheduler(args, optimizer)
 

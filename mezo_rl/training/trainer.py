@@ -26,6 +26,7 @@ import math
 import pathlib
 import resource
 import time
+import warnings
 from typing import Any, Callable, Optional
 
 import numpy as np
@@ -52,6 +53,10 @@ from mezo_rl.training.runguard import InterruptGuard
 from mezo_rl.training.setup import build_model, build_optimizer, build_run, trainable_parameters
 from mezo_rl.training.trl_rewards import RewardContext, with_trl_keywords
 from mezo_rl.tasks.user import data_task, is_dataset_object
+
+#: a run warns once when its low-precision weights kept less than KEPT_LOW of the intended update, on average over
+#: KEPT_WINDOW steps (StepResult.update_kept)
+KEPT_WINDOW, KEPT_LOW = 20, 0.5
 
 __all__ = ["MeZOTrainer", "TrainingInterrupted", "RewardsSilentError", "sample_batch_indices", "primary_metric", "peak_rss_mb"]
 
@@ -152,10 +157,12 @@ class MeZOTrainer:
         with_trl_keywords(self.objective, self.reward_context)
         # what the plan says, built in order, each once: the examples, the model, the reference of kl and --beta,
         # a member's loss
-        self.splits, self.lm, self.start, self.fitness = build_run(plan, lm, splits, self.dist)
+        self.splits, self.lm, self.start, self.fitness = build_run(
+            plan, lm, splits, self.dist, rundir.recorded_dtype(args.output_dir) if args.resume else None)
         # MeZO and its schedule: built on first use (create_optimizer_and_scheduler), as transformers' Trainer
         # builds its optimizer in train(), once a resume has told which member evaluation the run keeps
         self._optimizer = self._scheduler = None
+        self._recent_kept, self._warned_kept = [], False  # the last steps' update_kept; warned once
         self._released = False  # the optimizer was let go for the best step's weights (_restore_best)
         self.callback_handler = CallbackHandler(callbacks or [])
         if self.dist.is_main:  # the loggers and the progress bar on the main process only
@@ -313,9 +320,26 @@ class MeZOTrainer:
         record = {"step": self.step, "loss": _num(res.loss), "loss_plus": _num(res.loss_plus),
                   "loss_minus": _num(res.loss_minus), "projected_grad": _num(res.projected_grads), "lr": lr,
                   "skipped": bool(res.skipped), **rewards_logged}
+        if res.update_kept is not None:
+            record["update_kept"] = res.update_kept
+            self._watch_update_kept(res.update_kept)
         record.update(bytes_communicated=self.dist.bytes_communicated - bytes_before,
                       seconds=time.perf_counter() - t0, peak_rss_mb=peak_rss_mb())
         return record
+
+    def _watch_update_kept(self, kept: float) -> None:
+        """Sum the share of the update the low-precision weights kept, and warn once when its mean over the last
+        :data:`KEPT_WINDOW` steps stays below :data:`KEPT_LOW`: rounding is eating the update."""
+        self.state.update_kept_sum += kept
+        self.state.update_kept_steps += 1
+        self._recent_kept = [*self._recent_kept[-(KEPT_WINDOW - 1):], kept]
+        mean = sum(self._recent_kept) / len(self._recent_kept)
+        if len(self._recent_kept) == KEPT_WINDOW and mean < KEPT_LOW and not self._warned_kept:
+            self._warned_kept = True
+            dtype = str(next(self.lm.model.parameters()).dtype).removeprefix("torch.")
+            warnings.warn(f"the {dtype} weights kept {mean:.2f} of the intended update over the last {KEPT_WINDOW} "
+                          f"steps (--rounding {self.args.rounding}): rounding is eating it; use --rounding stochastic, "
+                          "a larger --learning-rate or --dtype float32", stacklevel=2)
 
     # -------------------------------------------------------------- evaluation
     def evaluate(self, eval_dataset=None, ignore_keys=None, metric_key_prefix: str = "eval") -> dict:
@@ -570,6 +594,8 @@ class MeZOTrainer:
             "initial_test": s.initial_test, "final_validation": s.last_validation, "best_step": tested,
             "steps": final_step, "wall_time_s": self.wall_time(), "peak_rss_mb": peak_rss_mb(),
             "train_loss": s.loss_sum / final_step if final_step else 0.0,
+            # bf16 / fp16 weights: the mean share of an update that reached them (None for float32 weights)
+            "update_kept": s.update_kept_sum / s.update_kept_steps if s.update_kept_steps else None,
             "time_s": {k: round(v, 3) for k, v in self.seconds.items()},  # this process's: load, trunk, steps, evaluations
             "metric_for_best": (primary_metric(s.initial_validation, self.metric_for_best)
                                 if s.initial_validation else self.metric_for_best),
