@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import torch
 
-from mezo_rl.model.members import check_members
+from mezo_rl.model.members import block_offsets, check_members, member_rows
 from mezo_rl.model.trunk_cache import one_thread
 
 MASK = "[MASK]"  # the mask placeholder in masked-LM prompts (replaced by tokenizer.mask_token_id)
@@ -116,7 +116,7 @@ def _score_full(lm, pairs, relative, members: int = 1) -> list[torch.Tensor]:
         rows = torch.tensor([b for b, _ in where], device=hd)
         cols = torch.tensor([p for _, p in where], device=hd)
         # member k's rows are the k-th copy of the batch; its scored positions form block k of h
-        rows = (rows[None, :] + torch.arange(members, device=hd)[:, None] * len(batch)).reshape(-1)
+        rows = member_rows(rows, block_offsets(members, len(batch), hd))
         h = hidden[rows, cols.repeat(members)]
         for k, got in enumerate(_pair_scores(lm, h, tokens, len(js), members)):
             parts[k].append(got)
@@ -166,8 +166,8 @@ def _pair_scores(lm, h, tokens, n_pairs: int, members: int = 1) -> list[torch.Te
     head sees every block in one call). ``tokens``: per scored token (row of a block, target id, its
     pair, whether it needs the normaliser): a log-probability where it does, else the target's logit."""
     dev, R = h.device, h.shape[0] // members
-    offsets = torch.arange(members, device=dev)[:, None] * R
-    rows = (torch.tensor([t[0] for t in tokens], device=dev)[None, :] + offsets).reshape(-1)
+    offsets = block_offsets(members, R, dev)
+    rows = member_rows(torch.tensor([t[0] for t in tokens], device=dev), offsets)
     targets = torch.tensor([t[1] for t in tokens], device=dev).repeat(members)
     full = [i for i, t in enumerate(tokens) if t[3]]
     if len(full) == len(tokens):  # every token normalised: logits of the scored rows, then log-softmax
@@ -182,7 +182,7 @@ def _pair_scores(lm, h, tokens, n_pairs: int, members: int = 1) -> list[torch.Te
         if full:  # the tokens that need it lose the log-sum-exp of their rows (the same rows in every block)
             need = sorted({tokens[i][0] for i in full})
             at = {r: n for n, r in enumerate(need)}
-            picked = (torch.tensor(need, device=dev)[None, :] + offsets).reshape(-1)
+            picked = member_rows(torch.tensor(need, device=dev), offsets)
             lse = torch.logsumexp(lm._logits(h[picked]), dim=-1).to(vals.device).view(members, -1)
             which = torch.tensor([at[tokens[i][0]] for i in full], device=vals.device)
             vals = vals.view(members, -1).index_add(1, torch.tensor(full, device=vals.device), -lse[:, which])
