@@ -64,7 +64,8 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))   # the suite p
 from mezo_rl.stats import Moments  # noqa: E402
 from mezo_rl.training.rundir import CONFIG_FILE  # noqa: E402
 from suite.hacking import hacking_measures  # noqa: E402
-from suite.frontier import candidates, left_start, statements, summarise, val_gain  # noqa: E402
+from suite.frontier import candidates, left_start, statements, summarise, val_gain, who_wins  # noqa: E402
+from suite import bootstrap  # noqa: E402
 from suite.frontier import plot as plot_frontier, table as frontier_table  # noqa: E402
 from suite.protocol import (COUNTED_WORDS, LOOP_REPETITION, MIN_SEEDS, PRECISION, PROTOCOL, ProtocolError,  # noqa: E402
                             TestGate, admitted, check_cell, cpu_info, made_before, precision_of, reads_of_mezo_run,
@@ -72,7 +73,7 @@ from suite.protocol import (COUNTED_WORDS, LOOP_REPETITION, MIN_SEEDS, PRECISION
 from suite.protocol import commit as protocol_commit  # noqa: E402
 from suite.records import append_record, load_records  # noqa: E402
 from suite.run import cpu, import_path  # noqa: E402
-from suite import untouched  # noqa: E402
+from suite import curves, untouched  # noqa: E402
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 RECORDS = REPO / "docs" / "results" / "rl.jsonl"
@@ -1165,6 +1166,7 @@ def complete_frontier(record: dict, out_dir: pathlib.Path) -> dict:
         config = json.loads((run_dir / CONFIG_FILE).read_text())
         lines = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
         gate = TestGate.replay(reads_of_mezo_run(lines, summary["best_step"]))
+        record["validation_curve"] = curves.mezo_curve(lines, reward)
         secs = step_seconds(run_dir)
         before, after = read_samples(run_dir, "test", 0), read_samples(run_dir, "test", summary["steps"])
         record.update(train_s=sum(secs), s_per_step=sorted(secs)[len(secs) // 2] if secs else None,
@@ -1175,6 +1177,7 @@ def complete_frontier(record: dict, out_dir: pathlib.Path) -> dict:
         before, after = (read_jsonl(out_dir / "samples" / f"test-{w}.jsonl") for w in ("before", "after"))
         record.update({k: summary.get(k) for k in ("train_s", "s_per_step", "trl_version", "peak_train_rss_mb",
                                                    "precision", "stopped_by")})
+        record["validation_curve"] = curves.grpo_curve(summary.get("validations") or [], reward)
         record["config"] = summary["grpo_config"]
     if gate.pick() != summary["best_step"]:
         raise ProtocolError(f"the run tested step {summary['best_step']}; validation picked step {gate.pick()}")
@@ -1209,6 +1212,28 @@ def prompt_id(sample: dict) -> str:
 def prompt_outcomes(samples: list[dict], reward: str) -> list[list]:
     """``[prompt id, reward]`` per completion, in the order evaluated."""
     return [[prompt_id(x), x.get(reward)] for x in samples]
+
+
+def untouched_verdicts(summaries: list[dict], records: list[dict]) -> list[str]:
+    """One line per kl band of ``who_wins`` (the cells validation chose at each validation-kl budget) whose two cells
+    both read the untouched split on the same seeds (at least MIN_SEEDS): the paired bootstrap of MeZO - GRPO over
+    prompts and seeds, the verdict, and whether the pair needs ``bootstrap.MORE_SEEDS`` seeds."""
+    out = []
+    for row in who_wins(summaries):
+        if not (row["mezo"] and row["grpo"]):
+            continue
+        pair = [[r for r in records if r["cell"] == cell and "untouched" in (r.get("outcomes") or {})]
+                for cell in (row["mezo"], row["grpo"])]
+        seeds = {r["seed"] for r in pair[0]} & {r["seed"] for r in pair[1]}
+        if len(seeds) < MIN_SEEDS:
+            continue
+        iv = bootstrap.compare_cells(pair[0], pair[1], "untouched")
+        more = (f"; within {bootstrap.CLOSE_SE:g} SE: run seeds {len(seeds)}..{bootstrap.MORE_SEEDS - 1} of both cells"
+                if bootstrap.needs_more_seeds(iv) else "")
+        out.append(f"- validation kl {row['lo']:.4f}-{row['hi']:.4f}: **{bootstrap.verdict(iv, 'MeZO', 'TRL GRPO')}**: "
+                   f"MeZO {row['mezo']} vs GRPO {row['grpo']}, untouched difference {iv.diff:+.3f}, 95% interval "
+                   f"[{iv.lo:+.3f}, {iv.hi:+.3f}] (SE {iv.se:.3f}; {iv.seeds} seeds x {iv.prompts} prompts){more}.")
+    return out
 
 
 def frontier_pending(task: str, stage: str, names: list[str] | None, records: list[dict]) -> list[tuple]:
@@ -1283,8 +1308,10 @@ def render_frontier(records: list[dict]) -> str:
         out += ["", f"### {task}: each tool's reward-KL frontier (issue 50's protocol)", "",
                 f"Generated from `docs/results/rl_frontier.jsonl` (`python benchmarks/rl.py --frontier {task}`). Every "
                 f"choice read validation only ({t['num_eval']} prompts; the pick of each run is its record's `pick`); "
-                f"test ({t['num_test']} prompts a seed) was read once per run, at that pick. Compared cells have at "
-                f"least {MIN_SEEDS} seeds; test gain and kl are means over seeds with their SE over seeds. Frontier: "
+                f"the development split (issue 50's test split, renamed by issue 70 after about 150 reads; "
+                f"{t['num_test']} prompts a seed; the records' `test` fields) was read once per run, at that pick. "
+                f"Compared cells have at least {MIN_SEEDS} seeds; development gain and kl are means over seeds with "
+                "their SE over seeds (training noise only: every seed read the same prompts). Frontier: "
                 "the cells no other cell of the tool beats on validation (gain at no larger kl). Equal time: each "
                 f"cell trains for about {t['budget_s']} s (the sum of its steps' seconds, evaluations excluded; "
                 "MeZO through `benchmarks/mezo_budget.py`, GRPO through its script's `--time-budget-s`, one stopping "
@@ -1298,9 +1325,20 @@ def render_frontier(records: list[dict]) -> str:
                             f"{task}: held-out gain against kl, frontiers joined", reward)
         if png:
             out += ["", f"![{task}: reward-KL frontier](results/{png.name})"]
+        if any(r.get("validation_curve") for r in rows):  # issue 70: validation reward against time, both tools
+            png = curves.plot([r for r in rows if admitted(r)[0]], FRONTIER_PLOTS / f"rl_curves_{task}.png", reward,
+                              f"{task}: validation {reward} against training seconds, one line per run")
+            if png:
+                out += ["", f"![{task}: validation reward against time](results/{png.name})"]
         said = statements(summaries)
-        out += ["", "Where each tool wins (generated from the records; a difference within 2 SE names no winner):", ""]
+        out += ["", "Where each tool led on the development split (generated from the records; a difference within 2 "
+                    "SE over seeds names no leader). Not a verdict: verdicts come from the untouched split below.", ""]
         out += said or ["- no compared cell yet (a compared cell has every one of its seeds recorded)."]
+        out += ["", "Verdicts on the untouched split (issue 70: read once per cell and seed at validation's pick; a "
+                    "paired bootstrap over prompts and seeds, `benchmarks/suite/bootstrap.py`; a winner only where "
+                    "the 95% interval of the difference excludes 0):", ""]
+        out += untouched_verdicts(summaries, [r for r in rows if admitted(r)[0]]) or [
+            "- none yet: no compared pair has its untouched reads."]
         kept_out = [(r, admitted(r)[1]) for r in rows if not admitted(r)[0]] + [(r, superseded(r)) for r in old]
         if kept_out:
             out += ["", "Records kept out of the comparison:", ""]

@@ -95,3 +95,24 @@ def test_records_pair_by_prompt_id_and_refuse_other_prompts():
         bs.paired_bootstrap([[1, 2]], [[1, 2, 3]])
     with pytest.raises(ValueError, match="finite"):
         bs.paired_bootstrap([[1, math.nan]], [[1, 2]])
+
+
+def test_the_pages_verdicts_come_from_the_untouched_reads_of_the_cells_validation_chose():
+    import rl
+    from suite import frontier as fr
+    from test_rl_frontier import three
+
+    def with_reads(rows, values):
+        return [{**r, "outcomes": {"untouched": {"after": [[f"q{i}", v] for i, v in enumerate(values[r["seed"]])]}}}
+                for r in rows]
+
+    n = 40
+    m = with_reads(three("m", "mezo-rl", 0.3, 0.01, [0.3] * 3), [[1] * 30 + [0] * 10] * 3)
+    g = with_reads(three("g", "trl-grpo", 0.3, 0.01, [0.3] * 3), [[1] * 10 + [0] * 30] * 3)
+    (line,) = rl.untouched_verdicts(fr.summarise(m + g, "exact_answer"), m + g)
+    assert "**MeZO**" in line and "+0.500" in line and f"3 seeds x {n} prompts" in line and "run seeds" not in line
+    close = with_reads(three("g", "trl-grpo", 0.3, 0.01, [0.3] * 3), [[1] * 29 + [0] * 11] * 3)
+    (line,) = rl.untouched_verdicts(fr.summarise(m + close, "exact_answer"), m + close)
+    assert "**neither" in line and "run seeds 3..4" in line
+    unread = three("g", "trl-grpo", 0.3, 0.01, [0.3] * 3)   # no untouched read yet: no verdict
+    assert rl.untouched_verdicts(fr.summarise(m + unread, "exact_answer"), m + unread) == []

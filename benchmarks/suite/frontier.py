@@ -1,7 +1,8 @@
 """Each tool's reward-KL frontier, from the protocol's records (pure functions of the records, apart from the plot).
 
 A *cell* is one grid point (tool, lr, beta, ...) over its seeds. Its summary holds the means over its admitted
-seeds of the validation gain and kl (what every choice reads) and of the test gain and kl (what is reported),
+seeds of the validation gain and kl (what every choice reads) and of the test gain and kl (the records' ``test``:
+the development split since issue 70, whose verdicts come from the untouched split, ``suite/untouched.py``),
 each test figure with its SE over seeds (sd / sqrt(k): seed-to-seed variation and the sampling of each seed's
 test prompts together). A tool's *frontier* is the set of its cells that no other cell of the tool beats on
 validation: none has a validation gain at least as large at a validation kl at most as large, one of them strictly
@@ -129,7 +130,8 @@ def statements(summaries: list[dict]) -> list[str]:
     for i, r in enumerate(rows):
         hi = rows[i + 1]["lo"] if i + 1 < len(rows) else None
         span = (f"validation kl from {_f(r['lo'], 4)}" + (f" up to (not including) {_f(hi, 4)}" if hi is not None else " up"))
-        figures = (f": MeZO {r['mezo']} vs GRPO {r['grpo']}, test gain difference {r['diff']:+.3f} (SE {_f(r['se'])})"
+        figures = (f": MeZO {r['mezo']} vs GRPO {r['grpo']}, development gain difference {r['diff']:+.3f} "
+                   f"(SE {_f(r['se'])})"
                    if r["mezo"] and r["grpo"] else f" ({r['mezo'] or r['grpo']})")
         out.append(f"- {span}: **{r['verdict']}**{figures}.")
     if rows and rows[0]["lo"] > 0:
@@ -140,8 +142,8 @@ def statements(summaries: list[dict]) -> list[str]:
 def table(summaries: list[dict]) -> list[str]:
     """The cells (compared ones first), with their frontier membership."""
     on = {(s["task"], s["cell"]) for tool in TOOLS for s in frontier(summaries, tool)}
-    lines = ["| tool | cell | lr | beta | seeds | validation gain | validation kl | test gain ± SE (seeds) | "
-             "test kl ± SE | paired SE (mean) | n val / test per seed | train s (max) | peak RSS MiB | frontier |",
+    lines = ["| tool | cell | lr | beta | seeds | validation gain | validation kl | development gain ± SE (seeds) | "
+             "development kl ± SE | paired SE (mean) | n val / dev per seed | train s (max) | peak RSS MiB | frontier |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for s in sorted(summaries, key=lambda s: (not s["compared"], s["tool"], s["val_kl"])):
         where = ("yes" if (s["task"], s["cell"]) in on else "no") if s["compared"] else \
