@@ -1308,7 +1308,7 @@ def render_frontier(records: list[dict]) -> str:
         out += ["", f"### {task}: each tool's reward-KL frontier (issue 50's protocol)", "",
                 f"Generated from `docs/results/rl_frontier.jsonl` (`python benchmarks/rl.py --frontier {task}`). Every "
                 f"choice read validation only ({t['num_eval']} prompts; the pick of each run is its record's `pick`); "
-                f"the development split (issue 50's test split, renamed by issue 70 after about 150 reads; "
+                f"the development split (issue 50's test split, which every run read; renamed by issue 70; "
                 f"{t['num_test']} prompts a seed; the records' `test` fields) was read once per run, at that pick. "
                 f"Compared cells have at least {MIN_SEEDS} seeds; development gain and kl are means over seeds with "
                 "their SE over seeds (training noise only: every seed read the same prompts). Frontier: "
