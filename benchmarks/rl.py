@@ -774,6 +774,8 @@ FRONTIER_RECORDS = REPO / "docs" / "results" / "rl_frontier.jsonl"
 FRONTIER_RUNS = REPO / "runs" / "rl_frontier"
 FRONTIER_PLOTS = REPO / "docs" / "results"
 FRONTIER_SEEDS = (0, 1, 2)
+#: the seeds a compared pair whose untouched verdict is within bootstrap.CLOSE_SE SE adds (to bootstrap.MORE_SEEDS)
+EXTRA_SEEDS = tuple(range(len(FRONTIER_SEEDS), bootstrap.MORE_SEEDS))
 #: the tasks: reward, completion tokens, prompt counts (validation >= protocol.MIN_VALIDATION) and the training
 #: seconds of both tools' cells (see MEZO_STEP_CAP for how MeZO keeps to them)
 FRONTIER_TASKS = {
@@ -788,7 +790,7 @@ FRONTIER_TASKS = {
 FRONTIER_TASKS["sentiment-guard"] = dict(FRONTIER_TASKS["sentiment"], guard="1")
 #: issue 70: arithmetic for four times the budget (``task``: the registered task the cells train on)
 FRONTIER_TASKS["arithmetic-4x"] = dict(FRONTIER_TASKS["arithmetic"], budget_s=4 * FRONTIER_TASKS["arithmetic"]["budget_s"],
-                                       task="arithmetic")
+                                       task="arithmetic", every_seed=True)
 #: issue 70: Countdown's curriculum, stage 1 (tasks/verifiable.py CURRICULUM; the task's own split sizes)
 FRONTIER_TASKS["countdown-curriculum2"] = dict(reward="countdown_lenient", max_new_tokens=32, num_train=250, num_eval=200,
                                                num_test=200, budget_s=640)
@@ -825,6 +827,10 @@ class FrontierCell:
     @property
     def name(self) -> str:
         return f"{self.family}-lr{self.lr}-beta{self.beta}"
+
+    def allows(self, seed: int) -> bool:
+        """A seed of the cell's definition, or one of the seeds a close verdict adds (``EXTRA_SEEDS``)."""
+        return seed in self.seeds or (not self.exploratory and seed in EXTRA_SEEDS)
 
     @property
     def tool(self) -> str:
@@ -1019,8 +1025,9 @@ def frontier_command(cell: FrontierCell, seed: int, out_dir: pathlib.Path) -> li
     on the prompt files of ``SENTIMENT_PROMPTS``, which ``run_frontier_cell`` writes first) or the GRPO script, with
     the task's prompt counts and the protocol's precision."""
     t = FRONTIER_TASKS[cell.task]
-    if seed not in cell.seeds:
-        raise SystemExit(f"{cell.name}: seed {seed} is not one of the cell's seeds {cell.seeds}")
+    if not cell.allows(seed):
+        raise SystemExit(f"{cell.name}: seed {seed} is not one of the cell's seeds {cell.seeds} (or {EXTRA_SEEDS}, "
+                         "which a close verdict adds)")
     sizes = ["--num-train", str(t["num_train"]), "--num-eval", str(t["num_eval"]), "--num-test", str(t["num_test"])]
     guard = t.get("guard")
     if cell.tool == "mezo-rl":
@@ -1075,7 +1082,7 @@ def superseded(record: dict) -> str:
     seed = record.get("seed")
     if "command" not in record:
         return "no command recorded"
-    if seed not in cell.seeds:
+    if not cell.allows(seed):
         return "not a seed of the cell's current definition"
     now = _command_key(shlex.join(frontier_command(cell, seed, FRONTIER_RUNS / "x")))
     if _command_key(record["command"]) != now:
@@ -1245,14 +1252,44 @@ def frontier_pending(task: str, stage: str, names: list[str] | None, records: li
     done = {(r["cell"], r["seed"]) for r in records if r.get("task") == task and r.get("ok") and r.get("machine") == here}
     grid = [c for c in FRONTIER_GRIDS[task] if (names is None or c.name in names) and not c.pruned]
     todo = []
-    if stage in ("grid", "all"):
-        todo += [(c, c.seeds[0]) for c in grid]
+    if stage in ("grid", "all"):  # a task declared every_seed (the 4x-budget cells) runs every seed in this stage
+        every = FRONTIER_TASKS[task].get("every_seed")
+        todo += [(c, s) for c in grid for s in (c.seeds if every else c.seeds[:1])]
     if stage in ("seeds", "all"):
         mine = [r for r in records if r.get("task") == task and r.get("machine") == here]
         chosen = set(candidates(mine, FRONTIER_TASKS[task]["reward"], seed=FRONTIER_SEEDS[0]))
         chosen |= variants_chosen(task, mine)
         todo += [(c, s) for c in grid if c.name in chosen for s in c.seeds[1:]]
+    if stage in ("untouched", "more-seeds"):
+        # the choice reads validation figures, which any machine's records give
+        return untouched_pending(task, stage, grid, [r for r in records if r.get("task") == task])
     return [(c, s) for c, s in todo if (c.name, s) not in done]
+
+
+def verdict_pairs(task: str, records: list[dict]) -> list[tuple[str, str]]:
+    """The (MeZO cell, GRPO cell) pairs validation chose at each kl band (``who_wins`` over the compared cells), the
+    pairs a verdict compares."""
+    rows = who_wins(summarise([r for r in records if r.get("task") == task], FRONTIER_TASKS[task]["reward"]))
+    return list(dict.fromkeys((r["mezo"], r["grpo"]) for r in rows if r["mezo"] and r["grpo"]))
+
+
+def untouched_pending(task: str, stage: str, grid: list, records: list[dict]) -> list[tuple]:
+    """Stage "untouched": every seed of the cells in a verdict pair (``verdict_pairs``) whose record carries no
+    untouched read (it is run again: the read happens at the end of a run); stage "more-seeds": the EXTRA_SEEDS of
+    both cells of each pair whose untouched verdict is within bootstrap.CLOSE_SE SE (``bootstrap.needs_more_seeds``)."""
+    read = {(r["cell"], r["seed"]) for r in records if r.get("ok") and "untouched" in (r.get("outcomes") or {})}
+    pairs = verdict_pairs(task, records)
+    if stage == "untouched":
+        chosen = {cell for pair in pairs for cell in pair}
+        return [(c, s) for c in grid if c.name in chosen for s in c.seeds if (c.name, s) not in read]
+    close = set()
+    for m, g in pairs:
+        sides = [[r for r in records if r.get("cell") == cell and (cell, r["seed"]) in read] for cell in (m, g)]
+        if min(len({r["seed"] for r in side}) for side in sides) < MIN_SEEDS:
+            continue  # the pair's untouched reads are not all in: run stage "untouched" first
+        if bootstrap.needs_more_seeds(bootstrap.compare_cells(*sides, "untouched")):
+            close |= {m, g}
+    return [(c, s) for c in grid if c.name in close for s in EXTRA_SEEDS if (c.name, s) not in read]
 
 
 def variants_chosen(task: str, records: list[dict]) -> set[str]:
@@ -1286,8 +1323,9 @@ def frontier_main(task: str, stage: str, names: list[str] | None, dry_run: bool)
         r = run_frontier_cell(c, s)
         print(f"{task} {c.name} seed {s}: {'ok' if r['ok'] else 'FAILED ' + r.get('protocol_error', '')} in "
               f"{r['wall_s']:.0f} s", flush=True)
-    if stage == "grid" and not names:
-        print(f"next: python benchmarks/rl.py --frontier {task} --stage seeds", flush=True)
+    following = {"grid": "seeds", "seeds": "untouched", "all": "untouched", "untouched": "more-seeds"}
+    if stage in following and not names:
+        print(f"next: python benchmarks/rl.py --frontier {task} --stage {following[stage]}", flush=True)
     subprocess.run([sys.executable, str(REPO / "benchmarks" / "results.py"), "--render-only"], cwd=REPO, check=False,
                    stdout=subprocess.DEVNULL)  # docs/results.md carries the frontier
     return 0
@@ -1390,9 +1428,11 @@ def main(argv=None) -> int:
     p.add_argument("--frontier", default=None, choices=sorted(FRONTIER_TASKS),
                    help="issue 50's reward-KL frontier on this task, under the protocol (benchmarks/suite/protocol.py); "
                         "recorded in docs/results/rl_frontier.jsonl")
-    p.add_argument("--stage", default="grid", choices=["grid", "seeds", "all"],
+    p.add_argument("--stage", default="grid", choices=["grid", "seeds", "all", "untouched", "more-seeds"],
                    help="with --frontier: grid (every cell, first seed), seeds (the other seeds of the cells on the "
-                        "first seed's validation frontier), all (both)")
+                        "first seed's validation frontier), all (both); issue 70: untouched (every seed of the cells "
+                        "validation chose for a verdict, run again to read the untouched split once at their pick), "
+                        "more-seeds (seeds 3 and 4 of both cells of a pair whose verdict is within 3 SE)")
     a = p.parse_args(argv)
     if a.frontier:
         names = a.cells.split(",") if a.cells else None

@@ -135,3 +135,34 @@ def test_the_runner_refuses_a_cell_whose_untouched_split_was_read_before_trainin
     with pytest.raises(ProtocolError, match="read once"):
         rl.run_frontier_cell(rl.frontier_cell("arithmetic", "grpo-full-lr3e-6-beta0.04"), 0)
     assert not ran
+
+
+def _read(rec, values):
+    return {**rec, "outcomes": {"untouched": {"after": [[f"q{i}", v] for i, v in enumerate(values)]}}}
+
+
+def test_stage_untouched_reruns_every_seed_of_the_cells_validation_chose_and_more_seeds_follow_a_close_verdict():
+    from test_rl_protocol import _rec
+
+    m, m2 = rl.frontier_cell("arithmetic", "mezo-full-lr1e-3-beta0"), rl.frontier_cell("arithmetic", "mezo-lora-lr3e-3-beta0")
+    g = rl.frontier_cell("arithmetic", "grpo-full-lr1e-5-beta0.2")
+    recs = [_rec(m, 0.4, 0.2, 0.4, seed=s) for s in range(3)] + [_rec(g, 0.3, 0.2, 0.3, seed=s) for s in range(3)]
+    recs += [_rec(m2, 0.1, 0.5, 0.1, seed=s) for s in range(3)]   # dominated on validation: in no verdict pair
+    assert rl.verdict_pairs("arithmetic", recs) == [(m.name, g.name)]
+    todo = rl.frontier_pending("arithmetic", "untouched", None, recs)
+    assert todo == [(m, 0), (m, 1), (m, 2), (g, 0), (g, 1), (g, 2)]
+    assert rl.frontier_pending("arithmetic", "more-seeds", None, recs) == []   # no reads yet: nothing to judge
+
+    # every seed read: far apart, no more seeds; close, seeds 3 and 4 of both cells
+    far = [_read(r, [1] * 30 + [0] * 10) if r["cell"] == m.name else _read(r, [1] * 10 + [0] * 30) for r in recs[:6]]
+    assert rl.frontier_pending("arithmetic", "untouched", None, far + recs[6:]) == []
+    assert rl.frontier_pending("arithmetic", "more-seeds", None, far + recs[6:]) == []
+    close = [_read(r, [1] * 30 + [0] * 10) if r["cell"] == m.name else _read(r, [1] * 29 + [0] * 11) for r in recs[:6]]
+    more = rl.frontier_pending("arithmetic", "more-seeds", None, close + recs[6:])
+    assert more == [(m, 3), (m, 4), (g, 3), (g, 4)] and rl.EXTRA_SEEDS == (3, 4)
+    assert rl.frontier_command(m, 4, pathlib.Path("x"))   # an extra seed is a seed of the cell
+
+
+def test_the_four_times_budget_cells_run_every_seed_in_their_first_stage():
+    todo = rl.frontier_pending("arithmetic-4x", "grid", None, [])
+    assert todo == [(c, s) for c in rl.FRONTIER_GRIDS["arithmetic-4x"] for s in c.seeds] and len(todo) == 9
