@@ -12,6 +12,17 @@ and TRL's GRPO on the same model, prompts, reward, completions per prompt and tr
     python benchmarks/rl.py --frontier arithmetic --stage grid     # issue 50: every grid cell on seed 0 (resumable)
     python benchmarks/rl.py --frontier arithmetic --stage seeds    # seeds 1, 2 of seed 0's validation frontier
     python benchmarks/rl.py --frontier sentiment-guard --stage grid   # sentiment with the example's repetition guard
+    python benchmarks/rl.py --frontier arithmetic --stage untouched   # issue 70: the verdict pairs' cells again, each
+                                                                      # seed reading the untouched split once
+    python benchmarks/rl.py --frontier arithmetic --stage more-seeds  # seeds 3-4 of a pair within 3 SE
+    python benchmarks/rl.py --frontier arithmetic-4x --stage grid    # the 4x-budget cells, every seed
+
+Issue 70 (``benchmarks/suite/untouched.py``, ``bootstrap.py``, ``curves.py``): issue 50's test split is the
+*development* split (the records' ``test`` fields); verdicts come from the untouched split, which every new run of a
+task in ``UNTOUCHED_TASKS`` reads once at validation's pick (a MeZO run replayed to it by ``benchmarks/untouched.py
+--read-run``, a GRPO run in its own process), compared by a paired bootstrap over prompts and seeds. Each declared
+cell has records, or is ``pruned`` (never run) with its reason, or is ``planned`` for a later session with its
+reason (tests/test_rl_grid_accounting.py).
 
 Issue 50's protocol (``benchmarks/suite/protocol.py``; its docstring is the rule book) governs the ``--frontier``
 cells (``FRONTIER_GRIDS``): choices on validation only, test read once per run at validation's pick (the runner
