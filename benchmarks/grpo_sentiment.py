@@ -147,6 +147,12 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="after the test read, read the untouched split (benchmarks/suite/untouched.py) once with the "
                         "same picked weights, for this cell and --seed (refused if read before); written to "
                         "OUTPUT_DIR/untouched.json")
+    p.add_argument("--model", default=MODEL,
+                   help="the starting model (a name, a hub id or a saved directory: a curriculum stage starts from the "
+                        "previous stage's picked weights)")
+    p.add_argument("--save-picked", default=None, metavar="DIR",
+                   help="after the test reads, save the picked weights here (save_pretrained; LoRA merged), for the "
+                        "next curriculum stage")
     p.add_argument("--untouched-task", default=None,
                    help="with --untouched-cell: the task its read is filed under in the ledger (default: --task, or "
                         "sentiment / sentiment-guard)")
@@ -376,7 +382,7 @@ def main(argv=None) -> dict:
     reward_name = scorer.reward
 
     # model: as mezo-rl loads it (and with --peft lora, mezo-rl's adapter of this seed)
-    lm = load_model(MODEL)
+    lm = load_model(a.model)
     if a.peft == "lora":
         apply_peft(lm, "lora", seed=a.seed)
     model, tokenizer = lm.model, lm.tokenizer
@@ -473,6 +479,9 @@ def main(argv=None) -> dict:
                               a.max_completion_length, a.autocast, code, data_dir=a.data_dir,
                               batch_size=EVAL_BATCH_SIZE, tmp_dir=out)
         (out / "untouched.json").write_text(json.dumps(read) + "\n")
+    if a.save_picked:  # the picked weights, for the next curriculum stage (mezo-rl's own writer: LoRA merged)
+        from mezo_rl.training.rundir import save_model
+        save_model(lm, a.peft, a.save_picked)
     peak_rss = max(state.get("peak_before_train_mb", 0.0), rss_peak_mb())
 
     secs = state["step_seconds"]
@@ -491,7 +500,7 @@ def main(argv=None) -> dict:
         "pick": gate.record(),
         "reads": state["reads"],
         "counts": {"before": text_counts(before_samples), "after": text_counts(after_samples)},
-        "model": MODEL,
+        "model": a.model,
         "settings": settings,
         "grpo_config": json.loads(json.dumps(config.to_dict(), default=str)),
         "stop_at_newline": a.stop_at_newline,
@@ -528,7 +537,7 @@ def main(argv=None) -> dict:
     if not a.no_base_loglik:  # last, with the trained model freed: it loads the base model once more
         del model, lm
         gc.collect()
-        base = load_model(MODEL)
+        base = load_model(a.model)
         summary["base_loglik"] = hacking_measures(before_samples, after_samples, base)
         summary["peak_rss_with_loglik_mb"] = max(peak_rss, rss_peak_mb())
         (out / "summary.json").write_text(json.dumps(summary, indent=1))

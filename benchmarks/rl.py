@@ -802,9 +802,15 @@ FRONTIER_TASKS["sentiment-guard"] = dict(FRONTIER_TASKS["sentiment"], guard="1")
 #: issue 70: arithmetic for four times the budget (``task``: the registered task the cells train on)
 FRONTIER_TASKS["arithmetic-4x"] = dict(FRONTIER_TASKS["arithmetic"], budget_s=4 * FRONTIER_TASKS["arithmetic"]["budget_s"],
                                        task="arithmetic", every_seed=True)
-#: issue 70: Countdown's curriculum, stage 1 (tasks/verifiable.py CURRICULUM; the task's own split sizes)
+#: issue 70: Countdown's curriculum (tasks/verifiable.py CURRICULUM; each stage's own split sizes): 2 numbers from the
+#: model itself, then 3 and 4, each from the previous stage's picks (``start_from``: per tool and seed, the weights of
+#: the stage's compared cell with the highest mean validation gain, written by ``--stage export``)
 FRONTIER_TASKS["countdown-curriculum2"] = dict(reward="countdown_lenient", max_new_tokens=32, num_train=250, num_eval=200,
                                                num_test=200, budget_s=640)
+FRONTIER_TASKS["countdown-curriculum3"] = dict(FRONTIER_TASKS["countdown-curriculum2"], num_train=1000, num_test=500,
+                                               start_from="countdown-curriculum2")
+FRONTIER_TASKS["countdown-curriculum4"] = dict(FRONTIER_TASKS["countdown-curriculum3"], start_from="countdown-curriculum3")
+#: where a curriculum stage's picks are written (relative to the checkout, as the sentiment prompts)
 #: the tasks whose runs read the untouched split once at their pick (benchmarks/suite/untouched.py)
 UNTOUCHED_TASKS = ("arithmetic", "arithmetic-4x", "sentiment", "sentiment-guard")
 #: the tasks whose prompts are SST-2 review openings (``write_sentiment_prompts``), scored by the example's rewards
@@ -867,6 +873,8 @@ SENTIMENT_REWARD = "examples/sentiment_reward.py:" + REWARD
 SENTIMENT_GUARD = "examples/sentiment_reward.py:repetition"
 MEZO_BUDGET = REPO / "benchmarks" / "mezo_budget.py"
 UNTOUCHED_SCRIPT = REPO / "benchmarks" / "untouched.py"
+#: the picked weights a curriculum stage starts from: PICKS / "<stage>-<tool>-s<seed>" (``--stage export`` writes them)
+PICKS = FRONTIER_RUNS.relative_to(REPO) / "picks"
 #: validations in a cell's training (both tools: at each third of the budget; MeZO through mezo_budget.py, GRPO by
 #: --eval-points): the resolution of its pick, and so the tolerance of "equal time" (a third of the budget)
 FRONTIER_EVAL_POINTS = 3
@@ -953,9 +961,10 @@ _FOUR_X = ("issue 70: four times the budget for {what} (chosen on validation: it
            "climbing, catches up")
 _NO_GC = ("issue 70: the best full-weight GRPO cell (on validation) without TRL's default gradient checkpointing, "
           "which every full-weight GRPO run so far used (it slows the steps and lowers the memory)")
-_CURRICULUM = ("issue 70: Countdown's curriculum, stage 1: 2-number puzzles in chat form, reward countdown_lenient "
-               "(a right equation with or without tags, 0.1 for a well-formed one over the numbers); stages 3 and 4 "
-               "start from the stage-1 cell validation picks")
+_CURRICULUM = ("issue 70: Countdown's curriculum: 2-number puzzles in chat form (where the model sometimes answers "
+               "right, without tags), then 3, then 4, reward countdown_lenient (a right equation with or without "
+               "tags, 0.1 for a well-formed one over the numbers); a stage after the first starts from the previous "
+               "stage's validation pick of the same tool and seed")
 
 #: the grids. Arithmetic: each tool's lr x beta, GRPO LoRA's lr bracketed above 1e-4 (the study's best was its
 #: grid's top); sentiment: the lr tuned on sentiment itself (not carried over from arithmetic)
@@ -1011,13 +1020,11 @@ FRONTIER_GRIDS = {
                                        planned=_FOUR_X.format(what="GRPO's best full-weight cell")),
                       *_frontier_cells("arithmetic-4x", "grpo-lora", ["3e-4"], ["0"],
                                        planned=_FOUR_X.format(what="GRPO's best LoRA cell"))],
-    # issue 70: Countdown's curriculum, stage 1 (2 numbers), both tools around their arithmetic lrs
-    "countdown-curriculum2": [*_frontier_cells("countdown-curriculum2", "mezo-full", ["1e-3", "3e-3"], ["0"],
-                                               planned=_CURRICULUM),
-                              *_frontier_cells("countdown-curriculum2", "grpo-full", ["3e-6", "1e-5"], ["0"],
-                                               planned=_CURRICULUM),
-                              *_frontier_cells("countdown-curriculum2", "grpo-lora", ["3e-4"], ["0"],
-                                               planned=_CURRICULUM)],
+    # issue 70: Countdown's curriculum (2 numbers, then 3, then 4), both tools around their arithmetic lrs
+    **{stage: [*_frontier_cells(stage, "mezo-full", ["1e-3", "3e-3"], ["0"], planned=_CURRICULUM),
+               *_frontier_cells(stage, "grpo-full", ["3e-6", "1e-5"], ["0"], planned=_CURRICULUM),
+               *_frontier_cells(stage, "grpo-lora", ["3e-4"], ["0"], planned=_CURRICULUM)]
+       for stage in ("countdown-curriculum2", "countdown-curriculum3", "countdown-curriculum4")},
     # the guard is the regulariser here (beta 0); each tool's lrs around its unguarded sentiment picks
     "sentiment-guard": [*_frontier_cells("sentiment-guard", "mezo-full", ["3e-4", "1e-3", "3e-3"], ["0"]),
                         *_frontier_cells("sentiment-guard", "grpo-full", ["3e-6", "1e-5", "3e-5"], ["0"])],
@@ -1040,6 +1047,8 @@ def frontier_command(cell: FrontierCell, seed: int, out_dir: pathlib.Path) -> li
         raise SystemExit(f"{cell.name}: seed {seed} is not one of the cell's seeds {cell.seeds} (or {EXTRA_SEEDS}, "
                          "which a close verdict adds)")
     sizes = ["--num-train", str(t["num_train"]), "--num-eval", str(t["num_eval"]), "--num-test", str(t["num_test"])]
+    if t.get("start_from"):  # a curriculum stage: the previous stage's pick of this tool and seed
+        sizes += ["--model", str(PICKS / f"{t['start_from']}-{cell.tool}-s{seed}")]
     guard = t.get("guard")
     if cell.tool == "mezo-rl":
         if cell.task in SENTIMENT_TASKS:
@@ -1070,8 +1079,9 @@ def _command_key(command: str) -> list[str]:
             and (i == 0 or args[i - 1] not in valued)]
 
 
-#: the GRPO script's options of the untouched read (benchmarks/suite/untouched.py), each with a value
-UNTOUCHED_OPTIONS = ("--untouched-cell", "--untouched-task")
+#: the GRPO script's options of what it does after training (the untouched read, benchmarks/suite/untouched.py; the
+#: picked weights saved for a curriculum's next stage), each with a value: not part of a cell's definition
+UNTOUCHED_OPTIONS = ("--untouched-cell", "--untouched-task", "--save-picked")
 
 
 #: where a tool's behaviour changed under an unchanged command: (tool, the commit that changed it, what ran before).
@@ -1137,6 +1147,8 @@ def run_frontier_cell(cell: FrontierCell, seed: int) -> dict:
         untouched.Ledger().check(cell.task, cell.name, seed)  # refused before any training: read once
         if cell.tool == "trl-grpo":  # read in the GRPO process, with the picked weights in place
             cmd += ["--untouched-cell", cell.name, "--untouched-task", cell.task]
+    if cell.tool == "trl-grpo" and any(t.get("start_from") == cell.task for t in FRONTIER_TASKS.values()):
+        cmd += ["--save-picked", str(out_dir / "picked")]  # a later curriculum stage may start from it
     run_dir = out_dir / "run"
     if (run_dir / "summary.json").is_file() or (out_dir / "summary.json").is_file():
         set_aside(out_dir)  # a finished run whose record no longer stands (pending again): start afresh
@@ -1271,6 +1283,8 @@ def frontier_pending(task: str, stage: str, names: list[str] | None, records: li
         chosen = set(candidates(mine, FRONTIER_TASKS[task]["reward"], seed=FRONTIER_SEEDS[0]))
         chosen |= variants_chosen(task, mine)
         todo += [(c, s) for c in grid if c.name in chosen for s in c.seeds[1:]]
+    if stage == "export":
+        return []  # export_picks does the work
     if stage in ("untouched", "more-seeds"):
         # the choice reads validation figures, which any machine's records give
         return untouched_pending(task, stage, grid, [r for r in records if r.get("task") == task])
@@ -1324,7 +1338,47 @@ def variants_chosen(task: str, records: list[dict]) -> set[str]:
     return chosen
 
 
+def stage_picks(task: str, records: list[dict]) -> dict[str, str]:
+    """tool -> the cell a curriculum's next stage starts from: the tool's compared cell (MIN_SEEDS admitted seeds)
+    with the highest mean validation gain (a choice on validation)."""
+    rows = summarise([r for r in current_records(records) if r.get("task") == task], FRONTIER_TASKS[task]["reward"])
+    out = {}
+    for tool in ("mezo-rl", "trl-grpo"):
+        compared = [s for s in rows if s["tool"] == tool and s["compared"]]
+        if compared:
+            out[tool] = max(compared, key=lambda s: s["val_gain"])["cell"]
+    return out
+
+
+def export_picks(task: str, dry_run: bool) -> int:
+    """Write each tool's picked weights of ``task`` (``stage_picks``) for every seed to PICKS, where the next stage's
+    commands read them: MeZO's by ``mezo-rl export`` (the run replayed to its pick), GRPO's from the run's saved
+    ``picked`` directory."""
+    import shutil
+
+    picks = stage_picks(task, load_records(FRONTIER_RECORDS))
+    if not picks:
+        print(f"{task}: no compared cell yet (each needs {MIN_SEEDS} seeds)")
+        return 1
+    for tool, name in picks.items():
+        cell = frontier_cell(task, name)
+        for seed in cell.seeds:
+            out_dir, dest = FRONTIER_RUNS / f"{task}-{name}-s{seed}", REPO / PICKS / f"{task}-{tool}-s{seed}"
+            print(f"{task} {tool}: {name} seed {seed} -> {dest.relative_to(REPO)}")
+            if dry_run:
+                continue
+            if tool == "mezo-rl":
+                subprocess.run([sys.executable, "-m", "mezo_rl", "export", "--run-dir", str(out_dir / "run"),
+                                "--output", str(dest), "--step", "best"], cwd=REPO, check=True,
+                               env=dict(os.environ, PYTHONPATH=str(REPO)))
+            else:
+                shutil.copytree(out_dir / "picked", dest, dirs_exist_ok=True)
+    return 0
+
+
 def frontier_main(task: str, stage: str, names: list[str] | None, dry_run: bool) -> int:
+    if stage == "export":
+        return export_picks(task, dry_run)
     pending = frontier_pending(task, stage, names, load_records(FRONTIER_RECORDS))
     if dry_run:
         print("\n".join(f"{task} {c.name} seed {s}: {shlex.join(frontier_command(c, s, FRONTIER_RUNS / 'DIR'))}"
@@ -1439,11 +1493,12 @@ def main(argv=None) -> int:
     p.add_argument("--frontier", default=None, choices=sorted(FRONTIER_TASKS),
                    help="issue 50's reward-KL frontier on this task, under the protocol (benchmarks/suite/protocol.py); "
                         "recorded in docs/results/rl_frontier.jsonl")
-    p.add_argument("--stage", default="grid", choices=["grid", "seeds", "all", "untouched", "more-seeds"],
+    p.add_argument("--stage", default="grid", choices=["grid", "seeds", "all", "untouched", "more-seeds", "export"],
                    help="with --frontier: grid (every cell, first seed), seeds (the other seeds of the cells on the "
                         "first seed's validation frontier), all (both); issue 70: untouched (every seed of the cells "
                         "validation chose for a verdict, run again to read the untouched split once at their pick), "
-                        "more-seeds (seeds 3 and 4 of both cells of a pair whose verdict is within 3 SE)")
+                        "more-seeds (seeds 3 and 4 of both cells of a pair whose verdict is within 3 SE), export (a "
+                        "curriculum stage's picks, for the next stage to start from)")
     a = p.parse_args(argv)
     if a.frontier:
         names = a.cells.split(",") if a.cells else None

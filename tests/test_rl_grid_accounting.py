@@ -167,3 +167,48 @@ def test_stage_untouched_reruns_every_seed_of_the_cells_validation_chose_and_mor
 def test_the_four_times_budget_cells_run_every_seed_in_their_first_stage():
     todo = rl.frontier_pending("arithmetic-4x", "grid", None, [])
     assert todo == [(c, s) for c in rl.FRONTIER_GRIDS["arithmetic-4x"] for s in c.seeds] and len(todo) == 9
+
+
+def test_a_curriculum_stage_starts_from_the_previous_stages_validation_pick():
+    from test_rl_protocol import _fields, _rec
+
+    for stage, before in (("countdown-curriculum3", "countdown-curriculum2"),
+                          ("countdown-curriculum4", "countdown-curriculum3")):
+        for c in rl.FRONTIER_GRIDS[stage]:
+            cmd = rl.frontier_command(c, 2, pathlib.Path("x"))
+            assert cmd[cmd.index("--model") + 1] == str(rl.PICKS / f"{before}-{c.tool}-s2")
+            assert cmd[cmd.index("--task") + 1] == stage
+    assert "--model" not in rl.frontier_command(rl.FRONTIER_GRIDS["countdown-curriculum2"][0], 0, pathlib.Path("x"))
+    # the pick: each tool's compared cell with the highest mean validation gain (test figures play no part)
+    a, b, g = rl.FRONTIER_GRIDS["countdown-curriculum2"][0], rl.FRONTIER_GRIDS["countdown-curriculum2"][1], \
+        rl.FRONTIER_GRIDS["countdown-curriculum2"][2]
+    def rec(cell, val, test, seed):   # a current record of the cell, its figures under the stage's reward
+        r, f = _rec(cell, val, 0.1, test, seed=seed), _fields(val, 0.1, test, reward="countdown_lenient")
+        return {**r, **{k: f[k] for k in ("initial_validation", "validation", "initial_test", "test")}}
+
+    recs = [rec(a, 0.2, 0.9, s) for s in range(3)] + [rec(b, 0.3, 0.1, s) for s in range(3)]
+    recs += [rec(g, 0.4, 0.5, s) for s in range(2)]   # 2 seeds: not compared
+    assert rl.stage_picks("countdown-curriculum2", recs) == {"mezo-rl": b.name}
+
+
+def test_grpo_runs_of_a_stage_that_a_later_one_starts_from_save_their_pick(tmp_path, monkeypatch):
+    monkeypatch.setattr(rl, "FRONTIER_RUNS", tmp_path / "runs")
+    monkeypatch.setattr(rl, "FRONTIER_RECORDS", tmp_path / "records.jsonl")
+    got = []
+
+    class Stop(Exception):
+        pass
+
+    def popen(cmd, **kw):
+        got.append(cmd)
+        raise Stop
+
+    monkeypatch.setattr(rl.subprocess, "Popen", popen)
+    monkeypatch.setattr(rl, "protocol_commit", lambda repo: "abc")
+    for task in ("countdown-curriculum2", "countdown-curriculum4"):
+        cell = next(c for c in rl.FRONTIER_GRIDS[task] if c.tool == "trl-grpo")
+        with pytest.raises(Stop):
+            rl.run_frontier_cell(cell, 0)
+    assert "--save-picked" in got[0] and "--save-picked" not in got[1]   # no stage starts from the last one
+    assert rl._command_key(rl.shlex.join(got[0])) == rl._command_key(rl.shlex.join(
+        rl.frontier_command(rl.FRONTIER_GRIDS["countdown-curriculum2"][2], 0, tmp_path / "y")))
