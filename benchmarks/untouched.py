@@ -57,6 +57,7 @@ def read_run(run_dir: pathlib.Path, task: str, cell: str, seed: int, start: bool
     from mezo_rl.training.rundir import load_run, read_args
 
     reward, tokens = READS[task]
+    untouched.Ledger().check(task, cell, seed)  # a second read is refused before any model is built
     if start:
         args = read_args(run_dir) if run_dir else None
         lm, step = load_model("smollm2-135m"), 0

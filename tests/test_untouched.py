@@ -82,3 +82,38 @@ def test_a_read_evaluates_once_and_a_second_read_is_refused_before_evaluating(ti
         untouched.read(lm, "arithmetic", "mezo-full-lr3e-3-beta0", 0, 40, "exact_answer", 4, "none", "abc",
                        ledger=ledger)
     assert not calls and len(ledger.reads()) == 1
+
+
+def test_a_mezo_run_is_replayed_to_validations_pick_and_read_once(tmp_path, tiny_tokenizer, monkeypatch):
+    """benchmarks/untouched.py --read-run: the run's weights rebuilt at its picked step from the trajectory (the same
+    weights the run's own development read scored), the untouched split read once, a second read refused."""
+    import untouched as script
+    from conftest import make_tiny_causal_lm
+    from test_rl_protocol import _tiny_run
+
+    from mezo_rl.model.lm import LanguageModel
+    from mezo_rl.tasks.verifiable import ArithmeticTask
+    from mezo_rl.training import rundir
+
+    out = _tiny_run(tmp_path, tiny_tokenizer)
+    real_load_run = rundir.load_run
+    steps = []
+
+    def load_run(run_dir, step="best", lm=None):   # the tiny model is built here, not loaded by name
+        got = real_load_run(run_dir, step, lm=LanguageModel(make_tiny_causal_lm(tiny_tokenizer), tiny_tokenizer))
+        steps.append(got[2])
+        return got
+
+    monkeypatch.setattr(rundir, "load_run", load_run)
+    plain = ArithmeticTask(chat=False)
+    rows = untouched.arithmetic_rows()[:4]
+    monkeypatch.setattr(untouched, "examples", lambda task, data_dir=None, tmp_dir=None: (
+        plain, [plain.make_example(r["question"], r["answer"]) for r in rows], [r["question"] for r in rows]))
+    monkeypatch.setattr(untouched.Ledger.__init__, "__defaults__", (tmp_path / "reads.jsonl",))
+    best = json.loads((out / "run" / "summary.json").read_text())["best_step"]
+    read = script.read_run(out / "run", "arithmetic", "c", 0, False, None)
+    assert steps == [best] and read["step"] == best and read["n"] == 4
+    assert json.loads((out / "run" / "untouched.json").read_text()) == read
+    with pytest.raises(ProtocolError, match="read once"):
+        script.read_run(out / "run", "arithmetic", "c", 0, False, None)
+    assert steps == [best] and len(untouched.Ledger().reads()) == 1   # refused before the replay
