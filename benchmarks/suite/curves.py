@@ -8,9 +8,7 @@ from __future__ import annotations
 
 import pathlib
 
-from .frontier import TOOLS
-
-STYLE = {"mezo-rl": ("o", "C0"), "trl-grpo": ("s", "C3")}
+from .frontier import STYLE, TOOLS, pyplot, save
 
 
 def mezo_curve(metrics_lines: list[dict], reward: str) -> list[list[float]]:
@@ -43,13 +41,8 @@ def plot(records: list[dict], path, reward: str, title: str) -> pathlib.Path | N
     """Validation ``reward`` against training seconds, one line per run (MeZO circles, GRPO squares; a cell's seeds
     share its colour shade and label); None where matplotlib is missing or no record has a curve."""
     lines = series(records)
-    if not lines:
-        return None
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
+    plt = pyplot() if lines else None
+    if plt is None:
         return None
     fig, ax = plt.subplots(figsize=(6.5, 4.2))
     labelled = set()
@@ -66,9 +59,4 @@ def plot(records: list[dict], path, reward: str, title: str) -> pathlib.Path | N
     ax.set_ylabel(f"validation {reward}")
     ax.set_title(title, fontsize=8)
     ax.legend(fontsize=6)
-    fig.tight_layout()
-    path = pathlib.Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save(plt, fig, path)

@@ -22,6 +22,8 @@ from mezo_rl.stats import Moments
 from .protocol import MIN_SEEDS, admitted
 
 TOOLS = {"mezo-rl": "MeZO", "trl-grpo": "TRL GRPO"}
+#: each tool's marker and colour on the plots
+STYLE = {"mezo-rl": ("o", "C0"), "trl-grpo": ("s", "C3")}
 #: a gain difference beyond this many SE of it names a winner
 WIN_SE = 2.0
 
@@ -161,19 +163,13 @@ def plot(summaries: list[dict], path, title: str, reward: str) -> pathlib.Path |
     """Held-out gain (± SE over seeds) against test kl (± SE over seeds) for each tool's cells: compared cells
     filled, the frontier joined, cells still short of MIN_SEEDS hollow (no SE bar with one seed); None where
     matplotlib is missing or there is no cell."""
-    if not summaries:
-        return None
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
+    plt = pyplot() if summaries else None
+    if plt is None:
         return None
     fig, ax = plt.subplots(figsize=(6.5, 4.2))
-    style = {"mezo-rl": ("o", "C0"), "trl-grpo": ("s", "C3")}
     top = 0.0
     for tool, name in TOOLS.items():
-        marker, colour = style[tool]
+        marker, colour = STYLE[tool]
         front = frontier(summaries, tool)
         for s in (s for s in summaries if s["tool"] == tool):
             top = max(top, s["kl"])
@@ -194,6 +190,22 @@ def plot(summaries: list[dict], path, title: str, reward: str) -> pathlib.Path |
     ax.set_title(f"{title} (hollow: under {MIN_SEEDS} seeds, not compared)", fontsize=8)
     if any(frontier(summaries, tool) for tool in TOOLS):
         ax.legend(fontsize=7)
+    return save(plt, fig, path)
+
+
+def pyplot():
+    """matplotlib's pyplot on the Agg backend, or None where matplotlib is missing (the plots are then left out)."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    return plt
+
+
+def save(plt, fig, path) -> pathlib.Path:
+    """Write ``fig`` to ``path`` (its folder made), close it and return the path."""
     fig.tight_layout()
     path = pathlib.Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
