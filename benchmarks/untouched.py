@@ -88,7 +88,7 @@ def main(argv=None) -> int:
         return 0
     if a.check:
         return check(data_dir)
-    if a.start:
+    if a.start and a.task:
         out = read_run(a.read_run, a.task, untouched.START, 0, True, data_dir)
     elif a.read_run and a.task and a.cell and a.seed is not None:
         out = read_run(a.read_run, a.task, a.cell, a.seed, False, data_dir)
