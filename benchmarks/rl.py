@@ -1178,6 +1178,8 @@ def run_frontier_cell(cell: FrontierCell, seed: int) -> dict:
             record = complete_frontier(record, out_dir)
         except ProtocolError as e:  # the run broke the protocol: recorded, never admitted
             record.update(ok=False, protocol_error=str(e))
+        if reads_untouched and "untouched" not in record:  # its ledger line stands: the cell is not read again
+            record["untouched_error"] = f"the untouched read left no untouched.json (see {out_dir / 'log.txt'})"
     append_record(FRONTIER_RECORDS, record)
     return record
 
