@@ -96,6 +96,7 @@ import time
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))   # the suite package beside this file
 from suite.hacking import hacking_measures  # noqa: E402
 from suite.run import import_path  # noqa: E402
+from suite import untouched  # noqa: E402
 from suite.protocol import PRECISION, TestGate, after_step, commit, cpu_info, precision_of, text_counts  # noqa: E402
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
@@ -139,6 +140,22 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--peft", default="full", choices=["full", "lora"], help="what GRPO trains")
     p.add_argument("--beta", type=float, default=0.0,
                    help="TRL's KL coefficient (default 0, TRL's); > 0: TRL loads the base model again as its reference")
+    p.add_argument("--no-gradient-checkpointing", action="store_true",
+                   help="full weights without TRL's default gradient checkpointing (faster steps, more memory); LoRA "
+                        "runs without it always")
+    p.add_argument("--untouched-cell", default=None, metavar="CELL",
+                   help="after the test read, read the untouched split (benchmarks/suite/untouched.py) once with the "
+                        "same picked weights, for this cell and --seed (refused if read before); written to "
+                        "OUTPUT_DIR/untouched.json")
+    p.add_argument("--model", default=MODEL,
+                   help="the starting model (a name, a hub id or a saved directory: a curriculum stage starts from the "
+                        "previous stage's picked weights)")
+    p.add_argument("--save-picked", default=None, metavar="DIR",
+                   help="after the test reads, save the picked weights here (save_pretrained; LoRA merged), for the "
+                        "next curriculum stage")
+    p.add_argument("--untouched-task", default=None,
+                   help="with --untouched-cell: the task its read is filed under in the ledger (default: --task, or "
+                        "sentiment / sentiment-guard)")
     a = p.parse_args(argv)
     if a.task is None and not a.data_dir:
         p.error("give --data-dir or set MEZO_RL_DATA (the directory holding SST-2/LM-BFF-original/)")
@@ -365,7 +382,7 @@ def main(argv=None) -> dict:
     reward_name = scorer.reward
 
     # model: as mezo-rl loads it (and with --peft lora, mezo-rl's adapter of this seed)
-    lm = load_model(MODEL)
+    lm = load_model(a.model)
     if a.peft == "lora":
         apply_peft(lm, "lora", seed=a.seed)
     model, tokenizer = lm.model, lm.tokenizer
@@ -406,7 +423,7 @@ def main(argv=None) -> dict:
         "logging_steps": 1,
         "save_strategy": "no",
     }
-    if a.peft == "lora":
+    if a.peft == "lora" or a.no_gradient_checkpointing:
         settings["gradient_checkpointing"] = False
     if a.lr is not None:
         settings["learning_rate"] = a.lr
@@ -455,6 +472,16 @@ def main(argv=None) -> dict:
     state["reads"].append({"split": "test", "step": final_step, "weights_step": state["best_step"]})
     test = scorer(model, tokenizer, "test", keep=after_samples)
     (out / "samples" / "test-after.jsonl").write_text("".join(json.dumps(s) + "\n" for s in after_samples))
+    if a.untouched_cell:  # the untouched split, once, with the same picked weights (the ledger refuses a second read)
+        split = a.task or ("sentiment-guard" if a.repetition_weight else "sentiment")
+        reward_ref = (a.reward or task.metrics[0]) if a.task else f"{REWARD_FILE}:{REWARD}"
+        read = untouched.read(lm, a.untouched_task or split, a.untouched_cell, a.seed, state["best_step"], reward_ref,
+                              a.max_completion_length, a.autocast, code, data_dir=a.data_dir,
+                              batch_size=EVAL_BATCH_SIZE, tmp_dir=out)
+        (out / "untouched.json").write_text(json.dumps(read) + "\n")
+    if a.save_picked:  # the picked weights, for the next curriculum stage (mezo-rl's own writer: LoRA merged)
+        from mezo_rl.training.rundir import save_model
+        save_model(lm, a.peft, a.save_picked)
     peak_rss = max(state.get("peak_before_train_mb", 0.0), rss_peak_mb())
 
     secs = state["step_seconds"]
@@ -473,7 +500,7 @@ def main(argv=None) -> dict:
         "pick": gate.record(),
         "reads": state["reads"],
         "counts": {"before": text_counts(before_samples), "after": text_counts(after_samples)},
-        "model": MODEL,
+        "model": a.model,
         "settings": settings,
         "grpo_config": json.loads(json.dumps(config.to_dict(), default=str)),
         "stop_at_newline": a.stop_at_newline,
@@ -510,7 +537,7 @@ def main(argv=None) -> dict:
     if not a.no_base_loglik:  # last, with the trained model freed: it loads the base model once more
         del model, lm
         gc.collect()
-        base = load_model(MODEL)
+        base = load_model(a.model)
         summary["base_loglik"] = hacking_measures(before_samples, after_samples, base)
         summary["peak_rss_with_loglik_mb"] = max(peak_rss, rss_peak_mb())
         (out / "summary.json").write_text(json.dumps(summary, indent=1))

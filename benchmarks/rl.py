@@ -12,6 +12,17 @@ and TRL's GRPO on the same model, prompts, reward, completions per prompt and tr
     python benchmarks/rl.py --frontier arithmetic --stage grid     # issue 50: every grid cell on seed 0 (resumable)
     python benchmarks/rl.py --frontier arithmetic --stage seeds    # seeds 1, 2 of seed 0's validation frontier
     python benchmarks/rl.py --frontier sentiment-guard --stage grid   # sentiment with the example's repetition guard
+    python benchmarks/rl.py --frontier arithmetic --stage untouched   # issue 70: the verdict pairs' cells again, each
+                                                                      # seed reading the untouched split once
+    python benchmarks/rl.py --frontier arithmetic --stage more-seeds  # seeds 3-4 of a pair within 3 SE
+    python benchmarks/rl.py --frontier arithmetic-4x --stage grid    # the 4x-budget cells, every seed
+
+Issue 70 (``benchmarks/suite/untouched.py``, ``bootstrap.py``, ``curves.py``): issue 50's test split is the
+*development* split (the records' ``test`` fields); verdicts come from the untouched split, which every new run of a
+task in ``UNTOUCHED_TASKS`` reads once at validation's pick (a MeZO run replayed to it by ``benchmarks/untouched.py
+--read-run``, a GRPO run in its own process), compared by a paired bootstrap over prompts and seeds. Each declared
+cell has records, or is ``pruned`` (never run) with its reason, or is ``planned`` for a later session with its
+reason (tests/test_rl_grid_accounting.py).
 
 Issue 50's protocol (``benchmarks/suite/protocol.py``; its docstring is the rule book) governs the ``--frontier``
 cells (``FRONTIER_GRIDS``): choices on validation only, test read once per run at validation's pick (the runner
@@ -64,7 +75,8 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))   # the suite p
 from mezo_rl.stats import Moments  # noqa: E402
 from mezo_rl.training.rundir import CONFIG_FILE  # noqa: E402
 from suite.hacking import hacking_measures  # noqa: E402
-from suite.frontier import candidates, left_start, statements, summarise, val_gain  # noqa: E402
+from suite.frontier import candidates, left_start, statements, summarise, val_gain, who_wins  # noqa: E402
+from suite import bootstrap  # noqa: E402
 from suite.frontier import plot as plot_frontier, table as frontier_table  # noqa: E402
 from suite.protocol import (COUNTED_WORDS, LOOP_REPETITION, MIN_SEEDS, PRECISION, PROTOCOL, ProtocolError,  # noqa: E402
                             TestGate, admitted, check_cell, cpu_info, made_before, precision_of, reads_of_mezo_run,
@@ -72,6 +84,7 @@ from suite.protocol import (COUNTED_WORDS, LOOP_REPETITION, MIN_SEEDS, PRECISION
 from suite.protocol import commit as protocol_commit  # noqa: E402
 from suite.records import append_record, load_records  # noqa: E402
 from suite.run import cpu, import_path  # noqa: E402
+from suite import curves, untouched  # noqa: E402
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 RECORDS = REPO / "docs" / "results" / "rl.jsonl"
@@ -772,6 +785,8 @@ FRONTIER_RECORDS = REPO / "docs" / "results" / "rl_frontier.jsonl"
 FRONTIER_RUNS = REPO / "runs" / "rl_frontier"
 FRONTIER_PLOTS = REPO / "docs" / "results"
 FRONTIER_SEEDS = (0, 1, 2)
+#: the seeds a compared pair whose untouched verdict is within bootstrap.CLOSE_SE SE adds (to bootstrap.MORE_SEEDS)
+EXTRA_SEEDS = tuple(range(len(FRONTIER_SEEDS), bootstrap.MORE_SEEDS))
 #: the tasks: reward, completion tokens, prompt counts (validation >= protocol.MIN_VALIDATION) and the training
 #: seconds of both tools' cells (see MEZO_STEP_CAP for how MeZO keeps to them)
 FRONTIER_TASKS = {
@@ -784,6 +799,20 @@ FRONTIER_TASKS = {
 #: `repetition` reward at weight ``guard`` (examples/sentiment_reward.py; the GRPO script's ``--repetition-weight``)
 #: and pick their step on that weighted objective; the figures stay positivity's
 FRONTIER_TASKS["sentiment-guard"] = dict(FRONTIER_TASKS["sentiment"], guard="1")
+#: issue 70: arithmetic for four times the budget (``task``: the registered task the cells train on)
+FRONTIER_TASKS["arithmetic-4x"] = dict(FRONTIER_TASKS["arithmetic"], budget_s=4 * FRONTIER_TASKS["arithmetic"]["budget_s"],
+                                       task="arithmetic", every_seed=True)
+#: issue 70: Countdown's curriculum (tasks/verifiable.py CURRICULUM; each stage's own split sizes): 2 numbers from the
+#: model itself, then 3 and 4, each from the previous stage's picks (``start_from``: per tool and seed, the weights of
+#: the stage's compared cell with the highest mean validation gain, written by ``--stage export``)
+FRONTIER_TASKS["countdown-curriculum2"] = dict(reward="countdown_lenient", max_new_tokens=32, num_train=250, num_eval=200,
+                                               num_test=200, budget_s=640)
+FRONTIER_TASKS["countdown-curriculum3"] = dict(FRONTIER_TASKS["countdown-curriculum2"], num_train=1000, num_test=500,
+                                               start_from="countdown-curriculum2")
+FRONTIER_TASKS["countdown-curriculum4"] = dict(FRONTIER_TASKS["countdown-curriculum3"], start_from="countdown-curriculum3")
+#: where a curriculum stage's picks are written (relative to the checkout, as the sentiment prompts)
+#: the tasks whose runs read the untouched split once at their pick (benchmarks/suite/untouched.py)
+UNTOUCHED_TASKS = ("arithmetic", "arithmetic-4x", "sentiment", "sentiment-guard")
 #: the tasks whose prompts are SST-2 review openings (``write_sentiment_prompts``), scored by the example's rewards
 SENTIMENT_TASKS = ("sentiment", "sentiment-guard")
 
@@ -801,13 +830,24 @@ class FrontierCell:
     seeds: tuple = FRONTIER_SEEDS
     exploratory: bool = False
     launcher: tuple = ()  # a MeZO cell's arguments of benchmarks/mezo_budget.py itself (its --scale-decay)
+    #: why the cell is not run (read off the records' validation figures, or the budget): a pruned cell is never
+    #: pending; every declared cell has records, or a reason here, or ``planned`` (test_rl_grid_accounting.py)
+    pruned: str = ""
+    #: a cell declared for a later session to run, and why (issue 70's cells): pending until it has records
+    planned: str = ""
 
     def __post_init__(self):
         check_cell(self.name, self.seeds, FRONTIER_TASKS[self.task]["num_eval"], self.exploratory)
+        if self.pruned and self.planned:
+            raise ValueError(f"cell {self.name}: pruned and planned at once")
 
     @property
     def name(self) -> str:
         return f"{self.family}-lr{self.lr}-beta{self.beta}"
+
+    def allows(self, seed: int) -> bool:
+        """A seed of the cell's definition, or one of the seeds a close verdict adds (``EXTRA_SEEDS``)."""
+        return seed in self.seeds or (not self.exploratory and seed in EXTRA_SEEDS)
 
     @property
     def tool(self) -> str:
@@ -832,17 +872,22 @@ SENTIMENT_PROMPTS = FRONTIER_RUNS.relative_to(REPO) / "sentiment-prompts"
 SENTIMENT_REWARD = "examples/sentiment_reward.py:" + REWARD
 SENTIMENT_GUARD = "examples/sentiment_reward.py:repetition"
 MEZO_BUDGET = REPO / "benchmarks" / "mezo_budget.py"
+UNTOUCHED_SCRIPT = REPO / "benchmarks" / "untouched.py"
+#: the picked weights a curriculum stage starts from: PICKS / "<stage>-<tool>-s<seed>" (``--stage export`` writes them)
+PICKS = FRONTIER_RUNS.relative_to(REPO) / "picks"
 #: validations in a cell's training (both tools: at each third of the budget; MeZO through mezo_budget.py, GRPO by
 #: --eval-points): the resolution of its pick, and so the tolerance of "equal time" (a third of the budget)
 FRONTIER_EVAL_POINTS = 3
 
 
-def _frontier_cells(task: str, family: str, lrs, betas, *variant: str, launcher: tuple = (),
-                    **sizes) -> list[FrontierCell]:
+def _frontier_cells(task: str, family: str, lrs, betas, *variant: str, launcher: tuple = (), pruned=None,
+                    planned: str = "", **sizes) -> list[FrontierCell]:
     """The cells of ``family`` (tool-peft, then an optional variant's name: ``mezo-full-rank``) over ``lrs`` x
     ``betas``; a MeZO variant's own arguments are ``variant``, its ``batch``/``n_spsa`` (``_mezo``'s) and its
-    ``launcher`` arguments (benchmarks/mezo_budget.py's)."""
+    ``launcher`` arguments (benchmarks/mezo_budget.py's). ``pruned``: cell name -> why it is not run (see
+    :data:`PRUNED`); ``planned``: why the cells are declared for a later session."""
     out = []
+    pruned = PRUNED if pruned is None else pruned
     tool, peft = family.split("-")[:2]
     for lr in lrs:
         for beta in betas:
@@ -852,10 +897,74 @@ def _frontier_cells(task: str, family: str, lrs, betas, *variant: str, launcher:
                              **sizes)
             else:
                 args = ["--peft", peft, "--lr", lr, "--beta", beta, "--autocast", PRECISION,
-                        "--eval-points", str(FRONTIER_EVAL_POINTS)]
-            out.append(FrontierCell(task, family, lr, beta, tuple(args), launcher=tuple(launcher)))
+                        "--eval-points", str(FRONTIER_EVAL_POINTS), *variant]
+            name = f"{family}-lr{lr}-beta{beta}"
+            out.append(FrontierCell(task, family, lr, beta, tuple(args), launcher=tuple(launcher),
+                                    pruned=pruned.get((task, name), ""), planned=planned))
     return out
 
+
+#: (task, cell) -> why the declared cell is not run (issue 70: "each declared cell either has records or is pruned,
+#: with the reason"). Issue 50 left these 17 arithmetic cells without a current record and recorded no reason; the
+#: reasons below are read off the records' *validation* figures (docs/results/rl_frontier.jsonl, including the seed-0
+#: records of earlier definitions of a cell, which the protocol keeps out of comparisons but which still say where
+#: a cell lands), never off test. Where no record speaks for or against a cell, the reason says so.
+_BETA1 = ("pruned: beta 1 shrinks MeZO's step towards the start; at lr 1e-3 its earlier 24-step definition gained "
+          "+0.020 on validation at validation kl 0.014 (seed 0), below mezo-lora-lr3e-3-beta0's +0.12 at kl 0.009, so "
+          "beta 1 adds no frontier point at the kl it reaches")
+_GRPO_FULL_BETA0 = ("pruned: beta 0 only moves a full-weight GRPO cell to a larger kl than its beta-0.04 cell, which at "
+                    "this lr already reaches validation kl 0.31-0.47; at kl that large GRPO's LoRA beta-0 cells hold "
+                    "its frontier (grpo-lora-lr3e-4-beta0: validation gain +0.59 at kl 0.53)")
+_GRPO_LORA_BETA04 = ("pruned: GRPO's low-kl side is held by its full-weight beta-0.2 and beta-1 cells (validation kl "
+                     "0.006-0.18); a LoRA cell with beta 0.04 lands between LoRA's beta-0 cells (kl 0.39-0.56) and "
+                     "grpo-full-lr3e-6-beta0.04 (kl 0.34, gain +0.52), where GRPO already has compared cells")
+PRUNED = {
+    ("arithmetic", "mezo-full-lr1e-3-beta1"): _BETA1,
+    ("arithmetic", "mezo-full-lr3e-3-beta1"): _BETA1 + " (at lr 3e-3, beta 0.1 already held the earlier 24-step "
+                                                       "definition to +0.20 at kl 0.086)",
+    ("arithmetic", "mezo-full-lr1e-2-beta0"): "pruned: lr 1e-2 diverges; its earlier 58-step definition picked step 19 "
+                                              "with a validation gain of +0.040 at validation kl 0.54 (seed 0)",
+    ("arithmetic", "mezo-full-lr1e-2-beta0.1"): "pruned: its earlier 24-step definition gained +0.17 on validation at "
+                                                "validation kl 0.36 (seed 0), dominated by mezo-full-lr3e-3-beta0 "
+                                                "(+0.44 at kl 0.38 on the same seed)",
+    ("arithmetic", "mezo-full-lr1e-2-beta1"): "pruned: lr 1e-2 diverges at beta 0 (mezo-full-lr1e-2-beta0's reason), "
+                                              "and beta 1 adds no frontier point at lr 1e-3",
+    ("arithmetic", "mezo-lora-lr3e-3-beta1"): "pruned: mezo-lora-lr3e-3-beta0 already sits at validation kl 0.005-0.011 "
+                                              "(gain +0.10-0.14); beta 1 can only lower a kl that small",
+    ("arithmetic", "mezo-lora-lr1e-2-beta1"): "pruned: beta 1 at lr 1e-2 lands between mezo-lora-lr3e-3-beta0 (kl 0.009) "
+                                              "and mezo-lora-lr1e-2-beta0 (kl 0.12-0.17), where mezo-full-lr1e-3-beta0.1 "
+                                              "(kl 0.07-0.08, gain +0.25-0.27) already holds MeZO's frontier",
+    ("arithmetic", "mezo-lora-lr3e-2-beta0"): "pruned for the budget, not on evidence: no record speaks for or against "
+                                              "it; LoRA's validation gain grew from lr 3e-3 (+0.12) to 1e-2 (+0.34), so "
+                                              "this cell might extend MeZO's frontier and is the first to add if time "
+                                              "allows",
+    ("arithmetic", "mezo-lora-lr3e-2-beta1"): "pruned for the budget: its beta-0 cell has no record (see "
+                                              "mezo-lora-lr3e-2-beta0)",
+    ("arithmetic", "mezo-norm-lr0.03-beta0"): "pruned: the final norm alone reached a validation gain of only "
+                                              "+0.12-0.14 at lr 0.1 (kl 0.03-0.24), where every-weight and LoRA cells "
+                                              "gain more at less kl; a smaller lr moves less",
+    ("arithmetic", "mezo-norm-lr0.3-beta0"): "pruned: the final norm alone reached +0.12-0.14 at lr 0.1 with a kl that "
+                                             "already varied 0.03-0.24 over seeds; a 3x larger sign step of the norm's "
+                                             "gains moves kl further for a gain its lr 0.1 cell shows to be small",
+    ("arithmetic", "grpo-full-lr3e-6-beta0"): _GRPO_FULL_BETA0,
+    ("arithmetic", "grpo-full-lr1e-5-beta0"): _GRPO_FULL_BETA0,
+    ("arithmetic", "grpo-full-lr3e-5-beta0"): _GRPO_FULL_BETA0 + " (at lr 3e-5, beta 0.04 already lost gain: +0.34 at "
+                                                                 "kl 0.51, seed 0)",
+    ("arithmetic", "grpo-lora-lr1e-4-beta0.04"): _GRPO_LORA_BETA04,
+    ("arithmetic", "grpo-lora-lr3e-4-beta0.04"): _GRPO_LORA_BETA04,
+    ("arithmetic", "grpo-lora-lr1e-3-beta0.04"): _GRPO_LORA_BETA04,
+}
+#: issue 70's cells: declared here, run by a later session (each says why it exists)
+_GAP = "issue 70: GRPO's compared frontier jumps from validation kl {lo} to {hi}; this cell aims between them ({how})"
+_FOUR_X = ("issue 70: four times the budget for {what} (chosen on validation: its tool's highest mean validation "
+           "gain among compared cells in docs/results/rl_frontier.jsonl), to see whether MeZO, stopped while it was "
+           "climbing, catches up")
+_NO_GC = ("issue 70: the best full-weight GRPO cell (on validation) without TRL's default gradient checkpointing, "
+          "which every full-weight GRPO run so far used (it slows the steps and lowers the memory)")
+_CURRICULUM = ("issue 70: Countdown's curriculum: 2-number puzzles in chat form (where the model sometimes answers "
+               "right, without tags), then 3, then 4, reward countdown_lenient (a right equation with or without "
+               "tags, 0.1 for a well-formed one over the numbers); a stage after the first starts from the previous "
+               "stage's validation pick of the same tool and seed")
 
 #: the grids. Arithmetic: each tool's lr x beta, GRPO LoRA's lr bracketed above 1e-4 (the study's best was its
 #: grid's top); sentiment: the lr tuned on sentiment itself (not carried over from arithmetic)
@@ -869,6 +978,17 @@ FRONTIER_GRIDS = {
                    # (docs/mezo-or-grpo.md): lr 1e-6, then 3e-7 below that one's kl, then a larger beta
                    *_frontier_cells("arithmetic", "grpo-full", ["1e-6", "3e-7"], ["0.2"]),
                    *_frontier_cells("arithmetic", "grpo-full", ["1e-6"], ["1"]),
+                   # issue 70: a cell in each of GRPO's kl gaps (0.073-0.176: lr between the two beta-0.2 cells;
+                   # 0.176-0.341: beta between lr 1e-5's 0.2 and 0.04 cells)
+                   *_frontier_cells("arithmetic", "grpo-full", ["5e-6"], ["0.2"],
+                                    planned=_GAP.format(lo=0.073, hi=0.176, how="lr 5e-6, between grpo-full-lr3e-6-"
+                                                        "beta0.2 and grpo-full-lr1e-5-beta0.2")),
+                   *_frontier_cells("arithmetic", "grpo-full", ["1e-5"], ["0.1"],
+                                    planned=_GAP.format(lo=0.176, hi=0.341, how="beta 0.1, between grpo-full-lr1e-5-"
+                                                        "beta0.2 (kl 0.176) and grpo-full-lr1e-5-beta0.04 (kl 0.46)")),
+                   # issue 70: GRPO both ways: its best full-weight cell without gradient checkpointing
+                   *_frontier_cells("arithmetic", "grpo-full-nogc", ["3e-6"], ["0.04"], "--no-gradient-checkpointing",
+                                    planned=_NO_GC),
                    # the moonshot (issue 50): MeZO's best seed-0 cell (every weight, lr 3e-3, beta 0) with what the
                    # literature says closes the gap: a larger population (16 members), more prompts per member (32
                    # a step), rank-based fitness shaping (ES-at-scale)
@@ -893,6 +1013,18 @@ FRONTIER_GRIDS = {
                                     launcher=("--scale-decay", "0.072", "--scale-decay-power", "1"))],
     "sentiment": [*_frontier_cells("sentiment", "mezo-full", ["3e-4", "1e-3", "3e-3"], ["0", "0.3"]),
                   *_frontier_cells("sentiment", "grpo-full", ["3e-6", "1e-5", "3e-5", "1e-4"], ["0", "0.04"])],
+    # issue 70: four times the budget (FRONTIER_TASKS["arithmetic-4x"]) for each tool's best cell on validation
+    "arithmetic-4x": [*_frontier_cells("arithmetic-4x", "mezo-full-hizoo-a1e-5", ["3e-3"], ["0"], "--hessian-smooth",
+                                       "1e-5", planned=_FOUR_X.format(what="MeZO's best cell")),
+                      *_frontier_cells("arithmetic-4x", "grpo-full", ["3e-6"], ["0.04"],
+                                       planned=_FOUR_X.format(what="GRPO's best full-weight cell")),
+                      *_frontier_cells("arithmetic-4x", "grpo-lora", ["3e-4"], ["0"],
+                                       planned=_FOUR_X.format(what="GRPO's best LoRA cell"))],
+    # issue 70: Countdown's curriculum (2 numbers, then 3, then 4), both tools around their arithmetic lrs
+    **{stage: [*_frontier_cells(stage, "mezo-full", ["1e-3", "3e-3"], ["0"], planned=_CURRICULUM),
+               *_frontier_cells(stage, "grpo-full", ["3e-6", "1e-5"], ["0"], planned=_CURRICULUM),
+               *_frontier_cells(stage, "grpo-lora", ["3e-4"], ["0"], planned=_CURRICULUM)]
+       for stage in ("countdown-curriculum2", "countdown-curriculum3", "countdown-curriculum4")},
     # the guard is the regulariser here (beta 0); each tool's lrs around its unguarded sentiment picks
     "sentiment-guard": [*_frontier_cells("sentiment-guard", "mezo-full", ["3e-4", "1e-3", "3e-3"], ["0"]),
                         *_frontier_cells("sentiment-guard", "grpo-full", ["3e-6", "1e-5", "3e-5"], ["0"])],
@@ -911,9 +1043,12 @@ def frontier_command(cell: FrontierCell, seed: int, out_dir: pathlib.Path) -> li
     on the prompt files of ``SENTIMENT_PROMPTS``, which ``run_frontier_cell`` writes first) or the GRPO script, with
     the task's prompt counts and the protocol's precision."""
     t = FRONTIER_TASKS[cell.task]
-    if seed not in cell.seeds:
-        raise SystemExit(f"{cell.name}: seed {seed} is not one of the cell's seeds {cell.seeds}")
+    if not cell.allows(seed):
+        raise SystemExit(f"{cell.name}: seed {seed} is not one of the cell's seeds {cell.seeds} (or {EXTRA_SEEDS}, "
+                         "which a close verdict adds)")
     sizes = ["--num-train", str(t["num_train"]), "--num-eval", str(t["num_eval"]), "--num-test", str(t["num_test"])]
+    if t.get("start_from"):  # a curriculum stage: the previous stage's pick of this tool and seed
+        sizes += ["--model", str(PICKS / f"{t['start_from']}-{cell.tool}-s{seed}")]
     guard = t.get("guard")
     if cell.tool == "mezo-rl":
         if cell.task in SENTIMENT_TASKS:
@@ -922,13 +1057,13 @@ def frontier_command(cell: FrontierCell, seed: int, out_dir: pathlib.Path) -> li
                     "--reward", SENTIMENT_REWARD,
                     *(["--reward", SENTIMENT_GUARD, "--reward-weights", "1", "--reward-weights", guard] if guard else [])]
         else:
-            task = ["--task", cell.task, "--reward", t["reward"]]
+            task = ["--task", t.get("task", cell.task), "--reward", t["reward"]]
         return [sys.executable, str(MEZO_BUDGET), "--time-budget-s", str(t["budget_s"]), "--eval-points",
                 str(FRONTIER_EVAL_POINTS), *cell.launcher, "--", *task,
                 "--max-completion-length", str(t["max_new_tokens"]), "--eval-batch-size", "64", "--log-completions",
                 str(t["num_test"]), "--seed", str(seed), *sizes, *cell.args, "--output-dir", str(out_dir / "run")]
     task = (["--repetition-weight", guard] if guard else []) if cell.task in SENTIMENT_TASKS \
-        else ["--task", cell.task, "--reward", t["reward"]]
+        else ["--task", t.get("task", cell.task), "--reward", t["reward"]]
     return [sys.executable, str(GRPO), *task, "--output-dir", str(out_dir), "--seed", str(seed),
             "--max-completion-length", str(t["max_new_tokens"]), "--num-generations", "4", "--batch-size", "16",
             "--time-budget-s", str(t["budget_s"]), "--no-base-loglik", *sizes, *cell.args]
@@ -938,8 +1073,15 @@ def _command_key(command: str) -> list[str]:
     """A cell command's arguments without the interpreter, the output directory, ``--resume`` (a run stopped
     part-way and resumed is the same run) and the checkout's own path (a script is named by its folder and file)."""
     args = shlex.split(command)[1:]
+    valued = ("--output-dir", *UNTOUCHED_OPTIONS)  # the untouched read happens after training: not the cell's definition
     return ["/".join(pathlib.PurePath(a).parts[-2:]) if a.endswith(".py") else a
-            for i, a in enumerate(args) if a != "--resume" and (i == 0 or args[i - 1] != "--output-dir")]
+            for i, a in enumerate(args) if a not in ("--resume", *UNTOUCHED_OPTIONS)
+            and (i == 0 or args[i - 1] not in valued)]
+
+
+#: the GRPO script's options of what it does after training (the untouched read, benchmarks/suite/untouched.py; the
+#: picked weights saved for a curriculum's next stage), each with a value: not part of a cell's definition
+UNTOUCHED_OPTIONS = ("--untouched-cell", "--untouched-task", "--save-picked")
 
 
 #: where a tool's behaviour changed under an unchanged command: (tool, the commit that changed it, what ran before).
@@ -961,7 +1103,7 @@ def superseded(record: dict) -> str:
     seed = record.get("seed")
     if "command" not in record:
         return "no command recorded"
-    if seed not in cell.seeds:
+    if not cell.allows(seed):
         return "not a seed of the cell's current definition"
     now = _command_key(shlex.join(frontier_command(cell, seed, FRONTIER_RUNS / "x")))
     if _command_key(record["command"]) != now:
@@ -1000,6 +1142,13 @@ def run_frontier_cell(cell: FrontierCell, seed: int) -> dict:
         write_sentiment_prompts(os.environ.get("MEZO_RL_DATA"))
     out_dir = FRONTIER_RUNS / f"{cell.task}-{cell.name}-s{seed}"
     cmd = frontier_command(cell, seed, out_dir)
+    reads_untouched = cell.task in UNTOUCHED_TASKS and not cell.exploratory
+    if reads_untouched:
+        untouched.Ledger().check(cell.task, cell.name, seed)  # refused before any training: read once
+        if cell.tool == "trl-grpo":  # read in the GRPO process, with the picked weights in place
+            cmd += ["--untouched-cell", cell.name, "--untouched-task", cell.task]
+    if cell.tool == "trl-grpo" and any(t.get("start_from") == cell.task for t in FRONTIER_TASKS.values()):
+        cmd += ["--save-picked", str(out_dir / "picked")]  # a later curriculum stage may start from it
     run_dir = out_dir / "run"
     if (run_dir / "summary.json").is_file() or (out_dir / "summary.json").is_file():
         set_aside(out_dir)  # a finished run whose record no longer stands (pending again): start afresh
@@ -1013,6 +1162,12 @@ def run_frontier_cell(cell: FrontierCell, seed: int) -> dict:
     with (out_dir / "log.txt").open("a") as log:
         proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
         _, status, usage = os.wait4(proc.pid, 0)
+    if reads_untouched and cell.tool == "mezo-rl" and os.waitstatus_to_exitcode(status) == 0:
+        # the MeZO run replayed to validation's pick from its trajectory, the untouched split read once
+        with (out_dir / "log.txt").open("a") as log:
+            subprocess.run([sys.executable, str(UNTOUCHED_SCRIPT), "--read-run", str(run_dir), "--task", cell.task,
+                            "--cell", cell.name, "--seed", str(seed)], cwd=REPO, env=env, stdout=log,
+                           stderr=subprocess.STDOUT, check=False)
     record = {"protocol": PROTOCOL, "task": cell.task, "cell": cell.name, "family": cell.family, "tool": cell.tool,
               "lr": float(cell.lr), "beta": float(cell.beta), "seed": seed, "exploratory": cell.exploratory,
               "command": shlex.join(cmd), "commit": code, "cpu": cpu_info(), "machine": machine(),
@@ -1023,6 +1178,8 @@ def run_frontier_cell(cell: FrontierCell, seed: int) -> dict:
             record = complete_frontier(record, out_dir)
         except ProtocolError as e:  # the run broke the protocol: recorded, never admitted
             record.update(ok=False, protocol_error=str(e))
+        if reads_untouched and "untouched" not in record:  # its ledger line stands: the cell is not read again
+            record["untouched_error"] = f"the untouched read left no untouched.json (see {out_dir / 'log.txt'})"
     append_record(FRONTIER_RECORDS, record)
     return record
 
@@ -1041,6 +1198,7 @@ def complete_frontier(record: dict, out_dir: pathlib.Path) -> dict:
         config = json.loads((run_dir / CONFIG_FILE).read_text())
         lines = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
         gate = TestGate.replay(reads_of_mezo_run(lines, summary["best_step"]))
+        record["validation_curve"] = curves.mezo_curve(lines, reward)
         secs = step_seconds(run_dir)
         before, after = read_samples(run_dir, "test", 0), read_samples(run_dir, "test", summary["steps"])
         record.update(train_s=sum(secs), s_per_step=sorted(secs)[len(secs) // 2] if secs else None,
@@ -1051,6 +1209,7 @@ def complete_frontier(record: dict, out_dir: pathlib.Path) -> dict:
         before, after = (read_jsonl(out_dir / "samples" / f"test-{w}.jsonl") for w in ("before", "after"))
         record.update({k: summary.get(k) for k in ("train_s", "s_per_step", "trl_version", "peak_train_rss_mb",
                                                    "precision", "stopped_by")})
+        record["validation_curve"] = curves.grpo_curve(summary.get("validations") or [], reward)
         record["config"] = summary["grpo_config"]
     if gate.pick() != summary["best_step"]:
         raise ProtocolError(f"the run tested step {summary['best_step']}; validation picked step {gate.pick()}")
@@ -1061,7 +1220,52 @@ def complete_frontier(record: dict, out_dir: pathlib.Path) -> dict:
     record["counts"] = {"before": text_counts(before), "after": text_counts(after)}
     record["base_loglik"] = hacking_measures(before, after)
     record["samples"] = sample_pairs(before, after, reward)
+    # per-prompt outcomes (issue 70: a bootstrap over prompts and seeds needs them): the development split ("test"
+    # in the run's files) before and after, and the untouched split where the cell read it
+    record["outcomes"] = {"development": {"before": prompt_outcomes(before, reward),
+                                          "after": prompt_outcomes(after, reward)}}
+    read = next((d / "untouched.json" for d in (out_dir / "run", out_dir) if (d / "untouched.json").is_file()), None)
+    if read is not None:
+        got = json.loads(read.read_text())
+        if got["step"] != record["best_step"]:
+            raise ProtocolError(f"the untouched split was read at step {got['step']}; validation picked step "
+                                f"{record['best_step']}")
+        record["outcomes"]["untouched"] = {"after": got.pop("outcomes")}
+        record["untouched"] = got
     return record
+
+
+def prompt_id(sample: dict) -> str:
+    """A completion's prompt as text (a chat prompt: its last message), the key that pairs outcomes across runs."""
+    prompt = sample["prompt"]
+    return prompt if isinstance(prompt, str) else prompt[-1]["content"]
+
+
+def prompt_outcomes(samples: list[dict], reward: str) -> list[list]:
+    """``[prompt id, reward]`` per completion, in the order evaluated."""
+    return [[prompt_id(x), x.get(reward)] for x in samples]
+
+
+def untouched_verdicts(summaries: list[dict], records: list[dict]) -> list[str]:
+    """One line per kl band of ``who_wins`` (the cells validation chose at each validation-kl budget) whose two cells
+    both read the untouched split on the same seeds (at least MIN_SEEDS): the paired bootstrap of MeZO - GRPO over
+    prompts and seeds, the verdict, and whether the pair needs ``bootstrap.MORE_SEEDS`` seeds."""
+    out = []
+    for row in who_wins(summaries):
+        if not (row["mezo"] and row["grpo"]):
+            continue
+        pair = [[r for r in records if r["cell"] == cell and "untouched" in (r.get("outcomes") or {})]
+                for cell in (row["mezo"], row["grpo"])]
+        seeds = {r["seed"] for r in pair[0]} & {r["seed"] for r in pair[1]}
+        if len(seeds) < MIN_SEEDS:
+            continue
+        iv = bootstrap.compare_cells(pair[0], pair[1], "untouched")
+        more = (f"; within {bootstrap.CLOSE_SE:g} SE: run seeds {len(seeds)}..{bootstrap.MORE_SEEDS - 1} of both cells"
+                if bootstrap.needs_more_seeds(iv) else "")
+        out.append(f"- validation kl {row['lo']:.4f}-{row['hi']:.4f}: **{bootstrap.verdict(iv, 'MeZO', 'TRL GRPO')}**: "
+                   f"MeZO {row['mezo']} vs GRPO {row['grpo']}, untouched difference {iv.diff:+.3f}, 95% interval "
+                   f"[{iv.lo:+.3f}, {iv.hi:+.3f}] (SE {iv.se:.3f}; {iv.seeds} seeds x {iv.prompts} prompts){more}.")
+    return out
 
 
 def frontier_pending(task: str, stage: str, names: list[str] | None, records: list[dict]) -> list[tuple]:
@@ -1071,16 +1275,48 @@ def frontier_pending(task: str, stage: str, names: list[str] | None, records: li
     here = machine()
     records = current_records(records)
     done = {(r["cell"], r["seed"]) for r in records if r.get("task") == task and r.get("ok") and r.get("machine") == here}
-    grid = [c for c in FRONTIER_GRIDS[task] if names is None or c.name in names]
+    grid = [c for c in FRONTIER_GRIDS[task] if (names is None or c.name in names) and not c.pruned]
     todo = []
-    if stage in ("grid", "all"):
-        todo += [(c, c.seeds[0]) for c in grid]
+    if stage in ("grid", "all"):  # a task declared every_seed (the 4x-budget cells) runs every seed in this stage
+        every = FRONTIER_TASKS[task].get("every_seed")
+        todo += [(c, s) for c in grid for s in (c.seeds if every else c.seeds[:1])]
     if stage in ("seeds", "all"):
         mine = [r for r in records if r.get("task") == task and r.get("machine") == here]
         chosen = set(candidates(mine, FRONTIER_TASKS[task]["reward"], seed=FRONTIER_SEEDS[0]))
         chosen |= variants_chosen(task, mine)
         todo += [(c, s) for c in grid if c.name in chosen for s in c.seeds[1:]]
+    if stage == "export":
+        return []  # export_picks does the work
+    if stage in ("untouched", "more-seeds"):
+        # the choice reads validation figures, which any machine's records give
+        return untouched_pending(task, stage, grid, [r for r in records if r.get("task") == task])
     return [(c, s) for c, s in todo if (c.name, s) not in done]
+
+
+def verdict_pairs(task: str, records: list[dict]) -> list[tuple[str, str]]:
+    """The (MeZO cell, GRPO cell) pairs validation chose at each kl band (``who_wins`` over the compared cells), the
+    pairs a verdict compares."""
+    rows = who_wins(summarise([r for r in records if r.get("task") == task], FRONTIER_TASKS[task]["reward"]))
+    return list(dict.fromkeys((r["mezo"], r["grpo"]) for r in rows if r["mezo"] and r["grpo"]))
+
+
+def untouched_pending(task: str, stage: str, grid: list, records: list[dict]) -> list[tuple]:
+    """Stage "untouched": every seed of the cells in a verdict pair (``verdict_pairs``) whose record carries no
+    untouched read (it is run again: the read happens at the end of a run); stage "more-seeds": the EXTRA_SEEDS of
+    both cells of each pair whose untouched verdict is within bootstrap.CLOSE_SE SE (``bootstrap.needs_more_seeds``)."""
+    read = {(r["cell"], r["seed"]) for r in records if r.get("ok") and "untouched" in (r.get("outcomes") or {})}
+    pairs = verdict_pairs(task, records)
+    if stage == "untouched":
+        chosen = {cell for pair in pairs for cell in pair}
+        return [(c, s) for c in grid if c.name in chosen for s in c.seeds if (c.name, s) not in read]
+    close = set()
+    for m, g in pairs:
+        sides = [[r for r in records if r.get("cell") == cell and (cell, r["seed"]) in read] for cell in (m, g)]
+        if min(len({r["seed"] for r in side}) for side in sides) < MIN_SEEDS:
+            continue  # the pair's untouched reads are not all in: run stage "untouched" first
+        if bootstrap.needs_more_seeds(bootstrap.compare_cells(*sides, "untouched")):
+            close |= {m, g}
+    return [(c, s) for c in grid if c.name in close for s in EXTRA_SEEDS if (c.name, s) not in read]
 
 
 def variants_chosen(task: str, records: list[dict]) -> set[str]:
@@ -1104,7 +1340,47 @@ def variants_chosen(task: str, records: list[dict]) -> set[str]:
     return chosen
 
 
+def stage_picks(task: str, records: list[dict]) -> dict[str, str]:
+    """tool -> the cell a curriculum's next stage starts from: the tool's compared cell (MIN_SEEDS admitted seeds)
+    with the highest mean validation gain (a choice on validation)."""
+    rows = summarise([r for r in current_records(records) if r.get("task") == task], FRONTIER_TASKS[task]["reward"])
+    out = {}
+    for tool in ("mezo-rl", "trl-grpo"):
+        compared = [s for s in rows if s["tool"] == tool and s["compared"]]
+        if compared:
+            out[tool] = max(compared, key=lambda s: s["val_gain"])["cell"]
+    return out
+
+
+def export_picks(task: str, dry_run: bool) -> int:
+    """Write each tool's picked weights of ``task`` (``stage_picks``) for every seed to PICKS, where the next stage's
+    commands read them: MeZO's by ``mezo-rl export`` (the run replayed to its pick), GRPO's from the run's saved
+    ``picked`` directory."""
+    import shutil
+
+    picks = stage_picks(task, load_records(FRONTIER_RECORDS))
+    if not picks:
+        print(f"{task}: no compared cell yet (each needs {MIN_SEEDS} seeds)")
+        return 1
+    for tool, name in picks.items():
+        cell = frontier_cell(task, name)
+        for seed in cell.seeds:
+            out_dir, dest = FRONTIER_RUNS / f"{task}-{name}-s{seed}", REPO / PICKS / f"{task}-{tool}-s{seed}"
+            print(f"{task} {tool}: {name} seed {seed} -> {dest.relative_to(REPO)}")
+            if dry_run:
+                continue
+            if tool == "mezo-rl":
+                subprocess.run([sys.executable, "-m", "mezo_rl", "export", "--run-dir", str(out_dir / "run"),
+                                "--output", str(dest), "--step", "best"], cwd=REPO, check=True,
+                               env=dict(os.environ, PYTHONPATH=str(REPO)))
+            else:
+                shutil.copytree(out_dir / "picked", dest, dirs_exist_ok=True)
+    return 0
+
+
 def frontier_main(task: str, stage: str, names: list[str] | None, dry_run: bool) -> int:
+    if stage == "export":
+        return export_picks(task, dry_run)
     pending = frontier_pending(task, stage, names, load_records(FRONTIER_RECORDS))
     if dry_run:
         print("\n".join(f"{task} {c.name} seed {s}: {shlex.join(frontier_command(c, s, FRONTIER_RUNS / 'DIR'))}"
@@ -1114,8 +1390,9 @@ def frontier_main(task: str, stage: str, names: list[str] | None, dry_run: bool)
         r = run_frontier_cell(c, s)
         print(f"{task} {c.name} seed {s}: {'ok' if r['ok'] else 'FAILED ' + r.get('protocol_error', '')} in "
               f"{r['wall_s']:.0f} s", flush=True)
-    if stage == "grid" and not names:
-        print(f"next: python benchmarks/rl.py --frontier {task} --stage seeds", flush=True)
+    following = {"grid": "seeds", "seeds": "untouched", "all": "untouched", "untouched": "more-seeds"}
+    if stage in following and not names:
+        print(f"next: python benchmarks/rl.py --frontier {task} --stage {following[stage]}", flush=True)
     subprocess.run([sys.executable, str(REPO / "benchmarks" / "results.py"), "--render-only"], cwd=REPO, check=False,
                    stdout=subprocess.DEVNULL)  # docs/results.md carries the frontier
     return 0
@@ -1136,8 +1413,10 @@ def render_frontier(records: list[dict]) -> str:
         out += ["", f"### {task}: each tool's reward-KL frontier (issue 50's protocol)", "",
                 f"Generated from `docs/results/rl_frontier.jsonl` (`python benchmarks/rl.py --frontier {task}`). Every "
                 f"choice read validation only ({t['num_eval']} prompts; the pick of each run is its record's `pick`); "
-                f"test ({t['num_test']} prompts a seed) was read once per run, at that pick. Compared cells have at "
-                f"least {MIN_SEEDS} seeds; test gain and kl are means over seeds with their SE over seeds. Frontier: "
+                f"the development split (issue 50's test split, which every run read; renamed by issue 70; "
+                f"{t['num_test']} prompts a seed; the records' `test` fields) was read once per run, at that pick. "
+                f"Compared cells have at least {MIN_SEEDS} seeds; development gain and kl are means over seeds with "
+                "their SE over seeds (training noise only: every seed read the same prompts). Frontier: "
                 "the cells no other cell of the tool beats on validation (gain at no larger kl). Equal time: each "
                 f"cell trains for about {t['budget_s']} s (the sum of its steps' seconds, evaluations excluded; "
                 "MeZO through `benchmarks/mezo_budget.py`, GRPO through its script's `--time-budget-s`, one stopping "
@@ -1151,9 +1430,20 @@ def render_frontier(records: list[dict]) -> str:
                             f"{task}: held-out gain against kl, frontiers joined", reward)
         if png:
             out += ["", f"![{task}: reward-KL frontier](results/{png.name})"]
+        if any(r.get("validation_curve") for r in rows):  # issue 70: validation reward against time, both tools
+            png = curves.plot([r for r in rows if admitted(r)[0]], FRONTIER_PLOTS / f"rl_curves_{task}.png", reward,
+                              f"{task}: validation {reward} against training seconds, one line per run")
+            if png:
+                out += ["", f"![{task}: validation reward against time](results/{png.name})"]
         said = statements(summaries)
-        out += ["", "Where each tool wins (generated from the records; a difference within 2 SE names no winner):", ""]
+        out += ["", "Where each tool led on the development split (generated from the records; a difference within 2 "
+                    "SE over seeds names no leader). Not a verdict: verdicts come from the untouched split below.", ""]
         out += said or ["- no compared cell yet (a compared cell has every one of its seeds recorded)."]
+        out += ["", "Verdicts on the untouched split (issue 70: read once per cell and seed at validation's pick; a "
+                    "paired bootstrap over prompts and seeds, `benchmarks/suite/bootstrap.py`; a winner only where "
+                    "the 95% interval of the difference excludes 0):", ""]
+        out += untouched_verdicts(summaries, [r for r in rows if admitted(r)[0]]) or [
+            "- none yet: no compared pair has its untouched reads."]
         kept_out = [(r, admitted(r)[1]) for r in rows if not admitted(r)[0]] + [(r, superseded(r)) for r in old]
         if kept_out:
             out += ["", "Records kept out of the comparison:", ""]
@@ -1205,9 +1495,12 @@ def main(argv=None) -> int:
     p.add_argument("--frontier", default=None, choices=sorted(FRONTIER_TASKS),
                    help="issue 50's reward-KL frontier on this task, under the protocol (benchmarks/suite/protocol.py); "
                         "recorded in docs/results/rl_frontier.jsonl")
-    p.add_argument("--stage", default="grid", choices=["grid", "seeds", "all"],
+    p.add_argument("--stage", default="grid", choices=["grid", "seeds", "all", "untouched", "more-seeds", "export"],
                    help="with --frontier: grid (every cell, first seed), seeds (the other seeds of the cells on the "
-                        "first seed's validation frontier), all (both)")
+                        "first seed's validation frontier), all (both); issue 70: untouched (every seed of the cells "
+                        "validation chose for a verdict, run again to read the untouched split once at their pick), "
+                        "more-seeds (seeds 3 and 4 of both cells of a pair whose verdict is within 3 SE), export (a "
+                        "curriculum stage's picks, for the next stage to start from)")
     a = p.parse_args(argv)
     if a.frontier:
         names = a.cells.split(",") if a.cells else None

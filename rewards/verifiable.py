@@ -21,6 +21,11 @@ So a completion without tags scores 0, and one with tags around something that i
 expression keeps only its format credit, as in their code. ``countdown_correct`` is the correct part
 alone (0 or 1: the fraction of puzzles solved).
 
+``countdown_lenient`` is the curriculum's reward (issue 70: a small instruct model answers 2-number puzzles in
+chat form without the tags): 1.0 for a right equation with or without ``<answer>`` tags, :data:`PARTIAL_CREDIT`
+for a well-formed expression over the given numbers (each once) that misses the target, else 0
+(:func:`lenient_countdown_score`); ``countdown_solved`` is its 0/1 part.
+
 Where they call Python's ``eval``, the expression here goes through :func:`evaluate_expression`, a
 small parser that accepts only what their character check lets through (digits, ``+ - * /``,
 parentheses and spaces), reads numbers as decimal integers (no leading zeros, as Python), and
@@ -42,7 +47,8 @@ from .registry import register_reward
 from .squad import completion_text
 
 __all__ = ["ExpressionError", "evaluate_expression", "last_number", "exact_answer_score", "countdown_format_score",
-           "countdown_answer_score", "answer_contents", "MAX_EXPRESSION_CHARS", "MAX_DEPTH", "MAX_ABS_VALUE", "TOLERANCE"]
+           "countdown_answer_score", "answer_contents", "final_answer", "lenient_countdown_score", "PARTIAL_CREDIT",
+           "MAX_EXPRESSION_CHARS", "MAX_DEPTH", "MAX_ABS_VALUE", "TOLERANCE"]
 
 MAX_EXPRESSION_CHARS = 256
 MAX_DEPTH = 32
@@ -318,3 +324,78 @@ def countdown(prompts, completions, numbers, target, **columns):
 def countdown_correct(prompts, completions, numbers, target, **columns):
     """1.0 when the last <answer> uses each of 'numbers' once and equals 'target' (countdown's correct part), else 0.0."""
     return [a for _, a in _countdown_parts(prompts, completions, numbers, target)]
+
+
+# ---------------------------------------------------------------------------------------- the curriculum's reward
+#: the credit of a well-formed expression over the given numbers (each used exactly once) that misses the target
+PARTIAL_CREDIT = 0.1
+#: sides of the final equation that are read (``a = b`` has two); a longer chain of ``=`` is read as no equation
+MAX_SIDES = 3
+_EXPRESSION_CHARS = re.compile(r"[0-9+\-*/() ]+")
+_LABEL = re.compile(r"^[A-Za-z][A-Za-z ]{0,19}:")  # "Answer:", "Equation:" before the expression
+
+
+def final_answer(text: str) -> str | None:
+    """The answer a completion gives: the last ``<answer>...</answer>`` where there is one, else the last line that
+    holds a digit (a chat answer without tags, ``3 + 5 = 8``); None where there is none."""
+    found = answer_contents(text)
+    if found:
+        return found[-1]
+    for line in reversed(text.splitlines()):
+        if any(c.isdigit() for c in line):
+            return line
+    return None
+
+
+def lenient_countdown_score(text: str, numbers, target) -> float:
+    """1.0 when the completion's final answer (:func:`final_answer`, tags or not) holds an expression that uses
+    ``numbers`` each exactly once and equals ``target``; :data:`PARTIAL_CREDIT` when it holds such an expression
+    that misses the target; else 0.0. The answer is read as an equation: each side of its ``=`` (at most
+    :data:`MAX_SIDES`) goes through :func:`evaluate_expression` (never ``eval``), after a short label (``Answer:``)
+    and a final full stop are taken off; a side with any other text (words, quotes, calls) counts for nothing."""
+    answer = final_answer(text)
+    if answer is None:
+        return 0.0
+    sides = answer.split("=")
+    if len(sides) > MAX_SIDES:
+        return 0.0
+    wanted = Counter(int(n) for n in numbers)
+    best = 0.0
+    for side in sides:
+        side = _LABEL.sub("", side.strip()).rstrip(".").strip()
+        if not side or not _EXPRESSION_CHARS.fullmatch(side):
+            continue
+        try:
+            value, used = evaluate_expression(side)
+        except ExpressionError:
+            continue
+        if Counter(used) != wanted:
+            continue
+        if abs(float(value) - float(target)) < TOLERANCE:
+            return 1.0
+        best = PARTIAL_CREDIT
+    return best
+
+
+def _lenient_parts(completions, numbers, target):
+    n = len(completions)
+    for name, column in (("numbers", numbers), ("target", target)):
+        if len(column) != n:
+            raise ValueError(f"column {name!r} has {len(column)} entries for {n} completions")
+    for i, (completion, nums, tgt) in enumerate(zip(completions, numbers, target)):
+        if nums is None or tgt is None:
+            yield None
+            continue
+        yield lenient_countdown_score(completion_text(completion), _numbers(nums, i), _target(tgt, i))
+
+
+@register_reward("countdown_lenient", higher_is_better=True, needs="generation", task_kinds=("generation", "prompts"))
+def countdown_lenient(prompts, completions, numbers, target, **columns):
+    """Countdown for a curriculum: 1.0 for a right equation with or without <answer> tags, 0.1 for a well-formed one over 'numbers' (each once) that misses 'target'."""
+    return list(_lenient_parts(completions, numbers, target))
+
+
+@register_reward("countdown_solved", higher_is_better=True, needs="generation", task_kinds=("generation", "prompts"))
+def countdown_solved(prompts, completions, numbers, target, **columns):
+    """1.0 when the final answer, with or without <answer> tags, uses each of 'numbers' once and equals 'target', else 0.0."""
+    return [None if s is None else float(s == 1.0) for s in _lenient_parts(completions, numbers, target)]

@@ -49,7 +49,8 @@ from .base import SPLITS, Example, Task, register_task
 from .data import warn_once
 
 __all__ = ["ArithmeticTask", "CountdownTask", "OPERATIONS", "DIGITS", "COUNTS", "MAX_NUMBERS", "TARGET_MAX",
-           "ARITHMETIC_SIZES", "COUNTDOWN_SIZES", "VARIANTS", "parse_operations", "countdown_prompt"]
+           "ARITHMETIC_SIZES", "COUNTDOWN_SIZES", "COUNTDOWN_REWARDS",
+           "CURRICULUM", "VARIANTS", "parse_operations", "countdown_prompt"]
 
 OPERATIONS = {"+": "add", "-": "sub", "*": "mul", "/": "div"}
 DIGITS = (1, 6)        # accepted digits per operand (inclusive)
@@ -58,6 +59,14 @@ MAX_NUMBERS = (2, 999)  # accepted largest Countdown number (numbers are drawn f
 TARGET_MAX = 1000      # Countdown targets are integers in 1..TARGET_MAX
 ARITHMETIC_SIZES = {"train": 1000, "validation": 200, "test": 500}
 COUNTDOWN_SIZES = {"train": 200, "validation": 200, "test": 2000}  # ES-at-scale: 200 train, 2,000 test
+#: Countdown's rewards -> the metric that reports their 0/1 part (the share of puzzles solved)
+COUNTDOWN_REWARDS = {"countdown": "countdown_correct", "countdown_lenient": "countdown_solved"}
+#: issue 70's curriculum: 2-number puzzles in chat form (where a small instruct model sometimes answers right,
+#: without tags), then 3, then 4, each scored by ``countdown_lenient``; a stage starts from the previous stage's pick
+CURRICULUM = ("countdown-curriculum2", "countdown-curriculum3", "countdown-curriculum4")
+CURRICULUM_SIZES = {2: {"train": 250, "validation": 200, "test": 200},
+                    3: {"train": 1000, "validation": 200, "test": 500},
+                    4: {"train": 1000, "validation": 200, "test": 500}}
 MAX_MISSES = 5000  # draws in a row that find no new question: the settings allow no more
 
 # ES-at-scale's Countdown prompt, verbatim (countdown/data/countdown.json in VsonicV/es-fine-tuning-paper:
@@ -288,6 +297,9 @@ class CountdownTask(GeneratedTask):
             2,000 test, plus a validation split of its own).
         seed: the generator's seed (``load_split``'s seed only samples from the generated split).
         name: the task's name.
+        reward: the task's reward, ``countdown`` (ES-at-scale's: the answer in tags) or ``countdown_lenient``
+            (the curriculum's: tags or not, partial credit for a well-formed expression over the numbers); the
+            second metric is its 0/1 part (:data:`COUNTDOWN_REWARDS`).
 
     Each puzzle is built backwards: draw the numbers, combine them in random order with random
     operations, and keep the value as the target when it is a whole number in 1..TARGET_MAX. Columns:
@@ -296,8 +308,11 @@ class CountdownTask(GeneratedTask):
     """
 
     def __init__(self, count=3, max_number: int = 20, chat: bool = True, sizes: dict | None = None, seed: int = 0,
-                 name: str = "countdown"):
+                 name: str = "countdown", reward: str = "countdown"):
         self.name = name
+        if reward not in COUNTDOWN_REWARDS:
+            raise ConfigError(f"countdown: reward={reward!r}; accepted: {', '.join(COUNTDOWN_REWARDS)}")
+        self.reward = reward
         self.count = _pair(count, COUNTS, "countdown: count",
                            f"an integer from {COUNTS[0]} to {COUNTS[1]} (numbers per puzzle), or a (fewest, most) pair")
         if self.count[0] > self.count[1]:
@@ -313,13 +328,13 @@ class CountdownTask(GeneratedTask):
 
     @property
     def metrics(self) -> list[str]:
-        return ["countdown", "countdown_correct"]
+        return [self.reward, COUNTDOWN_REWARDS[self.reward]]
 
     @property
     def description(self) -> str:
         c = self.count[0] if self.count[0] == self.count[1] else f"{self.count[0]}-{self.count[1]}"
         form = "chat, the equation in answer tags" if self.chat else "ES-at-scale's plain prompt"
-        return f"Countdown ({c} numbers from 1..{self.max_number}, {form}), generated from a seed; reward countdown"
+        return f"Countdown ({c} numbers from 1..{self.max_number}, {form}), generated from a seed; reward {self.reward}"
 
     def _settings(self) -> str:
         return f"count={self.count},max={self.max_number}"
@@ -370,6 +385,10 @@ VARIANTS = {
     "countdown": (CountdownTask, dict(count=3, max_number=20, chat=True)),
     "countdown4": (CountdownTask, dict(count=4, max_number=20, chat=True)),
     "countdown-paper": (CountdownTask, dict(count=(3, 4), max_number=99, chat=False)),
+    # the curriculum's stages: 2-number puzzles from 1..20 number 654 in all (sizes within them), then 3 and 4
+    **{name: (CountdownTask, dict(count=count, max_number=20, chat=True, reward="countdown_lenient",
+                                  sizes=CURRICULUM_SIZES[count]))
+       for count, name in enumerate(CURRICULUM, start=2)},
 }
 for _name, (_cls, _options) in VARIANTS.items():
     _variant(_name, _cls, _cls.__doc__.splitlines()[0], **_options)

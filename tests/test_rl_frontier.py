@@ -75,7 +75,7 @@ def test_who_wins_at_each_kl_budget():
     assert (rows[2]["mezo"], rows[2]["grpo"]) == ("m2", "g2")   # each tool's best validation gain within the budget
     text = fr.statements(summ)
     assert text[0].startswith("- validation kl below 0.0100: no compared cell")
-    assert "**MeZO**: MeZO m2 vs GRPO g1, test gain difference +0.100" in text[2]
+    assert "**MeZO**: MeZO m2 vs GRPO g1, development gain difference +0.100" in text[2]
     assert text[-1].startswith("- validation kl from 0.2000 up: **TRL GRPO**")
 
 

@@ -284,7 +284,9 @@ def test_frontier_stages_resume_and_pick_on_validation(monkeypatch):
     a, b, c = grid[0], grid[1], grid[-1]
     records = [_rec(a, 0.30, 0.10, 0.1), _rec(b, 0.20, 0.20, 0.9), _rec(c, 0.1, 0.05, 0.1)]  # b: dominated on validation
     todo = rl.frontier_pending("arithmetic", "grid", None, records)
-    assert (a, 0) not in todo and (grid[2], 0) in todo and len(todo) == len(grid) - 3
+    runnable = [x for x in grid if not x.pruned]   # a pruned cell (its reason in its definition) is never pending
+    assert grid[2].pruned and (grid[2], 0) not in todo
+    assert todo == [(x, 0) for x in runnable if x not in (a, b, c)] and (grid[3], 0) in todo
     seeds = rl.frontier_pending("arithmetic", "seeds", None, records)
     assert seeds == [(a, 1), (a, 2), (c, 1), (c, 2)]
     pop = rl.frontier_cell("arithmetic", "mezo-full-pop16-lr3e-3-beta0")
@@ -298,7 +300,7 @@ def test_a_cell_whose_validation_picked_its_start_runs_no_more_seeds():
     """A seed-0 run whose validation never passed the start (pick: step 0, so kl 0 and gain 0) is the untrained model:
     undominated at kl 0, but not a frontier candidate."""
     grid = rl.FRONTIER_GRIDS["arithmetic"]
-    a, c = grid[0], grid[2]
+    a, c = grid[0], next(x for x in grid[2:] if not x.pruned)   # any two cells that run (a pruned one never does)
     start = {**_rec(c, 0.0, 0.0, 0.0), "pick": {"on": "validation", "step": 0}}
     assert rl.frontier_pending("arithmetic", "seeds", [a.name, c.name], [_rec(a, 0.3, 0.1, 0.1), start]) == [(a, 1), (a, 2)]
     moved = {**start, "pick": {"on": "validation", "step": 30}}  # the same point, reached by training: a candidate

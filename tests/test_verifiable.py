@@ -76,8 +76,10 @@ def test_splits_are_disjoint_and_sized(name):
         assert len(keys[s]) == len(parts[s]) > 0  # no repeats inside a split
     assert not keys["train"] & keys["validation"] and not keys["train"] & keys["test"]
     assert not keys["validation"] & keys["test"]
-    if name.startswith("countdown"):
-        assert {s: len(parts[s]) for s in SPLITS} == {"train": 200, "validation": 200, "test": 2000}
+    if name.startswith("countdown"):  # the curriculum's stages have sizes of their own
+        from mezo_rl.tasks.verifiable import CURRICULUM, CURRICULUM_SIZES
+        want = CURRICULUM_SIZES[task.count[0]] if name in CURRICULUM else {"train": 200, "validation": 200, "test": 2000}
+        assert {s: len(parts[s]) for s in SPLITS} == want
 
 
 def test_load_split_samples_like_any_task():
@@ -397,3 +399,72 @@ def test_a_verifiable_task_trains_on_another_reward_and_picks_its_best_step_by_t
                  "--max-completion-length", "3", "--autocast", "none", "--no-progress", "--output-dir", str(run)]) == 0
     summary = json.loads((run / "summary.json").read_text())
     assert summary["metric_for_best"] == "objective" and "exact_answer" not in summary["test"]
+
+
+# ---------------------------------------------------------------------------------------- the curriculum (issue 70)
+def lenient(completions, numbers=(14, 3), target=17, name="countdown_lenient"):
+    return call(name, list(completions), numbers=[list(numbers)] * len(completions), target=[target] * len(completions))
+
+
+def test_lenient_countdown_accepts_a_two_number_answer_without_tags():
+    from mezo_rl.rewards.verifiable import PARTIAL_CREDIT
+    right = ["14 + 3", "14 + 3 = 17", "17 = 3 + 14", "<answer>14 + 3</answer>", "Answer: 14 + 3.",
+             "Let me think.\n14 + 3 = 17", [{"role": "assistant", "content": "3 + 14 = 17"}]]
+    assert lenient(right) == [1.0] * len(right)
+    assert lenient(right, name="countdown_solved") == [1.0] * len(right)
+    # well formed over the given numbers, each once, but another value: partial credit only
+    assert lenient(["14 - 3 = 11", "14 * 3", "<answer>14 / 3</answer>"]) == [PARTIAL_CREDIT] * 3
+    assert lenient(["14 - 3"], name="countdown_solved") == [0.0]
+    # the final answer counts: a right equation followed by a wrong one is the wrong one
+    assert lenient(["14 + 3 = 17\n14 - 3 = 11"]) == [PARTIAL_CREDIT]
+    assert lenient(["17"]) == [0.0]  # the target alone is no equation over the numbers
+
+
+LENIENT_HOSTILE = [
+    "", " \n ", "no numbers here",
+    "14 + 14 = 28", "3 + 3 + 14 = 20",              # a number used twice
+    "14 + 4 = 18", "14 + 3 + 0 = 17", "14 + 3 + 1 - 1 = 17",   # a number not given
+    "14", "3",                                       # a number missing
+    "__import__('os').system('echo 14 + 3')", "eval('14 + 3')", "exec(\"print(14+3)\")",
+    "(lambda: 14 + 3)()", "14 + 3 if True else 0", "14 .__add__(3)",
+    "14 ** 3 ** 99999999", "9 ** 9 ** 9", "14 * 10 ** 9999 + 3", "1" * 5_000 + " + 3",
+    "14 / (3 - 3)", "14 / 0 + 3", "(14 - 14) / 0",
+    "14 + 3 " * 20_000,                              # the answer repeated on one line: not one expression
+    "14 + 3 = 17 = 17 = 17 = 17",                    # an equation chain longer than a = b = c
+    "<answer>" + "(" * 50_000 + "14 + 3" + ")" * 50_000 + "</answer>",
+]
+
+
+@pytest.mark.parametrize("completion", LENIENT_HOSTILE, ids=range(len(LENIENT_HOSTILE)))
+def test_lenient_countdown_refuses_hostile_completions(completion):
+    assert lenient([completion]) == [0.0]
+    assert lenient([completion], name="countdown_solved") == [0.0]
+
+
+def test_lenient_countdown_never_pays_more_than_one_answer_for_repeats():
+    # the right answer on many lines (or in many tags): the final answer is read once, so at most 1.0
+    many = ["14 + 3 = 17\n" * 50_000, "<answer>14 + 3</answer>" * 50_000, "14 + 3 = 17\n" * 1000 + "14 + 14"]
+    assert lenient(many) == [1.0, 1.0, 0.0]
+
+
+def test_lenient_countdown_columns():
+    assert call("countdown_lenient", ["14 + 3", "x"], numbers=[[14, 3], None], target=[17, None]) == [1.0, None]
+    assert call("countdown_lenient", ["14 + 3"], numbers=["[14 3]"], target=["17"]) == [1.0]
+    with pytest.raises(ValueError, match="entries"):
+        call("countdown_lenient", ["a", "b"], numbers=[[1, 2]], target=[3, 3])
+
+
+def test_the_curriculum_stages_are_chat_countdown_with_the_lenient_reward():
+    from mezo_rl.tasks.verifiable import CURRICULUM
+    for count, name in enumerate(CURRICULUM, start=2):
+        task = get_task(name)
+        assert task.metrics == ["countdown_lenient", "countdown_solved"] and task.chat
+        splits = {s: task.load_split(s) for s in SPLITS}
+        assert all(len(ex.columns["numbers"]) == count and ex.messages for exs in splits.values() for ex in exs)
+        keys = [{(tuple(sorted(ex.columns["numbers"])), ex.columns["target"]) for ex in exs} for exs in splits.values()]
+        assert not (keys[0] & keys[1] or keys[0] & keys[2] or keys[1] & keys[2])  # the splits share no puzzle
+        # every puzzle's own solution earns the full reward, without tags
+        exs = splits["validation"][:20]
+        assert call("countdown_lenient", [ex.columns["solution"] for ex in exs],
+                    numbers=[ex.columns["numbers"] for ex in exs], target=[ex.columns["target"] for ex in exs]) \
+            == [1.0] * len(exs)

@@ -1,7 +1,8 @@
 """Each tool's reward-KL frontier, from the protocol's records (pure functions of the records, apart from the plot).
 
 A *cell* is one grid point (tool, lr, beta, ...) over its seeds. Its summary holds the means over its admitted
-seeds of the validation gain and kl (what every choice reads) and of the test gain and kl (what is reported),
+seeds of the validation gain and kl (what every choice reads) and of the test gain and kl (the records' ``test``:
+the development split since issue 70, whose verdicts come from the untouched split, ``suite/untouched.py``),
 each test figure with its SE over seeds (sd / sqrt(k): seed-to-seed variation and the sampling of each seed's
 test prompts together). A tool's *frontier* is the set of its cells that no other cell of the tool beats on
 validation: none has a validation gain at least as large at a validation kl at most as large, one of them strictly
@@ -21,6 +22,8 @@ from mezo_rl.stats import Moments
 from .protocol import MIN_SEEDS, admitted
 
 TOOLS = {"mezo-rl": "MeZO", "trl-grpo": "TRL GRPO"}
+#: each tool's marker and colour on the plots
+STYLE = {"mezo-rl": ("o", "C0"), "trl-grpo": ("s", "C3")}
 #: a gain difference beyond this many SE of it names a winner
 WIN_SE = 2.0
 
@@ -129,7 +132,8 @@ def statements(summaries: list[dict]) -> list[str]:
     for i, r in enumerate(rows):
         hi = rows[i + 1]["lo"] if i + 1 < len(rows) else None
         span = (f"validation kl from {_f(r['lo'], 4)}" + (f" up to (not including) {_f(hi, 4)}" if hi is not None else " up"))
-        figures = (f": MeZO {r['mezo']} vs GRPO {r['grpo']}, test gain difference {r['diff']:+.3f} (SE {_f(r['se'])})"
+        figures = (f": MeZO {r['mezo']} vs GRPO {r['grpo']}, development gain difference {r['diff']:+.3f} "
+                   f"(SE {_f(r['se'])})"
                    if r["mezo"] and r["grpo"] else f" ({r['mezo'] or r['grpo']})")
         out.append(f"- {span}: **{r['verdict']}**{figures}.")
     if rows and rows[0]["lo"] > 0:
@@ -140,8 +144,8 @@ def statements(summaries: list[dict]) -> list[str]:
 def table(summaries: list[dict]) -> list[str]:
     """The cells (compared ones first), with their frontier membership."""
     on = {(s["task"], s["cell"]) for tool in TOOLS for s in frontier(summaries, tool)}
-    lines = ["| tool | cell | lr | beta | seeds | validation gain | validation kl | test gain ± SE (seeds) | "
-             "test kl ± SE | paired SE (mean) | n val / test per seed | train s (max) | peak RSS MiB | frontier |",
+    lines = ["| tool | cell | lr | beta | seeds | validation gain | validation kl | development gain ± SE (seeds) | "
+             "development kl ± SE | paired SE (mean) | n val / dev per seed | train s (max) | peak RSS MiB | frontier |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for s in sorted(summaries, key=lambda s: (not s["compared"], s["tool"], s["val_kl"])):
         where = ("yes" if (s["task"], s["cell"]) in on else "no") if s["compared"] else \
@@ -159,19 +163,13 @@ def plot(summaries: list[dict], path, title: str, reward: str) -> pathlib.Path |
     """Held-out gain (± SE over seeds) against test kl (± SE over seeds) for each tool's cells: compared cells
     filled, the frontier joined, cells still short of MIN_SEEDS hollow (no SE bar with one seed); None where
     matplotlib is missing or there is no cell."""
-    if not summaries:
-        return None
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
+    plt = pyplot() if summaries else None
+    if plt is None:
         return None
     fig, ax = plt.subplots(figsize=(6.5, 4.2))
-    style = {"mezo-rl": ("o", "C0"), "trl-grpo": ("s", "C3")}
     top = 0.0
     for tool, name in TOOLS.items():
-        marker, colour = style[tool]
+        marker, colour = STYLE[tool]
         front = frontier(summaries, tool)
         for s in (s for s in summaries if s["tool"] == tool):
             top = max(top, s["kl"])
@@ -192,6 +190,22 @@ def plot(summaries: list[dict], path, title: str, reward: str) -> pathlib.Path |
     ax.set_title(f"{title} (hollow: under {MIN_SEEDS} seeds, not compared)", fontsize=8)
     if any(frontier(summaries, tool) for tool in TOOLS):
         ax.legend(fontsize=7)
+    return save(plt, fig, path)
+
+
+def pyplot():
+    """matplotlib's pyplot on the Agg backend, or None where matplotlib is missing (the plots are then left out)."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    return plt
+
+
+def save(plt, fig, path) -> pathlib.Path:
+    """Write ``fig`` to ``path`` (its folder made), close it and return the path."""
     fig.tight_layout()
     path = pathlib.Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
