@@ -1,0 +1,130 @@
+"""bf16 weights against float32 weights: held-out gain and memory of the same runs, one process each.
+
+    MEZO_RL_DATA=DIR flock /tmp/mezo-heavy.lock python benchmarks/bf16_outcomes.py --out DIR \\
+        [--seeds 0 1 2] [--dtypes float32 bfloat16] [--record docs/results/bf16_outcomes_cpu.jsonl] [-- TRAIN OPTIONS]
+
+Each (dtype, seed) is ``mezo-rl train --task sst2 --peft full --dtype DTYPE --seed SEED --autocast none`` with the
+rest of the options at their defaults (plus any given after ``--``), in a process of its own; a run whose directory
+already holds summary.json is read, not rerun (the study resumes). Then, in one more process per run, the
+best step's weights (``load_run``) and the base model score every test example, so each run gives a per-example
+gain (correct after minus correct before). Memory: the run's peak RSS minus the RSS of a process that has imported
+what ``mezo-rl train`` imports, before any model loads (measured once, the same way for every dtype).
+
+The comparison: bf16's gain minus float32's, a paired bootstrap over test examples and seeds
+(``benchmarks/suite/bootstrap.py``: the same resample for both dtypes), and the ratio of their memory above the
+baseline. One JSON line per run and one for the comparison go to ``--record`` with the command, commit and CPU.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pathlib
+import platform
+import subprocess
+import sys
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+
+BASELINE = ("import resource, mezo_rl.cli.main, mezo_rl.training.trainer; "
+            "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)")
+
+
+def cpu() -> str:
+    import torch
+    with open("/proc/cpuinfo") as f:
+        name = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), platform.processor())
+    native = torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()
+    return f"{name}, {os.cpu_count()} cores, native bf16: {'yes' if native else 'no'}"
+
+
+def commit() -> str:
+    return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+
+
+def per_example(run_dir: str) -> None:
+    """Print, as one JSON line, the test examples' correctness before (base model) and after (best step)."""
+    from mezo_rl.rewards import build_objective
+    from mezo_rl.tasks import get_task
+    from mezo_rl.training.outputs import objective_outputs, weights_dtype
+    from mezo_rl.training.rundir import load_run, read_args
+    from mezo_rl.model.loading import load_model
+    from mezo_rl.training.setup import build_model
+
+    args = read_args(run_dir)
+    examples = get_task("sst2").load_split("test")
+    objective = build_objective(["accuracy"])
+    out = {}
+    for when in ("before", "after"):
+        if when == "after":
+            lm, _, step = load_run(run_dir, "best")
+            out["step"] = step
+        else:
+            lm = build_model(args, load_model(args.model, dtype=weights_dtype(args.dtype, args.autocast)))
+        lm.batch_size = args.eval_batch_size
+        values = objective_outputs(lm, objective, examples).values["accuracy"]
+        out[when] = [float(v) for v in values]
+        del lm
+    print(json.dumps(out))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    ap.add_argument("--dtypes", nargs="+", default=["float32", "bfloat16"], choices=["float32", "bfloat16"])
+    ap.add_argument("--record", default=None)
+    ap.add_argument("--per-example", default=None, help=argparse.SUPPRESS)  # one run's scoring, in its own process
+    args, extra = ap.parse_known_args()
+    extra = [a for a in extra if a != "--"]
+    if args.per_example:
+        per_example(args.per_example)
+        return
+    from suite.bootstrap import paired_bootstrap
+
+    exe = [sys.executable, "-m", "mezo_rl"]
+    baseline = float(subprocess.run([sys.executable, "-c", BASELINE], capture_output=True, text=True, check=True).stdout)
+    here = dict(commit=commit(), cpu=cpu(), baseline_rss_mib=round(baseline, 1))
+    runs = {}
+    for dtype in args.dtypes:
+        for seed in args.seeds:
+            out = os.path.join(args.out, f"{dtype}-s{seed}")
+            cmd = [*exe, "train", "--task", "sst2", "--peft", "full", "--dtype", dtype, "--seed", str(seed),
+                   "--autocast", "none", "--no-progress", *extra, "--output-dir", out]
+            if not os.path.isfile(os.path.join(out, "summary.json")):
+                subprocess.run([*cmd, "--overwrite-output-dir"], check=True)
+            summary = json.load(open(os.path.join(out, "summary.json")))
+            scored = subprocess.run([sys.executable, __file__, "--out", args.out, "--per-example", out],
+                                    capture_output=True, text=True, check=True).stdout.strip().splitlines()[-1]
+            ex = json.loads(scored)
+            gain = [a - b for a, b in zip(ex["after"], ex["before"])]
+            rec = dict(kind="run", command=" ".join(["mezo-rl", *cmd[3:]]), dtype=dtype, seed=seed, n=len(gain),
+                       best_step=summary["best_step"], test_before=sum(ex["before"]) / len(gain),
+                       test_after=sum(ex["after"]) / len(gain), gain=sum(gain) / len(gain),
+                       peak_rss_mib=summary["peak_rss_mb"], above_baseline_mib=round(summary["peak_rss_mb"] - baseline, 1),
+                       wall_time_s=round(summary["wall_time_s"], 1), update_kept=summary.get("update_kept"),
+                       summary_test=summary["test"], **here)
+            runs[(dtype, seed)] = (rec, gain)
+            print(json.dumps(rec), flush=True)
+            if args.record:
+                with open(args.record, "a") as f:
+                    f.write(json.dumps({**rec, "outcomes": gain}) + "\n")
+    if set(args.dtypes) == {"float32", "bfloat16"}:
+        low = [runs[("bfloat16", s)][1] for s in args.seeds]
+        ref = [runs[("float32", s)][1] for s in args.seeds]
+        iv = paired_bootstrap(low, ref)
+        mem = lambda d: sum(runs[(d, s)][0]["above_baseline_mib"] for s in args.seeds) / len(args.seeds)  # noqa: E731
+        rec = dict(kind="comparison", what="bf16 gain minus float32 gain", seeds=args.seeds, n=len(low[0]),
+                   diff=iv.diff, lo=iv.lo, hi=iv.hi, se=iv.se,
+                   gain_float32=sum(map(sum, ref)) / sum(map(len, ref)), gain_bfloat16=sum(map(sum, low)) / sum(map(len, low)),
+                   memory_ratio=mem("bfloat16") / mem("float32"), **here)
+        print(json.dumps(rec), flush=True)
+        if args.record:
+            with open(args.record, "a") as f:
+                f.write(json.dumps(rec) + "\n")
+
+
+if __name__ == "__main__":
+    main()
