@@ -97,10 +97,11 @@ def keep(steps: int) -> None:
 
 
 def one(shape: str, dtype: str, mode: str) -> None:
-    base = rss_mib()
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
     from mezo_rl.engine.optim import BatchedMembers, MeZO
+
+    base = rss_mib()  # after the imports, before the model
 
     torch.manual_seed(0)
     with torch.device("meta"):
