@@ -6,7 +6,8 @@
 Each (dtype, seed) is ``mezo-rl train --task sst2 --peft full --dtype DTYPE --seed SEED --autocast none`` with the
 rest of the options at their defaults (plus any given after ``--``), in a process of its own; a run whose directory
 already holds summary.json is read, not rerun (the study resumes). Then, in one more process per run, the
-best step's weights (``load_run``) and the base model score every test example, so each run gives a per-example
+best step's weights (``load_run``) and the base model score the run's test examples (with the default ``--num-test``,
+every one of SST-2's, the same for every seed), so each run gives a per-example
 gain (correct after minus correct before). Memory: the run's peak RSS minus the RSS of a process that has imported
 what ``mezo-rl train`` imports, before any model loads (measured once, the same way for every dtype).
 
@@ -51,10 +52,10 @@ def per_example(run_dir: str) -> None:
     from mezo_rl.training.outputs import objective_outputs, weights_dtype
     from mezo_rl.training.rundir import load_run, read_args
     from mezo_rl.model.loading import load_model
-    from mezo_rl.training.setup import build_model
+    from mezo_rl.training.setup import build_model, load_splits
 
     args = read_args(run_dir)
-    examples = get_task("sst2").load_split("test")
+    examples = load_splits(get_task("sst2"), "sst2", {"test": args.num_test}, args.data_dir, args.seed)["test"]
     objective = build_objective(["accuracy"])
     out = {}
     for when in ("before", "after"):

@@ -13,8 +13,9 @@ projected on the float32 run's change, the share of entries that ever changed an
 ``memory``: random weights of a real architecture's shape (SmolLM2-1.7B's Llama config; a 7B Llama-2 shape), one
 process per cell; peak RSS (ru_maxrss) minus the RSS after imports, before the model is built, in MiB:
 ``inference`` (a forward of the batch a step's members read: 2 members x 4 sequences x 64 tokens, no grad) and
-``mezo`` (one two-point step, evaluated batched, update included). Backprop with AdamW is counted, not run, where
-its weights, gradients and two float32 moments alone exceed the machine's memory.
+``mezo`` (one two-point step, evaluated batched, update included), ``adamw`` (forward, backward and a step of
+``torch.optim.AdamW``, whose moments are kept in the weights' dtype: 4 copies of the weights; counted, not run,
+where those copies alone exceed 0.8 of the machine's memory).
 """
 from __future__ import annotations
 
@@ -107,6 +108,7 @@ def one(shape: str, dtype: str, mode: str) -> None:
     with torch.device("meta"):
         model = LlamaForCausalLM(LlamaConfig(**SHAPES[shape]))
     model = model.to_empty(device="cpu").to(getattr(torch, dtype))
+    model.tie_weights()  # to_empty gives the tied head a storage of its own
     with torch.no_grad():
         for p in model.parameters():
             p.uniform_(-0.02, 0.02)
@@ -121,6 +123,10 @@ def one(shape: str, dtype: str, mode: str) -> None:
     if mode == "inference":
         with torch.no_grad():
             loss_rows(ids.repeat(MEMBERS, 1))
+    elif mode == "adamw":  # torch.optim.AdamW: its moments in the weights' dtype
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-6)
+        loss_rows(ids.repeat(MEMBERS, 1)).mean().backward()
+        opt.step()
     elif mode == "mezo":
         opt = MeZO(model.parameters(), lr=1e-6, eps=1e-3, noise="lowrank", evaluation=BatchedMembers(model))
 
@@ -152,9 +158,12 @@ def memory(shapes, dtypes) -> None:
                 continue
             for mode in ("inference", "mezo"):
                 subprocess.run([sys.executable, __file__, "one", shape, dtype, mode], check=True)
-            adamw = n * (2 * size + 8) / 2**20  # weights, gradients, AdamW's two float32 moments
-            print(json.dumps(dict(shape=shape, dtype=dtype, mode="adamw", parameters=n,
-                                  counted_mib=round(adamw), fits=adamw < total)), flush=True)
+            adamw = 4 * n * size / 2**20  # weights, gradients and AdamW's two moments, in the weights' dtype
+            if adamw < 0.8 * total:
+                subprocess.run([sys.executable, __file__, "one", shape, dtype, "adamw"], check=True)
+            else:
+                print(json.dumps(dict(shape=shape, dtype=dtype, mode="adamw", parameters=n, skipped=True,
+                                      counted_mib=round(adamw))), flush=True)
 
 
 def main():
@@ -168,7 +177,7 @@ def main():
     o = sub.add_parser("one")
     o.add_argument("shape", choices=list(SHAPES))
     o.add_argument("dtype", choices=["bfloat16", "float32"])
-    o.add_argument("mode", choices=["inference", "mezo"])
+    o.add_argument("mode", choices=["inference", "mezo", "adamw"])
     a = ap.parse_args()
     if a.cmd == "keep":
         keep(a.steps)

