@@ -5,8 +5,7 @@ MeZO never stores its random direction z. It regenerates it from a seed every ti
 
     (step seed, tensor identity)
 
-and nothing else: not the global RNG, not the order in which tensors are visited, not what ran
-before. The tensor identity is the tensor's position in the optimizer's flat parameter list
+and nothing else (not the global RNG, the order tensors are visited in, what ran before). The tensor identity is the tensor's position in the optimizer's flat parameter list
 (param groups in order, then parameters in order) together with its shape; both are folded with
 the step seed by splitmix64 into a 64-bit key (:func:`tensor_key`). Two tensors of one step get
 independent noise; the same tensor at two steps gets independent noise.
@@ -543,39 +542,26 @@ class NoiseSpec:
                 scaled.append((p, c))
             s = a * c + b
             if s != 0.0:
-                (mats if matrix else vecs).append((p, i, s / root_r if matrix else s))
+                (mats.append((p, i, s / root_r, 0)) if matrix else vecs.append((p, i, s)))
         for (dtype, device), (scaled, mats, vecs) in lists.items():
             with one_thread_on_cpu([device]):
                 self._apply(draw, dtype, device, scaled, mats, vecs)
 
     def add_(self, targets, seed: int) -> None:
-        """In place, for every ``(index, p, start, view, s)`` of ``targets``: ``view += s * z[start:start + rows]``,
-        z the noise of the tensor ``p`` at ``index`` and ``view`` a float32 tensor shaped like those rows of it
-        (a low-precision update's buffer, :mod:`mezo_rl.engine.rounding`). Low-rank noise: the rows of each
-        matrix's B factor, in a number of operations that does not grow with the number of tensors; element-wise
-        noise: whole tensors (``start`` 0), one at a time."""
+        """In place, for every ``(index, p, start, view, s)``: ``view += s * z[start:start + len(view)]``, z the noise
+        of ``p`` at ``index`` (low-rank: as :meth:`sweep_`, rows of B; element-wise: whole tensors, one at a time)."""
         if self.kind != "lowrank":
             for index, p, start, view, s in targets:
-                if start != 0 or view.numel() != p.numel():
+                if start != 0 or view.numel() != p.numel():  # mezo_rl.engine.rounding cuts low-rank matrices only
                     raise ValueError("element-wise noise is added to whole tensors only")
                 axpy_(view, tensor_key(seed, index, p.shape), self.kind, self.backend, a=0.0, b=s)
             return
-        if not targets:
-            return
-        bs, as_, zs, one = self._draw(seed).views(torch.float32, targets[0][3].device)
-        root_r, mats, vecs = math.sqrt(self.rank), [], []
+        mats, vecs, root_r = [], [], math.sqrt(self.rank)
         for index, p, start, view, s in targets:
             matrix, i = self._position(index, p)
-            if matrix:
-                mats.append((view, i, start, s / root_r))
-            else:
-                vecs.append((view, zs[i], s))
-        for q in range(self.rank if mats else 0):
-            torch._foreach_addcmul_([v for v, _, _, _ in mats], [bs[q][i][a: a + v.shape[0]] for v, i, a, _ in mats],
-                                    [as_[q][i] for _, i, _, _ in mats], [s for _, _, _, s in mats])
-        if vecs:
-            torch._foreach_addcmul_([v for v, _, _ in vecs], [z for _, z, _ in vecs], [one] * len(vecs),
-                                    [s for _, _, s in vecs])
+            (mats.append((view, i, s / root_r, start)) if matrix else vecs.append((view, i, s)))
+        if targets:  # the buffers' dtype and device: float32, where the first one is
+            self._apply(self._draw(seed), torch.float32, targets[0][3].device, [], mats, vecs)
 
     def _compiled_sweep_(self, tensors, seed: int, coefs) -> None:
         """The compiled backend's sweep: :func:`axpy_`'s kernel on each tensor, with every tensor's keys and
@@ -600,11 +586,11 @@ class NoiseSpec:
         if not (mats or vecs):
             return
         bs, as_, zs, one = draw.views(dtype, device)
-        for q in range(self.rank if mats else 1):
-            selfs = [p for p, _, _ in mats]
-            t1 = [bs[q][i] for _, i, _ in mats]
-            t2 = [as_[q][i] for _, i, _ in mats]
-            scalars = [s for _, _, s in mats]
+        for q in range(self.rank if mats else 1):  # a matrix's rows [a, a + len(p)) of its B (all of it: a view only)
+            selfs = [p for p, _, _, _ in mats]
+            t1 = [bs[q][i] if a == 0 and len(p) == len(bs[q][i]) else bs[q][i][a: a + len(p)] for p, i, _, a in mats]
+            t2 = [as_[q][i] for _, i, _, _ in mats]
+            scalars = [s for _, _, s, _ in mats]
             if q == 0:
                 selfs += [p for p, _, _ in vecs]
                 t1 += [zs[i] for _, i, _ in vecs]
