@@ -24,7 +24,7 @@ This package imports nothing from ``mezo_rl``: model outputs are duck-typed.
 """
 from . import builtin, squad, text, verifiable  # noqa: F401  (registers the built-ins)
 from .builtin import candidate_cross_entropy
-from .objective import Objective, ObjectiveOutput, build_objective, group_shape
+from .objective import Objective, ObjectiveOutput, build_objective
 from .registry import (
     ENTRY_POINT_GROUP,
     RewardInfo,
@@ -56,7 +56,6 @@ __all__ = [
     "exact_match_score",
     "f1_score",
     "get_reward",
-    "group_shape",
     "list_rewards",
     "normalize_answer",
     "register_reward",

@@ -37,12 +37,10 @@ std makes the two losses use different scales, so their difference mixes the cha
 with the change in scale. Shifting by a constant cancels in the difference anyway, so only a scale
 that is the same for both evaluations (and, for comparable steps, across steps) is meaningful.
 
-Group shaping (:func:`group_shape`) is the exception that works, because it shapes across the
-*whole population* of a step at once (every member's completions of a prompt, one group), never
-within one evaluation: each prompt's weighted rewards (:meth:`Objective.example_rewards`) are centred
-on that prompt's mean over all members and divided by their std. Easy and hard prompts then weigh
-the same, as in GRPO's group advantages and EGGROLL's per-question normalisation; the trainer
-applies it through the engine's ``fitness`` hook.
+Shaping that works spans the *whole population* of a step at once, never one evaluation (per-prompt
+group shaping of :meth:`Objective.example_rewards`, centred ranks, the step's normalisation): that is
+the trainer's fitness, :mod:`mezo_rl.training.fitness`, the one home of the rules that turn these
+rewards into a member's loss; this module evaluates them.
 """
 from __future__ import annotations
 
@@ -332,26 +330,6 @@ class Objective:
                 f"this objective has {self.names} (normalize={self.normalize!r})"
             )
         self.scales = None if state["scales"] is None else dict(state["scales"])
-
-
-def group_shape(members: Sequence[Sequence[float | None]], groups: Sequence[int]) -> list[list[float | None]]:
-    """Per-prompt fitness shaping across a step's members.
-
-    ``members[k][i]``: the reward of row i of member k (None: no opinion); ``groups[i]``: the prompt of
-    row i (the same rows in every member). Every prompt's values over all members and rows form one
-    group; each value becomes ``(v - mean) / std`` of its group (population std, float64), 0 where
-    the group has no spread. None stays None.
-    """
-    buckets: dict[int, list[float]] = {}
-    for vals in members:
-        if len(vals) != len(groups):
-            raise ValueError(f"group_shape: a member has {len(vals)} values for {len(groups)} rows")
-        for g, v in zip(groups, vals):
-            if v is not None:
-                buckets.setdefault(g, []).append(float(v))
-    stats = {g: (m.mean, m.std(ddof=0)) for g, m in ((g, Moments.of(vs)) for g, vs in buckets.items())}
-    return [[None if v is None else (0.0 if stats[g][1] == 0 else (float(v) - stats[g][0]) / stats[g][1])
-             for g, v in zip(groups, vals)] for vals in members]
 
 
 class RewardConfigError(ConfigError):

@@ -90,7 +90,9 @@ def test_the_command_line_hands_its_plan_to_the_trainer(tmp_path, tiny_tokenizer
                           splits={"train": [example] * 8, "validation": [example] * 4, "test": [example] * 4})
     assert trainer.plan is plan and trainer.args is plan.args and trainer.objective is plan.objective
     assert trainer._optimizer is None  # MeZO is built on first use, once
-    assert trainer.optimizer is trainer.optimizer and trainer.optimizer.config["normalize"] == "std"
+    assert trainer.optimizer is trainer.optimizer
+    # the mode's --step-normalize std is the fitness's: the trainer never sets the engine's normalize
+    assert trainer.fitness.spec.normalize and trainer.optimizer.config["normalize"] is None
 
 
 class Outcome:
@@ -106,7 +108,7 @@ class OneProcess:
         return dict(local)
 
 
-def test_one_fitness_forms_every_members_loss_and_one_place_sets_the_engines_normaliser():
+def test_one_fitness_forms_every_members_loss_and_normalises_the_step():
     from mezo_rl.rewards import RewardSpec
     from mezo_rl.rewards.objective import Objective
 
@@ -117,12 +119,18 @@ def test_one_fitness_forms_every_members_loss_and_one_place_sets_the_engines_nor
     assert losses == [-1.0, 0.0] and record["reward/r"] == 0.25  # minus the weighted mean reward
     shaped, _ = Fitness(FitnessSpec(reward_shaping="group"), objective, OneProcess())(members)
     assert shaped[0] < shaped[1]  # the member that did better on its prompt has the lower loss
-    # without beta the step's normaliser is the engine's; with beta it is the fitness's, the engine's off
-    assert FitnessSpec(normalize=True).engine_normalize == "std"
-    assert FitnessSpec(normalize=True, beta=0.5).engine_normalize is None
+    # the step's normaliser is the fitness's, with or without beta: one pair's losses -1 and 0 (sigma 1/2) become
+    # their deviations from the midpoint times eps / sigma, so the engine's (l+ - l-) / (2 eps) is FZOO's
+    # (l+ - l-) / (2 sigma); the record keeps the losses' means from before
+    eps = 2.0 ** -10  # a power of two: every operation below is exact
+    normalised, record = Fitness(FitnessSpec(normalize=True, eps=eps), objective, OneProcess())(members)
+    assert normalised == [-eps, eps] and (normalised[0] - normalised[1]) / (2 * eps) == -1.0
+    assert (record["loss"], record["loss_plus"], record["loss_minus"]) == (-0.5, -1.0, 0.0)
     args = MeZOConfig(task="arithmetic", beta=0.5)
-    assert args.step_normalize == "std" and FitnessSpec.of(args).engine_normalize is None
-    assert mezo_options(vars(args))["normalize"] == "std"  # the table's value, no longer switched by beta
+    assert args.step_normalize == "std" and FitnessSpec.of(args).normalize
+    assert mezo_options(vars(args))["normalize"] == "std"  # the table's value, for a MeZO built by hand
+    with pytest.raises(ConfigError, match="one member a step has no spread"):
+        FitnessSpec(normalize=True, estimator="one_point")
 
 
 @pytest.mark.parametrize("old, new, value", [("normalize", "step_normalize", "std"),

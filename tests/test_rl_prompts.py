@@ -15,6 +15,7 @@ from mezo_rl.training.arguments import MeZOConfig
 from mezo_rl.errors import ConfigError, UserError
 from mezo_rl.stats import Moments
 from mezo_rl.training.evaluation import distinct_n
+from mezo_rl.training.fitness import group_shape
 from mezo_rl.model.lm import LanguageModel
 from mezo_rl.training.outputs import ChatTemplateError, model_outputs
 from mezo_rl.training.rundir import read_samples
@@ -138,7 +139,7 @@ def test_num_generations_samples_as_in_trl(tmp_path):
 # -- shaping --------------------------------------------------------------------------------------
 def test_group_shape_centres_and_scales_each_prompt_across_every_member():
     plus, minus = [1.0, 3.0, 10.0, 10.0], [2.0, 2.0, 10.0, None]
-    shaped = rewards.group_shape([plus, minus], groups=[0, 0, 1, 1])
+    shaped = group_shape([plus, minus], groups=[0, 0, 1, 1])
     # prompt 0: values 1, 3, 2, 2 (mean 2, population std sqrt(0.5)); prompt 1: no spread -> 0
     s = math.sqrt(0.5)
     assert shaped == [[-1 / s, 1 / s, 0.0, 0.0], [0.0, 0.0, 0.0, None]]

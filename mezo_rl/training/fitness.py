@@ -1,26 +1,29 @@
-"""A member's fitness: its loss, formed in one place.
+"""A member's fitness: its loss, formed in one place: the trainer's every reward-to-loss rule lives here.
 
 A MeZO step evaluates its members (``theta + eps z``, ``theta - eps z``, ...) on one batch; the engine's
 ``fitness`` hook hands every member's objective output here at once, and :class:`Fitness` returns one
 loss per member:
 
-1. **reward weights**: each member's loss is the objective's (``objective.loss_from``: minus the weighted
-   mean reward, each reward divided by its first-batch spread with ``reward_scale="std"``), from the
-   members' statistics all-reduced across ranks in one collective;
+1. **reward weights and scales**: each member's loss is the objective's (``objective.loss_from``: minus the
+   weighted mean reward, each reward divided by its first-batch spread with ``reward_scale="std"``, a scale
+   the objective keeps and checkpoints), from the members' statistics all-reduced across ranks in one
+   collective;
 2. **group shaping** (``reward_shaping="group"``): instead, each prompt's weighted rewards are centred and
-   scaled across all of the step's completions of it, every member's (``mezo_rl.rewards.group_shape``),
-   and a member's loss is minus its mean shaped reward; or **rank shaping** (``reward_shaping="rank"``):
-   each member's loss becomes its centred rank among the step's members (:func:`centred_ranks`), so a
-   step depends on the members' order alone;
-3. **normalisation** (``step_normalize="std"``): each loss difference is divided by the spread of the step's
-   member losses instead of by 2 eps (FZOO; ES-at-scale's z-scoring for ``estimator="es"``), a step
-   whose length does not depend on the reward's scale. Without ``beta`` that division is the engine's
-   (``MeZO(normalize="std")``, the rule its trajectory records, so a replay divides alike):
-   :attr:`FitnessSpec.engine_normalize` is the one place that sets it;
+   scaled across all of the step's completions of it, every member's (:func:`group_shape`), and a member's
+   loss is minus its mean shaped reward; or **rank shaping** (``reward_shaping="rank"``): each member's loss
+   becomes its centred rank among the step's members (:func:`centred_ranks`), so a step depends on the
+   members' order alone;
+3. **normalisation** (``step_normalize="std"``): each loss difference over the spread sigma of the step's
+   member losses instead of over 2 eps (FZOO; ES-at-scale's z-scoring for ``estimator="es"``), a step whose
+   length does not depend on the reward's scale. Here, never in the engine (the trainer builds
+   ``MeZO(normalize=None)``): :func:`step_normalised` scales each member's deviation from its pair's
+   midpoint (``es``: the members' mean) by eps / sigma, so the engine's ``(l+ - l-) / (2 eps)`` is the
+   ``(l+ - l-) / (2 sigma)`` that ``MeZO(normalize="std")`` computes from the raw losses (up to float64
+   rounding), sigma 0 no update, HiZOO's curvature unchanged; the step's record keeps the raw losses'
+   means (:func:`member_means`);
 4. **the KL penalty** (``beta``): each loss adds ``beta`` times its member's mean per-token KL to the
-   starting model. With normalisation the reward part is normalised here, alone, times eps, and the
-   penalty added after it (the engine then divides by 2 eps, its own normaliser off): the step is
-   ``(r+ - r-) / (2 sigma_r) + beta (kl+ - kl-) / (2 eps)``;
+   starting model. With normalisation the reward part is normalised alone, centred on the step's mean, times
+   eps, and the penalty added after it: the step is ``(r+ - r-) / (2 sigma_r) + beta (kl+ - kl-) / (2 eps)``;
 5. **bounds**: there, where the total's spread exceeds the normalised reward's (eps), the losses are
    scaled down to it (:func:`bounded_losses`), so a step is never longer than a normalised step.
 
@@ -32,14 +35,16 @@ from __future__ import annotations
 import math
 import statistics
 from dataclasses import dataclass
+from typing import Sequence
 
-from mezo_rl import rewards
 from mezo_rl.engine.optim import spread
-from mezo_rl.errors import UserError
+from mezo_rl.engine.population import Member, step_members
+from mezo_rl.errors import ConfigError, UserError
 from mezo_rl.stats import Moments
 from mezo_rl.training.kl import KL, KLSums
 
-__all__ = ["FitnessSpec", "Fitness", "RewardsSilentError", "bounded_losses", "centred_ranks"]
+__all__ = ["FitnessSpec", "Fitness", "RewardsSilentError", "bounded_losses", "centred_ranks", "group_shape",
+           "member_means", "step_normalised"]
 
 
 class RewardsSilentError(UserError, ValueError):
@@ -75,6 +80,68 @@ def centred_ranks(losses: list[float]) -> list[float]:
     return out
 
 
+def group_shape(members: Sequence[Sequence[float | None]], groups: Sequence[int]) -> list[list[float | None]]:
+    """Per-prompt fitness shaping across a step's members (GRPO's group advantages, EGGROLL's per-question
+    normalisation): easy and hard prompts then weigh the same.
+
+    ``members[k][i]``: the reward of row i of member k (None: no opinion); ``groups[i]``: the prompt of
+    row i (the same rows in every member). Every prompt's values over all members and rows form one
+    group; each value becomes ``(v - mean) / std`` of its group (population std, float64), 0 where
+    the group has no spread. None stays None. It shapes across the whole population of a step at once,
+    never within one evaluation (the objective's module docstring says why a per-evaluation shaping fails).
+    """
+    buckets: dict[int, list[float]] = {}
+    for vals in members:
+        if len(vals) != len(groups):
+            raise ValueError(f"group_shape: a member has {len(vals)} values for {len(groups)} rows")
+        for g, v in zip(groups, vals):
+            if v is not None:
+                buckets.setdefault(g, []).append(float(v))
+    stats = {g: (m.mean, m.std(ddof=0)) for g, m in ((g, Moments.of(vs)) for g, vs in buckets.items())}
+    return [[None if v is None else (0.0 if stats[g][1] == 0 else (float(v) - stats[g][0]) / stats[g][1])
+             for g, v in zip(groups, vals)] for vals in members]
+
+
+def step_normalised(losses: Sequence[float], members: Sequence[Member], eps: float) -> list[float]:
+    """The step's normalisation, as losses: ``MeZO(normalize=None)`` given these makes the update that
+    ``MeZO(normalize="std")`` makes from ``losses`` (FZOO's ``(l+_j - l-_j) / (2 sigma)``; for ``es``,
+    ES-at-scale's ``(l_j - mean) / sigma``), up to float64 rounding.
+
+    ``members``: the step's members in the engine's order (:func:`mezo_rl.engine.population.step_members`);
+    sigma: the spread of the perturbed members' losses (HiZOO's unperturbed member, sign 0, left out). Each
+    member's deviation from its reference (a pair: its midpoint; ``es``: the members' mean) becomes
+    ``eps / sigma`` times itself: numbers of the size of eps, so the differences the engine takes lose
+    nothing to the losses' own size. With HiZOO's unperturbed member (its loss l0 becomes 0) each pair is
+    offset by ``mid - l0``, so the second difference ``l+ + l- - 2 l0`` that moves the curvature is what it
+    was. sigma 0: no update (every loss of a pair equal, or every ``es`` loss 0)."""
+    losses = [float(x) for x in losses]
+    if len(losses) != len(members):
+        raise ValueError(f"step_normalised: {len(losses)} losses for {len(members)} members")
+    sigma = spread([x for x, m in zip(losses, members) if m.sign])
+    scale = eps / sigma if sigma else 0.0
+    if not any(m.sign < 0 for m in members):  # es: one-sided members, centred on their mean
+        mean = sum(losses) / len(losses)
+        return [(x - mean) * scale for x in losses]
+    centre = next((x for x, m in zip(losses, members) if m.sign == 0), None)
+    out = [0.0] * len(losses)
+    for j in sorted({m.sample for m in members if m.sign}):
+        i, k = (m.index for m in sorted((m for m in members if m.sample == j), key=lambda m: -m.sign))
+        mid = (losses[i] + losses[k]) / 2
+        offset = 0.0 if centre is None else mid - centre
+        out[i], out[k] = offset + (losses[i] - mid) * scale, offset + (losses[k] - mid) * scale
+    return out
+
+
+def member_means(losses: Sequence[float], members: Sequence[Member]) -> dict:
+    """The step's ``loss`` (every member's), ``loss_plus`` (the + members') and ``loss_minus`` (the - members';
+    None without them), as ``MeZO.step`` reports them: what the step's record logs of losses the fitness
+    went on to normalise."""
+    plus = [x for x, m in zip(losses, members) if m.sign > 0]
+    minus = [x for x, m in zip(losses, members) if m.sign < 0]
+    return {"loss": sum(losses) / len(losses), "loss_plus": sum(plus) / len(plus),
+            "loss_minus": sum(minus) / len(minus) if minus else None}
+
+
 @dataclass(frozen=True)
 class FitnessSpec:
     """How a run forms a member's loss: the configuration's fitness knobs (the objective holds the rewards,
@@ -84,18 +151,24 @@ class FitnessSpec:
     normalize: bool = False
     beta: float = 0.0
     eps: float = 1e-3
+    estimator: str = "two_point"
+    centre: bool = False  # HiZOO: one more member, the unperturbed weights, last
+
+    def __post_init__(self):
+        if self.normalize and self.estimator == "one_point":
+            raise ConfigError("--step-normalize std needs the two_point or es estimator: one member a step has no "
+                              "spread (use --step-normalize none with --estimator one_point)")
 
     @classmethod
     def of(cls, args) -> "FitnessSpec":
         return cls(reward_shaping=args.reward_shaping, normalize=args.step_normalize == "std", beta=float(args.beta),
-                   eps=float(args.eps))
+                   eps=float(args.eps), estimator=args.estimator, centre=float(args.hessian_smooth) > 0)
 
-    @property
-    def engine_normalize(self):
-        """The engine's ``normalize``: ``"std"`` where the step is normalised and has no KL penalty (the engine
-        divides each loss difference by the members' spread); None where there is none, or where the penalty
-        is added to a reward part normalised here (:class:`Fitness`)."""
-        return "std" if self.normalize and not self.beta else None
+    def members(self, count: int) -> list[Member]:
+        """A step's ``count`` members in the engine's order (their seeds stand for samples 0..n-1)."""
+        pairs = self.estimator == "two_point"
+        n = (count - self.centre) // 2 if pairs else count
+        return step_members(list(range(n)), self.estimator, center=self.centre and pairs)
 
     def __str__(self) -> str:
         parts = [{"group": "group-shaped rewards", "rank": "members' centred ranks"}.get(self.reward_shaping,
@@ -140,6 +213,11 @@ class Fitness:
             else:
                 losses = [x + spec.beta * kl for x, kl in zip(losses, kls)]
             record[KL] = statistics.fmean(kls)
+        elif spec.normalize:  # the engine's normaliser, as losses (the trainer's MeZO has normalize=None); the
+            layout = spec.members(len(losses))  # record keeps the losses the normalisation started from
+            if all(math.isfinite(x) for x in losses):  # else the engine skips the step, and reports it
+                record.update(member_means(losses, layout))
+            losses = step_normalised(losses, layout, spec.eps)
         for k in names:
             members = [Moments(st["sums"][k], st["sq_sums"][k], st["counts"][k]) for st in stats]
             record[f"reward/{k}"] = statistics.fmean(m.mean for m in members if m.count)
@@ -149,8 +227,7 @@ class Fitness:
     def _group_losses(self, outcomes) -> list[float]:
         """Minus each member's mean group-shaped reward (every prompt's rewards centred and scaled across all of the
         step's completions of it), its sums crossing ranks in one collective."""
-        shaped = rewards.group_shape([self.objective.example_rewards(out.values) for out in outcomes],
-                                     outcomes[0].groups)
+        shaped = group_shape([self.objective.example_rewards(out.values) for out in outcomes], outcomes[0].groups)
         local = {}
         for m, vals in enumerate(shaped):
             kept = [v for v in vals if v is not None]

@@ -409,7 +409,14 @@ def unfinished_step(run_dir: str | os.PathLike) -> Optional[tuple[int, int]]:
 
 
 def check_resumable(run_dir: pathlib.Path, args: MeZOConfig) -> None:
-    """Raise ``ValueError`` naming every argument that differs from the run's ``config.json``."""
+    """Raise ``ValueError`` naming every argument that differs from the run's ``config.json``, or where the run's
+    optimizer normalised its steps itself (``normalize="std"`` in its trajectory): runs from before the fitness
+    (``mezo_rl.training.fitness``) took that over replay (``load_run``) but do not resume."""
+    path = checkpoint_dir(run_dir) / TRAJECTORY_FILE
+    if path.is_file() and (read_trajectory(path).header or {}).get("normalize") == "std":
+        raise ConfigError(f"--resume: the run in {run_dir} normalised its steps in the optimizer (its trajectory "
+                          f"says normalize='std'), as runs did before the fitness took that over, so it cannot "
+                          f"continue; its weights still load (mezo-rl export), and a new run trains on")
     saved, mine = read_args(run_dir).to_dict(), args.to_dict()
     differ = {k: (saved.get(k), mine[k]) for k in mine if k not in RESUME_MAY_CHANGE and saved.get(k) != mine[k]}
     if differ:

@@ -145,14 +145,13 @@ def build_model(args: MeZOConfig, lm=None, dtype: Optional[str] = None):
 
 
 # ---------------------------------------------------------------------- the optimizer
-def build_optimizer(args: MeZOConfig, lm, needs, train=(), recorded: Optional[str] = None,
-                    normalize: Optional[str] = None) -> tuple:
+def build_optimizer(args: MeZOConfig, lm, needs, train=(), recorded: Optional[str] = None) -> tuple:
     """MeZO over ``lm``'s trainable tensors with the run's options (every value resolved in ``args``), and
     its lr schedule. ``needs``: what the objective asks of the model; with ``train``, the training
     examples, ``--evaluation auto`` also weighs their prompts' length; ``recorded``: the mode a resumed
-    run's checkpoint ran with, which it keeps; ``normalize``: the engine's own normaliser, as the run's
-    fitness sets it (``mezo_rl.training.fitness.FitnessSpec.engine_normalize``)."""
-    options = {**mezo_options(vars(args)), "normalize": normalize}
+    run's checkpoint ran with, which it keeps. The engine's own ``normalize`` stays off: ``--step-normalize``
+    is the fitness's (``mezo_rl.training.fitness.step_normalised``)."""
+    options = {**mezo_options(vars(args)), "normalize": None}
     optimizer = MeZO(param_groups(lm.model, options["weight_decay"]), **options, rank=args.rank,
                      lowrank_interval=args.lowrank_interval, estimator=args.estimator, momentum=args.momentum,
                      adam=args.adam, hessian_smooth=args.hessian_smooth, seed=args.seed, on_nonfinite=args.on_nonfinite,

@@ -194,7 +194,7 @@ class MeZOTrainer:
             t0, a = time.perf_counter(), self.args
             recorded = rundir.recorded_evaluation(a.output_dir) if a.resume else None
             self._optimizer, self._scheduler = build_optimizer(a, self.lm, self.objective.needs, self.splits["train"],
-                                                               recorded, normalize=self.plan.fitness.engine_normalize)
+                                                               recorded)
             self.seconds["load"] += time.perf_counter() - t0
         return self._optimizer, self._scheduler
 
@@ -316,10 +316,11 @@ class MeZOTrainer:
         self.scheduler.step()
         self.state.global_step += 1
         self.state.epoch = self.step * len(batch) / len(train)
-        self.state.loss_sum += _num(res.loss) if _num(res.loss) is not None and math.isfinite(_num(res.loss)) else 0.0
+        # the step's losses as the engine reports them, or as the fitness's record has them before it normalised
         record = {"step": self.step, "loss": _num(res.loss), "loss_plus": _num(res.loss_plus),
                   "loss_minus": _num(res.loss_minus), "projected_grad": _num(res.projected_grads), "lr": lr,
                   "skipped": bool(res.skipped), **rewards_logged}
+        self.state.loss_sum += record["loss"] if record["loss"] is not None and math.isfinite(record["loss"]) else 0.0
         if res.update_kept is not None:
             record["update_kept"] = res.update_kept
             self._watch_update_kept(res.update_kept)
