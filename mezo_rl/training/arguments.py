@@ -39,6 +39,7 @@ from typing import Any, Optional
 from mezo_rl.training.defaults import (FIELD_OF, MODE_DEFAULTS, MODES, PROMPT_TASK_DEFAULTS, default_mode,
                                        default_reward, mode_defaults)
 from mezo_rl.errors import ConfigError
+from mezo_rl.rewards import trl_names
 from mezo_rl.training.config import trl_options
 from mezo_rl.training.member_evaluation import check_evaluation
 from mezo_rl.training.reporting import check_report_to
@@ -250,12 +251,20 @@ class ObjectiveArguments(Arguments):
         super().__post_init__()
 
     def check_reward_weights(self) -> None:
-        """One weight per reward (checked again once a default reward is resolved)."""
-        if self.reward_weights is not None and self.reward is not None and len(self.reward_weights) != len(self.reward):
-            raise ConfigError(
-                f"--reward-weights: got {len(self.reward_weights)} weights for "
-                f"{len(self.reward)} rewards {self.reward}; give one weight per --reward"
-            )
+        """One weight per ``--reward`` given (the rewards of a trainer's ``reward_funcs``, or a task's own:
+        checked by the plan, once they are known)."""
+        if self.reward is not None:
+            check_reward_weights(self.reward_weights, self.reward)
+
+
+def check_reward_weights(weights, rewards, given: str = "--reward") -> None:
+    """One weight per reward, in order, as TRL weighs its ``reward_funcs``: a count mismatch is one line naming
+    the rewards (by the names their logs use) and where they were given (``given``)."""
+    if weights is None or len(weights) == len(rewards):
+        return
+    names = list(trl_names(rewards).values())
+    raise ConfigError(f"--reward-weights: got {len(weights)} weights for {len(names)} rewards "
+                      f"{names} ({given}, in order); give one weight per reward")
 
 
 @dataclass
@@ -505,11 +514,10 @@ class MeZOConfig(OutputArguments, EvalArguments, GenerationArguments, ComputeArg
         if out["peft"] is None:
             out["peft"] = default_mode(task_kind)
         if out["reward"] is None:
-            out["reward"] = default_reward(task_metrics)
-            if out["reward"] is not None and out.get("reward_weights") is not None \
-                    and len(out["reward_weights"]) != len(out["reward"]):
-                raise ConfigError(f"--reward-weights: got {len(out['reward_weights'])} weights for "
-                                  f"{len(out['reward'])} rewards {out['reward']}; give one weight per --reward")
+            reward = default_reward(task_metrics)
+            # weights of another count are for the rewards a trainer is given (reward_funcs): the plan checks them
+            weights = out.get("reward_weights")
+            out["reward"] = reward if reward is None or weights is None or len(weights) == len(reward) else None
         for key, default in mode_defaults(out["peft"], task_kind).items():
             if out[FIELD_OF.get(key, key)] is None:
                 out[FIELD_OF.get(key, key)] = default

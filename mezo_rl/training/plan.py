@@ -64,7 +64,7 @@ from mezo_rl import rewards
 from mezo_rl.errors import ConfigError, UnknownNameError, UserError, first_line
 from mezo_rl.model.lm import LanguageModel
 from mezo_rl.rewards.registry import REGISTRY
-from mezo_rl.training.arguments import DATA_TASK_FIELDS, MeZOConfig, TaskArguments
+from mezo_rl.training.arguments import DATA_TASK_FIELDS, MeZOConfig, TaskArguments, check_reward_weights
 from mezo_rl.training.evaluation import OBJECTIVE, prompt_metrics
 from mezo_rl.training.fitness import FitnessSpec
 from mezo_rl.training.trl_rewards import HUB_ID, is_reward_model_ref, resolve_reward, reward_model_spec
@@ -179,10 +179,12 @@ def check_replayable_reward(ref: str) -> None:
                           f"file.py:function) and give that")
 
 
-def build_objective(refs, weights=None, normalize=None, trust_remote_code: bool = False):
+def build_objective(refs, weights=None, normalize=None, trust_remote_code: bool = False, given: str = "--reward"):
     """The objective of the rewards ``refs`` (names, ``module:function`` paths, a reward model's path or hub id:
-    ``mezo_rl.training.trl_rewards.resolve_reward``; or RewardSpecs already resolved) with ``reward_weights`` and
+    ``mezo_rl.training.trl_rewards.resolve_reward``; or RewardSpecs already resolved) with ``reward_weights`` (one
+    per reward, in order: a count mismatch is one line naming the rewards and where they were ``given``) and
     ``reward_scale``; a reference that cannot be resolved, or imported again to replay the run, is one line."""
+    check_reward_weights(weights, [ref if isinstance(ref, str) else ref.name for ref in refs], given)
     specs = []
     for ref in refs:
         if isinstance(ref, str):
@@ -461,13 +463,15 @@ def plan_given(args, model=None, reward_funcs=None, train_dataset=None, eval_dat
                            reward_processing_classes)
     lm, lm_factory = (lm, lm_factory) if lm is not None else (front.lm, lm_factory or front.lm_factory)
     values = front.values if front.values is not None else args.given_values()
-    objective_of = lambda refs: build_objective(refs, values.get("reward_weights"),  # noqa: E731
-                                                values.get("reward_scale"), values.get("trust_remote_code", False))
+    objective_of = lambda refs, given: build_objective(refs, values.get("reward_weights"),  # noqa: E731
+                                                       values.get("reward_scale"), values.get("trust_remote_code", False),
+                                                       given)
     if objective is None and (front.rewards or values.get("reward")):  # a bad reward fails first
-        objective = objective_of(front.rewards or values["reward"])
+        objective = objective_of(front.rewards or values["reward"], "reward_funcs" if front.rewards else "--reward")
     task = task if task is not None else front.task if front.task is not None else resolve_task(values)
     if objective is None:  # the task's own metric
-        objective = objective_of(reward_refs(None, task, values.get("task")))
+        objective = objective_of(reward_refs(None, task, values.get("task")),
+                                 "no --reward or reward_funcs: the task's own metric")
     plan = plan_run(args, task, objective, model=lm, given=front.values, not_replayable=front.not_replayable)
     return plan, lm, lm_factory
 
