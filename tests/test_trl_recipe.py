@@ -50,3 +50,55 @@ def test_the_cli_checks_weights_against_the_task_own_reward_before_anything_load
                           "--output-dir", tmp_path / "run"], capsys)
     assert_one_line_error(rc, err, "--reward-weights", "['accuracy']")
     assert not (tmp_path / "run").exists()
+
+
+# ---------------------------------------------------------------------- 2. one name per metric, TRL's
+def _trainer(tmp_path, tiny_tokenizer, name="out", reward_funcs=(reward_len, reward_words), model=None, **fields):
+    from mezo_rl import MeZOTrainer
+
+    values = dict(output_dir=str(tmp_path / name), max_steps=2, eval_steps=1, per_device_train_batch_size=4,
+                  n_spsa=1, num_train=12, num_eval=4, num_test=4, max_completion_length=6, progress=False)
+    values.update(fields)
+    return MeZOTrainer(model=model if model is not None else make_tiny_causal_lm(tiny_tokenizer),
+                       reward_funcs=list(reward_funcs), args=MeZOConfig(**values),
+                       train_dataset=Dataset.from_dict({"prompt": PROMPTS}), processing_class=tiny_tokenizer)
+
+
+def test_evaluate_log_history_and_metric_for_best_model_share_trls_names(tmp_path, tiny_tokenizer):
+    trainer = _trainer(tmp_path, tiny_tokenizer, metric_for_best_model="eval_rewards/reward_len/mean")
+    trainer.train()
+    metrics = trainer.evaluate()
+    for key in ("eval_reward", "eval_reward_std", "eval_rewards/reward_len/mean", "eval_rewards/reward_len/std",
+                "eval_rewards/reward_words/mean", "eval_rewards/reward_words/std", "eval_kl"):
+        assert key in metrics, (key, sorted(metrics))
+    assert not any(":" in key or "objective" in key for key in metrics)
+    logged = [r for r in trainer.state.log_history if "eval_reward" in r]
+    assert logged and {k for k in metrics if k != "eval_runtime"} <= set(logged[-1])
+    # the best step was picked by the metric named as evaluate() names it
+    best = max(logged, key=lambda r: (r["eval_rewards/reward_len/mean"], r["step"]))
+    assert trainer.state.best_metric == best["eval_rewards/reward_len/mean"]
+    assert trainer.train_metrics(trainer.summary).keys() >= {"eval_reward", "test_rewards/reward_words/mean"}
+
+
+@pytest.mark.parametrize("name", ["eval_reward", "reward", "rewards/reward_words/mean", "eval_rewards/reward_len/mean"])
+def test_metric_for_best_model_takes_trls_names(tmp_path, tiny_tokenizer, name):
+    args = MeZOConfig(output_dir=str(tmp_path / "out"), metric_for_best_model=name)
+    plan, _, _ = plan_given(args, make_tiny_causal_lm(tiny_tokenizer), [reward_len, reward_words],
+                            Dataset.from_dict({"prompt": PROMPTS}), processing_class=tiny_tokenizer)
+    assert plan.metric_for_best in ("objective", *plan.objective.names)
+
+
+def test_metric_for_best_model_refuses_other_names_in_one_line_listing_trls(tmp_path, tiny_tokenizer):
+    args = MeZOConfig(output_dir=str(tmp_path / "out"), metric_for_best_model="objective")
+    with pytest.raises(ConfigError) as err:
+        plan_given(args, make_tiny_causal_lm(tiny_tokenizer), [reward_len, reward_words],
+                   Dataset.from_dict({"prompt": PROMPTS}), processing_class=tiny_tokenizer)
+    assert "\n" not in str(err.value) and "eval_reward, eval_rewards/reward_len/mean" in str(err.value)
+
+
+def test_a_reward_is_named_by_its_function_and_by_its_module_only_to_break_a_tie():
+    from mezo_rl.rewards import trl_names
+
+    assert trl_names(["a.b:reward_len", "accuracy", "org/my-rm"]) == {
+        "a.b:reward_len": "reward_len", "accuracy": "accuracy", "org/my-rm": "my-rm"}
+    assert trl_names(["a.b:score", "c.d:score"]) == {"a.b:score": "a.b:score", "c.d:score": "c.d:score"}

@@ -400,7 +400,10 @@ class EvalArguments(Arguments):
     eval_strategy: str = option("steps", "steps: validate at the start, every --eval-steps and at the end; no: never "
                                          "(the final step is the best)", choices=["steps", "no"])
     eval_steps: Optional[int] = option(None, "validate every N steps (default: max_steps/5, at least 1, as in the paper)", min=1)
-    metric_for_best_model: Optional[str] = option(None, "validation metric that picks the best step (default: the task's first metric)")
+    metric_for_best_model: Optional[str] = option(None, "validation metric that picks the best step, as evaluate() "
+                                                        "and the logs name it, eval_ optional (accuracy, eval_reward, "
+                                                        "rewards/<function name>/mean; default: the task's first "
+                                                        "metric, a prompt task's reward)")
     greater_is_better: Optional[bool] = option(None, "the best step has the highest --metric-for-best-model (default: "
                                                      "yes, unless that metric is a loss)")
     load_best_model_at_end: bool = option(True, "end with the best step's weights (tested, saved); "

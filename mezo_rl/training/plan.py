@@ -67,14 +67,15 @@ from mezo_rl.rewards.registry import REGISTRY
 from mezo_rl.training.arguments import DATA_TASK_FIELDS, MeZOConfig, TaskArguments, check_reward_weights
 from mezo_rl.training.evaluation import OBJECTIVE, prompt_metrics
 from mezo_rl.training.fitness import FitnessSpec
+from mezo_rl.training.reporting import metric_key
 from mezo_rl.training.trl_rewards import HUB_ID, is_reward_model_ref, resolve_reward, reward_model_spec
 from mezo_rl.tasks import get_task, list_tasks
 from mezo_rl.tasks.user import (check_data_task, data_task, is_data_task, is_dataset_object,
                                 is_iterable_dataset)
 
 __all__ = ["RunPlan", "plan_run", "plan_given", "run_config", "reward_refs", "default_metric_for_best",
-           "greater_is_better", "replace_args", "user_code", "resolve_task", "build_objective", "Inputs",
-           "resolve_inputs", "reward_reference", "unreplayable_reason", "check_replayable_reward"]
+           "greater_is_better", "best_metric_key", "replace_args", "user_code", "resolve_task", "build_objective",
+           "Inputs", "resolve_inputs", "reward_reference", "unreplayable_reason", "check_replayable_reward"]
 
 T = TypeVar("T")
 #: what a recorded reward reference cannot be imported from
@@ -413,6 +414,21 @@ def default_metric_for_best(task, names) -> str:
     return first if task.kind != "prompts" or first in (names or ()) else OBJECTIVE
 
 
+def best_metric_key(name: str, task, objective, ref=None) -> str:
+    """The evaluation metric ``metric_for_best_model`` names, as ``evaluate()`` and the logs name it (TRL's names,
+    with or without transformers' ``eval_`` prefix: ``eval_reward``, ``rewards/reward_len/mean``, ``accuracy``),
+    as the run's files key it; one line naming the accepted names otherwise."""
+    keys = prompt_metrics(objective) if task.kind == "prompts" else list(task.metrics)
+    names = rewards.trl_names(objective.names)
+    by_name = {metric_key(k, names): k for k in keys}
+    short = name[len("eval_"):] if name.startswith("eval_") else name
+    if short not in by_name:
+        raise ConfigError(f"--metric-for-best-model {name!r} is not an evaluation metric of "
+                          f"{'this prompt task' if task.kind == 'prompts' else f'task {ref!r}'}; accepted: "
+                          f"{', '.join(f'eval_{k}' for k in by_name)} (eval_ may be left out)")
+    return by_name[short]
+
+
 def greater_is_better(name: str, given: Optional[bool]) -> bool:
     """Whether a higher value of the validation metric ``name`` is better: ``given``, else (as transformers
     decides) not for a loss, nor for a reward registered as lower-is-better."""
@@ -438,12 +454,9 @@ def plan_run(args: MeZOConfig, task, objective, model=None, given: Optional[dict
     objective.check_task_kind(task.kind)
     if model is not None:
         objective.check_compatible(bool(model.is_causal))
-    accepted = prompt_metrics(objective) if task.kind == "prompts" else list(task.metrics)
-    if args.metric_for_best_model is not None and args.metric_for_best_model not in accepted:
-        raise ConfigError(f"--metric-for-best-model {args.metric_for_best_model!r} is not an evaluation metric of "
-                          f"{'this prompt task' if task.kind == 'prompts' else f'task {args.task!r}'}; accepted: "
-                          f"{', '.join(accepted)}")
-    metric = args.metric_for_best_model or default_metric_for_best(task, objective.names)
+    metric = default_metric_for_best(task, objective.names)
+    if args.metric_for_best_model is not None:
+        metric = best_metric_key(args.metric_for_best_model, task, objective, args.task)
     return RunPlan(args=args, task=task, objective=objective, task_kind=task.kind, rewards=tuple(objective.names),
                    metric_for_best=metric, greater_is_better=greater_is_better(metric, args.greater_is_better),
                    fitness=FitnessSpec.of(args), reference=task.kind == "prompts" and (model is None or bool(model.is_causal)),

@@ -14,7 +14,8 @@ every one of them that is installed), as in transformers. Each is a callback on 
 ``kl``                          KL to the starting model, when the run computes it
 ``learning_rate``               the step's learning rate
 ``eval_<metric>``               each validation metric (``eval_reward``: the weighted reward,
-                                ``eval_rewards/<name>/mean``: each reward's mean)
+                                ``eval_rewards/<name>/mean`` and ``/std``: each reward's; :func:`metric_key`,
+                                the names ``evaluate()`` and ``metric_for_best_model`` use too)
 ==============================  ============================================================
 
 The dashboards get these under transformers' prefixes (``train/reward``, ``eval/reward``, ...), as a
@@ -34,10 +35,11 @@ import statistics
 from typing import Optional
 
 from mezo_rl.errors import ConfigError, UserError
+from mezo_rl.rewards import trl_names
 from mezo_rl.training.callbacks import TrainerCallback
 
-__all__ = ["REPORT_TO", "INTEGRATIONS", "check_report_to", "train_logs", "eval_logs", "rewrite_logs", "reporters",
-           "completion_stats", "write_completions_table", "completions_file", "COMPLETIONS_DIR",
+__all__ = ["REPORT_TO", "INTEGRATIONS", "check_report_to", "train_logs", "eval_logs", "eval_metrics", "metric_key",
+           "rewrite_logs", "reporters", "completion_stats", "write_completions_table", "completions_file", "COMPLETIONS_DIR",
            "TensorBoardReporter", "TrackioReporter", "WandbReporter", "PROJECT"]
 
 #: integration -> (the module it needs, the pip extra that installs it)
@@ -83,21 +85,41 @@ def _number(v) -> Optional[float]:
     return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) else None
 
 
-def reward_key(name: str) -> str:
-    """A reward's name in TRL's keys: its function's name (``pkg.mod:reward_len`` -> ``reward_len``, as TRL
-    names a reward function by ``__name__``); a registered name stays as it is."""
-    return name.rpartition(":")[2].rpartition(".")[2] or name
+#: a prompt task's weighted reward (``mezo_rl.training.evaluation.OBJECTIVE``) and its statistics -> TRL's names
+_OBJECTIVE_KEYS = {"objective": "reward", "objective/std": "reward_std", "objective/se": "reward_se"}
+
+
+def metric_key(key: str, names: dict) -> str:
+    """An evaluation metric (a key of ``mezo_rl.training.evaluation.evaluate``'s result) under TRL's name, the one
+    name ``evaluate()``, ``log_history``, the dashboards and ``metric_for_best_model`` use: the weighted reward
+    ``reward`` (``reward_std``, ``reward_se``); a reward's mean ``rewards/<name>/mean`` (``/std``, ``/se``), its
+    name from ``names`` (reward reference -> TRL name: :func:`mezo_rl.rewards.trl_names`); others as they are
+    (``accuracy``, ``kl``, ``distinct_2``, ...)."""
+    if key in _OBJECTIVE_KEYS:
+        return _OBJECTIVE_KEYS[key]
+    base, stat = (key.rpartition("/")[0], key.rpartition("/")[2]) if key.endswith(("/se", "/std")) else (key, "mean")
+    return f"rewards/{names[base]}/{stat}" if base in names else key
+
+
+def eval_metrics(metrics: dict, reward_names=(), prefix: str = "eval") -> dict:
+    """An evaluation's metrics as transformers returns and logs them: numbers only, each as
+    ``<prefix>_<TRL name>`` (:func:`metric_key`; ``reward_names``: the run's reward references)."""
+    names = trl_names(reward_names)
+    return {f"{prefix}_{metric_key(k, names)}": float(v) for k, v in metrics.items() if _number(v) is not None}
 
 
 def train_logs(record: dict) -> dict:
     """A training step's ``metrics.jsonl`` record under TRL's keys (numbers only; ``step`` left out)."""
+    rewards_of = {k[len("reward/"):-len("/std")] if k.endswith("/std") else k[len("reward/"):]
+                  for k in record if k.startswith("reward/")}
+    names = trl_names(sorted(rewards_of))
     out = {}
     for key, value in record.items():
         if _number(value) is None:
             continue
         if key.startswith("reward/"):  # reward/<name> and reward/<name>/std
             name, std = (key[len("reward/"):-len("/std")], True) if key.endswith("/std") else (key[len("reward/"):], False)
-            out[f"rewards/{reward_key(name)}/{'std' if std else 'mean'}"] = float(value)
+            out[f"rewards/{names[name]}/{'std' if std else 'mean'}"] = float(value)
         elif key in _TRAIN_KEYS:
             out[_TRAIN_KEYS[key]] = float(value)
         elif key in _PASSED:
@@ -107,22 +129,10 @@ def train_logs(record: dict) -> dict:
 
 def eval_logs(record: dict, reward_names=()) -> dict:
     """An evaluation's ``metrics.jsonl`` record as transformers logs it: every metric as ``<split>_<metric>``
-    (``eval_`` for validation, ``test_`` for test), with a prompt task's rewards under TRL's names
-    (``eval_reward``: the weighted reward; ``eval_rewards/<name>/mean``)."""
+    (``eval_`` for validation, ``test_`` for test) under TRL's names (:func:`eval_metrics`), with
+    ``<split>_runtime``."""
     prefix = "eval" if record.get("split") == "validation" else record.get("split", "eval")
-    out = {}
-    for key, value in (record.get("metrics") or {}).items():
-        if _number(value) is None:
-            continue
-        if key == "objective":
-            key = "reward"
-        elif key in reward_names:
-            key = f"rewards/{reward_key(key)}/mean"
-        elif key.endswith("/se") and key[:-3] in reward_names:
-            key = f"rewards/{reward_key(key[:-3])}/se"
-        elif key == "objective/se":
-            key = "reward_se"
-        out[f"{prefix}_{key}"] = float(value)
+    out = eval_metrics(record.get("metrics") or {}, reward_names, prefix)
     if _number(record.get("seconds")) is not None:
         out[f"{prefix}_runtime"] = float(record["seconds"])
     return out

@@ -47,7 +47,8 @@ from mezo_rl.training.outputs import autocast, completion_stops, model_outputs, 
 from mezo_rl.training.plan import RunPlan, plan_given, replace_args
 from mezo_rl.training.rundir import TrainerState
 from mezo_rl.training.model_card import push_to_hub, write_model_card
-from mezo_rl.training.reporting import completion_stats, eval_logs, reporters, train_logs, write_completions_table
+from mezo_rl.training.reporting import (completion_stats, eval_logs, eval_metrics, reporters, train_logs,
+                                        write_completions_table)
 from mezo_rl.training.runguard import InterruptGuard
 from mezo_rl.training.setup import build_model, build_optimizer, build_run, trainable_parameters
 from mezo_rl.training.trl_rewards import RewardContext, with_trl_keywords
@@ -321,14 +322,15 @@ class MeZOTrainer:
     def evaluate(self, eval_dataset=None, ignore_keys=None, metric_key_prefix: str = "eval") -> dict:
         """The current weights' metrics on the validation examples, or on ``eval_dataset`` (a ``datasets``
         object read with the run's data options, or a list of ``Example``), as transformers' ``Trainer.evaluate``
-        returns them: every key prefixed ``<metric_key_prefix>_`` (``eval_accuracy``), with
-        ``<prefix>_runtime``; callbacks get ``on_evaluate``."""
+        returns them: every key prefixed ``<metric_key_prefix>_`` (``eval_accuracy``), a prompt task's under TRL's
+        names (``eval_reward``, ``eval_rewards/<function name>/mean``; ``mezo_rl.training.reporting.metric_key``),
+        with ``<prefix>_runtime``; callbacks get ``on_evaluate``."""
         examples, split = self.splits["validation"], "validation"
         if eval_dataset is not None:
             examples, split = self._examples_of(eval_dataset), metric_key_prefix
         t0 = time.perf_counter()
-        metrics = self._metrics(examples, split)
-        logs = {f"{metric_key_prefix}_{k}": v for k, v in metrics.items() if k not in (ignore_keys or ())}
+        metrics = eval_metrics(self._metrics(examples, split), self.objective.names, metric_key_prefix)
+        logs = {k: v for k, v in metrics.items() if k[len(metric_key_prefix) + 1:] not in (ignore_keys or ())}
         logs[f"{metric_key_prefix}_runtime"] = time.perf_counter() - t0
         self._event("on_evaluate", metrics=logs)
         return logs
@@ -382,9 +384,7 @@ class MeZOTrainer:
                   "wall_time_s": self.wall_time(), "peak_rss_mb": peak_rss_mb()}
         self._log(record)
         if metrics:
-            prefix = "eval" if split == "validation" else split
-            self._event("on_evaluate", metrics={**{f"{prefix}_{k}": v for k, v in metrics.items()},
-                                                **eval_logs(record, self.objective.names)})
+            self._event("on_evaluate", metrics=eval_logs(record, self.objective.names))
         return metrics
 
     def _better(self, value: float) -> bool:
@@ -543,7 +543,7 @@ class MeZOTrainer:
     def train_metrics(self, summary: dict) -> dict:
         """``TrainOutput.metrics`` from the summary: transformers' ``train_*`` keys, then each evaluation's
         metrics under its prefix (``eval_``: the best step's validation; ``test_``; ``initial_eval_``,
-        ``initial_test_``, ``final_eval_``)."""
+        ``initial_test_``, ``final_eval_``) and TRL's names (``mezo_rl.training.reporting.metric_key``)."""
         runtime = summary["wall_time_s"]
         samples = summary["steps"] * self.args.per_device_train_batch_size * self.args.gradient_accumulation_steps
         metrics = {"train_runtime": runtime, "train_loss": summary["train_loss"],
@@ -552,7 +552,7 @@ class MeZOTrainer:
                    "total_flos": 0.0, "epoch": self.state.epoch, "best_global_step": summary["best_step"]}
         for split, prefix in (("validation", "eval"), ("test", "test"), ("initial_validation", "initial_eval"),
                               ("initial_test", "initial_test"), ("final_validation", "final_eval")):
-            metrics.update({f"{prefix}_{k}": v for k, v in (summary[split] or {}).items()})
+            metrics.update(eval_metrics(summary[split] or {}, self.objective.names, prefix))
         return metrics
 
     def _finish(self) -> dict:
