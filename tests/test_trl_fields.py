@@ -119,7 +119,7 @@ def test_best_step_strategy_fields(tmp_path, factory):  # noqa: F811
     from test_trainer import make_args, train
 
     _, lowest = train(make_args(tmp_path, "low", max_steps=4, eval_steps=1, learning_rate=1e-1, metric_for_best_model="accuracy",
-                                greater_is_better=False), factory)
+                                greater_is_better=False, load_best_model_at_end=True), factory)
     validations = [json.loads(line) for line in (tmp_path / "low" / "metrics.jsonl").read_text().splitlines()]
     accs = {r["step"]: r["metrics"]["accuracy"] for r in validations if r.get("split") == "validation"}
     assert lowest["validation"]["accuracy"] == min(accs.values())

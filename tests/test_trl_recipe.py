@@ -102,3 +102,36 @@ def test_a_reward_is_named_by_its_function_and_by_its_module_only_to_break_a_tie
     assert trl_names(["a.b:reward_len", "accuracy", "org/my-rm"]) == {
         "a.b:reward_len": "reward_len", "accuracy": "accuracy", "org/my-rm": "my-rm"}
     assert trl_names(["a.b:score", "c.d:score"]) == {"a.b:score": "a.b:score", "c.d:score": "c.d:score"}
+
+
+# ---------------------------------------------------------------------- 3. the final weights by default
+def _saved_weights(path):
+    from safetensors.torch import load_file
+
+    return {k: v for f in sorted(path.glob("*.safetensors")) for k, v in load_file(f).items()}
+
+
+def test_a_short_run_saves_its_final_weights_and_says_which_step(tmp_path, tiny_tokenizer, capsys):
+    import torch
+
+    model = make_tiny_causal_lm(tiny_tokenizer)
+    start = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    trainer = _trainer(tmp_path, tiny_tokenizer, model=model, learning_rate=1e-2, eps=1.0, num_generations=2,
+                       save_model=True)
+    assert trainer.args.load_best_model_at_end is False  # transformers' default
+    trainer.train()
+    assert trainer.summary["best_step"] == 2 == trainer.weights_step
+    saved = _saved_weights(tmp_path / "out")
+    assert any(not torch.equal(saved[k], start[k]) for k in saved if k in start)
+    lines = [line for line in capsys.readouterr().out.splitlines() if "save_model" in line]
+    assert lines == [f"mezo-rl: save_model wrote the weights of step 2 (the final step; load_best_model_at_end=True "
+                     f"would write the best step's) to {tmp_path / 'out'}"]
+
+
+def test_with_load_best_model_at_end_a_tie_goes_to_the_later_step(tmp_path, tiny_tokenizer, capsys):
+    # lr 0: every evaluation ties step 0's; the later step wins each tie
+    trainer = _trainer(tmp_path, tiny_tokenizer, learning_rate=0.0, load_best_model_at_end=True)
+    trainer.train()
+    assert trainer.state.best_global_step == 2 == trainer.weights_step
+    trainer.save_model(str(tmp_path / "saved"))
+    assert "weights of step 2 (the best step by eval_reward, load_best_model_at_end=True)" in capsys.readouterr().out

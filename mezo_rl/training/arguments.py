@@ -264,7 +264,7 @@ def check_reward_weights(weights, rewards, given: str = "--reward") -> None:
         return
     names = list(trl_names(rewards).values())
     raise ConfigError(f"--reward-weights: got {len(weights)} weights for {len(names)} rewards "
-                      f"{names} ({given}, in order); give one weight per reward")
+                      f"{names} ({given}, in order); give one weight per --reward (reward_funcs entry)")
 
 
 @dataclass
@@ -406,8 +406,8 @@ class EvalArguments(Arguments):
                                                         "metric, a prompt task's reward)")
     greater_is_better: Optional[bool] = option(None, "the best step has the highest --metric-for-best-model (default: "
                                                      "yes, unless that metric is a loss)")
-    load_best_model_at_end: bool = option(True, "end with the best step's weights (tested, saved); "
-                                                "--no-load-best-model-at-end: the final step's")
+    load_best_model_at_end: bool = option(False, "end with the best step's weights (tested, saved; a tie goes to "
+                                                 "the later step); default, as in transformers: the final step's")
     initial_test: bool = option(True, "also evaluate the untrained model on the test examples (summary.json: initial_test)")
     eval_batch_size: int = option(16, "examples per forward pass: in evaluation, and in a training step's scoring or generation (per member); generation decodes that many prompts of similar length together", min=1)
     logging_steps: int = option(1, "write a metrics.jsonl record every N steps", min=1)

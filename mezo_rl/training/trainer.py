@@ -10,8 +10,9 @@ One training step (Algorithm 1 of Malladi et al., 2023):
    the run's fitness (:mod:`mezo_rl.training.fitness`), which all-reduces their statistics and forms
    each member's loss; the engine applies ``-lr * projected_grad * z`` in place;
 3. every ``eval_steps`` steps the model is evaluated on the validation examples and the best step
-   is remembered. At the end the best weights (the first ``best_step`` steps of the trajectory,
-   replayed from the base model) are evaluated on the test examples.
+   is remembered (a tie goes to the later step). At the end the final weights, or with
+   ``load_best_model_at_end`` the best step's (the first ``best_step`` steps of the trajectory, replayed
+   from the base model), are evaluated on the test examples.
 
 Arguments: :mod:`mezo_rl.training.arguments`; the run they describe, resolved once: :mod:`mezo_rl.training.plan`;
 what the plan says to build: :mod:`mezo_rl.training.setup`; the run directory and checkpoint: :mod:`mezo_rl.training.rundir`;
@@ -47,7 +48,7 @@ from mezo_rl.training.outputs import autocast, completion_stops, model_outputs, 
 from mezo_rl.training.plan import RunPlan, plan_given, replace_args
 from mezo_rl.training.rundir import TrainerState
 from mezo_rl.training.model_card import push_to_hub, write_model_card
-from mezo_rl.training.reporting import (completion_stats, eval_logs, eval_metrics, reporters, train_logs,
+from mezo_rl.training.reporting import (completion_stats, eval_logs, eval_metrics, metric_key, reporters, train_logs,
                                         write_completions_table)
 from mezo_rl.training.runguard import InterruptGuard
 from mezo_rl.training.setup import build_model, build_optimizer, build_run, trainable_parameters
@@ -158,6 +159,7 @@ class MeZOTrainer:
         # builds its optimizer in train(), once a resume has told which member evaluation the run keeps
         self._optimizer = self._scheduler = None
         self._released = False  # the optimizer was let go for the best step's weights (_restore_best)
+        self._best_loaded = False  # the weights in self.lm are the best step's (load_best_model_at_end), not the last
         self.callback_handler = CallbackHandler(callbacks or [])
         if self.dist.is_main:  # the loggers and the progress bar on the main process only
             for reporter in reporters(args.report_to):
@@ -388,8 +390,10 @@ class MeZOTrainer:
         return metrics
 
     def _better(self, value: float) -> bool:
+        """Whether ``value`` of the metric that picks the best step is at least as good as the best so far: a tie
+        goes to the later step (the weights that trained longer for the same validation)."""
         best = self.state.best_metric
-        return best is None or (value > best if self.greater_is_better else value < best)
+        return best is None or (value >= best if self.greater_is_better else value <= best)
 
     def _validate(self) -> dict:
         s = self.state
@@ -562,6 +566,7 @@ class MeZOTrainer:
         self.trajectory, final_step = self.optimizer.trajectory, self.step
         if a.load_best_model_at_end:
             self._restore_best()
+            self._best_loaded = True
         tested = s.best_step if a.load_best_model_at_end else final_step
         test = self._evaluate_and_log("test")
         summary = {
@@ -641,9 +646,24 @@ class MeZOTrainer:
         rundir.save_model(self.lm, self.args.peft, out)
         summary_path = self.output_dir / rundir.SUMMARY_FILE
         summary = rundir.read_json(summary_path) if summary_path.is_file() else None
-        write_model_card(out, self.args.to_dict(), summary,
-                         step=summary["best_step"] if summary else self.step)
+        write_model_card(out, self.args.to_dict(), summary, step=self.weights_step)
+        if self.dist.is_main:
+            print(f"mezo-rl: save_model wrote the weights of step {self.weights_step} ({self._weights_of()}) to {out}")
         return out
+
+    @property
+    def weights_step(self) -> int:
+        """The step whose weights the model holds: the best step's once :meth:`train` ends with
+        ``load_best_model_at_end``, else the last step trained."""
+        return self.state.best_step if self._best_loaded else self.step
+
+    def _weights_of(self) -> str:
+        if self._best_loaded:
+            name = metric_key(self.metric_for_best, rewards.trl_names(self.objective.names))
+            return f"the best step by eval_{name}, load_best_model_at_end=True"
+        if self.step == self.args.max_steps or self.control.should_training_stop:
+            return "the final step; load_best_model_at_end=True would write the best step's"
+        return "the current step"
 
     def push_to_hub(self, commit_message: Optional[str] = None, blocking: bool = True, token: Optional[str] = None,
                     revision: Optional[str] = None, **kwargs) -> str:
