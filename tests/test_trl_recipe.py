@@ -135,3 +135,66 @@ def test_with_load_best_model_at_end_a_tie_goes_to_the_later_step(tmp_path, tiny
     assert trainer.state.best_global_step == 2 == trainer.weights_step
     trainer.save_model(str(tmp_path / "saved"))
     assert "weights of step 2 (the best step by eval_reward, load_best_model_at_end=True)" in capsys.readouterr().out
+
+
+# ---------------------------------------------------------------------- 4. the Hub, checked before the first step
+def test_an_offline_push_to_hub_fails_before_step_one(tmp_path, tiny_tokenizer, monkeypatch):
+    from mezo_rl.training.model_card import HubPushError
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(HubPushError) as err:
+        _trainer(tmp_path, tiny_tokenizer, push_to_hub=True, hub_model_id="me/run")
+    assert "\n" not in str(err.value) and "HF_HUB_OFFLINE" in str(err.value)
+    assert not (tmp_path / "out").exists()  # nothing ran: no metrics, no checkpoint
+
+
+def test_the_cli_refuses_an_offline_push_before_the_model_loads(tmp_path, capsys, monkeypatch):
+    import json
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    model = tmp_path / "config-only"  # found by the checks; loading it would fail differently
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps({"architectures": ["LlamaForCausalLM"]}))
+    rc, _, err = run_cli(["train", "--model", model, "--task", "sst2", "--push-to-hub", "--hub-model-id", "me/run",
+                          "--output-dir", tmp_path / "run"], capsys)
+    assert_one_line_error(rc, err, "HF_HUB_OFFLINE", "push_to_hub")
+
+
+def test_hub_strategy_unknown_is_one_line():
+    with pytest.raises(ConfigError, match="--hub-strategy: got 'all_checkpoints', accepted: every_save, end, checkpoint"):
+        MeZOConfig(hub_strategy="all_checkpoints")
+
+
+class FakeHub:
+    """huggingface_hub.HfApi as the Hub would answer a logged-in user, recording the uploads."""
+    calls: list = []
+
+    def __init__(self, token=None):
+        self.token = token
+
+    def whoami(self):
+        return {"name": "me"}
+
+    def create_repo(self, repo_id, private=None, exist_ok=False):
+        FakeHub.calls.append(("create", repo_id))
+
+    def upload_folder(self, folder_path, repo_id, path_in_repo=None, commit_message=None):
+        FakeHub.calls.append(("upload", repo_id, path_in_repo))
+        return type("Info", (), {"commit_url": f"https://hf.co/{repo_id}/commit/1"})()
+
+
+@pytest.mark.parametrize("strategy, uploads", [("end", [None]), ("every_save", [None] * 3),
+                                               ("checkpoint", [None, "last-checkpoint"] * 2 + [None])])
+def test_hub_strategy_is_honoured(tmp_path, tiny_tokenizer, monkeypatch, strategy, uploads):
+    import huggingface_hub
+
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.setattr(huggingface_hub, "HfApi", FakeHub)
+    monkeypatch.setattr(huggingface_hub, "get_token", lambda: "hf_token")
+    FakeHub.calls = []
+    trainer = _trainer(tmp_path, tiny_tokenizer, push_to_hub=True, hub_model_id="run", hub_strategy=strategy)
+    assert FakeHub.calls == [("create", "me/run")]  # checked, and the repository made, before the first step
+    trainer.train()
+    # saves after steps 1 and 2 (each evaluation's), then the upload at the end
+    assert [c[2] for c in FakeHub.calls if c[0] == "upload"] == uploads
+    assert all(c[1] == "me/run" for c in FakeHub.calls)

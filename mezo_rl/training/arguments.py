@@ -42,6 +42,7 @@ from mezo_rl.errors import ConfigError
 from mezo_rl.rewards import trl_names
 from mezo_rl.training.config import trl_options
 from mezo_rl.training.member_evaluation import check_evaluation
+from mezo_rl.training.model_card import HUB_STRATEGIES
 from mezo_rl.training.reporting import check_report_to
 from mezo_rl.engine.noise import NOISES as NOISE_KINDS
 from mezo_rl.engine.optim import ESTIMATORS, EVALUATIONS, HIZOO_OPTIONS, ON_NONFINITE
@@ -427,7 +428,11 @@ class OutputArguments(Arguments):
                                              "written at each evaluation and at the end)", min=1)
     save_total_limit: Optional[int] = option(None, "checkpoints kept: a run keeps one (its trajectory replays any "
                                                    "step), which any limit allows", min=1)
-    push_to_hub: bool = option(False, "at the end, save the weights and upload them to --hub-model-id")
+    push_to_hub: bool = option(False, "upload the weights to --hub-model-id (the repository, token and network are "
+                                      "checked before the first step)")
+    hub_strategy: str = option("every_save", "with --push-to-hub, as in transformers: every_save (the weights at "
+                                             "each save and at the end), end (once, at the end), checkpoint (also "
+                                             "the checkpoint, as last-checkpoint/)", choices=HUB_STRATEGIES)
     hub_model_id: Optional[str] = option(None, "the Hub repository of --push-to-hub (default: OUTPUT_DIR's name)")
     hub_private_repo: Optional[bool] = option(None, "create the Hub repository private")
     hub_token: Optional[str] = option(None, "the Hub token of --push-to-hub (never written to the run directory)")

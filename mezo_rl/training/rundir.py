@@ -386,7 +386,7 @@ def recorded_evaluation(run_dir: str | os.PathLike) -> Optional[str]:
 # what may change when a run is resumed (everything else must match config.json)
 RESUME_MAY_CHANGE = ("resume", "overwrite_output_dir", "max_steps", "progress", "report_to", "run_name", "save_model",
                      "save_steps", "eval_steps", "logging_steps", "eval_batch_size", "push_to_hub", "hub_model_id",
-                     "hub_private_repo", "logging_dir", "num_completions_to_print", "save_total_limit",
+                     "hub_strategy", "hub_private_repo", "logging_dir", "num_completions_to_print", "save_total_limit",
                      "load_best_model_at_end")
 
 

@@ -47,7 +47,7 @@ from mezo_rl.training.member_evaluation import resumed_evaluation
 from mezo_rl.training.outputs import autocast, completion_stops, model_outputs, objective_outputs, prompt_texts
 from mezo_rl.training.plan import RunPlan, plan_given, replace_args
 from mezo_rl.training.rundir import TrainerState
-from mezo_rl.training.model_card import push_to_hub, write_model_card
+from mezo_rl.training.model_card import check_hub, push_to_hub, write_model_card
 from mezo_rl.training.reporting import (completion_stats, eval_logs, eval_metrics, metric_key, reporters, train_logs,
                                         write_completions_table)
 from mezo_rl.training.runguard import InterruptGuard
@@ -150,6 +150,9 @@ class MeZOTrainer:
         # a resumed run keeps the member evaluation it ran with: asking for the other is one line, before any model loads
         if args.resume:
             resumed_evaluation(args.evaluation, rundir.recorded_evaluation(args.output_dir))
+        # push_to_hub: the repository, the token and the network, before any data or model loads (one line)
+        self.hub_repo = check_hub(self._hub_repo_id(), private=args.hub_private_repo, token=args.hub_token) \
+            if args.push_to_hub and self.dist.is_main else None
         self.reward_context = RewardContext()  # TRL's reward keywords: completion_ids, trainer_state, log_*
         with_trl_keywords(self.objective, self.reward_context)
         # what the plan says, built in order, each once: the examples, the model, the reference of kl and --beta,
@@ -591,10 +594,10 @@ class MeZOTrainer:
         if self.dist.is_main:
             with self._guard.deferred():
                 rundir.write_json(self.output_dir / rundir.SUMMARY_FILE, summary)
-            if a.save_model or a.push_to_hub:  # after summary.json: the model card reports the run's results
+            if a.push_to_hub:  # after summary.json: the model card reports the run's results
+                self.push_to_hub()  # saves the model first
+            elif a.save_model:
                 self.save_model()
-            if a.push_to_hub:
-                self.push_to_hub()
         self._event("on_train_end", summary=summary)
         return summary
 
@@ -628,14 +631,29 @@ class MeZOTrainer:
                                or self.control.should_evaluate):
                 self._validate()
                 self.save_checkpoint()
-                self._event("on_save")
+                self._saved()
             elif not validating and (self.step == a.max_steps or stop):  # eval_strategy "no": the final step is the best
                 s.best_global_step = self.step
                 self.save_checkpoint()
-                self._event("on_save")
+                self._saved()
             elif self.control.should_save or (a.save_steps and self.step % a.save_steps == 0):
                 self.save_checkpoint()
-                self._event("on_save")
+                self._saved()
+
+    def _saved(self) -> None:
+        """A save during training: the callbacks' ``on_save``; with ``push_to_hub``, ``hub_strategy`` every_save
+        and checkpoint upload the weights (checkpoint: the checkpoint too, as last-checkpoint/), as transformers."""
+        self._event("on_save")
+        a = self.args
+        if a.push_to_hub and a.hub_strategy != "end" and self.dist.is_main:
+            push_to_hub(self.save_model(), self.hub_repo or self._hub_repo_id(), private=a.hub_private_repo,
+                        token=a.hub_token)
+            if a.hub_strategy == "checkpoint":
+                push_to_hub(self.output_dir / rundir.CHECKPOINT_DIR, self.hub_repo or self._hub_repo_id(),
+                            private=a.hub_private_repo, token=a.hub_token, path_in_repo="last-checkpoint")
+
+    def _hub_repo_id(self) -> str:
+        return self.args.hub_model_id or self.output_dir.absolute().name
 
     def save_model(self, output_dir=None, _internal_call: bool = False) -> pathlib.Path:
         """Write the current weights as a ``from_pretrained`` directory (``mezo_rl.training.rundir.save_model``:
@@ -668,10 +686,13 @@ class MeZOTrainer:
     def push_to_hub(self, commit_message: Optional[str] = None, blocking: bool = True, token: Optional[str] = None,
                     revision: Optional[str] = None, **kwargs) -> str:
         """Save the model with its card into ``args.output_dir`` and upload that directory to the Hub
-        repository ``args.hub_model_id`` (default: the output directory's name), as transformers'
-        ``Trainer.push_to_hub``; offline, one line says why and everything stays on disk."""
+        repository ``args.hub_model_id`` (default: the output directory's name; under the user's namespace once
+        checked), as transformers' ``Trainer.push_to_hub``; offline, one line says why and everything stays on disk.
+        A run with ``push_to_hub=True`` checks the repository, the token and the network when the trainer is built
+        (:func:`mezo_rl.training.model_card.check_hub`), and uploads when training ends (and, by ``hub_strategy``,
+        at each save)."""
         a = self.args
-        repo_id = a.hub_model_id or self.output_dir.absolute().name
+        repo_id = self.hub_repo or self._hub_repo_id()
         return push_to_hub(self.save_model(), repo_id, private=a.hub_private_repo, token=token or a.hub_token)
 
     def log_metrics(self, split: str, metrics: dict) -> None:
