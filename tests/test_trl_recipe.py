@@ -198,3 +198,44 @@ def test_hub_strategy_is_honoured(tmp_path, tiny_tokenizer, monkeypatch, strateg
     # saves after steps 1 and 2 (each evaluation's), then the upload at the end
     assert [c[2] for c in FakeHub.calls if c[0] == "upload"] == uploads
     assert all(c[1] == "me/run" for c in FakeHub.calls)
+
+
+# ---------------------------------------------------------------------- 5. LoRA: the adapter folder peft loads
+def test_a_lora_run_saves_an_adapter_that_peft_loads_with_the_same_logits(tmp_path, tiny_tokenizer):
+    import torch
+    from peft import LoraConfig, PeftModel
+
+    from mezo_rl import MeZOTrainer
+
+    args = MeZOConfig(output_dir=str(tmp_path / "lora"), max_steps=2, eval_steps=2, per_device_train_batch_size=8,
+                      n_spsa=2, num_train=12, num_eval=4, num_test=4, max_completion_length=6, progress=False,
+                      learning_rate=1.0, eps=20.0, num_generations=4)
+    trainer = MeZOTrainer(model=make_tiny_causal_lm(tiny_tokenizer), reward_funcs=[reward_len], args=args,
+                          train_dataset=Dataset.from_dict({"prompt": PROMPTS}), processing_class=tiny_tokenizer,
+                          peft_config=LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"]))
+    trainer.train()
+    out = trainer.save_model()
+    assert (out / "adapter_config.json").is_file() and (out / "adapter_model.safetensors").is_file()
+    assert not (out / "model.safetensors").exists()
+    loaded = PeftModel.from_pretrained(make_tiny_causal_lm(tiny_tokenizer), str(out)).eval()
+    ids = torch.tensor([tiny_tokenizer("the movie was good and the acting was bad .")["input_ids"]])
+    with torch.no_grad():
+        expected, got = trainer.model(input_ids=ids).logits, loaded(input_ids=ids).logits
+        start = make_tiny_causal_lm(tiny_tokenizer)(input_ids=ids).logits
+    assert (got - expected).abs().max().item() <= 1e-5
+    assert (expected - start).abs().max().item() > 1e-4  # the adapter moved: the comparison means something
+
+    # merged where asked: a plain from_pretrained model with the same logits
+    from transformers import AutoModelForCausalLM
+
+    trainer.args = trainer.plan.args.__class__(**{**trainer.args.to_dict(), "merge": True})
+    merged = trainer.save_model(str(tmp_path / "merged"))
+    assert (merged / "model.safetensors").is_file() and not (merged / "adapter_config.json").exists()
+    with torch.no_grad():
+        folded = AutoModelForCausalLM.from_pretrained(str(merged))(input_ids=ids).logits
+    assert (folded - expected).abs().max().item() <= 1e-4
+
+
+def test_merge_needs_lora_and_export_takes_merge(tmp_path):
+    with pytest.raises(ConfigError, match="--merge folds a LoRA adapter into the weights; --peft full"):
+        MeZOConfig(peft="full", merge=True)

@@ -317,7 +317,10 @@ def cmd_export(ns) -> int:
     if out.exists() and not out.is_dir():
         raise ConfigError(f"--output {str(out)!r} is not a directory (a file is there)")
     lm, args, step = load_run(ns.run_dir, step)
-    merged = ns.merged if ns.merged is not None else args.peft == "lora"
+    merged = ns.merge and args.peft == "lora"
+    if ns.merge and args.peft == "prefix":
+        raise ConfigError("--merge: a prefix adapter cannot be folded into the weights (it adds attention keys and "
+                          "values, not a weight delta); leave out --merge")
     save_model(lm, args.peft, ns.output, merged=merged)
     summary_path = pathlib.Path(ns.run_dir) / rundir.SUMMARY_FILE
     write_model_card(ns.output, args.to_dict(), rundir.read_json(summary_path) if summary_path.is_file() else None,
@@ -432,9 +435,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--run-dir", required=True, help="a `mezo-rl train` output directory")
     p.add_argument("--output", required=True, help="directory to write (save_pretrained layout)")
     p.add_argument("--step", default="best", help="best, final or a step number")
-    p.add_argument("--merged", action=argparse.BooleanOptionalAction, default=None,
-                   help="PEFT runs: --merged folds a LoRA adapter into the weights (a plain model), --no-merged "
-                   "writes the adapter only (default: merged for LoRA; a prefix is always exported as an adapter)")
+    p.add_argument("--merge", action="store_true",
+                   help="LoRA runs: fold the adapter into the weights (a plain from_pretrained model); default: the "
+                   "PEFT adapter folder that peft.PeftModel.from_pretrained loads (a prefix is always an adapter)")
     p.add_argument("--push-to-hub", metavar="REPO_ID", default=None,
                    help="also upload the directory (weights, tokenizer, README.md model card) to this Hub repository")
     p.set_defaults(func=cmd_export)

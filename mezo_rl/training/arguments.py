@@ -424,6 +424,9 @@ class OutputArguments(Arguments):
     overwrite_output_dir: bool = option(False, "start over in an --output-dir that holds an unfinished run "
                                         "(without it, such a directory is refused: --resume continues it)")
     save_model: bool = option(False, "at the end, write the weights with save_pretrained into OUTPUT_DIR")
+    merge: bool = option(False, "--peft lora: save_model() writes the adapter folded into the weights (a plain "
+                                "from_pretrained model); default: the PEFT adapter folder (adapter_config.json, "
+                                "adapter_model.safetensors) that peft.PeftModel.from_pretrained loads")
     save_steps: Optional[int] = option(None, "also write the checkpoint every N steps (TRL's save_steps; it is always "
                                              "written at each evaluation and at the end)", min=1)
     save_total_limit: Optional[int] = option(None, "checkpoints kept: a run keeps one (its trajectory replays any "
@@ -500,6 +503,9 @@ class MeZOConfig(OutputArguments, EvalArguments, GenerationArguments, ComputeArg
             raise ConfigError(f"--num-generations {self.num_generations} must divide --per-device-train-batch-size "
                               f"{self.per_device_train_batch_size}{times} (the completions of a step: that many / "
                               f"num_generations prompts, num_generations each)")
+        if self.merge and self.peft != "lora":
+            raise ConfigError(f"--merge folds a LoRA adapter into the weights; --peft {self.peft} has none to fold "
+                              f"(leave out --merge)")
         check_report_to(self.report_to)  # an unknown name or a missing package: one line, before anything loads
         check_evaluation(self.evaluation, self.peft, self.noise, self.trainable)
         if self.hessian_smooth and {k: getattr(self, k) for k in HIZOO_OPTIONS} != HIZOO_OPTIONS:

@@ -657,11 +657,11 @@ class MeZOTrainer:
 
     def save_model(self, output_dir=None, _internal_call: bool = False) -> pathlib.Path:
         """Write the current weights as a ``from_pretrained`` directory (``mezo_rl.training.rundir.save_model``:
-        LoRA merged, prefix as adapter files) with their model card (``README.md`` with Hub metadata:
+        an adapter as the PEFT adapter folder, LoRA folded into the weights with ``args.merge``) with their model card (``README.md`` with Hub metadata:
         :mod:`mezo_rl.training.model_card`; the results once the run has its summary.json), into ``output_dir``
         (default: ``args.output_dir``, as transformers)."""
         out = pathlib.Path(output_dir) if output_dir is not None else self.output_dir
-        rundir.save_model(self.lm, self.args.peft, out)
+        rundir.save_model(self.lm, self.args.peft, out, merged=self.args.merge and self.args.peft == "lora")
         summary_path = self.output_dir / rundir.SUMMARY_FILE
         summary = rundir.read_json(summary_path) if summary_path.is_file() else None
         write_model_card(out, self.args.to_dict(), summary, step=self.weights_step)
