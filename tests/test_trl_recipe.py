@@ -239,3 +239,42 @@ def test_a_lora_run_saves_an_adapter_that_peft_loads_with_the_same_logits(tmp_pa
 def test_merge_needs_lora_and_export_takes_merge(tmp_path):
     with pytest.raises(ConfigError, match="--merge folds a LoRA adapter into the weights; --peft full"):
         MeZOConfig(peft="full", merge=True)
+
+
+# ---------------------------------------------------------------------- 6. completions while training
+def test_log_completions_writes_a_table_every_logging_step_with_trls_length_keys(tmp_path, tiny_tokenizer, capsys):
+    import pyarrow.parquet as pq
+
+    trainer = _trainer(tmp_path, tiny_tokenizer, log_completions=True, num_completions_to_print=2, max_steps=3,
+                       eval_steps=3, logging_steps=1)
+    trainer.train()
+    out = tmp_path / "out" / "completions"
+    for step in (1, 2, 3):
+        table = pq.read_table(out / f"train-step{step:06d}.parquet").to_pylist()
+        assert len(table) == 4 and {"step", "prompt", "completion", "reward_len", "reward_words"} <= set(table[0])
+        assert all(r["step"] == step for r in table)
+    printed = [line for line in capsys.readouterr().out.splitlines() if line.startswith("[train step")]
+    assert len(printed) == 6 and '"reward_len"' in printed[0]
+    logged = [h for h in trainer.state.log_history if "loss" in h]
+    for key in ("completions/mean_length", "completions/min_length", "completions/max_length",
+                "completions/clipped_ratio", "num_tokens"):
+        assert all(key in h for h in logged), key
+    h = logged[-1]
+    assert h["completions/min_length"] <= h["completions/mean_length"] <= h["completions/max_length"] <= 6
+    assert 0 <= h["completions/clipped_ratio"] <= 1
+    tokens = [h["num_tokens"] for h in logged]
+    assert tokens == sorted(tokens) and tokens[0] > 0 and len(set(tokens)) == 3  # a running count, as TRL's
+
+
+def test_the_completions_table_goes_to_trackio(tmp_path, tiny_tokenizer, monkeypatch):
+    import trackio
+
+    tables = []
+    monkeypatch.setenv("TRACKIO_DIR", str(tmp_path / "trackio"))
+    real_log = trackio.log
+    monkeypatch.setattr(trackio, "log", lambda logs, step=None: tables.extend(
+        v for v in logs.values() if isinstance(v, trackio.Table)) or real_log(
+        {k: v for k, v in logs.items() if not isinstance(v, trackio.Table)}, step=step))
+    trainer = _trainer(tmp_path, tiny_tokenizer, log_completions=2, report_to="trackio")
+    trainer.train()
+    assert len(tables) == 2  # one per logging step

@@ -412,9 +412,13 @@ class EvalArguments(Arguments):
     initial_test: bool = option(True, "also evaluate the untrained model on the test examples (summary.json: initial_test)")
     eval_batch_size: int = option(16, "examples per forward pass: in evaluation, and in a training step's scoring or generation (per member); generation decodes that many prompts of similar length together", min=1)
     logging_steps: int = option(1, "write a metrics.jsonl record every N steps", min=1)
-    log_completions: int = option(16, "prompt tasks: completions of each evaluation written to samples/<split>-step<N>.jsonl (0: none; TRL's true: 16)", min=0)
-    num_completions_to_print: Optional[int] = option(None, "prompt tasks: print this many completions of each "
-                                                           "evaluation", min=0)
+    log_completions: int = option(16, "prompt tasks: completions kept as a table of prompt, completion and each "
+                                      "reward, at each logging step of training (the step's first member's, "
+                                      "completions/train-step<N>.parquet, and trackio / wandb where on) and at each "
+                                      "evaluation (samples/<split>-step<N>.jsonl and completions/<split>-step<N>.parquet); "
+                                      "0: none; TRL's true: 16", min=0)
+    num_completions_to_print: Optional[int] = option(None, "prompt tasks: print this many of those completions at each "
+                                                           "logging step and evaluation", min=0)
 
 
 @dataclass

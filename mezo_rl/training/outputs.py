@@ -190,7 +190,7 @@ def objective_outputs(lm, objective, examples, members=None, *, sample_seed=None
     results = []
     for outputs in [outs] if members is None else outs:
         result = objective.evaluate(**outputs.as_kwargs())
-        result.groups = outputs.groups
+        result.groups, result.prompts = outputs.groups, outputs.prompts
         result.texts = outputs.texts  # the completions as text (None where nothing was generated): their length is logged
         results.append(result)
     return results[0] if members is None else results

@@ -10,7 +10,10 @@ every one of them that is installed), as in transformers. Each is a callback on 
                                 prompts of its spread across each prompt's completions
 ``rewards/<name>/mean|std``     each reward's mean over the step's completions, and its spread
 ``frac_reward_zero_std``        the share of prompts whose completions all got the same weighted reward
-``completions/mean_length``     the completions' mean length in tokens
+``completions/mean_length``     the completions' mean length in tokens (also ``min_length``, ``max_length``)
+``completions/clipped_ratio``   the share of completions that reached ``max_completion_length``
+``num_tokens``                  the prompt and completion tokens the run's steps have read so far
+``completions`` (a table)       ``log_completions``: prompt, completion and each reward, every logging step
 ``kl``                          KL to the starting model, when the run computes it
 ``learning_rate``               the step's learning rate
 ``eval_<metric>``               each validation metric (``eval_reward``: the weighted reward,
@@ -39,7 +42,7 @@ from mezo_rl.rewards import trl_names
 from mezo_rl.training.callbacks import TrainerCallback
 
 __all__ = ["REPORT_TO", "INTEGRATIONS", "check_report_to", "train_logs", "eval_logs", "eval_metrics", "metric_key",
-           "rewrite_logs", "reporters", "completion_stats", "write_completions_table", "completions_file", "COMPLETIONS_DIR",
+           "rewrite_logs", "reporters", "completion_stats", "completions_table", "log_table", "write_completions_table", "completions_file", "COMPLETIONS_DIR",
            "TensorBoardReporter", "TrackioReporter", "WandbReporter", "PROJECT"]
 
 #: integration -> (the module it needs, the pip extra that installs it)
@@ -78,7 +81,8 @@ def check_report_to(report_to) -> list[str]:
 
 # ---------------------------------------------------------------------- TRL's keys
 _TRAIN_KEYS = {"lr": "learning_rate", "seconds": "step_time"}
-_PASSED = ("loss", "reward", "reward_std", "frac_reward_zero_std", "completions/mean_length", "kl", "projected_grad")
+_PASSED = ("loss", "reward", "reward_std", "frac_reward_zero_std", "completions/mean_length", "completions/min_length",
+           "completions/max_length", "completions/clipped_ratio", "num_tokens", "kl", "projected_grad")
 
 
 def _number(v) -> Optional[float]:
@@ -151,12 +155,16 @@ def rewrite_logs(logs: dict) -> dict:
     return out
 
 
-def completion_stats(objective, outcomes, tokenizer=None) -> dict:
+def completion_stats(objective, outcomes, tokenizer=None, max_completion_length=None) -> dict:
     """TRL's statistics of a step's completions, from every member's objective output (this process's rows):
     ``reward`` (the mean weighted reward), ``reward_std`` (the spread of a prompt's weighted rewards across all
     of its completions, every member's, averaged over the prompts), ``frac_reward_zero_std`` (the share of
     prompts whose completions all scored the same: nothing to learn from them with ``reward_shaping`` group)
-    and ``completions/mean_length`` (in tokens, where the step generated text and ``tokenizer`` is given)."""
+    and, where the step generated text and ``tokenizer`` is given, ``completions/mean_length``,
+    ``completions/min_length`` and ``completions/max_length`` (in tokens, the text re-tokenised),
+    ``completions/clipped_ratio`` (the share that reached ``max_completion_length``) and ``step_tokens`` (the
+    prompt and completion tokens the step's members read and wrote; the trainer adds them up into
+    ``num_tokens``)."""
     per_prompt: dict[int, list[float]] = {}
     for out in outcomes:
         for group, value in zip(out.groups, objective.example_rewards(out.values)):
@@ -172,7 +180,31 @@ def completion_stats(objective, outcomes, tokenizer=None) -> dict:
     if texts and tokenizer is not None:
         lengths = [len(ids) for ids in tokenizer(texts, add_special_tokens=False)["input_ids"]]
         out["completions/mean_length"] = statistics.fmean(lengths)
+        out["completions/min_length"], out["completions/max_length"] = float(min(lengths)), float(max(lengths))
+        if max_completion_length:
+            out["completions/clipped_ratio"] = statistics.fmean(n >= max_completion_length for n in lengths)
+        prompts = [p if isinstance(p, str) else json.dumps(p) for o in outcomes for p in (getattr(o, "prompts", None) or [])]
+        prompt_tokens = sum(len(ids) for ids in tokenizer(prompts, add_special_tokens=False)["input_ids"]) if prompts else 0
+        out["step_tokens"] = prompt_tokens + sum(lengths)
     return out
+
+
+def completions_table(objective, outcome, step: int, limit: int) -> list[dict]:
+    """The first ``limit`` rows of a step's completions (one member's objective output) as TRL's completions table
+    shows them: ``step``, ``prompt``, ``completion`` and each reward under its TRL name."""
+    names = trl_names(objective.names)
+    rows = []
+    for i, text in enumerate((getattr(outcome, "texts", None) or [])[:limit]):
+        rows.append({"step": step, "prompt": outcome.prompts[i], "completion": text,
+                     **{names[name]: values[i] for name, values in outcome.values.items()}})
+    return rows
+
+
+def log_table(callbacks, name: str, rows: list[dict], step: int) -> None:
+    """``rows`` as a table named ``name`` to every logger among ``callbacks`` that shows tables (trackio, wandb)."""
+    for callback in callbacks:
+        if isinstance(callback, _Reporter) and rows:
+            callback.write_table(name, rows, step)
 
 
 COMPLETIONS_DIR = "completions"
@@ -229,6 +261,14 @@ class _Reporter(TrainerCallback):
 
     def close(self) -> None: ...
 
+    def write_table(self, name: str, rows: list[dict], step: int) -> None:
+        """A table of ``rows`` (dicts with the same keys); loggers without tables ignore it."""
+
+
+def _columns(rows: list[dict]) -> tuple[list[str], list[list]]:
+    columns = list(dict.fromkeys(k for r in rows for k in r))
+    return columns, [[_cell(r.get(k)) for k in columns] for r in rows]
+
 
 def _run_name(args) -> str:
     return getattr(args, "run_name", None) or pathlib.Path(args.output_dir).resolve().name
@@ -278,6 +318,10 @@ class TrackioReporter(_Reporter):
     def write(self, logs, step):
         self.trackio.log(logs, step=step)
 
+    def write_table(self, name, rows, step):
+        columns, data = _columns(rows)
+        self.trackio.log({name: self.trackio.Table(columns=columns, data=data)}, step=step)
+
     def close(self):
         if self.run is not None:
             self.trackio.finish()
@@ -300,6 +344,12 @@ class WandbReporter(_Reporter):
 
     def write(self, logs, step):
         self.run.log(logs, step=step)
+
+    def write_table(self, name, rows, step):
+        import wandb
+
+        columns, data = _columns(rows)
+        self.run.log({name: wandb.Table(columns=columns, data=data)}, step=step)
 
     def close(self):
         if self.run is not None:

@@ -48,8 +48,8 @@ from mezo_rl.training.outputs import autocast, completion_stops, model_outputs, 
 from mezo_rl.training.plan import RunPlan, plan_given, replace_args
 from mezo_rl.training.rundir import TrainerState
 from mezo_rl.training.model_card import check_hub, push_to_hub, write_model_card
-from mezo_rl.training.reporting import (completion_stats, eval_logs, eval_metrics, metric_key, reporters, train_logs,
-                                        write_completions_table)
+from mezo_rl.training.reporting import (completion_stats, completions_table, eval_logs, eval_metrics, log_table,
+                                        metric_key, reporters, train_logs, write_completions_table)
 from mezo_rl.training.runguard import InterruptGuard
 from mezo_rl.training.setup import build_model, build_optimizer, build_run, trainable_parameters
 from mezo_rl.training.trl_rewards import RewardContext, with_trl_keywords
@@ -163,6 +163,7 @@ class MeZOTrainer:
         self._optimizer = self._scheduler = None
         self._released = False  # the optimizer was let go for the best step's weights (_restore_best)
         self._best_loaded = False  # the weights in self.lm are the best step's (load_best_model_at_end), not the last
+        self._step_table: list = []  # the last step's completions table (log_completions), logged at a logging step
         self.callback_handler = CallbackHandler(callbacks or [])
         if self.dist.is_main:  # the loggers and the progress bar on the main process only
             for reporter in reporters(args.report_to):
@@ -291,7 +292,10 @@ class MeZOTrainer:
         def fitness(outcomes):
             losses, record = self.member_losses(outcomes)
             rewards_logged.update(record)
-            rewards_logged.update(completion_stats(self.objective, outcomes, self.lm.tokenizer))  # TRL's step keys
+            rewards_logged.update(completion_stats(self.objective, outcomes, self.lm.tokenizer,  # TRL's step keys
+                                                   a.max_completion_length))
+            # TRL's completions table: the step's first member's (the +eps probe's) completions
+            self._step_table = completions_table(self.objective, outcomes[0], self.step + 1, a.log_completions)
             rewards_logged.update(self.reward_context.take_metrics())  # what the rewards logged (log_metric)
             return losses
 
@@ -316,6 +320,9 @@ class MeZOTrainer:
         self.state.global_step += 1
         self.state.epoch = self.step * len(batch) / len(train)
         self.state.loss_sum += _num(res.loss) if _num(res.loss) is not None and math.isfinite(_num(res.loss)) else 0.0
+        if "step_tokens" in rewards_logged:  # TRL's num_tokens: the prompt and completion tokens read so far
+            self.state.num_input_tokens_seen += int(rewards_logged.pop("step_tokens"))
+            rewards_logged["num_tokens"] = float(self.state.num_input_tokens_seen)
         record = {"step": self.step, "loss": _num(res.loss), "loss_plus": _num(res.loss_plus),
                   "loss_minus": _num(res.loss_minus), "projected_grad": _num(res.projected_grads), "lr": lr,
                   "skipped": bool(res.skipped), **rewards_logged}
@@ -391,6 +398,21 @@ class MeZOTrainer:
         if metrics:
             self._event("on_evaluate", metrics=eval_logs(record, self.objective.names))
         return metrics
+
+    def _log_completions(self) -> None:
+        """TRL's ``log_completions`` at a logging step: the step's table of prompt, completion and each reward
+        (the first ``log_completions`` rows) to ``completions/train-step<N>.parquet`` and to trackio / wandb, and
+        the first ``num_completions_to_print`` printed."""
+        rows, a = self._step_table, self.args
+        self._step_table = []
+        if not rows or not self.dist.is_main:
+            return
+        write_completions_table(self.output_dir, "train", self.step, rows)
+        log_table(self.callbacks, "completions", rows, self.step)
+        for row in rows[:a.num_completions_to_print or 0]:
+            rewards_of = {k: v for k, v in row.items() if k not in ("step", "prompt", "completion")}
+            print(f"[train step {self.step}] {json.dumps(row['prompt'])} -> {json.dumps(row['completion'])} "
+                  f"{json.dumps(rewards_of)}")
 
     def _better(self, value: float) -> bool:
         """Whether ``value`` of the metric that picks the best step is at least as good as the best so far: a tie
@@ -625,6 +647,7 @@ class MeZOTrainer:
             self.seconds["steps"] += record["seconds"]
             if self.step % a.logging_steps == 0 or self.step == a.max_steps:
                 self._log(record)
+                self._log_completions()
             self._event("on_step_end", record=record)
             stop = self.control.should_training_stop  # a callback ends training here: validated and saved first
             if validating and (self.step % eval_steps == 0 or self.step == a.max_steps or stop
