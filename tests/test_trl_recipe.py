@@ -278,3 +278,14 @@ def test_the_completions_table_goes_to_trackio(tmp_path, tiny_tokenizer, monkeyp
     trainer = _trainer(tmp_path, tiny_tokenizer, log_completions=2, report_to="trackio")
     trainer.train()
     assert len(tables) == 2  # one per logging step
+
+
+# ---------------------------------------------------------------------- 7. the nearest flag for a mistyped one
+def test_a_mistyped_flag_gets_the_nearest_one_in_one_line(tmp_path, capsys):
+    rc, _, err = run_cli(["train", "--lernin-rate", "1e-3", "--output-dir", tmp_path / "run"], capsys)
+    assert_one_line_error(rc, err, "--lernin-rate", "did you mean --learning-rate?")
+    rc, _, err = run_cli(["export", "--run-dir", tmp_path, "--output", tmp_path / "x", "--merged"], capsys)
+    assert_one_line_error(rc, err, "did you mean --merge?")
+    rc, _, err = run_cli(["train", "--zzzz"], capsys)
+    assert_one_line_error(rc, err, "unrecognized arguments: --zzzz")
+    assert "did you mean" not in err

@@ -26,6 +26,7 @@ at the last completed step and prints the command that resumes (exit status 130 
 from __future__ import annotations
 
 import argparse
+import difflib
 import contextlib
 import dataclasses
 import json
@@ -482,15 +483,28 @@ def build_parser() -> argparse.ArgumentParser:
 DEBUG_ENV = "MEZO_RL_DEBUG"
 
 
-def unrecognized(extra: list[str], command: Optional[str]) -> str:
-    """The one line for options ``command`` does not take: an earlier name says the field that replaced it."""
+def command_options(parser: argparse.ArgumentParser, command: Optional[str]) -> list[str]:
+    """The ``--options`` the command ``command`` of ``parser`` (or the parser itself) takes, dash spellings."""
+    if command is not None:
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction) and command in action.choices:
+                parser = action.choices[command]
+    return [s for action in parser._actions for s in action.option_strings if s.startswith("--") and "_" not in s]
+
+
+def unrecognized(extra: list[str], command: Optional[str], options=()) -> str:
+    """The one line for options ``command`` does not take: an earlier name says the field that replaced it; another
+    mistyped one, the nearest of ``options`` (the command's)."""
     renamed = RENAMED_OPTIONS.get(command, {})
     olds = [a for a in extra if a.startswith("--") and a[2:].split("=")[0].replace("-", "_") in renamed]
     parts = [f"{a.split('=')[0]} is now {flag(renamed[a[2:].split('=')[0].replace('-', '_')])}" for a in olds]
     rest = [a for i, a in enumerate(extra) if a not in olds  # nor the value an earlier name was given
             and not (i and extra[i - 1] in olds and "=" not in extra[i - 1] and not a.startswith("--"))]
     if rest:
-        parts.append(f"unrecognized arguments: {' '.join(rest)}")
+        near = [(a.split("=")[0], close[0]) for a in rest if a.startswith("--")
+                for close in [difflib.get_close_matches(a.split("=")[0], options, n=1, cutoff=0.6)] if close]
+        hint = near[0][1] if len(near) == 1 else ", ".join(f"{new} for {old}" for old, new in near)
+        parts.append(f"unrecognized arguments: {' '.join(rest)}" + (f"; did you mean {hint}?" if near else ""))
     return "; ".join(parts) + f" (see `mezo-rl{' ' + command if command else ''} --help`)"
 
 
@@ -506,9 +520,11 @@ def main(argv: Optional[list[str]] = None, callbacks=()) -> int:
     debug = "--debug" in argv or os.environ.get(DEBUG_ENV, "").lower() in ("1", "true", "yes", "on")
     argv = [a for a in argv if a != "--debug"]
     try:
-        ns, extra = build_parser().parse_known_args(argv)
+        parser = build_parser()
+        ns, extra = parser.parse_known_args(argv)
         if extra:
-            raise UsageError(unrecognized(extra, getattr(ns, "command", None)))
+            command = getattr(ns, "command", None)
+            raise UsageError(unrecognized(extra, command, command_options(parser, command)))
         if ns.func is cmd_train:
             return ns.func(ns, callbacks)
         if callbacks:
