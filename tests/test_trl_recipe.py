@@ -289,3 +289,25 @@ def test_a_mistyped_flag_gets_the_nearest_one_in_one_line(tmp_path, capsys):
     rc, _, err = run_cli(["train", "--zzzz"], capsys)
     assert_one_line_error(rc, err, "unrecognized arguments: --zzzz")
     assert "did you mean" not in err
+
+
+# ---------------------------------------------------------------------- 8. a GRPO-sized learning rate
+def test_a_grpo_sized_learning_rate_gets_one_warning_line_naming_the_mode_default(tmp_path, tiny_tokenizer, caplog):
+    import logging
+
+    from mezo_rl.training.defaults import SMALL_LR_FACTOR, mode_defaults
+
+    def warned(**fields):
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="mezo_rl"):
+            plan_given(MeZOConfig(output_dir=str(tmp_path / "out"), **fields), make_tiny_causal_lm(tiny_tokenizer),
+                       [reward_len], Dataset.from_dict({"prompt": PROMPTS}), processing_class=tiny_tokenizer)
+        return [r.getMessage() for r in caplog.records if "learning_rate" in r.getMessage()]
+
+    default = mode_defaults("full", "prompts")["lr"]
+    (line,) = warned(learning_rate=1e-6)
+    assert "\n" not in line and f"full mode's default for a prompt task ({default:g})" in line
+    assert warned(learning_rate=default / SMALL_LR_FACTOR) == []  # the rule: below 1/100 of the default
+    assert warned() == [] and warned(learning_rate=0.0) == []  # the default, and an lr of 0 (meant), say nothing
+    (line,) = warned(learning_rate=1e-6, peft="lora")
+    assert f"lora mode's default for a prompt task ({mode_defaults('lora', 'prompts')['lr']:g})" in line

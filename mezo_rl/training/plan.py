@@ -55,6 +55,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import logging
 import pathlib
 import sys
 from dataclasses import dataclass, field
@@ -66,6 +67,7 @@ from mezo_rl.model.lm import LanguageModel
 from mezo_rl.rewards.registry import REGISTRY
 from mezo_rl.training.arguments import DATA_TASK_FIELDS, MeZOConfig, TaskArguments, check_reward_weights
 from mezo_rl.training.evaluation import OBJECTIVE, prompt_metrics
+from mezo_rl.training.defaults import small_lr_warning
 from mezo_rl.training.fitness import FitnessSpec
 from mezo_rl.training.reporting import metric_key
 from mezo_rl.training.trl_rewards import HUB_ID, is_reward_model_ref, resolve_reward, reward_model_spec
@@ -78,6 +80,7 @@ __all__ = ["RunPlan", "plan_run", "plan_given", "run_config", "reward_refs", "de
            "Inputs", "resolve_inputs", "reward_reference", "unreplayable_reason", "check_replayable_reward"]
 
 T = TypeVar("T")
+logger = logging.getLogger("mezo_rl")
 #: what a recorded reward reference cannot be imported from
 _NOT_IMPORTABLE = ("<lambda>", "<locals>")
 
@@ -447,7 +450,10 @@ def plan_run(args: MeZOConfig, task, objective, model=None, given: Optional[dict
     """The plan of a run of ``args`` (or of the values ``given``, where a run was given TRL's way) on ``task`` with
     ``objective``; ``model``: the LanguageModel where it is already loaded (None: its checks wait for it).
     Reads no data and loads nothing; every mistake it finds is one :class:`~mezo_rl.errors.ConfigError` line."""
+    given_lr = (args.given_values() if given is None else given).get("learning_rate")
     args = run_config(args, task, objective, given)
+    if given_lr is not None and (warning := small_lr_warning(args.learning_rate, args.peft, task.kind)):
+        logger.warning(warning)
     if args.beta and task.kind != "prompts":
         raise ConfigError(f"--beta penalises the KL of generated completions: it needs a prompt task, and task "
                           f"{args.task!r} is {task.kind}; leave --beta at 0")
