@@ -27,7 +27,7 @@ from mezo_rl.training.trainer import MeZOTrainer, TrainingInterrupted
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
     p.add_argument("--output-dir", default="runs/rl_arithmetic")
     p.add_argument("--model", default="smollm2-135m")
     p.add_argument("--task", default="arithmetic", help="a verifiable task (mezo-rl tasks lists them)")

@@ -311,3 +311,74 @@ def test_a_grpo_sized_learning_rate_gets_one_warning_line_naming_the_mode_defaul
     assert warned() == [] and warned(learning_rate=0.0) == []  # the default, and an lr of 0 (meant), say nothing
     (line,) = warned(learning_rate=1e-6, peft="lora")
     assert f"lora mode's default for a prompt task ({mode_defaults('lora', 'prompts')['lr']:g})" in line
+
+
+# ---------------------------------------------------------------------- 10. the docs say what the code does
+DOCS = __import__("pathlib").Path(__file__).resolve().parents[1] / "docs"
+
+
+def _bullet(text: str, label: str) -> set[str]:
+    import re
+
+    start = text.index(f"- **{label}**")
+    end = text.find("\n- **", start + 1)
+    body = text[start:end if end != -1 else text.index("\n\n", start)]
+    body = re.sub(r"\[[^\]]*\]\([^)]*\)", "", body)  # links
+    return set(re.findall(r"`([a-z0-9_]+\*?)`", body))
+
+
+def test_api_md_lists_the_refused_and_ignored_fields_the_code_has():
+    from mezo_rl.training.config import ACCEPTED_ONLY, NO_MEANING, NO_MEANING_PREFIXES, REFUSED
+
+    text = (DOCS / "api.md").read_text()
+    section = text[text.index("### Refused and ignored fields"):]
+    assert _bullet(section, "Refused") == set(REFUSED)
+    assert _bullet(section, "Accepted at some values only") == set(ACCEPTED_ONLY)
+    assert _bullet(section, "No meaning for MeZO") == set(NO_MEANING) | {p + "*" for p in NO_MEANING_PREFIXES}
+
+
+def test_rl_md_gives_a_reason_for_every_ignored_field_the_code_has():
+    import re
+
+    from mezo_rl.training.config import NO_MEANING, NO_MEANING_PREFIXES, no_meaning
+
+    text = (DOCS / "rl.md").read_text()
+    table = text[text.index("| GRPOConfig / TrainingArguments | why it has no meaning here |"):]
+    table = table[:table.index("\n\n")]
+    rows = [line.split(" | ") for line in table.splitlines()[2:]]
+    named = {name: why.rstrip(" |") for names, why in rows for name in re.findall(r"`([a-z0-9_]+\*?)`", names)}
+    assert set(named) == set(NO_MEANING) | {p + "*" for p in NO_MEANING_PREFIXES}
+    for name, why in named.items():
+        assert why == no_meaning(name.rstrip("*") + ("x" if name.endswith("*") else "")), name
+
+
+@pytest.mark.parametrize("field", sorted(__import__("mezo_rl.training.config", fromlist=["x"]).ACCEPTED_ONLY))
+def test_each_field_accepted_at_some_values_only_refuses_another_in_one_line(field):
+    from mezo_rl.training.config import ACCEPTED_ONLY
+
+    with pytest.raises(ConfigError) as err:
+        MeZOConfig(**{field: ACCEPTED_ONLY[field][0]})
+    assert "\n" not in str(err.value) and field.replace("_", "-") in str(err.value).replace("_", "-")
+
+
+def test_the_sentiment_example_without_its_data_ends_in_one_line(tmp_path):
+    import subprocess
+    import sys
+
+    example = DOCS.parent / "examples" / "rl_sentiment.py"
+    env = {**__import__("os").environ, "MEZO_RL_DATA": str(tmp_path / "missing")}
+    proc = subprocess.run([sys.executable, str(example), "--output-dir", str(tmp_path / "out")], capture_output=True,
+                          text=True, env=env, timeout=120)
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and "SST-2" in proc.stderr and "MEZO_RL_DATA" in proc.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_arithmetic_example_describes_itself_in_whole_sentences():
+    import subprocess
+    import sys
+
+    example = DOCS.parent / "examples" / "rl_arithmetic.py"
+    out = subprocess.run([sys.executable, str(example), "--help"], capture_output=True, text=True, timeout=120).stdout
+    description = " ".join(out.split("\n\n")[1].split())
+    assert description.endswith("cannot be faked.") and description.startswith("RL on a verifiable task")

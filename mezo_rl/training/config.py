@@ -22,7 +22,7 @@ from typing import Callable
 
 from mezo_rl.errors import ConfigError
 
-__all__ = ["TRL_MAPPED", "NO_MEANING", "NO_MEANING_PREFIXES", "REFUSED", "no_meaning", "trl_options", "handled",
+__all__ = ["TRL_MAPPED", "NO_MEANING", "NO_MEANING_PREFIXES", "REFUSED", "ACCEPTED_ONLY", "no_meaning", "trl_options", "handled",
            "resume_path"]
 
 logger = logging.getLogger("mezo_rl")
@@ -111,6 +111,19 @@ REFUSED: dict[str, tuple[Callable, str]] = {
     "fp16": (bool, "the weights are float32 or bfloat16 (dtype), and bf16=True runs the forward passes in bfloat16; "
                    "give bf16=True instead"),
     "lr_scheduler_kwargs": (bool, "the schedules run with transformers' default arguments; leave it out"),
+}
+
+
+#: MeZOConfig fields with TRL's / transformers' names that take only some of the values those take: field -> (a
+#: value they take that is refused here, what is accepted). Each is checked where the field is declared
+#: (:mod:`mezo_rl.training.arguments`, or :data:`TRL_MAPPED`), in one line; docs/api.md lists them
+ACCEPTED_ONLY: dict[str, tuple] = {
+    "lora_dropout": (0.05, "0: a step's members must see the same function"),
+    "top_p": (0.95, "1.0"), "top_k": (50, "0 or unset"), "repetition_penalty": (1.1, "1.0"),
+    "eval_strategy": ("epoch", "steps or no"), "save_strategy": ("epoch", "steps or no"),
+    "logging_strategy": ("epoch", "steps"), "hub_strategy": ("all_checkpoints", "every_save, end or checkpoint"),
+    "lr_scheduler_type": ("inverse_sqrt", "constant, constant_with_warmup, linear, cosine, cosine_with_restarts, "
+                                          "polynomial"),
 }
 
 
