@@ -173,15 +173,15 @@ def eager_decoding(on: bool = True):
     """Within the block, ``LanguageModel.generate`` decodes without CUDA graphs (its plan otherwise unchanged)."""
     import dataclasses
 
-    import mezo_rl.model.lm as lm_module
+    import mezo_rl.model.decoding as model_decoding
 
-    plan = lm_module.decode_plan
+    plan = model_decoding.decode_plan
     if on:
-        lm_module.decode_plan = lambda *a, **k: dataclasses.replace(plan(*a, **k), graphed=False)
+        model_decoding.decode_plan = lambda *a, **k: dataclasses.replace(plan(*a, **k), graphed=False)
     try:
         yield
     finally:
-        lm_module.decode_plan = plan
+        model_decoding.decode_plan = plan
 
 
 def population(lm, args, meter, M, counting):

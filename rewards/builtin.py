@@ -6,7 +6,7 @@ Following the paper (and its code), the *mean* per-token log-likelihood is the l
 candidate, so long and short verbalisers compete fairly.
 
 ``candidate_scores`` items are duck-typed: anything with a ``.mean`` of shape ``[n_candidates]``
-(a torch tensor, numpy array or list) works; in practice they are ``mezo_rl.model.lm.CandidateScores``.
+(a torch tensor, numpy array or list) works; in practice they are ``mezo_rl.model.scoring.CandidateScores``.
 """
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ def _means(candidate_scores, labels) -> list[torch.Tensor]:
         if not hasattr(cs, "mean"):
             raise TypeError(
                 f"candidate_scores[{i}] is a {type(cs).__name__}; expected an object with .mean "
-                f"(log-likelihood per candidate, shape [n_candidates]) such as mezo_rl.model.lm.CandidateScores"
+                f"(log-likelihood per candidate, shape [n_candidates]) such as mezo_rl.model.scoring.CandidateScores"
             )
         m = torch.as_tensor(cs.mean)
         if m.dim() != 1 or m.numel() == 0:

@@ -20,7 +20,7 @@ from mezo_rl.registry import Registry
 KINDS = ("classification", "multiple_choice", "generation", "prompts")
 SPLITS = ("train", "validation", "test")
 PAPER_SIZES = {"train": 1000, "validation": 500, "test": 1000}  # MeZO §3.2 / Appendix D.1 (OPT tasks)
-MASK = "[MASK]"  # the mask placeholder in ``Example.mask_prompt`` (same string as mezo_rl.model.lm.MASK)
+MASK = "[MASK]"  # the mask placeholder in ``Example.mask_prompt`` (same string as mezo_rl.model.scoring.MASK)
 
 
 @dataclass

@@ -1,4 +1,4 @@
-"""Stand-ins for mezo_rl.model.lm.CandidateScores in the reward and objective tests (test_rewards, test_objective)."""
+"""Stand-ins for mezo_rl.model.scoring.CandidateScores in the reward and objective tests (test_rewards, test_objective)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -8,7 +8,7 @@ import torch
 
 @dataclass
 class Scores:
-    """Candidate log-likelihoods shaped like mezo_rl.model.lm.CandidateScores (rewards duck-type it)."""
+    """Candidate log-likelihoods shaped like mezo_rl.model.scoring.CandidateScores (rewards duck-type it)."""
 
     sum: torch.Tensor
     mean: torch.Tensor

@@ -12,7 +12,8 @@ import torch
 from mezo_rl import rewards
 from mezo_rl import tasks
 from conftest import FLOAT32_UNIT_ROUNDOFF, float32_rounding_bound
-from mezo_rl.model.lm import MASK, LanguageModel
+from mezo_rl.model.lm import LanguageModel
+from mezo_rl.model.scoring import MASK
 from mezo_rl.training.outputs import model_outputs, objective_outputs, score_requests
 
 SINGLE = [["Yes or No ?", [" Yes", " No"]], ["the sun rose early . It was", [" a", " b", " c"]],

@@ -113,7 +113,7 @@ def test_the_decoding_step_replayed_as_a_cuda_graph_writes_the_eager_steps_token
     plain and for a population of batched members (their factors recorded with the step)."""
     import dataclasses
 
-    import mezo_rl.model.lm as lm_module
+    import mezo_rl.model.decoding as decoding
     from mezo_rl.engine.optim import MeZO
     from mezo_rl.engine.population import BatchedMembers
     from mezo_rl.model.lm import LanguageModel
@@ -122,7 +122,7 @@ def test_the_decoding_step_replayed_as_a_cuda_graph_writes_the_eager_steps_token
     model.to(DEVICE)
     lm = LanguageModel(model, tok)
     prompts = ["the movie was", "a b c d e f", "Yes"]
-    assert lm_module.decode_plan(model, DEVICE).graphed
+    assert decoding.decode_plan(model, DEVICE).graphed
 
     def decode():
         if members is None:
@@ -142,6 +142,6 @@ def test_the_decoding_step_replayed_as_a_cuda_graph_writes_the_eager_steps_token
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # a failed recording warns: here it must not fail
         graphed = decode()
-    plan = lm_module.decode_plan
-    monkeypatch.setattr(lm_module, "decode_plan", lambda *a, **k: dataclasses.replace(plan(*a, **k), graphed=False))
+    plan = decoding.decode_plan
+    monkeypatch.setattr(decoding, "decode_plan", lambda *a, **k: dataclasses.replace(plan(*a, **k), graphed=False))
     assert decode() == graphed

@@ -4,7 +4,8 @@ import torch
 import torch.nn.functional as F
 
 from conftest import assert_float32_close
-from mezo_rl.model.lm import MASK, LanguageModel
+from mezo_rl.model.lm import LanguageModel
+from mezo_rl.model.scoring import MASK
 
 PROMPTS = ["the movie was good and the acting was bad . It was", "Yes or No ?", "the sun rose early and the people"]
 CANDS = [[" great", " terrible ."], [" Yes", " No", " Maybe so"], [" went outside to play", " sat"]]
@@ -154,7 +155,7 @@ def test_generation_stops_at_newline_only_when_asked(tiny_causal_lm):
 def test_decoding_preallocates_its_cache_and_matches_a_growing_cache(tiny_causal_lm, monkeypatch):
     """The preallocated key/value cache (transformers' StaticCache, written in place) decodes exactly what a
     cache that grows by a column a step decodes: greedy and sampled, with members, in float32."""
-    import mezo_rl.model.lm as lm_module
+    import mezo_rl.model.decoding as decoding
     from transformers import StaticCache
 
     model, tok = tiny_causal_lm
@@ -165,7 +166,7 @@ def test_decoding_preallocates_its_cache_and_matches_a_growing_cache(tiny_causal
     runs = {}
     try:
         for devices in (("cpu",), ()):
-            monkeypatch.setattr(lm_module, "STATIC_CACHE_DEVICES", devices)
+            monkeypatch.setattr(decoding, "STATIC_CACHE_DEVICES", devices)
             runs[devices] = [lm.generate(prompts, max_new_tokens=9),
                              lm.generate(prompts, max_new_tokens=9, members=3),
                              lm.generate(prompts, max_new_tokens=9, do_sample=True, seed=2, members=2)]
@@ -178,7 +179,7 @@ def test_decoding_preallocates_its_cache_and_matches_a_growing_cache(tiny_causal
 def test_only_cuda_records_the_decoding_step_as_a_graph(tiny_causal_lm, monkeypatch):
     """The CUDA-graph step is chosen for CUDA devices alone, with or without members; on a CPU decoding never
     touches CUDA graphs and reads "finished?" after every token."""
-    from mezo_rl.model.lm import DONE_CHECK_EVERY, decode_plan
+    from mezo_rl.model.decoding import DONE_CHECK_EVERY, decode_plan
 
     model, tok = tiny_causal_lm
     cpu, cuda = decode_plan(model, "cpu"), decode_plan(model, torch.device("cuda"))
@@ -199,7 +200,7 @@ def test_decoding_reads_from_the_device_only_at_its_finished_checks(tiny_causal_
     """With the preallocated cache, a decode's host reads (``aten._local_scalar_dense``: ``bool()``, ``.item()``)
     are its "finished?" checks, one every check_every tokens, stop strings included: none per token (a cache
     that grows reads its length back at every step)."""
-    import mezo_rl.model.lm as lm_module
+    import mezo_rl.model.decoding as decoding
     from mezo_rl.opcount import OpCounter
 
     model, tok = tiny_causal_lm
@@ -207,15 +208,15 @@ def test_decoding_reads_from_the_device_only_at_its_finished_checks(tiny_causal_
     assert all(lm.generate(PROMPTS, max_new_tokens=16))  # no row ends early: every check is made
 
     def reads(plan, n):
-        monkeypatch.setattr(lm_module, "decode_plan", lambda *a, **k: plan)
+        monkeypatch.setattr(decoding, "decode_plan", lambda *a, **k: plan)
         lm.generate(PROMPTS, max_new_tokens=n, stop=["zq"])  # builds the stop check once
         with OpCounter() as ops:
             lm.generate(PROMPTS, max_new_tokens=n, stop=["zq"])
         return ops.counts["aten._local_scalar_dense"]
 
-    every_4 = lm_module.DecodePlan(static_cache=True, graphed=False, check_every=4)
+    every_4 = decoding.DecodePlan(static_cache=True, graphed=False, check_every=4)
     assert reads(every_4, 16) - reads(every_4, 8) == 2
-    growing = lm_module.DecodePlan(static_cache=False, graphed=False, check_every=4)
+    growing = decoding.DecodePlan(static_cache=False, graphed=False, check_every=4)
     assert reads(growing, 16) - reads(growing, 8) > 8
 
 
@@ -224,12 +225,12 @@ def test_a_decoding_step_that_cannot_be_recorded_falls_back_to_the_eager_step(ti
     """Where the graph path is chosen (CUDA; forced here on a CPU, where recording a CUDA graph really fails),
     decoding warns once and runs eagerly, with the same texts (the cache advanced once per token: the
     failed recording ran nothing twice), and does not try again."""
-    import mezo_rl.model.lm as lm_module
+    import mezo_rl.model.decoding as decoding
 
     model, tok = tiny_causal_lm
     want = LanguageModel(model, tok).generate(PROMPTS, max_new_tokens=6, members=members)
-    plan = lm_module.DecodePlan(static_cache=True, graphed=True, check_every=2)
-    monkeypatch.setattr(lm_module, "decode_plan", lambda *a, **k: plan)
+    plan = decoding.DecodePlan(static_cache=True, graphed=True, check_every=2)
+    monkeypatch.setattr(decoding, "decode_plan", lambda *a, **k: plan)
     lm = LanguageModel(model, tok)
     with pytest.warns(UserWarning, match="recording the decoding step as a CUDA graph failed"):
         assert lm.generate(PROMPTS, max_new_tokens=6, members=members) == want
@@ -243,20 +244,20 @@ def test_a_decoding_step_that_cannot_be_recorded_falls_back_to_the_eager_step(ti
 def test_finished_rows_are_read_back_every_k_tokens_where_the_plan_says(tiny_causal_lm, monkeypatch):
     """On an accelerator the host reads "has every row finished?" only every check_every tokens: a decode whose
     rows all end at the first token runs on to the next check, and the texts are those of checking every token."""
-    import mezo_rl.model.lm as lm_module
+    import mezo_rl.model.decoding as decoding
 
     model, tok = tiny_causal_lm
     lm = LanguageModel(model, tok)
     with torch.no_grad():  # EOS wins from the first step on
         model.lm_head.bias = torch.nn.Parameter(torch.zeros(len(tok)))
         model.lm_head.bias.data[tok.eos_token_id] = 1e4
-    every_4 = lm_module.DecodePlan(static_cache=True, graphed=False, check_every=4)
+    every_4 = decoding.DecodePlan(static_cache=True, graphed=False, check_every=4)
     steps = []
     hook = lm._base.register_forward_pre_hook(lambda m, a: steps.append(1))
     try:
         assert lm.generate(PROMPTS, max_new_tokens=10) == [""] * 3
         assert len(steps) == 1
-        monkeypatch.setattr(lm_module, "decode_plan", lambda *a, **k: every_4)
+        monkeypatch.setattr(decoding, "decode_plan", lambda *a, **k: every_4)
         assert lm.generate(PROMPTS, max_new_tokens=10) == [""] * 3
         assert len(steps) == 1 + 4
     finally:

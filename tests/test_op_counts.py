@@ -91,7 +91,7 @@ def test_a_population_decode_costs_its_rows_flat_in_M(tiny_tokenizer, form):
 
 
 #: score(..., members=M) returns one list of CandidateScores per member: per member, its values are split
-#: out of the batch and indexed into place (mezo_rl.model.lm), a few ops each, whatever the model
+#: out of the batch and indexed into place (mezo_rl.model.scoring), a few ops each, whatever the model
 RESULT_OPS_PER_MEMBER = 8
 
 

@@ -16,7 +16,8 @@ import pytest
 import torch
 
 from conftest import make_tiny_causal_lm
-from mezo_rl.model.lm import LanguageModel, end_at_stop, stop_strings
+from mezo_rl.model.decoding import end_at_stop, stop_strings
+from mezo_rl.model.lm import LanguageModel
 from mezo_rl.tasks import Example, get_task
 from mezo_rl.training.outputs import completion_stops, model_outputs
 

@@ -9,7 +9,7 @@ import random
 import pytest
 import torch
 
-import mezo_rl.model.lm as lm_module
+import mezo_rl.model.scoring as scoring
 from mezo_rl.model.lm import LanguageModel
 from conftest import make_tiny_causal_lm
 from mezo_rl.model.trunk_cache import ThreadChoice, one_thread
@@ -72,7 +72,7 @@ def test_a_cache_hit_scores_candidates_on_one_thread_with_the_values_of_several(
             seen.clear()
             full = lm.score(prompts, cands, members=members)  # vocabulary-wide logits: the process's threads
             assert seen and set(seen) == {threads}
-            monkeypatch.setattr(lm_module, "one_thread", contextlib.nullcontext)
+            monkeypatch.setattr(scoring, "one_thread", contextlib.nullcontext)
             seen.clear()
             several = lm.score(prompts, cands, members=members, normalised=False)
             assert seen and set(seen) == {threads}

@@ -43,7 +43,8 @@ import torch
 from torch import nn
 
 from mezo_rl.errors import ConfigError
-from mezo_rl.model.lm import FINAL_NORM_MODULES, returned_cache
+from mezo_rl.model.decoding import returned_cache
+from mezo_rl.model.lm import FINAL_NORM_MODULES
 
 PEFT_METHODS = ("lora", "prefix")
 

@@ -37,20 +37,16 @@ assert tuple(MODE_DEFAULTS) == MODES
 # scoring, is far too long for it. These entries replace the mode's for such a task (a data file or
 # dataset with a prompt column or a prompt template, or a registered prompt task): the settings of the
 # worked RL example (examples/rl_sentiment.py), whose 4 SPSA samples' 8 members decode together as one
-# batch (benchmarks/README.md, "The sentiment example"; its run length was chosen on the test split, before
-# the protocol of benchmarks/suite/protocol.py: an exploratory choice).
+# batch (benchmarks/README.md, "The sentiment example", says how its values were chosen).
 # Every mode normalises a prompt task's step (normalize="std": each loss difference over the spread of the
 # step's member losses), as GRPO normalises its advantages and ES-at-scale z-scores its rewards: a user's
 # reward comes on any scale (TRL's reward_len gives values around -20), and with the raw loss difference
 # over 2 eps the step would grow with it; normalised, the same run with the reward times 100 makes the
 # same weights. The scoring tasks keep their rows' settings (their losses have a known scale).
 # The full and LoRA rows are cells of the study on the verifiable task `arithmetic` (benchmarks/rl.py --study
-# arithmetic; benchmarks/README.md, "Prompt tasks: the defaults"; its records were made before the protocol of
-# benchmarks/suite/protocol.py, so they are exploratory): 20 steps of 16 prompts, 4 SPSA samples (8 members
-# decoded together), lr 1e-3 (full) / 3e-2 (LoRA), the modes' eps. Full's row is the cell whose held-out gain
-# came with the base model's likelihood of the completions kept, not the cell of largest gain (longer runs
-# and a larger lr gained more and moved the text); LoRA's is its largest gain at that run length, and with
-# more steps at its rate validation kept the starting weights.
+# arithmetic): 20 steps of 16 prompts, 4 SPSA samples (8 members decoded together), lr 1e-3 (full) / 3e-2
+# (LoRA), the modes' eps. Full's row is chosen to keep the completions near the base model's, not for the
+# largest gain; why these cells, and what the others did: benchmarks/README.md, "Prompt tasks: the defaults".
 PROMPT_TASK_DEFAULTS = {
     "norm": dict(steps=90, batch_size=16, lr=1e-1, n_spsa=4),
     "full": dict(steps=20, batch_size=16, lr=1e-3, n_spsa=4, normalize="std"),
@@ -61,12 +57,10 @@ assert set(PROMPT_TASK_DEFAULTS) <= set(MODES) and all(
     set(row) <= set(MODE_DEFAULTS[mode]) for mode, row in PROMPT_TASK_DEFAULTS.items())
 
 #: what ``--peft`` left unset trains: the final norm's gains (the scoring tasks' rows above), and for a prompt
-#: task every weight. On arithmetic, full fine-tuning's held-out gain came with a KL to the starting model
-#: below that of LoRA's row and the base model's likelihood of the completions kept, where the norm gains
-#: moved little (benchmarks/README.md, "Prompt tasks: the defaults"; exploratory records made before the
-#: protocol of benchmarks/suite/protocol.py); it needs no adapter library, and
-#: its batched members perturb the matrices activation-side (no copy per member). Its one parameter-sized
-#: buffer is the starting weights that every prompt-task evaluation's ``kl`` reads (mezo_rl.training.kl).
+#: task every weight (why: benchmarks/README.md, "Prompt tasks: the defaults"). Full fine-tuning needs no adapter
+#: library, and its batched members perturb the matrices activation-side (no copy per member). Its one
+#: parameter-sized buffer is the starting weights that every prompt-task evaluation's ``kl`` reads
+#: (mezo_rl.training.kl).
 DEFAULT_MODE, PROMPT_TASK_MODE = "norm", "full"
 
 

@@ -26,8 +26,8 @@ from mezo_rl.training.outputs import prompt_texts
 __all__ = ["evaluation_options", "resolve_evaluation", "check_evaluation", "PROMPT_TOKENS_PER_NEW_TOKEN"]
 
 #: on a CPU, ``auto`` batches a generating step's members when the prompts are at most this many times as long
-#: as ``--max-completion-length``: measured faster at 47-token chat prompts with 16 new tokens (2.9x) in every
-#: mode, slower at SQuAD's few hundred prompt tokens with 16 (benchmarks/README.md, "--evaluation auto")
+#: as ``--max-completion-length``: batching the members pays where a step decodes more than it reads, and costs
+#: where long prompts dominate the step (the measurements: benchmarks/README.md, "--evaluation auto")
 PROMPT_TOKENS_PER_NEW_TOKEN = 4
 
 

@@ -21,7 +21,7 @@ import torch  # noqa: E402
 import device_speed as ds  # noqa: E402
 from mezo_rl.engine import noise as nz  # noqa: E402
 from mezo_rl.engine.optim import MeZO  # noqa: E402
-import mezo_rl.model.lm as lm_module  # noqa: E402
+from mezo_rl.model.cuda_graph import DecodeGraph  # noqa: E402
 
 
 DEVICE = os.environ.get("PROBE_DEVICE", "cuda")  # cpu: a smoke test of this script (no graphs, host profile only)
@@ -131,7 +131,7 @@ def decode_probe(lm, args):
     plain, closure, step = ds.population(lm, args, meter, 8, False)
     print(f"  M=8 graph decode: plain {plain:.3f} s, members' decode {closure:.3f} s ({plain / closure:.2f}), "
           f"whole step {step:.3f} s ({plain / step:.2f})")
-    rec, orig = [], lm_module.DecodeGraph.record
+    rec, orig = [], DecodeGraph.record
 
     def timed(*a, **k):
         sync()
@@ -140,11 +140,11 @@ def decode_probe(lm, args):
         sync()
         rec.append(time.perf_counter() - t)
         return out
-    lm_module.DecodeGraph.record = timed
+    DecodeGraph.record = timed
     try:
         ds.population(lm, args, ds.Meter(DEVICE, 1), 8, False)
     finally:
-        lm_module.DecodeGraph.record = orig
+        DecodeGraph.record = orig
     print(f"  recording a decode's graph (eager step + capture): {', '.join(f'{t * 1e3:.1f}' for t in rec)} ms")
     from decoding import eos_only_kwargs
     from mezo_rl.engine.population import BatchedMembers
