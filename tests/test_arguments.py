@@ -17,7 +17,7 @@ def _fields(cls) -> dict:
 
 
 #: options whose values in bounds need another option beside them (HiZOO: the noise of --peft full)
-COMPANIONS = {"hessian_smooth": dict(peft="full")}
+COMPANIONS = {"hessian_smooth": dict(peft="full"), "top_p": dict(do_sample=True)}
 
 
 @pytest.mark.parametrize("cls", [MeZOConfig, BaselineArguments, EvalRunArguments])

@@ -99,9 +99,14 @@ def test_honoured_fields_change_the_config():
     assert MeZOConfig(output_dir="runs/a", resume_from_checkpoint="runs/a/checkpoint").resume is True
     with pytest.raises(ConfigError, match="its own output_dir"):
         MeZOConfig(output_dir="runs/a", resume_from_checkpoint="runs/b")
-    for name, value in (("top_p", 0.9), ("top_k", 50), ("repetition_penalty", 1.1)):
-        with pytest.raises(ConfigError, match=name.replace("_", "-")):
-            MeZOConfig(**{name: value})
+    # TRL's sampling knobs are honoured (issue 68): the decode's Sampling holds them
+    knobs = dict(top_p=0.9, top_k=50, min_p=0.05, repetition_penalty=1.1)
+    sampling = MeZOConfig(do_sample=True, temperature=0.7, **knobs).sampling()
+    assert (sampling.temperature, sampling.top_p, sampling.top_k, sampling.min_p, sampling.repetition_penalty) == (
+        0.7, 0.9, 50, 0.05, 1.1)
+    for name in ("top_p", "top_k", "min_p"):  # they shape sampling: with greedy decoding, one line
+        with pytest.raises(ConfigError, match=name.replace("_", "-") + " shape sampling"):
+            MeZOConfig(**{name: knobs[name]})
 
 
 def test_the_schedule_is_transformers_cosine_with_warmup(tmp_path, factory):  # noqa: F811

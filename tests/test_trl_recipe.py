@@ -382,3 +382,89 @@ def test_the_arithmetic_example_describes_itself_in_whole_sentences():
     out = subprocess.run([sys.executable, str(example), "--help"], capture_output=True, text=True, timeout=120).stdout
     description = " ".join(out.split("\n\n")[1].split())
     assert description.endswith("cannot be faked.") and description.startswith("RL on a verifiable task")
+
+
+# ---------------------------------------------------------------------- 9. TRL's sampling knobs, honoured
+def test_the_sampling_knobs_shape_the_logits_as_transformers_processors_do():
+    import torch
+    from transformers.generation.logits_process import (LogitsProcessorList, MinPLogitsWarper,
+                                                        RepetitionPenaltyLogitsProcessor, TemperatureLogitsWarper,
+                                                        TopKLogitsWarper, TopPLogitsWarper)
+
+    from mezo_rl.model.decoding import Sampling, shaped_logits
+
+    g = torch.Generator().manual_seed(0)
+    logits, ids = torch.randn(4, 50, generator=g) * 3, torch.randint(0, 50, (4, 7), generator=g)
+    seen = torch.zeros(4, 50, dtype=torch.bool).scatter_(1, ids, True)
+    for s in (Sampling(0.7, 0.9, 20, 0.05, 1.3), Sampling(1.3, 0.5, None, None, 1.0), Sampling(1.0, 1.0, 5, 0.2, 2.0)):
+        theirs = LogitsProcessorList(
+            ([RepetitionPenaltyLogitsProcessor(s.repetition_penalty)] if s.repetition_penalty != 1 else [])
+            + [TemperatureLogitsWarper(s.temperature)] + ([TopKLogitsWarper(s.top_k)] if s.top_k else [])
+            + ([TopPLogitsWarper(s.top_p)] if s.top_p < 1 else []) + ([MinPLogitsWarper(s.min_p)] if s.min_p else []))
+        expected = theirs(ids, logits.clone())
+        got = shaped_logits(logits.clone(), True, s, seen)
+        assert torch.equal(torch.isinf(got), torch.isinf(expected)), s
+        assert torch.allclose(got[~torch.isinf(got)], expected[~torch.isinf(expected)]), s
+
+
+def test_sampling_knobs_same_seed_same_text_and_every_member_of_a_batch_alike(tiny_tokenizer):
+    from mezo_rl.model.lm import LanguageModel
+
+    lm = LanguageModel(make_tiny_causal_lm(tiny_tokenizer), tiny_tokenizer)
+    prompts = PROMPTS[:5]
+    knobs = dict(do_sample=True, temperature=0.9, top_p=0.95, top_k=50, min_p=0.02, repetition_penalty=1.3)
+    a = lm.generate(prompts, max_new_tokens=8, seed=3, **knobs)
+    assert a == lm.generate(prompts, max_new_tokens=8, seed=3, **knobs)  # the same seed, the same text
+    members = lm.generate(prompts, max_new_tokens=8, seed=3, members=3, **knobs)  # one batched pass, same weights
+    assert members == [a, a, a]
+    assert a != lm.generate(prompts, max_new_tokens=8, seed=4, **knobs)
+    # the knobs act: a single allowed token is greedy decoding; a repetition penalty changes greedy text
+    greedy = lm.generate(prompts, max_new_tokens=8)
+    assert lm.generate(prompts, max_new_tokens=8, do_sample=True, seed=5, top_k=1) == greedy
+    assert lm.generate(prompts, max_new_tokens=8, do_sample=True, seed=5, top_p=1e-6) == greedy
+    assert lm.generate(prompts, max_new_tokens=8, do_sample=True, seed=5, min_p=1.0) == greedy
+    assert lm.generate(prompts, max_new_tokens=8, repetition_penalty=50.0) != greedy
+
+
+def test_a_run_decodes_its_completions_with_trls_knobs_in_both_member_evaluations(tmp_path, tiny_tokenizer):
+    from unittest import mock
+
+    from mezo_rl.model import decoding
+
+    seen = []
+    real = decoding._decode
+
+    def spy(lm, input_ids, mask, stop_check, max_new_tokens, do_sample, gen, sampling, members):
+        seen.append((do_sample, sampling, members))
+        return real(lm, input_ids, mask, stop_check, max_new_tokens, do_sample, gen, sampling, members)
+
+    for evaluation, name in (("inplace", "in"), ("batched", "ba")):
+        seen.clear()
+        trainer = _trainer(tmp_path, tiny_tokenizer, name=name, num_generations=2, temperature=0.9, top_p=0.95,
+                           top_k=50, min_p=0.02, repetition_penalty=1.1, evaluation=evaluation, peft="lora",
+                           max_steps=1, eval_strategy="no")
+        with mock.patch.object(decoding, "_decode", spy):
+            trainer.train()
+        sampled = [s for s in seen if s[0]]
+        assert sampled and all(s[1] == decoding.Sampling(0.9, 0.95, 50, 0.02, 1.1) for s in sampled)
+        assert any(s[2] > 1 for s in sampled) == (evaluation == "batched")
+
+
+@pytest.mark.parametrize("field, value, accepted", [("top_p", 1.5, "> 0 and <= 1"), ("top_p", 0.0, "> 0 and <= 1"),
+                                                     ("top_k", -1, "an integer >= 0"),
+                                                     ("repetition_penalty", 0.0, "a number > 0"),
+                                                     ("repetition_penalty", -1.0, "a number > 0")])
+def test_bad_sampling_values_are_one_line_before_any_model_loads(tmp_path, capsys, field, value, accepted):
+    rc, _, err = run_cli(["train", "--model", "/nonexistent/model-dir", "--num-generations", "2",
+                          f"--{field.replace('_', '-')}", str(value), "--output-dir", tmp_path / "run"], capsys)
+    assert_one_line_error(rc, err, f"--{field.replace('_', '-')}: got", accepted)
+
+
+def test_generation_kwargs_override_the_knobs_and_take_only_theirs():
+    args = MeZOConfig(num_generations=2, per_device_train_batch_size=4, top_p=0.9,
+                      generation_kwargs={"top_p": 0.5, "repetition_penalty": 1.2})
+    assert (args.sampling().top_p, args.sampling().repetition_penalty) == (0.5, 1.2)
+    with pytest.raises(ConfigError, match="--generation-kwargs: num_beams not honoured; accepted keys: temperature"):
+        MeZOConfig(generation_kwargs={"num_beams": 4})
+    with pytest.raises(ConfigError, match="--generation-kwargs: top_p: got 2"):
+        MeZOConfig(num_generations=2, per_device_train_batch_size=4, generation_kwargs={"top_p": 2})

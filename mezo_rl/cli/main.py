@@ -130,6 +130,20 @@ def _verbatim(text: str) -> list[str]:
 _verbatim.__name__ = "str"
 
 
+def _json_object(text: str) -> dict:
+    """A dict option's value on the command line: a JSON object (``'{"top_k": 50}'``)."""
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise argparse.ArgumentTypeError(f"not a JSON object ({e.msg}): {text!r}") from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError(f"not a JSON object: {text!r}")
+    return value
+
+
+_json_object.__name__ = "JSON object"
+
+
 def add_dataclass_arguments(parser: argparse.ArgumentParser, cls, skip=()) -> None:
     """Add one option per field of the dataclass ``cls`` (defaults suppressed: see :func:`parse_into`)."""
     hints = typing.get_type_hints(cls)
@@ -147,6 +161,8 @@ def add_dataclass_arguments(parser: argparse.ArgumentParser, cls, skip=()) -> No
             kw["choices"] = f.metadata["choices"]
         if tp is bool:
             parser.add_argument(*names, action=argparse.BooleanOptionalAction, **kw)
+        elif tp is dict:
+            parser.add_argument(*names, type=_json_object, metavar="JSON", **kw)
         elif typing.get_origin(tp) is list:
             (item,) = typing.get_args(tp)
             kw.pop("choices", None)

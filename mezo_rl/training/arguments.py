@@ -46,6 +46,7 @@ from mezo_rl.training.model_card import HUB_STRATEGIES
 from mezo_rl.training.reporting import check_report_to
 from mezo_rl.engine.noise import NOISES as NOISE_KINDS
 from mezo_rl.engine.optim import ESTIMATORS, EVALUATIONS, HIZOO_OPTIONS, ON_NONFINITE
+from mezo_rl.model.decoding import Sampling
 from mezo_rl.model.loading import parse_max_memory
 
 #: ``lr_scheduler_type``: the schedules of ``transformers.get_scheduler`` that need no more than warmup and length
@@ -61,9 +62,10 @@ RENAMED = {"lr": "learning_rate", "steps": "max_steps", "batch_size": "per_devic
 
 def option(default: Any = dataclasses.MISSING, help: str = "", *, choices=None, min: Optional[int] = None,
            gt: Optional[float] = None, ge: Optional[float] = None, lt: Optional[float] = None,
+           le: Optional[float] = None,
            default_factory: Any = dataclasses.MISSING, verbatim: bool = False):
     """A dataclass field with its ``--help`` text and what it accepts in the metadata: ``choices``,
-    an integer ``min``, or number bounds ``gt`` (>), ``ge`` (>=), ``lt`` (<). ``verbatim`` (a list of strings):
+    an integer ``min``, or number bounds ``gt`` (>), ``ge`` (>=), ``lt`` (<), ``le`` (<=). ``verbatim`` (a list of strings):
     each ``--option`` on the command line is one item, commas and spaces kept, with the escapes ``\\n``,
     ``\\t`` and ``\\\\`` read as a newline, a tab and a backslash."""
     metadata: dict[str, Any] = {"help": help}
@@ -71,7 +73,7 @@ def option(default: Any = dataclasses.MISSING, help: str = "", *, choices=None, 
         metadata["verbatim"] = True
     if choices is not None:
         metadata["choices"] = list(choices)
-    for key, bound in (("min", min), ("gt", gt), ("ge", ge), ("lt", lt)):
+    for key, bound in (("min", min), ("gt", gt), ("ge", ge), ("lt", lt), ("le", le)):
         if bound is not None:
             metadata[key] = bound
     return field(default=default, default_factory=default_factory, metadata=metadata)
@@ -82,7 +84,8 @@ def flag(name: str) -> str:
     return "--" + name.replace("_", "-")
 
 
-_BOUNDS = {"gt": (lambda v, b: v > b, ">"), "ge": (lambda v, b: v >= b, ">="), "lt": (lambda v, b: v < b, "<")}
+_BOUNDS = {"gt": (lambda v, b: v > b, ">"), "ge": (lambda v, b: v >= b, ">="), "lt": (lambda v, b: v < b, "<"),
+           "le": (lambda v, b: v <= b, "<=")}
 
 
 def canonical_options(cls, values: dict) -> dict:
@@ -179,9 +182,10 @@ class Arguments:
                 raise ConfigError(f"{flag(f.name)}: got {value!r}, accepted: {', '.join(map(str, f.metadata['choices']))}")
             if "min" in f.metadata and value < f.metadata["min"]:
                 raise ConfigError(f"{flag(f.name)}: got {value!r}, accepted: an integer >= {f.metadata['min']}")
-            for key, (ok, sign) in _BOUNDS.items():
-                if key in f.metadata and not (math.isfinite(value) and ok(value, f.metadata[key])):
-                    raise ConfigError(f"{flag(f.name)}: got {value!r}, accepted: a number {sign} {f.metadata[key]:g}")
+            bounds = [(ok, sign, f.metadata[key]) for key, (ok, sign) in _BOUNDS.items() if key in f.metadata]
+            if bounds and not (math.isfinite(value) and all(ok(value, bound) for ok, _, bound in bounds)):
+                raise ConfigError(f"{flag(f.name)}: got {value!r}, accepted: a number "
+                                  f"{' and '.join(f'{sign} {bound:g}' for _, sign, bound in bounds)}")
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -365,11 +369,17 @@ class GenerationArguments(Arguments):
     do_sample: Optional[bool] = option(None, "sample completions in training (the same seed at +eps and -eps); "
                                              "default: with --num-generations > 1")
     temperature: float = option(1.0, "sampling temperature (> 0)")
-    top_p: float = option(1.0, "sampling: accepted at 1.0 only (LanguageModel.generate draws from the whole "
-                               "distribution)")
-    top_k: Optional[int] = option(None, "sampling: accepted unset or 0 only (LanguageModel.generate draws from the "
-                                        "whole distribution)")
-    repetition_penalty: float = option(1.0, "accepted at 1.0 only (LanguageModel.generate applies no penalty)")
+    top_p: float = option(1.0, "sampling: draw from the smallest set of tokens whose probability reaches this (1: "
+                               "all)", gt=0, le=1)
+    top_k: Optional[int] = option(None, "sampling: draw from the k most likely tokens (0 or unset: all)", min=0)
+    min_p: Optional[float] = option(None, "sampling: drop the tokens below this times the most likely one's "
+                                          "probability (unset or 0: none)", ge=0, le=1)
+    repetition_penalty: float = option(1.0, "divide the positive logit of every token already in the prompt or "
+                                            "the completion by this (a negative one: multiply), greedy decoding "
+                                            "too; 1: none", gt=0)
+    generation_kwargs: Optional[dict] = option(None, "TRL's generation_kwargs: values of the sampling options "
+                                                     "above (temperature, top_p, top_k, min_p, repetition_penalty) "
+                                                     "that override them, as a JSON object on the command line")
     stop: Optional[list[str]] = option(None, "end each completion at the first of these strings, which it keeps "
                                              "(repeat for several; on the command line \\n is a newline); every "
                                              "completion also ends at EOS, and a task whose format needs it adds its "
@@ -387,13 +397,35 @@ class GenerationArguments(Arguments):
         if self.num_generations > 1 and not self.do_sample:
             raise ConfigError(f"--num-generations {self.num_generations} with --no-do-sample: greedy decoding writes the "
                               f"same completion every time; leave out --no-do-sample")
-        for name, neutral in (("top_p", 1.0), ("top_k", 0), ("repetition_penalty", 1.0)):
-            if getattr(self, name) not in (None, neutral):
-                raise ConfigError(f"{flag(name)}: got {getattr(self, name)!r}, accepted: {neutral} (LanguageModel.generate "
-                                  f"samples from softmax(logits / temperature), so another value would not be honoured)")
-        if self.do_sample and not self.temperature > 0:
-            raise ConfigError(f"--do-sample needs --temperature > 0, got {self.temperature!r} "
+        extra = sorted(set(self.generation_kwargs or {}) - set(SAMPLING_FIELDS))
+        if extra:
+            raise ConfigError(f"--generation-kwargs: {', '.join(extra)} not honoured; accepted keys: "
+                              f"{', '.join(SAMPLING_FIELDS)}")
+        knobs = {k: getattr(self, k) for k in SAMPLING_FIELDS} | dict(self.generation_kwargs or {})
+        if self.do_sample and not knobs["temperature"] > 0:
+            raise ConfigError(f"--do-sample needs --temperature > 0, got {knobs['temperature']!r} "
                               f"(for greedy decoding leave out --do-sample)")
+        neutral = {"top_p": (1.0,), "top_k": (None, 0), "min_p": (None, 0)}
+        shaping = [k for k, values in neutral.items() if knobs[k] not in values]
+        if shaping and not self.do_sample:
+            raise ConfigError(f"{', '.join(flag(k) for k in shaping)} shape sampling, and decoding is greedy with one "
+                              f"completion per prompt: give --do-sample (or --num-generations > 1), or leave them out")
+        try:
+            self.sampling()
+        except ValueError as e:
+            raise ConfigError(f"--generation-kwargs: {e}") from None
+
+    def sampling(self) -> Sampling:
+        """How a training step's completions are decoded (:class:`mezo_rl.model.decoding.Sampling`): the sampling
+        fields, ``generation_kwargs`` over them (as TRL lets them override), the temperature where sampling."""
+        knobs = {k: getattr(self, k) for k in SAMPLING_FIELDS} | dict(self.generation_kwargs or {})
+        if not self.do_sample:
+            knobs["temperature"] = 1.0
+        return Sampling(**knobs)
+
+
+#: the sampling options, as :class:`mezo_rl.model.decoding.Sampling` takes them (``generation_kwargs`` may set these)
+SAMPLING_FIELDS = tuple(f.name for f in dataclasses.fields(Sampling))
 
 
 @dataclass

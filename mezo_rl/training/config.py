@@ -38,7 +38,8 @@ _EVAL = "evaluation is the task's metrics over the validation examples, decoded 
 _LOGS = "metrics go to metrics.jsonl and report_to"
 _SCRIPT = "read by scripts, not by the trainer (as in transformers)"
 _REF = "the KL reference is the starting model"
-_SAMPLING = "completions follow max_completion_length, do_sample and temperature"
+_SAMPLING = ("completions follow max_completion_length, do_sample and the sampling options (temperature, top_p, "
+             "top_k, min_p, repetition_penalty)")
 _COMPILE = "the forward passes run eagerly; the noise is compiled where it helps (engine noise_backend)"
 
 
@@ -76,7 +77,7 @@ NO_MEANING: dict[str, str] = {
                "steps_per_generation", "off_policy_mask_threshold"),
     **_reasons(_NO_VLLM, "use_vllm"),
     **_reasons(_REF, "sync_ref_model", "ref_model_sync_steps", "ref_model_mixup_alpha"),
-    **_reasons(_SAMPLING, "min_p", "generation_kwargs", "cache_implementation", "pad_to_multiple_of",
+    **_reasons(_SAMPLING, "cache_implementation", "pad_to_multiple_of",
                "chat_template_kwargs", "transformers_continuous_batching_config"),
     **_reasons("MeZO has no per-token loss", "top_entropy_quantile", "use_adaptive_entropy", "use_liger_kernel",
                "liger_kernel_config", "router_aux_loss_coef"),
@@ -119,7 +120,8 @@ REFUSED: dict[str, tuple[Callable, str]] = {
 #: (:mod:`mezo_rl.training.arguments`, or :data:`TRL_MAPPED`), in one line; docs/api.md lists them
 ACCEPTED_ONLY: dict[str, tuple] = {
     "lora_dropout": (0.05, "0: a step's members must see the same function"),
-    "top_p": (0.95, "1.0"), "top_k": (50, "0 or unset"), "repetition_penalty": (1.1, "1.0"),
+    "generation_kwargs": ({"num_beams": 4}, "the sampling options' keys: temperature, top_p, top_k, min_p, "
+                                            "repetition_penalty"),
     "eval_strategy": ("epoch", "steps or no"), "save_strategy": ("epoch", "steps or no"),
     "logging_strategy": ("epoch", "steps"), "hub_strategy": ("all_checkpoints", "every_save, end or checkpoint"),
     "lr_scheduler_type": ("inverse_sqrt", "constant, constant_with_warmup, linear, cosine, cosine_with_restarts, "

@@ -163,7 +163,8 @@ class MeZOTrainer:
         self._optimizer = self._scheduler = None
         self._released = False  # the optimizer was let go for the best step's weights (_restore_best)
         self._best_loaded = False  # the weights in self.lm are the best step's (load_best_model_at_end), not the last
-        self._step_table: list = []  # the last step's completions table (log_completions), logged at a logging step
+        self._step_table: list = []
+        self.sampling = args.sampling()  # how a step's completions are decoded (temperature, top_p, top_k, ...)  # the last step's completions table (log_completions), logged at a logging step
         self.callback_handler = CallbackHandler(callbacks or [])
         if self.dist.is_main:  # the loggers and the progress bar on the main process only
             for reporter in reporters(args.report_to):
@@ -261,7 +262,7 @@ class MeZOTrainer:
         with self._guard.interruptible(), autocast(a.autocast, self.lm.device.type):
             outcomes = objective_outputs(self.lm, self.objective, shard, members, sample_seed=sample_seed,
                                          max_new_tokens=a.max_completion_length, do_sample=a.do_sample,
-                                         temperature=a.temperature, num_generations=a.num_generations,
+                                         sampling=self.sampling, num_generations=a.num_generations,
                                          stop=completion_stops(self.task, a.stop))
             outcomes = [outcomes] if members is None else outcomes
             if a.beta and members is None:
