@@ -216,7 +216,7 @@ def test_a_lora_run_saves_an_adapter_that_peft_loads_with_the_same_logits(tmp_pa
     trainer.train()
     out = trainer.save_model()
     assert (out / "adapter_config.json").is_file() and (out / "adapter_model.safetensors").is_file()
-    assert not (out / "model.safetensors").exists()
+    assert not (out / "model.safetensors").exists() and (out / "tokenizer_config.json").is_file()
     loaded = PeftModel.from_pretrained(make_tiny_causal_lm(tiny_tokenizer), str(out)).eval()
     ids = torch.tensor([tiny_tokenizer("the movie was good and the acting was bad .")["input_ids"]])
     with torch.no_grad():

@@ -466,10 +466,13 @@ def load_run(run_dir: str | os.PathLike, step: str | int = "best", lm=None):
 def save_model(lm, peft: str, out_dir: str | os.PathLike, merged: bool = False) -> None:
     """Write ``lm``'s weights to ``out_dir``: ``save_pretrained`` plus the tokenizer; with PEFT
     (``mezo_rl.model.peft.export_model``) the adapter folder (LoRA: peft's format, which
-    ``peft.PeftModel.from_pretrained`` loads), or with ``merged`` a LoRA adapter folded into the weights."""
+    ``peft.PeftModel.from_pretrained`` loads) with the tokenizer beside it, as transformers' ``Trainer.save_model``
+    writes an adapter, or with ``merged`` a LoRA adapter folded into the weights."""
     out_dir = pathlib.Path(out_dir)
     if peft in PEFT_METHODS:
-        export_model(lm, out_dir, merged=merged)
+        export_model(lm, out_dir, merged=merged)  # merged: the tokenizer too
+        if not merged and getattr(lm, "tokenizer", None) is not None:
+            lm.tokenizer.save_pretrained(out_dir)
     else:
         lm.model.save_pretrained(out_dir)
         lm.tokenizer.save_pretrained(out_dir)
