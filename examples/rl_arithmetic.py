@@ -43,6 +43,7 @@ def main(argv=None):
     p.add_argument("--resume", action="store_true")
     a = p.parse_args(argv)
     args = MeZOConfig(
+        load_best_model_at_end=True,  # validation picks the step whose weights are tested
         model=a.model, task=a.task, reward=["exact_answer"], peft=a.peft, max_steps=a.max_steps,
         learning_rate=a.learning_rate, beta=a.beta, max_completion_length=a.max_completion_length,
         num_train=a.num_train, num_eval=a.num_eval, num_test=a.num_test, eval_batch_size=64,

@@ -143,6 +143,7 @@ def main():
         return
     rewards, weights = rewards_of(a.repetition_weight)
     args = MeZOConfig(
+        load_best_model_at_end=True,  # validation picks the step whose weights are tested
         model=a.model, task=str(files["train"]), validation_file=str(files["validation"]), test_file=str(files["test"]),
         reward=rewards, reward_weights=weights, peft=a.peft,
         max_steps=a.max_steps, per_device_train_batch_size=a.per_device_train_batch_size,
