@@ -537,7 +537,7 @@ def study_command(task: str, cell: str, seed: int, out_dir: pathlib.Path) -> lis
              for k, v in STUDY_SIZES.items() for i in (0, 1)]
     if tool == "mezo-rl":
         return [sys.executable, "-m", "mezo_rl", "train", "--task", task, "--reward", t["reward"],
-                "--load-best-model-at-end", "--max-completion-length", str(t["max_new_tokens"]), "--eval-batch-size", "64", "--log-completions", "200",
+                "--max-completion-length", str(t["max_new_tokens"]), "--eval-batch-size", "64", "--log-completions", "200",
                 "--seed", str(seed), *sizes, *extra, "--output-dir", str(out_dir / "run")]
     return [sys.executable, str(GRPO), "--task", task, "--reward", t["reward"], "--output-dir", str(out_dir),
             "--seed", str(seed), "--max-completion-length", str(t["max_new_tokens"]), "--num-generations", "4",
@@ -926,8 +926,7 @@ def frontier_command(cell: FrontierCell, seed: int, out_dir: pathlib.Path) -> li
         return [sys.executable, str(MEZO_BUDGET), "--time-budget-s", str(t["budget_s"]), "--eval-points",
                 str(FRONTIER_EVAL_POINTS), *cell.launcher, "--", *task,
                 "--max-completion-length", str(t["max_new_tokens"]), "--eval-batch-size", "64", "--log-completions",
-                str(t["num_test"]), "--seed", str(seed), "--load-best-model-at-end", *sizes, *cell.args,
-                "--output-dir", str(out_dir / "run")]
+                str(t["num_test"]), "--seed", str(seed), *sizes, *cell.args, "--output-dir", str(out_dir / "run")]
     task = (["--repetition-weight", guard] if guard else []) if cell.task in SENTIMENT_TASKS \
         else ["--task", cell.task, "--reward", t["reward"]]
     return [sys.executable, str(GRPO), *task, "--output-dir", str(out_dir), "--seed", str(seed),
