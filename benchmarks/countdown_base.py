@@ -98,7 +98,7 @@ def sampled_rates(lm, task, examples, k: int, batch_size: int, max_new_tokens: i
     with lm.batches_of(batch_size):
         for start in range(0, len(examples), batch_size):
             batch = examples[start:start + batch_size]
-            out = model_outputs(lm, batch, ("generation",), sample_seed=seed + start, do_sample=True, temperature=1.0,
+            out = model_outputs(lm, batch, ("generation",), sample_seed=seed + start, do_sample=True,
                                 num_generations=k, max_new_tokens=max_new_tokens, stop=stops)
             kw = out.as_kwargs()
             values = correct.fn(kw["prompts"], kw["completions"], **kw["columns"])

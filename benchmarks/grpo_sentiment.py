@@ -313,7 +313,7 @@ def make_callback(a, out: pathlib.Path, scorer: Scorer, tokenizer, state: dict, 
                   "train_s": sum(state["step_seconds"])}
         append_jsonl(out / "evaluations.jsonl", record)
         state["validations"].append(record)
-        if metrics["objective"] > state["best_value"]:
+        if metrics["objective"] >= state["best_value"]:  # a tie goes to the later step, as validation's pick
             state["best_value"], state["best_step"], state["best_validation"] = metrics["objective"], step, metrics
             torch.save(trainable_state(model), out / "best.pt")
         print(f"[grpo_sentiment] validation at step {step}: {scorer.reward} {metrics[scorer.reward]:.4f} "

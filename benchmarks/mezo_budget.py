@@ -131,7 +131,8 @@ def main(argv=None) -> int:
     callbacks = [TimeBudget(a.time_budget_s, a.eval_points)]
     if a.decay is not None:
         callbacks.append(a.decay)
-    return cli(["train", *train], callbacks=callbacks)
+    # the protocol's runs test validation's pick (benchmarks/suite/protocol.py): the best step's weights
+    return cli(["train", "--load-best-model-at-end", *train], callbacks=callbacks)
 
 
 if __name__ == "__main__":

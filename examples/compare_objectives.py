@@ -19,7 +19,7 @@ from mezo_rl.cli.compare import compare, objective_variants
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
     p.add_argument("--objectives", nargs="+", default=["cross_entropy", "accuracy", "accuracy+cross_entropy"])
     p.add_argument("--max-steps", type=int, default=None, help="default: mezo-rl train's")
     p.add_argument("--task", default="sst2")

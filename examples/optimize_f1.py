@@ -33,7 +33,7 @@ from mezo_rl.training.trainer import MeZOTrainer, TrainingInterrupted
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
     p.add_argument("--max-steps", type=int, default=160, help="MeZO steps (default 160: ~70 minutes of steps)")
     p.add_argument("--per-device-train-batch-size", type=int, default=16, help="questions per step (paper: 16)")
     p.add_argument("--learning-rate", type=float, default=2e-2, help="length of each sign step")

@@ -27,7 +27,7 @@ from mezo_rl.training.trainer import MeZOTrainer, TrainingInterrupted
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
     p.add_argument("--output-dir", default="runs/rl_arithmetic")
     p.add_argument("--model", default="smollm2-135m")
     p.add_argument("--task", default="arithmetic", help="a verifiable task (mezo-rl tasks lists them)")
@@ -43,6 +43,7 @@ def main(argv=None):
     p.add_argument("--resume", action="store_true")
     a = p.parse_args(argv)
     args = MeZOConfig(
+        load_best_model_at_end=True,  # validation picks the step whose weights are tested
         model=a.model, task=a.task, reward=["exact_answer"], peft=a.peft, max_steps=a.max_steps,
         learning_rate=a.learning_rate, beta=a.beta, max_completion_length=a.max_completion_length,
         num_train=a.num_train, num_eval=a.num_eval, num_test=a.num_test, eval_batch_size=64,

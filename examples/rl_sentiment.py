@@ -41,6 +41,7 @@ import json
 import os
 import pathlib
 import random
+import sys
 
 from mezo_rl.training.arguments import MeZOConfig
 from mezo_rl.cli.plots import results_line
@@ -89,7 +90,7 @@ def rewards_of(repetition_weight: float) -> tuple[list[str], list[float] | None]
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
     p.add_argument("--data-dir", default=os.environ.get("MEZO_RL_DATA"), help="datasets directory (default: $MEZO_RL_DATA)")
     p.add_argument("--output-dir", default="runs/rl_sentiment", help="prompts/ and run/ go here")
     p.add_argument("--model", default="smollm2-135m")
@@ -130,6 +131,11 @@ def main():
         p.error(f"--repetition-weight must be a number >= 0, got {a.repetition_weight}")
     if not a.data_dir:
         p.error("give --data-dir or set MEZO_RL_DATA (the directory holding SST-2/LM-BFF-original/)")
+    source = pathlib.Path(a.data_dir) / "SST-2" / "LM-BFF-original"
+    missing = [name for name in ("train.tsv", "dev.tsv", "test.tsv") if not (source / name).is_file()]
+    if missing:  # one line, before anything is written or loaded
+        sys.exit(f"rl_sentiment.py: error: {source} lacks {', '.join(missing)}: this example reads SST-2's LM-BFF "
+                 f"files (the layout of docs/tasks.md); give --data-dir DIR or set MEZO_RL_DATA=DIR")
     out = pathlib.Path(a.output_dir)
     files = write_prompts(pathlib.Path(a.data_dir), out / "prompts", a.num_train, a.num_eval, a.num_test, a.words)
     if a.prompts_only:
@@ -137,6 +143,7 @@ def main():
         return
     rewards, weights = rewards_of(a.repetition_weight)
     args = MeZOConfig(
+        load_best_model_at_end=True,  # validation picks the step whose weights are tested
         model=a.model, task=str(files["train"]), validation_file=str(files["validation"]), test_file=str(files["test"]),
         reward=rewards, reward_weights=weights, peft=a.peft,
         max_steps=a.max_steps, per_device_train_batch_size=a.per_device_train_batch_size,

@@ -35,6 +35,7 @@ from .registry import (
     get_reward,
     list_rewards,
     register_reward,
+    trl_names,
     unregister_reward,
 )
 from .squad import exact_match_score, f1_score, normalize_answer
@@ -59,5 +60,6 @@ __all__ = [
     "list_rewards",
     "normalize_answer",
     "register_reward",
+    "trl_names",
     "unregister_reward",
 ]

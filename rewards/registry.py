@@ -252,3 +252,24 @@ def describe_rewards() -> list[RewardInfo]:
 def describe(ref) -> str:
     """The one-line description of a reward (first docstring line)."""
     return get_reward(ref).description
+
+
+def _short_name(name: str) -> str:
+    """A reward reference as TRL names the reward: a function's ``__name__`` (``pkg.mod:reward_len`` and
+    ``file.py:Cls.score`` -> ``reward_len``, ``score``), a reward model's last path part (``org/rm`` -> ``rm``);
+    a registered name as it is."""
+    if ":" in name and not name.startswith(("http:", "https:")):
+        return name.rpartition(":")[2].rpartition(".")[2] or name
+    return name.rstrip("/").rpartition("/")[2] or name
+
+
+def trl_names(names) -> dict[str, str]:
+    """Each reward reference of ``names`` -> its name in logs and metrics, as TRL names a reward (its function's
+    ``__name__``, a model's name); where two references would share a name, the two keep their references (the
+    module path breaks the tie)."""
+    names = list(names)
+    short = {name: _short_name(name) for name in names}
+    counts: dict[str, int] = {}
+    for s in short.values():
+        counts[s] = counts.get(s, 0) + 1
+    return {name: s if counts[s] == 1 else name for name, s in short.items()}

@@ -18,7 +18,7 @@ def _fields(cls) -> dict:
 
 
 #: options whose values in bounds need another option beside them (HiZOO: the noise of --peft full)
-COMPANIONS = {"hessian_smooth": dict(peft="full")}
+COMPANIONS = {"hessian_smooth": dict(peft="full"), "top_p": dict(do_sample=True)}
 
 
 @pytest.mark.parametrize("cls", [MeZOConfig, BaselineArguments, EvalRunArguments])
@@ -161,8 +161,11 @@ def test_the_reward_defaults_to_the_task_own_metric(task, reward):
     assert MeZOConfig.from_dict(args.to_dict()).reward == [reward]
     assert MeZOConfig(task=task, reward=["cross_entropy"]).reward == ["cross_entropy"]
     assert MeZOConfig(task=task, reward_weights=[2]).reward_weights == [2.0]
-    with pytest.raises(ConfigError, match="--reward-weights: got 2 weights for 1 rewards"):
-        MeZOConfig(task=task, reward_weights=[1, 2])
+    # weights of another count are for a trainer's reward_funcs: the plan checks them against the rewards it has,
+    # here the task's own, in one line before any model loads
+    from mezo_rl.training.plan import plan_given
+    with pytest.raises(ConfigError, match=rf"--reward-weights: got 2 weights for 1 rewards \['{reward}'\]"):
+        plan_given(MeZOConfig(task=task, reward_weights=[1, 2]))
 
 
 def test_a_task_of_prompts_only_needs_a_reward_and_a_code_task_takes_its_metric_once_built():

@@ -16,10 +16,12 @@ def records(out):
 
 
 def test_early_stopping_on_a_metric_ends_the_run_and_tests_the_best_step(tmp_path, factory):  # noqa: F811
-    # learning rate 0: validation accuracy never improves on the step-0 value, so one evaluation of patience stops
-    args = make_args(tmp_path, max_steps=12, eval_steps=2, learning_rate=0.0, metric_for_best_model="accuracy")
+    # learning rate 0: validation accuracy never improves on the step-0 value, so one evaluation of patience stops;
+    # step 2 ties step 0, and a tie goes to the later step
+    args = make_args(tmp_path, max_steps=12, eval_steps=2, learning_rate=0.0, metric_for_best_model="accuracy",
+                     load_best_model_at_end=True)
     trainer, summary = train(args, factory, callbacks=[EarlyStoppingCallback(early_stopping_patience=1)])
-    assert summary["steps"] == 2 and summary["stopped_early"] is True and summary["best_step"] == 0
+    assert summary["steps"] == 2 and summary["stopped_early"] is True and summary["best_step"] == 2
     steps = [r["step"] for r in records(tmp_path / "run") if "split" not in r]
     assert steps == [1, 2]
     assert [r["step"] for r in records(tmp_path / "run") if r.get("split") == "test"] == [0, 2]

@@ -3,6 +3,7 @@ the frozen trunk runs once per distinct example for the whole run, the best step
 included, and the summary says where the time went."""
 from __future__ import annotations
 
+import math
 import random
 
 import torch
@@ -10,6 +11,7 @@ import torch
 from conftest import make_tiny_causal_lm
 from mezo_rl.model.lm import LanguageModel
 from mezo_rl.training.arguments import MeZOConfig
+from mezo_rl.training.callbacks import TrainerCallback
 from mezo_rl.training.trainer import MeZOTrainer
 from mezo_rl.tasks import Example, get_task
 
@@ -31,12 +33,19 @@ def test_the_trunk_runs_once_per_example_for_the_whole_run(tmp_path, tiny_tokeni
         return LanguageModel(model, tiny_tokenizer)
 
     splits = {"train": examples(24, 0), "validation": examples(12, 1), "test": examples(12, 2)}
-    # lr 0: the validation accuracy never improves on step 0's, so the best step is 0 and the run rebuilds the
-    # model for it (the path that used to run the trunk over the test split a second time)
+    # lr 0: the validation accuracy stays step 0's; a tie goes to the later step, so a callback makes step 0's
+    # value unbeatable: the best step is 0 and the run rebuilds the model for it (the path that used to run the
+    # trunk over the test split a second time)
+    class HoldStepZero(TrainerCallback):
+        def on_evaluate(self, args, state, control, **kwargs):
+            if state.global_step > 0:
+                state.best_metric = math.inf
+
     args = MeZOConfig(model="tiny", task="sst2", reward=["accuracy"], peft="norm", max_steps=6, per_device_train_batch_size=8,
                              eval_steps=3, learning_rate=0.0, autocast="none", progress=False, output_dir=str(tmp_path / "run"),
-                             num_train=24, num_eval=12, num_test=12, initial_test=True)
-    trainer = MeZOTrainer(args=args, lm=factory(), lm_factory=factory, task=get_task("sst2"), splits=splits)
+                             num_train=24, num_eval=12, num_test=12, initial_test=True, load_best_model_at_end=True)
+    trainer = MeZOTrainer(args=args, lm=factory(), lm_factory=factory, task=get_task("sst2"), splits=splits,
+                          callbacks=[HoldStepZero()])
     assert trainer.lm.trunk_cache_active
     trainer.train()
     summary = trainer.summary

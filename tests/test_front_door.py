@@ -75,8 +75,10 @@ def test_a_config_file_with_a_grpo_only_option_is_one_warning_line_on_the_comman
     cfg.write_text("learning_rate: 1.0e-5\nloss_type: dapo\nfp16: false\n")
     with caplog.at_level(logging.WARNING, logger="mezo_rl"):
         assert main(["train", "--config", str(cfg), "--model", NOT_A_MODEL]) == 2  # then the missing model: one line
-    (line,) = [r.getMessage() for r in caplog.records if r.name == "mezo_rl"]
+    # one line for the GRPO-only options; GRPO's learning rate gets its own line (issue 68), naming the mode's default
+    (line, lr) = [r.getMessage() for r in caplog.records if r.name == "mezo_rl"]
     assert "loss_type (MeZO has no surrogate loss" in line and "fp16" not in line
+    assert "learning_rate 1e-05 is below 1/100 of the norm mode's default" in lr
     assert capsys.readouterr().err.count("\n") == 1
 
 

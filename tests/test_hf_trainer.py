@@ -22,7 +22,7 @@ def _trainer(args, factory, **kw):  # noqa: F811
 def test_train_returns_a_train_output_and_state_is_a_trainer_state(tmp_path, factory):  # noqa: F811
     from transformers.trainer_utils import TrainOutput
 
-    trainer = _trainer(make_args(tmp_path, max_steps=4, eval_steps=2), factory)
+    trainer = _trainer(make_args(tmp_path, max_steps=4, eval_steps=2, load_best_model_at_end=True), factory)
     out = trainer.train()
     assert isinstance(out, TrainOutput) and out.global_step == 4 == trainer.state.global_step
     records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]

@@ -11,6 +11,7 @@ import pytest
 
 from mezo_rl import rewards
 from conftest import make_tiny_causal_lm
+from mezo_rl.model.decoding import Sampling
 from mezo_rl.training.arguments import MeZOConfig
 from mezo_rl.errors import ConfigError, UserError
 from mezo_rl.stats import Moments
@@ -163,7 +164,7 @@ def test_se_and_distinct_n():
 def test_common_random_numbers_with_several_generations(tmp_path, factory):
     lm = factory()
     ex = from_prompts(write_jsonl(tmp_path / "p.jsonl", plain_rows())).load_split("train")[:3]
-    kw = dict(max_new_tokens=6, do_sample=True, temperature=2.0, num_generations=4)
+    kw = dict(max_new_tokens=6, do_sample=True, sampling=Sampling(temperature=2.0), num_generations=4)
     a = model_outputs(lm, ex, {"generation"}, sample_seed=7, **kw)
     b = model_outputs(lm, ex, {"generation"}, sample_seed=7, **kw)
     assert a.texts == b.texts and a.groups == [0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2]

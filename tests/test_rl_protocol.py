@@ -54,11 +54,11 @@ def test_test_before_validations_pick_is_refused():
     assert gate.record()["step"] == 10 and gate.record()["on"] == "validation"
 
 
-def test_the_pick_is_the_earliest_of_the_best_and_the_baseline_comes_before_training():
+def test_the_pick_is_the_latest_of_the_best_and_the_baseline_comes_before_training():
     gate = TestGate()
     for step, v in [(0, 0.1), (5, 0.4), (10, 0.4), (15, 0.2)]:
         gate.validated(step, v)
-    assert gate.pick() == 5
+    assert gate.pick() == 10  # a tie goes to the later step, as MeZOTrainer picks its best step
     late = TestGate()
     late.validated(0, 0.1)
     late.validated(5, 0.2)
@@ -207,6 +207,7 @@ def _tiny_run(tmp_path, tiny_tokenizer):
     prompts.write_text("".join(json.dumps({"prompt": f"the movie {i} was"}) + "\n" for i in range(40)))
     out = tmp_path / "cell"
     args = MeZOConfig(model="tiny", task=str(prompts), reward=["protocol_len"], peft="full", max_steps=4,
+                      load_best_model_at_end=True,  # as the frontier's command: test reads validation's pick
                       per_device_train_batch_size=4, eval_steps=2, learning_rate=1e-3, eps=1e-2, autocast="none",
                       progress=False, output_dir=str(out / "run"), num_train=20, num_eval=6, num_test=6,
                       max_completion_length=6, log_completions=6)

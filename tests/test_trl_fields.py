@@ -99,9 +99,14 @@ def test_honoured_fields_change_the_config():
     assert MeZOConfig(output_dir="runs/a", resume_from_checkpoint="runs/a/checkpoint").resume is True
     with pytest.raises(ConfigError, match="its own output_dir"):
         MeZOConfig(output_dir="runs/a", resume_from_checkpoint="runs/b")
-    for name, value in (("top_p", 0.9), ("top_k", 50), ("repetition_penalty", 1.1)):
-        with pytest.raises(ConfigError, match=name.replace("_", "-")):
-            MeZOConfig(**{name: value})
+    # TRL's sampling knobs are honoured (issue 68): the decode's Sampling holds them
+    knobs = dict(top_p=0.9, top_k=50, min_p=0.05, repetition_penalty=1.1)
+    sampling = MeZOConfig(do_sample=True, temperature=0.7, **knobs).sampling()
+    assert (sampling.temperature, sampling.top_p, sampling.top_k, sampling.min_p, sampling.repetition_penalty) == (
+        0.7, 0.9, 50, 0.05, 1.1)
+    for name in ("top_p", "top_k", "min_p"):  # they shape sampling: with greedy decoding, one line
+        with pytest.raises(ConfigError, match=name.replace("_", "-") + " shape sampling"):
+            MeZOConfig(**{name: knobs[name]})
 
 
 def test_the_schedule_is_transformers_cosine_with_warmup(tmp_path, factory):  # noqa: F811
@@ -119,7 +124,7 @@ def test_best_step_strategy_fields(tmp_path, factory):  # noqa: F811
     from test_trainer import make_args, train
 
     _, lowest = train(make_args(tmp_path, "low", max_steps=4, eval_steps=1, learning_rate=1e-1, metric_for_best_model="accuracy",
-                                greater_is_better=False), factory)
+                                greater_is_better=False, load_best_model_at_end=True), factory)
     validations = [json.loads(line) for line in (tmp_path / "low" / "metrics.jsonl").read_text().splitlines()]
     accs = {r["step"]: r["metrics"]["accuracy"] for r in validations if r.get("split") == "validation"}
     assert lowest["validation"]["accuracy"] == min(accs.values())

@@ -2,7 +2,7 @@
 
 1. **Choices on validation only.** Steps, learning rates, beta and every other choice are made on the
    validation split. Within a run the pick is the validated step with the highest validation objective (the
-   earliest of equal ones); across cells (the reward-KL frontier, "which cell is best at this kl") the pick
+   latest of equal ones, as ``MeZOTrainer`` picks its best step); across cells (the reward-KL frontier, "which cell is best at this kl") the pick
    reads the cells' validation figures only (``suite.frontier``).
 2. **Test once, at validation's pick.** A run reads its test split once after training, with the weights of
    validation's pick, and the record names that pick (``pick``: the step, the validated steps, the split it was
@@ -100,13 +100,14 @@ class TestGate:
         self.baseline_read = True
 
     def pick(self) -> int:
-        """Validation's pick: the validated step with the highest objective, the earliest of equal ones."""
+        """Validation's pick: the validated step with the highest objective, the latest of equal ones (the trainer's
+        rule for its best step: the weights that trained longer for the same validation)."""
         if self.picked is None:
             if not self.validations:
                 raise ProtocolError("no validation: there is no pick, and test may not be read")
             best = None
             for step, value in self.validations:
-                if best is None or value > best[1]:
+                if best is None or value >= best[1]:
                     best = (step, value)
             self.picked = best[0]
         return self.picked
@@ -125,7 +126,7 @@ class TestGate:
         """The record's ``pick``: the step, the split it was made on and every validated step's objective."""
         if self.picked is None or not self.tested:
             raise ProtocolError("no pick recorded: the cell has not read its test split at validation's pick")
-        return {"on": "validation", "step": self.picked, "rule": "highest validation objective, earliest of ties",
+        return {"on": "validation", "step": self.picked, "rule": "highest validation objective, latest of ties",
                 "validated": [{"step": s, "objective": v} for s, v in self.validations]}
 
     @classmethod

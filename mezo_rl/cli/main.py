@@ -26,6 +26,7 @@ at the last completed step and prints the command that resumes (exit status 130 
 from __future__ import annotations
 
 import argparse
+import difflib
 import contextlib
 import dataclasses
 import json
@@ -130,6 +131,20 @@ def _verbatim(text: str) -> list[str]:
 _verbatim.__name__ = "str"
 
 
+def _json_object(text: str) -> dict:
+    """A dict option's value on the command line: a JSON object (``'{"top_k": 50}'``)."""
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise argparse.ArgumentTypeError(f"not a JSON object ({e.msg}): {text!r}") from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError(f"not a JSON object: {text!r}")
+    return value
+
+
+_json_object.__name__ = "JSON object"
+
+
 def add_dataclass_arguments(parser: argparse.ArgumentParser, cls, skip=()) -> None:
     """Add one option per field of the dataclass ``cls`` (defaults suppressed: see :func:`parse_into`)."""
     hints = typing.get_type_hints(cls)
@@ -147,6 +162,8 @@ def add_dataclass_arguments(parser: argparse.ArgumentParser, cls, skip=()) -> No
             kw["choices"] = f.metadata["choices"]
         if tp is bool:
             parser.add_argument(*names, action=argparse.BooleanOptionalAction, **kw)
+        elif tp is dict:
+            parser.add_argument(*names, type=_json_object, metavar="JSON", **kw)
         elif typing.get_origin(tp) is list:
             (item,) = typing.get_args(tp)
             kw.pop("choices", None)
@@ -318,7 +335,10 @@ def cmd_export(ns) -> int:
     if out.exists() and not out.is_dir():
         raise ConfigError(f"--output {str(out)!r} is not a directory (a file is there)")
     lm, args, step = load_run(ns.run_dir, step)
-    merged = ns.merged if ns.merged is not None else args.peft == "lora"
+    merged = ns.merge and args.peft == "lora"
+    if ns.merge and args.peft == "prefix":
+        raise ConfigError("--merge: a prefix adapter cannot be folded into the weights (it adds attention keys and "
+                          "values, not a weight delta); leave out --merge")
     save_model(lm, args.peft, ns.output, merged=merged)
     summary_path = pathlib.Path(ns.run_dir) / rundir.SUMMARY_FILE
     write_model_card(ns.output, args.to_dict(), rundir.read_json(summary_path) if summary_path.is_file() else None,
@@ -433,9 +453,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--run-dir", required=True, help="a `mezo-rl train` output directory")
     p.add_argument("--output", required=True, help="directory to write (save_pretrained layout)")
     p.add_argument("--step", default="best", help="best, final or a step number")
-    p.add_argument("--merged", action=argparse.BooleanOptionalAction, default=None,
-                   help="PEFT runs: --merged folds a LoRA adapter into the weights (a plain model), --no-merged "
-                   "writes the adapter only (default: merged for LoRA; a prefix is always exported as an adapter)")
+    p.add_argument("--merge", action="store_true",
+                   help="LoRA runs: fold the adapter into the weights (a plain from_pretrained model); default: the "
+                   "PEFT adapter folder that peft.PeftModel.from_pretrained loads (a prefix is always an adapter)")
     p.add_argument("--push-to-hub", metavar="REPO_ID", default=None,
                    help="also upload the directory (weights, tokenizer, README.md model card) to this Hub repository")
     p.set_defaults(func=cmd_export)
@@ -480,15 +500,28 @@ def build_parser() -> argparse.ArgumentParser:
 DEBUG_ENV = "MEZO_RL_DEBUG"
 
 
-def unrecognized(extra: list[str], command: Optional[str]) -> str:
-    """The one line for options ``command`` does not take: an earlier name says the field that replaced it."""
+def command_options(parser: argparse.ArgumentParser, command: Optional[str]) -> list[str]:
+    """The ``--options`` the command ``command`` of ``parser`` (or the parser itself) takes, dash spellings."""
+    if command is not None:
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction) and command in action.choices:
+                parser = action.choices[command]
+    return [s for action in parser._actions for s in action.option_strings if s.startswith("--") and "_" not in s]
+
+
+def unrecognized(extra: list[str], command: Optional[str], options=()) -> str:
+    """The one line for options ``command`` does not take: an earlier name says the field that replaced it; another
+    mistyped one, the nearest of ``options`` (the command's)."""
     renamed = RENAMED_OPTIONS.get(command, {})
     olds = [a for a in extra if a.startswith("--") and a[2:].split("=")[0].replace("-", "_") in renamed]
     parts = [f"{a.split('=')[0]} is now {flag(renamed[a[2:].split('=')[0].replace('-', '_')])}" for a in olds]
     rest = [a for i, a in enumerate(extra) if a not in olds  # nor the value an earlier name was given
             and not (i and extra[i - 1] in olds and "=" not in extra[i - 1] and not a.startswith("--"))]
     if rest:
-        parts.append(f"unrecognized arguments: {' '.join(rest)}")
+        near = [(a.split("=")[0], close[0]) for a in rest if a.startswith("--")
+                for close in [difflib.get_close_matches(a.split("=")[0], options, n=1, cutoff=0.6)] if close]
+        hint = near[0][1] if len(near) == 1 else ", ".join(f"{new} for {old}" for old, new in near)
+        parts.append(f"unrecognized arguments: {' '.join(rest)}" + (f"; did you mean {hint}?" if near else ""))
     return "; ".join(parts) + f" (see `mezo-rl{' ' + command if command else ''} --help`)"
 
 
@@ -504,9 +537,11 @@ def main(argv: Optional[list[str]] = None, callbacks=()) -> int:
     debug = "--debug" in argv or os.environ.get(DEBUG_ENV, "").lower() in ("1", "true", "yes", "on")
     argv = [a for a in argv if a != "--debug"]
     try:
-        ns, extra = build_parser().parse_known_args(argv)
+        parser = build_parser()
+        ns, extra = parser.parse_known_args(argv)
         if extra:
-            raise UsageError(unrecognized(extra, getattr(ns, "command", None)))
+            command = getattr(ns, "command", None)
+            raise UsageError(unrecognized(extra, command, command_options(parser, command)))
         if ns.func is cmd_train:
             return ns.func(ns, callbacks)
         if callbacks:

@@ -3,7 +3,8 @@
 A batch of prompts is left-padded and decoded with a key/value cache, preallocated for the whole decode
 where the model takes one (:func:`decode_plan`); on CUDA the one-token step is recorded once per decode
 as a CUDA graph and replayed (:mod:`mezo_rl.model.cuda_graph`). :func:`next_tokens` chooses each new
-token from the logits (greedy, or drawn with common random numbers across members). A row ends at EOS
+token from the logits (greedy, or drawn with common random numbers across members), shaped by a
+:class:`Sampling` (TRL's and transformers' knobs: repetition penalty, temperature, top-k, top-p, min-p). A row ends at EOS
 or at the first of the caller's stop strings it writes (:class:`StopCheck` on the device,
 :func:`end_at_stop` on the text).
 
@@ -26,6 +27,40 @@ from mezo_rl.model.members import check_members
 
 DONE_CHECK_EVERY = 8  # on an accelerator: new tokens between two host reads of "has every row finished?"
 STATIC_CACHE_DEVICES = ("cpu", "cuda")  # device types whose decoding preallocates the key/value cache
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """How a next token is chosen from the logits, as transformers' ``generate`` and TRL's ``GRPOConfig`` name the
+    knobs, applied in transformers' order: ``repetition_penalty`` (every token already in the row, prompt
+    included: a positive logit divided by it, a negative one multiplied; greedy decoding too), then, when
+    sampling, ``temperature``, ``top_k`` (the k most likely; 0 or None: all), ``top_p`` (the smallest set whose
+    probability reaches it), ``min_p`` (tokens below ``min_p`` times the most likely one's probability dropped;
+    0 or None: none). The neutral values change nothing."""
+
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int | None = None
+    min_p: float | None = None
+    repetition_penalty: float = 1.0
+
+    def __post_init__(self):
+        bad = [(name, accepted) for name, ok, accepted in (
+            ("temperature", self.temperature > 0, "a number > 0"),
+            ("top_p", 0 < self.top_p <= 1, "a number in (0, 1]"),
+            ("top_k", self.top_k is None or (int(self.top_k) == self.top_k and self.top_k >= 0), "an integer >= 0"),
+            ("min_p", self.min_p is None or 0 <= self.min_p <= 1, "a number in [0, 1]"),
+            ("repetition_penalty", self.repetition_penalty > 0, "a number > 0")) if not ok]
+        if bad:
+            raise ValueError("; ".join(f"{name}: got {getattr(self, name)!r}, accepted: {accepted}"
+                                       for name, accepted in bad))
+
+    @property
+    def penalises(self) -> bool:
+        return self.repetition_penalty != 1.0
+
+
+GREEDY = Sampling()
 
 
 @dataclass(frozen=True)
@@ -67,7 +102,7 @@ class DecodeState:
 
 
 def generate(lm, prompts: list[str], max_new_tokens: int = 50, do_sample: bool = False, seed: int | None = None,
-             temperature: float = 1.0, top_k: int | None = None, stop: list[str] | None = None,
+             sampling: Sampling = GREEDY, stop: list[str] | None = None,
              members: int | None = None) -> list[str] | list[list[str]]:
     """``lm.generate(...)`` (:meth:`mezo_rl.model.lm.LanguageModel.generate`), under ``torch.no_grad()``."""
     M = check_members(members)
@@ -76,8 +111,6 @@ def generate(lm, prompts: list[str], max_new_tokens: int = 50, do_sample: bool =
         raise ValueError("generate needs a causal LM; this is a masked LM")
     if max_new_tokens < 1:
         raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
-    if do_sample and not temperature > 0:
-        raise ValueError(f"temperature must be > 0 when sampling, got {temperature}")
     gen = None
     if do_sample:
         gen = torch.Generator(device=lm.device)
@@ -92,20 +125,19 @@ def generate(lm, prompts: list[str], max_new_tokens: int = 50, do_sample: bool =
     out = [[None] * len(prompts) for _ in range(M)]
     for start in range(0, len(order), lm.batch_size):
         chunk = order[start : start + lm.batch_size]
-        texts = _generate_batch(lm, [enc[i] for i in chunk], max_new_tokens, do_sample, gen, temperature, top_k,
-                                stops, M)
+        texts = _generate_batch(lm, [enc[i] for i in chunk], max_new_tokens, do_sample, gen, sampling, stops, M)
         for k in range(M):
             for i, text in zip(chunk, texts[k * len(chunk):(k + 1) * len(chunk)]):
                 out[k][i] = text
     return out if members is not None else out[0]
 
 
-def _generate_batch(lm, enc, max_new_tokens, do_sample, gen, temperature, top_k, stops, members: int = 1):
+def _generate_batch(lm, enc, max_new_tokens, do_sample, gen, sampling, stops, members: int = 1):
     """Texts of ``members`` copies of the prompts whose token ids are ``enc`` (member-major), decoded
     as one batch: pad, decode, detokenise."""
     input_ids, mask = _left_padded(lm, list(enc) * members)
-    new, ends = _decode(lm, input_ids, mask, _stop_check(lm, stops), max_new_tokens, do_sample, gen,
-                        temperature, top_k, members)
+    new, ends = _decode(lm, input_ids, mask, _stop_check(lm, stops), max_new_tokens, do_sample, gen, sampling,
+                        members)
     return _detokenise(lm, new, ends, stops)
 
 
@@ -143,7 +175,7 @@ def _stop_check(lm, stops):
     return lm._decoding.stop_checks[stops]
 
 
-def _decode(lm, input_ids, mask, stop_check, max_new_tokens, do_sample, gen, temperature, top_k, members):
+def _decode(lm, input_ids, mask, stop_check, max_new_tokens, do_sample, gen, sampling, members):
     """The new token ids [B, n <= max_new_tokens] of left-padded prompts and, per row, how many of them
     the text keeps (up to and including the token that completed a stop string; before EOS).
 
@@ -165,6 +197,10 @@ def _decode(lm, input_ids, mask, stop_check, max_new_tokens, do_sample, gen, tem
     positions = (mask.cumsum(1) - 1).clamp(min=0)  # the prompt's positions; each new token's is one more
     step_ids, every = input_ids, plan.check_every
     graph, n = None, 0
+    seen = None  # with a repetition penalty: the tokens each row holds so far (its prompt's and its new ones)
+    if sampling.penalises:
+        vocab = lm.model.config.vocab_size
+        seen = torch.zeros((B, vocab), dtype=torch.long, device=dev).scatter_add_(1, input_ids, mask.long()) > 0
     for n in range(max_new_tokens):
         step_mask = full_mask if plan.static_cache else full_mask[:, : P + n]
         if graph is not None:
@@ -173,8 +209,10 @@ def _decode(lm, input_ids, mask, stop_check, max_new_tokens, do_sample, gen, tem
             logits, graph = _record_step(lm, step_ids, step_mask, positions, cache)
         else:
             logits, cache = _decode_step(lm, step_ids, step_mask, positions, cache)
-        nxt = next_tokens(logits.to(dev), do_sample, gen, temperature, top_k, members)
+        nxt = next_tokens(logits.to(dev), do_sample, gen, sampling, members, seen)
         nxt = torch.where(done, torch.full_like(nxt, pad), nxt)
+        if seen is not None:
+            seen[torch.arange(B, device=dev), nxt] = True
         new[:, n] = nxt
         at_eos = eos[nxt]
         hit = at_eos if stop_check is None else at_eos | stop_check(new[:, : n + 1])
@@ -228,15 +266,37 @@ def _decode_cache(lm, batch: int, length: int):
     return cache
 
 
-def next_tokens(logits, do_sample, gen, temperature, top_k, members):
-    """Greedy, or drawn from softmax(logits / temperature) (top_k most likely); with members, every
-    member's block draws the numbers block 0 draws (common random numbers)."""
+def shaped_logits(logits, do_sample: bool, sampling: Sampling = GREEDY, seen=None):
+    """The logits a next token is chosen from, as transformers' logits processors leave them (``-inf``: a token
+    that cannot be drawn): the repetition penalty (``seen``: a bool [rows, vocabulary] mask of the tokens each
+    row holds), then, when sampling, temperature, top-k, top-p and min-p (:class:`Sampling`)."""
+    if seen is not None and sampling.penalises:
+        seen = seen[:, :logits.shape[-1]]
+        penalised = torch.where(logits > 0, logits / sampling.repetition_penalty, logits * sampling.repetition_penalty)
+        logits = torch.where(seen, penalised, logits)
+    if not do_sample:
+        return logits
+    logits = logits / sampling.temperature
+    if sampling.top_k:
+        kth = logits.topk(min(int(sampling.top_k), logits.shape[-1]), dim=-1).values[:, -1:]
+        logits = logits.masked_fill(logits < kth, -math.inf)
+    if sampling.top_p < 1.0:  # transformers' TopPLogitsWarper: drop the tail whose probability is <= 1 - top_p
+        ordered, index = logits.sort(dim=-1)
+        tail = ordered.softmax(-1).cumsum(-1) <= 1 - sampling.top_p
+        tail[:, -1] = False  # the most likely token always stays
+        logits = logits.masked_fill(tail.scatter(1, index, tail), -math.inf)
+    if sampling.min_p:  # transformers' MinPLogitsWarper: below min_p times the top token's probability
+        probs = logits.softmax(-1)
+        logits = logits.masked_fill(probs < sampling.min_p * probs.amax(-1, keepdim=True), -math.inf)
+    return logits
+
+
+def next_tokens(logits, do_sample, gen, sampling: Sampling = GREEDY, members: int = 1, seen=None):
+    """Greedy, or drawn from the logits as ``sampling`` shapes them (:func:`shaped_logits`); with members,
+    every member's block draws the numbers block 0 draws (common random numbers)."""
+    logits = shaped_logits(logits, do_sample, sampling, seen)
     if not do_sample:
         return logits.argmax(-1)
-    logits = logits / temperature
-    if top_k:
-        kth = logits.topk(min(top_k, logits.shape[-1]), dim=-1).values[:, -1:]
-        logits = logits.masked_fill(logits < kth, -math.inf)
     probs = F.softmax(logits, dim=-1)
     if members == 1:
         return torch.multinomial(probs, 1, generator=gen).squeeze(1)

@@ -272,14 +272,20 @@ class LanguageModel:
         top_k: int | None = None,
         stop: list[str] | None = None,
         members: int | None = None,
+        top_p: float = 1.0,
+        min_p: float | None = None,
+        repetition_penalty: float = 1.0,
     ) -> list[str] | list[list[str]]:
         """Continue each prompt; return the new text only, up to and including the first stop string it writes.
 
         Batched decoding with a key/value cache, ``self.batch_size`` prompts at a time, taken in order of
         their token length so that a chunk's left padding stays short. Greedy by default; with
-        ``do_sample=True`` tokens are drawn from softmax(logits / temperature) (optionally the top_k
-        most likely) with a ``torch.Generator`` seeded by ``seed``: two calls with the same seed and the
-        same prompts return the same text, so +eps and -eps perturbations see common random numbers.
+        ``do_sample=True`` tokens are drawn from softmax(logits / temperature), kept to the ``top_k`` most
+        likely, the ``top_p`` nucleus and the tokens of at least ``min_p`` times the top one's probability, as
+        transformers' ``generate`` does (:class:`~mezo_rl.model.decoding.Sampling`), with a ``torch.Generator``
+        seeded by ``seed``: two calls with the same seed and the same prompts return the same text, so +eps and
+        -eps perturbations see common random numbers. ``repetition_penalty`` (greedy decoding too) lowers the
+        logit of every token the row already holds, its prompt's included. A bad value is one ValueError line.
 
         A completion ends at EOS (always; EOS is not part of the text), at the first of the ``stop``
         strings it writes, or after ``max_new_tokens``. The text keeps the stop string and ends with it,
@@ -303,7 +309,8 @@ class LanguageModel:
         numbers as block 0 (the generator is rewound before each block), which are the numbers a call
         without members would draw for the same prompts.
         """
-        return decoding.generate(self, prompts, max_new_tokens, do_sample, seed, temperature, top_k, stop, members)
+        sampling = decoding.Sampling(temperature if do_sample else 1.0, top_p, top_k, min_p, repetition_penalty)
+        return decoding.generate(self, prompts, max_new_tokens, do_sample, seed, sampling, stop, members)
 
     # ------------------------------------------------------------------ features
     @torch.no_grad()

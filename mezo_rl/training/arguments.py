@@ -39,12 +39,15 @@ from typing import Any, Optional
 from mezo_rl.training.defaults import (FIELD_OF, MODE_DEFAULTS, MODES, PROMPT_TASK_DEFAULTS, default_mode,
                                        default_reward, mode_defaults)
 from mezo_rl.errors import ConfigError
+from mezo_rl.rewards import trl_names
 from mezo_rl.training.config import trl_options
 from mezo_rl.training.member_evaluation import check_evaluation
+from mezo_rl.training.model_card import HUB_STRATEGIES
 from mezo_rl.training.outputs import check_dtype
 from mezo_rl.training.reporting import check_report_to
 from mezo_rl.engine.noise import NOISES as NOISE_KINDS
 from mezo_rl.engine.optim import ESTIMATORS, EVALUATIONS, HIZOO_OPTIONS, ON_NONFINITE, ROUNDINGS
+from mezo_rl.model.decoding import Sampling
 from mezo_rl.model.loading import parse_max_memory
 
 #: ``lr_scheduler_type``: the schedules of ``transformers.get_scheduler`` that need no more than warmup and length
@@ -60,9 +63,10 @@ RENAMED = {"lr": "learning_rate", "steps": "max_steps", "batch_size": "per_devic
 
 def option(default: Any = dataclasses.MISSING, help: str = "", *, choices=None, min: Optional[int] = None,
            gt: Optional[float] = None, ge: Optional[float] = None, lt: Optional[float] = None,
+           le: Optional[float] = None,
            default_factory: Any = dataclasses.MISSING, verbatim: bool = False):
     """A dataclass field with its ``--help`` text and what it accepts in the metadata: ``choices``,
-    an integer ``min``, or number bounds ``gt`` (>), ``ge`` (>=), ``lt`` (<). ``verbatim`` (a list of strings):
+    an integer ``min``, or number bounds ``gt`` (>), ``ge`` (>=), ``lt`` (<), ``le`` (<=). ``verbatim`` (a list of strings):
     each ``--option`` on the command line is one item, commas and spaces kept, with the escapes ``\\n``,
     ``\\t`` and ``\\\\`` read as a newline, a tab and a backslash."""
     metadata: dict[str, Any] = {"help": help}
@@ -70,7 +74,7 @@ def option(default: Any = dataclasses.MISSING, help: str = "", *, choices=None, 
         metadata["verbatim"] = True
     if choices is not None:
         metadata["choices"] = list(choices)
-    for key, bound in (("min", min), ("gt", gt), ("ge", ge), ("lt", lt)):
+    for key, bound in (("min", min), ("gt", gt), ("ge", ge), ("lt", lt), ("le", le)):
         if bound is not None:
             metadata[key] = bound
     return field(default=default, default_factory=default_factory, metadata=metadata)
@@ -81,7 +85,8 @@ def flag(name: str) -> str:
     return "--" + name.replace("_", "-")
 
 
-_BOUNDS = {"gt": (lambda v, b: v > b, ">"), "ge": (lambda v, b: v >= b, ">="), "lt": (lambda v, b: v < b, "<")}
+_BOUNDS = {"gt": (lambda v, b: v > b, ">"), "ge": (lambda v, b: v >= b, ">="), "lt": (lambda v, b: v < b, "<"),
+           "le": (lambda v, b: v <= b, "<=")}
 
 
 def canonical_options(cls, values: dict) -> dict:
@@ -178,9 +183,10 @@ class Arguments:
                 raise ConfigError(f"{flag(f.name)}: got {value!r}, accepted: {', '.join(map(str, f.metadata['choices']))}")
             if "min" in f.metadata and value < f.metadata["min"]:
                 raise ConfigError(f"{flag(f.name)}: got {value!r}, accepted: an integer >= {f.metadata['min']}")
-            for key, (ok, sign) in _BOUNDS.items():
-                if key in f.metadata and not (math.isfinite(value) and ok(value, f.metadata[key])):
-                    raise ConfigError(f"{flag(f.name)}: got {value!r}, accepted: a number {sign} {f.metadata[key]:g}")
+            bounds = [(ok, sign, f.metadata[key]) for key, (ok, sign) in _BOUNDS.items() if key in f.metadata]
+            if bounds and not (math.isfinite(value) and all(ok(value, bound) for ok, _, bound in bounds)):
+                raise ConfigError(f"{flag(f.name)}: got {value!r}, accepted: a number "
+                                  f"{' and '.join(f'{sign} {bound:g}' for _, sign, bound in bounds)}")
         if hasattr(self, "dtype"):  # weights this machine cannot hold, or a pair that means nothing: one line now
             check_dtype(self.dtype, getattr(self, "autocast", "auto"))
 
@@ -253,12 +259,20 @@ class ObjectiveArguments(Arguments):
         super().__post_init__()
 
     def check_reward_weights(self) -> None:
-        """One weight per reward (checked again once a default reward is resolved)."""
-        if self.reward_weights is not None and self.reward is not None and len(self.reward_weights) != len(self.reward):
-            raise ConfigError(
-                f"--reward-weights: got {len(self.reward_weights)} weights for "
-                f"{len(self.reward)} rewards {self.reward}; give one weight per --reward"
-            )
+        """One weight per ``--reward`` given (the rewards of a trainer's ``reward_funcs``, or a task's own:
+        checked by the plan, once they are known)."""
+        if self.reward is not None:
+            check_reward_weights(self.reward_weights, self.reward)
+
+
+def check_reward_weights(weights, rewards, given: str = "--reward") -> None:
+    """One weight per reward, in order, as TRL weighs its ``reward_funcs``: a count mismatch is one line naming
+    the rewards (by the names their logs use) and where they were given (``given``)."""
+    if weights is None or len(weights) == len(rewards):
+        return
+    names = list(trl_names(rewards).values())
+    raise ConfigError(f"--reward-weights: got {len(weights)} weights for {len(names)} rewards "
+                      f"{names} ({given}, in order); give one weight per --reward (reward_funcs entry)")
 
 
 @dataclass
@@ -359,11 +373,17 @@ class GenerationArguments(Arguments):
     do_sample: Optional[bool] = option(None, "sample completions in training (the same seed at +eps and -eps); "
                                              "default: with --num-generations > 1")
     temperature: float = option(1.0, "sampling temperature (> 0)")
-    top_p: float = option(1.0, "sampling: accepted at 1.0 only (LanguageModel.generate draws from the whole "
-                               "distribution)")
-    top_k: Optional[int] = option(None, "sampling: accepted unset or 0 only (LanguageModel.generate draws from the "
-                                        "whole distribution)")
-    repetition_penalty: float = option(1.0, "accepted at 1.0 only (LanguageModel.generate applies no penalty)")
+    top_p: float = option(1.0, "sampling: draw from the smallest set of tokens whose probability reaches this (1: "
+                               "all)", gt=0, le=1)
+    top_k: Optional[int] = option(None, "sampling: draw from the k most likely tokens (0 or unset: all)", min=0)
+    min_p: Optional[float] = option(None, "sampling: drop the tokens below this times the most likely one's "
+                                          "probability (unset or 0: none)", ge=0, le=1)
+    repetition_penalty: float = option(1.0, "divide the positive logit of every token already in the prompt or "
+                                            "the completion by this (a negative one: multiply), greedy decoding "
+                                            "too; 1: none", gt=0)
+    generation_kwargs: Optional[dict] = option(None, "TRL's generation_kwargs: values of the sampling options "
+                                                     "above (temperature, top_p, top_k, min_p, repetition_penalty) "
+                                                     "that override them, as a JSON object on the command line")
     stop: Optional[list[str]] = option(None, "end each completion at the first of these strings, which it keeps "
                                              "(repeat for several; on the command line \\n is a newline); every "
                                              "completion also ends at EOS, and a task whose format needs it adds its "
@@ -381,13 +401,35 @@ class GenerationArguments(Arguments):
         if self.num_generations > 1 and not self.do_sample:
             raise ConfigError(f"--num-generations {self.num_generations} with --no-do-sample: greedy decoding writes the "
                               f"same completion every time; leave out --no-do-sample")
-        for name, neutral in (("top_p", 1.0), ("top_k", 0), ("repetition_penalty", 1.0)):
-            if getattr(self, name) not in (None, neutral):
-                raise ConfigError(f"{flag(name)}: got {getattr(self, name)!r}, accepted: {neutral} (LanguageModel.generate "
-                                  f"samples from softmax(logits / temperature), so another value would not be honoured)")
-        if self.do_sample and not self.temperature > 0:
-            raise ConfigError(f"--do-sample needs --temperature > 0, got {self.temperature!r} "
+        extra = sorted(set(self.generation_kwargs or {}) - set(SAMPLING_FIELDS))
+        if extra:
+            raise ConfigError(f"--generation-kwargs: {', '.join(extra)} not honoured; accepted keys: "
+                              f"{', '.join(SAMPLING_FIELDS)}")
+        knobs = {k: getattr(self, k) for k in SAMPLING_FIELDS} | dict(self.generation_kwargs or {})
+        if self.do_sample and not knobs["temperature"] > 0:
+            raise ConfigError(f"--do-sample needs --temperature > 0, got {knobs['temperature']!r} "
                               f"(for greedy decoding leave out --do-sample)")
+        neutral = {"top_p": (1.0,), "top_k": (None, 0), "min_p": (None, 0)}
+        shaping = [k for k, values in neutral.items() if knobs[k] not in values]
+        if shaping and not self.do_sample:
+            raise ConfigError(f"{', '.join(flag(k) for k in shaping)} shape sampling, and decoding is greedy with one "
+                              f"completion per prompt: give --do-sample (or --num-generations > 1), or leave them out")
+        try:
+            self.sampling()
+        except ValueError as e:
+            raise ConfigError(f"--generation-kwargs: {e}") from None
+
+    def sampling(self) -> Sampling:
+        """How a training step's completions are decoded (:class:`mezo_rl.model.decoding.Sampling`): the sampling
+        fields, ``generation_kwargs`` over them (as TRL lets them override), the temperature where sampling."""
+        knobs = {k: getattr(self, k) for k in SAMPLING_FIELDS} | dict(self.generation_kwargs or {})
+        if not self.do_sample:
+            knobs["temperature"] = 1.0
+        return Sampling(**knobs)
+
+
+#: the sampling options, as :class:`mezo_rl.model.decoding.Sampling` takes them (``generation_kwargs`` may set these)
+SAMPLING_FIELDS = tuple(f.name for f in dataclasses.fields(Sampling))
 
 
 @dataclass
@@ -395,17 +437,24 @@ class EvalArguments(Arguments):
     eval_strategy: str = option("steps", "steps: validate at the start, every --eval-steps and at the end; no: never "
                                          "(the final step is the best)", choices=["steps", "no"])
     eval_steps: Optional[int] = option(None, "validate every N steps (default: max_steps/5, at least 1, as in the paper)", min=1)
-    metric_for_best_model: Optional[str] = option(None, "validation metric that picks the best step (default: the task's first metric)")
+    metric_for_best_model: Optional[str] = option(None, "validation metric that picks the best step, as evaluate() "
+                                                        "and the logs name it, eval_ optional (accuracy, eval_reward, "
+                                                        "rewards/<function name>/mean; default: the task's first "
+                                                        "metric, a prompt task's reward)")
     greater_is_better: Optional[bool] = option(None, "the best step has the highest --metric-for-best-model (default: "
                                                      "yes, unless that metric is a loss)")
-    load_best_model_at_end: bool = option(True, "end with the best step's weights (tested, saved); "
-                                                "--no-load-best-model-at-end: the final step's")
+    load_best_model_at_end: bool = option(False, "end with the best step's weights (tested, saved; a tie goes to "
+                                                 "the later step); default, as in transformers: the final step's")
     initial_test: bool = option(True, "also evaluate the untrained model on the test examples (summary.json: initial_test)")
     eval_batch_size: int = option(16, "examples per forward pass: in evaluation, and in a training step's scoring or generation (per member); generation decodes that many prompts of similar length together", min=1)
     logging_steps: int = option(1, "write a metrics.jsonl record every N steps", min=1)
-    log_completions: int = option(16, "prompt tasks: completions of each evaluation written to samples/<split>-step<N>.jsonl (0: none; TRL's true: 16)", min=0)
-    num_completions_to_print: Optional[int] = option(None, "prompt tasks: print this many completions of each "
-                                                           "evaluation", min=0)
+    log_completions: int = option(16, "prompt tasks: completions kept as a table of prompt, completion and each "
+                                      "reward, at each logging step of training (the step's first member's, "
+                                      "completions/train-step<N>.parquet, and trackio / wandb where on) and at each "
+                                      "evaluation (samples/<split>-step<N>.jsonl and completions/<split>-step<N>.parquet); "
+                                      "0: none; TRL's true: 16", min=0)
+    num_completions_to_print: Optional[int] = option(None, "prompt tasks: print this many of those completions at each "
+                                                           "logging step and evaluation", min=0)
 
 
 @dataclass
@@ -415,11 +464,18 @@ class OutputArguments(Arguments):
     overwrite_output_dir: bool = option(False, "start over in an --output-dir that holds an unfinished run "
                                         "(without it, such a directory is refused: --resume continues it)")
     save_model: bool = option(False, "at the end, write the weights with save_pretrained into OUTPUT_DIR")
+    merge: bool = option(False, "--peft lora: save_model() writes the adapter folded into the weights (a plain "
+                                "from_pretrained model); default: the PEFT adapter folder (adapter_config.json, "
+                                "adapter_model.safetensors) that peft.PeftModel.from_pretrained loads")
     save_steps: Optional[int] = option(None, "also write the checkpoint every N steps (TRL's save_steps; it is always "
                                              "written at each evaluation and at the end)", min=1)
     save_total_limit: Optional[int] = option(None, "checkpoints kept: a run keeps one (its trajectory replays any "
                                                    "step), which any limit allows", min=1)
-    push_to_hub: bool = option(False, "at the end, save the weights and upload them to --hub-model-id")
+    push_to_hub: bool = option(False, "upload the weights to --hub-model-id (the repository, token and network are "
+                                      "checked before the first step)")
+    hub_strategy: str = option("every_save", "with --push-to-hub, as in transformers: every_save (the weights at "
+                                             "each save and at the end), end (once, at the end), checkpoint (also "
+                                             "the checkpoint, as last-checkpoint/)", choices=HUB_STRATEGIES)
     hub_model_id: Optional[str] = option(None, "the Hub repository of --push-to-hub (default: OUTPUT_DIR's name)")
     hub_private_repo: Optional[bool] = option(None, "create the Hub repository private")
     hub_token: Optional[str] = option(None, "the Hub token of --push-to-hub (never written to the run directory)")
@@ -487,6 +543,9 @@ class MeZOConfig(OutputArguments, EvalArguments, GenerationArguments, ComputeArg
             raise ConfigError(f"--num-generations {self.num_generations} must divide --per-device-train-batch-size "
                               f"{self.per_device_train_batch_size}{times} (the completions of a step: that many / "
                               f"num_generations prompts, num_generations each)")
+        if self.merge and self.peft != "lora":
+            raise ConfigError(f"--merge folds a LoRA adapter into the weights; --peft {self.peft} has none to fold "
+                              f"(leave out --merge)")
         check_report_to(self.report_to)  # an unknown name or a missing package: one line, before anything loads
         check_evaluation(self.evaluation, self.peft, self.noise, self.trainable, dtype=self.dtype, autocast=self.autocast)
         if self.hessian_smooth and {k: getattr(self, k) for k in HIZOO_OPTIONS} != HIZOO_OPTIONS:
@@ -509,11 +568,10 @@ class MeZOConfig(OutputArguments, EvalArguments, GenerationArguments, ComputeArg
         if out["peft"] is None:
             out["peft"] = default_mode(task_kind)
         if out["reward"] is None:
-            out["reward"] = default_reward(task_metrics)
-            if out["reward"] is not None and out.get("reward_weights") is not None \
-                    and len(out["reward_weights"]) != len(out["reward"]):
-                raise ConfigError(f"--reward-weights: got {len(out['reward_weights'])} weights for "
-                                  f"{len(out['reward'])} rewards {out['reward']}; give one weight per --reward")
+            reward = default_reward(task_metrics)
+            # weights of another count are for the rewards a trainer is given (reward_funcs): the plan checks them
+            weights = out.get("reward_weights")
+            out["reward"] = reward if reward is None or weights is None or len(weights) == len(reward) else None
         for key, default in mode_defaults(out["peft"], task_kind).items():
             if out[FIELD_OF.get(key, key)] is None:
                 out[FIELD_OF.get(key, key)] = default

@@ -22,7 +22,7 @@ from typing import Callable
 
 from mezo_rl.errors import ConfigError
 
-__all__ = ["TRL_MAPPED", "NO_MEANING", "NO_MEANING_PREFIXES", "REFUSED", "no_meaning", "trl_options", "handled",
+__all__ = ["TRL_MAPPED", "NO_MEANING", "NO_MEANING_PREFIXES", "REFUSED", "ACCEPTED_ONLY", "no_meaning", "trl_options", "handled",
            "resume_path"]
 
 logger = logging.getLogger("mezo_rl")
@@ -38,7 +38,8 @@ _EVAL = "evaluation is the task's metrics over the validation examples, decoded 
 _LOGS = "metrics go to metrics.jsonl and report_to"
 _SCRIPT = "read by scripts, not by the trainer (as in transformers)"
 _REF = "the KL reference is the starting model"
-_SAMPLING = "completions follow max_completion_length, do_sample and temperature"
+_SAMPLING = ("completions follow max_completion_length, do_sample and the sampling options (temperature, top_p, "
+             "top_k, min_p, repetition_penalty)")
 _COMPILE = "the forward passes run eagerly; the noise is compiled where it helps (engine noise_backend)"
 
 
@@ -66,7 +67,8 @@ NO_MEANING: dict[str, str] = {
     **_reasons(_LOGS, "log_level", "log_level_replica", "logging_first_step", "logging_nan_inf_filter",
                "skip_memory_metrics", "project", "trackio_bucket_id", "trackio_space_id", "trackio_static_space_id",
                "log_unique_prompts", "log_multimodal", "log_completions_hub_repo", "debug"),
-    **_reasons("push_to_hub uploads once, at the end of training", "hub_strategy", "hub_revision", "hub_always_push"),
+    "hub_revision": "uploads go to the repository's main branch",
+    "hub_always_push": "each upload finishes before training goes on, so none is skipped",
     **_reasons("a checkpoint is the trajectory and the optimizer's counters; the weights are rebuilt from it",
                "save_only_model", "restore_callback_states_from_checkpoint"),
     **_reasons(_SCRIPT, "do_train", "do_eval", "do_predict"),
@@ -75,7 +77,7 @@ NO_MEANING: dict[str, str] = {
                "steps_per_generation", "off_policy_mask_threshold"),
     **_reasons(_NO_VLLM, "use_vllm"),
     **_reasons(_REF, "sync_ref_model", "ref_model_sync_steps", "ref_model_mixup_alpha"),
-    **_reasons(_SAMPLING, "min_p", "generation_kwargs", "cache_implementation", "pad_to_multiple_of",
+    **_reasons(_SAMPLING, "cache_implementation", "pad_to_multiple_of",
                "chat_template_kwargs", "transformers_continuous_batching_config"),
     **_reasons("MeZO has no per-token loss", "top_entropy_quantile", "use_adaptive_entropy", "use_liger_kernel",
                "liger_kernel_config", "router_aux_loss_coef"),
@@ -110,6 +112,20 @@ REFUSED: dict[str, tuple[Callable, str]] = {
     "fp16": (bool, "the weights are float32 or bfloat16 (dtype), and bf16=True runs the forward passes in bfloat16; "
                    "give bf16=True instead"),
     "lr_scheduler_kwargs": (bool, "the schedules run with transformers' default arguments; leave it out"),
+}
+
+
+#: MeZOConfig fields with TRL's / transformers' names that take only some of the values those take: field -> (a
+#: value they take that is refused here, what is accepted). Each is checked where the field is declared
+#: (:mod:`mezo_rl.training.arguments`, or :data:`TRL_MAPPED`), in one line; docs/api.md lists them
+ACCEPTED_ONLY: dict[str, tuple] = {
+    "lora_dropout": (0.05, "0: a step's members must see the same function"),
+    "generation_kwargs": ({"num_beams": 4}, "the sampling options' keys: temperature, top_p, top_k, min_p, "
+                                            "repetition_penalty"),
+    "eval_strategy": ("epoch", "steps or no"), "save_strategy": ("epoch", "steps or no"),
+    "logging_strategy": ("epoch", "steps"), "hub_strategy": ("all_checkpoints", "every_save, end or checkpoint"),
+    "lr_scheduler_type": ("inverse_sqrt", "constant, constant_with_warmup, linear, cosine, cosine_with_restarts, "
+                                          "polynomial"),
 }
 
 

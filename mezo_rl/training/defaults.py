@@ -12,7 +12,8 @@ from __future__ import annotations
 from typing import Mapping
 
 __all__ = ["MODES", "MODE_DEFAULTS", "PROMPT_TASK_DEFAULTS", "DEFAULT_MODE", "PROMPT_TASK_MODE",
-           "MEZO_OPTIONS", "FIELD_OF", "default_mode", "default_reward", "mode_defaults", "mezo_options"]
+           "MEZO_OPTIONS", "FIELD_OF", "SMALL_LR_FACTOR", "default_mode", "default_reward", "mode_defaults",
+           "small_lr_warning", "mezo_options"]
 
 #: what ``--peft`` accepts: the final normalisation layer's gains, every weight, or an adapter
 MODES = ("norm", "full", "lora", "prefix")
@@ -74,6 +75,23 @@ def default_reward(task_metrics: list[str] | None) -> list[str] | None:
     (a task of prompts only, which the run's own rewards judge) or the metrics are not known yet (a code
     task, until it is built): the run then needs ``--reward`` (:func:`mezo_rl.training.plan.reward_refs`)."""
     return list(task_metrics[:1]) if task_metrics else None
+
+
+#: a learning rate this many times below its mode's default is a rate sized for backpropagated gradients
+#: (GRPO's 1e-6, say): a MeZO step of that size hardly moves the weights in a run of the mode's length
+SMALL_LR_FACTOR = 100
+
+
+def small_lr_warning(lr: float, mode: str, task_kind: str | None = None) -> str | None:
+    """One line when ``lr`` (given, not defaulted) is below 1/:data:`SMALL_LR_FACTOR` of ``mode``'s default for
+    ``task_kind``, naming that default; None otherwise (an lr of 0 is taken as meant)."""
+    default = mode_defaults(mode, task_kind)["lr"]
+    if not 0 < lr < default / SMALL_LR_FACTOR:
+        return None
+    task = "a prompt task" if task_kind == "prompts" else "this task"
+    return (f"mezo-rl: learning_rate {lr:g} is below 1/{SMALL_LR_FACTOR} of the {mode} mode's default for {task} "
+            f"({default:g}): a rate sized for backpropagated gradients (GRPO's) hardly moves a MeZO run; leave "
+            f"learning_rate unset for the mode's default")
 
 
 def mode_defaults(mode: str, task_kind: str | None = None) -> dict:

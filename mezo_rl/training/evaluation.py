@@ -166,8 +166,10 @@ class _Totals:
     def result(self, n: int, *, prompts: bool, kl: bool) -> dict:
         result = {name: m.mean for name, m in self.metrics.items()}
         result.update({f"{name}/se": m.se for name, m in self.metrics.items()})
-        if prompts:
+        if prompts:  # each reward's spread over the completions too, as TRL logs it (rewards/<name>/std)
+            result.update({f"{name}/std": m.std() for name, m in self.metrics.items()})
             result[OBJECTIVE], result[f"{OBJECTIVE}/se"] = self.weighted.mean, self.weighted.se
+            result[f"{OBJECTIVE}/std"] = self.weighted.std()
             result["distinct_2"] = distinct_n(self.texts, 2)
             result["completion_chars"] = sum(map(len, self.texts)) / len(self.texts)
             if kl:

@@ -23,7 +23,11 @@ from mezo_rl.errors import UserError
 from mezo_rl.model.loading import SHORT_NAMES
 
 __all__ = ["MODEL_CARD_FILE", "LIBRARY_NAME", "TAGS", "CITATION", "base_model_id", "model_card", "write_model_card",
-           "read_card_metadata", "push_to_hub", "HubPushError"]
+           "read_card_metadata", "push_to_hub", "check_hub", "HubPushError", "HUB_STRATEGIES"]
+
+#: what ``hub_strategy`` accepts, as transformers reads it: ``end`` (one upload, when training ends),
+#: ``every_save`` (also the weights at each save), ``checkpoint`` (also the checkpoint, as last-checkpoint/)
+HUB_STRATEGIES = ("every_save", "end", "checkpoint")
 
 MODEL_CARD_FILE = "README.md"
 LIBRARY_NAME = "mezo-rl"
@@ -133,14 +137,52 @@ def read_card_metadata(path) -> dict:
     return yaml.safe_load(text[4:text.index("\n---", 4)]) or {}
 
 
-def push_to_hub(out_dir, repo_id: str, *, private: Optional[bool] = None, token: Optional[str] = None) -> str:
+def _offline() -> bool:
+    return os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on")
+
+
+def check_hub(repo_id: str, *, private: Optional[bool] = None, token: Optional[str] = None) -> str:
+    """What ``push_to_hub=True`` needs, checked before a run's first step as transformers' Trainer checks it when it
+    starts: a valid repository id, the Hub reachable (not ``HF_HUB_OFFLINE``), a token that it accepts, and the
+    repository (created if missing, as transformers does). Returns the full repository id (``user/name``); any
+    failure is one :class:`HubPushError` line."""
+    try:
+        from huggingface_hub import HfApi, get_token
+        from huggingface_hub.utils import validate_repo_id
+    except ImportError:
+        raise HubPushError("push_to_hub needs huggingface_hub: pip install huggingface_hub") from None
+    try:
+        validate_repo_id(repo_id)
+    except ValueError as e:
+        raise HubPushError(f"hub_model_id {repo_id!r} is not a Hub repository id: {str(e).splitlines()[0]}") from None
+    if _offline():
+        raise HubPushError(f"push_to_hub {repo_id!r}: HF_HUB_OFFLINE is set, so the run could not upload; unset it "
+                           f"(and log in), or leave out push_to_hub")
+    token = token or get_token()
+    if not token:
+        raise HubPushError(f"push_to_hub {repo_id!r}: no Hub token; run `hf auth login`, set HF_TOKEN, or give "
+                           f"hub_token")
+    api = HfApi(token=token)
+    try:
+        user = api.whoami()["name"]
+        full = repo_id if "/" in repo_id else f"{user}/{repo_id}"
+        api.create_repo(full, private=private, exist_ok=True)
+    except Exception as e:  # noqa: BLE001 - network, auth and Hub errors all come back as one line
+        first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+        raise HubPushError(f"push_to_hub {repo_id!r}: the Hub cannot be reached or refuses this token "
+                           f"({type(e).__name__}: {first}); fix that, or leave out push_to_hub") from None
+    return full
+
+
+def push_to_hub(out_dir, repo_id: str, *, private: Optional[bool] = None, token: Optional[str] = None,
+                path_in_repo: Optional[str] = None) -> str:
     """Upload the saved directory ``out_dir`` (weights, tokenizer, model card) to the Hub repository ``repo_id``
-    through ``huggingface_hub``; returns the commit URL. Offline, or when the Hub refuses, one line
+    (into its folder ``path_in_repo``, default its root) through ``huggingface_hub``; returns the commit URL. Offline, or when the Hub refuses, one line
     (:class:`HubPushError`) says why; nothing on disk changes."""
     out = pathlib.Path(out_dir)
     if not out.is_dir():
         raise HubPushError(f"push_to_hub: {str(out)!r} is not a saved model directory; save the model first")
-    if os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on"):
+    if _offline():
         raise HubPushError(f"push_to_hub {repo_id!r}: HF_HUB_OFFLINE is set, so nothing was uploaded; the model and "
                            f"its card are in {str(out)!r} (unset HF_HUB_OFFLINE, log in, and push again)")
     try:
@@ -150,7 +192,8 @@ def push_to_hub(out_dir, repo_id: str, *, private: Optional[bool] = None, token:
     api = HfApi(token=token)
     try:
         api.create_repo(repo_id, private=private, exist_ok=True)
-        info = api.upload_folder(folder_path=str(out), repo_id=repo_id, commit_message="mezo-rl: upload model")
+        info = api.upload_folder(folder_path=str(out), repo_id=repo_id, path_in_repo=path_in_repo,
+                                 commit_message="mezo-rl: upload " + ("model" if path_in_repo is None else path_in_repo))
     except Exception as e:  # noqa: BLE001 - network, auth and Hub errors all come back as one line
         first = str(e).strip().splitlines()[0] if str(e).strip() else ""
         raise HubPushError(f"push_to_hub {repo_id!r} failed ({type(e).__name__}: {first}); the model and its card "

@@ -19,6 +19,7 @@ from typing import Any, Optional
 import torch
 
 from mezo_rl.errors import ConfigError, UserError
+from mezo_rl.model.decoding import GREEDY, Sampling
 
 
 @dataclass
@@ -131,7 +132,7 @@ def completion_stops(task, stop=None) -> list[str]:
 
 
 def model_outputs(lm, examples, needs, members=None, *, sample_seed: Optional[int] = None, max_new_tokens: int = 32,
-                  do_sample: bool = False, temperature: float = 1.0, gold_only: bool = False,
+                  do_sample: bool = False, sampling: Sampling = GREEDY, gold_only: bool = False,
                   num_generations: int = 1, normalised: bool = True, stop: Optional[list[str]] = None):
     """Run ``lm`` on ``examples`` for what ``needs`` asks: ``"scores"`` and/or ``"generation"``; a
     :class:`ModelOutputs`, or with ``members`` one per member of a batched MeZO step, in member order.
@@ -164,9 +165,8 @@ def model_outputs(lm, examples, needs, members=None, *, sample_seed: Optional[in
         for out, member_scores in zip(outs, scores):
             out.labels, out.candidate_scores = list(labels), member_scores
     if "generation" in needs:
-        gen_kwargs = dict(max_new_tokens=max_new_tokens, do_sample=do_sample, seed=sample_seed, stop=stop, **kw)
-        if do_sample:
-            gen_kwargs["temperature"] = temperature
+        gen_kwargs = dict(max_new_tokens=max_new_tokens, do_sample=do_sample, seed=sample_seed, stop=stop, **kw,
+                          **dataclasses.asdict(sampling))
         texts = per_member(lm.generate(prompt_texts(lm, examples), **gen_kwargs)) if examples else [[] for _ in range(M)]
         for out, member_texts in zip(outs, texts):
             out.texts = member_texts
@@ -176,7 +176,7 @@ def model_outputs(lm, examples, needs, members=None, *, sample_seed: Optional[in
 
 
 def objective_outputs(lm, objective, examples, members=None, *, sample_seed=None, max_new_tokens=32,
-                      do_sample=False, temperature=1.0, num_generations=1, stop=None):
+                      do_sample=False, sampling: Sampling = GREEDY, num_generations=1, stop=None):
     """Run the model on ``examples`` (:func:`model_outputs`) and score the result with ``objective``, no
     gradients: the objective's output (``.loss``, ``.components``, ``.values``, ``.sums``, ``.counts``;
     ``.groups``: the example each row came from, see :class:`ModelOutputs`), or with ``members`` one per
@@ -184,13 +184,13 @@ def objective_outputs(lm, objective, examples, members=None, *, sample_seed=None
     invariant to it (``objective.normaliser_invariant``)."""
     with torch.no_grad():
         outs = model_outputs(lm, examples, objective.needs, members, sample_seed=sample_seed,
-                             max_new_tokens=max_new_tokens, do_sample=do_sample, temperature=temperature,
+                             max_new_tokens=max_new_tokens, do_sample=do_sample, sampling=sampling,
                              num_generations=num_generations, stop=stop,
                              normalised=not getattr(objective, "normaliser_invariant", False))
     results = []
     for outputs in [outs] if members is None else outs:
         result = objective.evaluate(**outputs.as_kwargs())
-        result.groups = outputs.groups
+        result.groups, result.prompts = outputs.groups, outputs.prompts
         result.texts = outputs.texts  # the completions as text (None where nothing was generated): their length is logged
         results.append(result)
     return results[0] if members is None else results

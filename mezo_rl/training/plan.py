@@ -55,6 +55,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import logging
 import pathlib
 import sys
 from dataclasses import dataclass, field
@@ -64,19 +65,22 @@ from mezo_rl import rewards
 from mezo_rl.errors import ConfigError, UnknownNameError, UserError, first_line
 from mezo_rl.model.lm import LanguageModel
 from mezo_rl.rewards.registry import REGISTRY
-from mezo_rl.training.arguments import DATA_TASK_FIELDS, MeZOConfig, TaskArguments
+from mezo_rl.training.arguments import DATA_TASK_FIELDS, MeZOConfig, TaskArguments, check_reward_weights
 from mezo_rl.training.evaluation import OBJECTIVE, prompt_metrics
+from mezo_rl.training.defaults import small_lr_warning
 from mezo_rl.training.fitness import FitnessSpec
+from mezo_rl.training.reporting import metric_key
 from mezo_rl.training.trl_rewards import HUB_ID, is_reward_model_ref, resolve_reward, reward_model_spec
 from mezo_rl.tasks import get_task, list_tasks
 from mezo_rl.tasks.user import (check_data_task, data_task, is_data_task, is_dataset_object,
                                 is_iterable_dataset)
 
 __all__ = ["RunPlan", "plan_run", "plan_given", "run_config", "reward_refs", "default_metric_for_best",
-           "greater_is_better", "replace_args", "user_code", "resolve_task", "build_objective", "Inputs",
-           "resolve_inputs", "reward_reference", "unreplayable_reason", "check_replayable_reward"]
+           "greater_is_better", "best_metric_key", "replace_args", "user_code", "resolve_task", "build_objective",
+           "Inputs", "resolve_inputs", "reward_reference", "unreplayable_reason", "check_replayable_reward"]
 
 T = TypeVar("T")
+logger = logging.getLogger("mezo_rl")
 #: what a recorded reward reference cannot be imported from
 _NOT_IMPORTABLE = ("<lambda>", "<locals>")
 
@@ -179,10 +183,12 @@ def check_replayable_reward(ref: str) -> None:
                           f"file.py:function) and give that")
 
 
-def build_objective(refs, weights=None, normalize=None, trust_remote_code: bool = False):
+def build_objective(refs, weights=None, normalize=None, trust_remote_code: bool = False, given: str = "--reward"):
     """The objective of the rewards ``refs`` (names, ``module:function`` paths, a reward model's path or hub id:
-    ``mezo_rl.training.trl_rewards.resolve_reward``; or RewardSpecs already resolved) with ``reward_weights`` and
+    ``mezo_rl.training.trl_rewards.resolve_reward``; or RewardSpecs already resolved) with ``reward_weights`` (one
+    per reward, in order: a count mismatch is one line naming the rewards and where they were ``given``) and
     ``reward_scale``; a reference that cannot be resolved, or imported again to replay the run, is one line."""
+    check_reward_weights(weights, [ref if isinstance(ref, str) else ref.name for ref in refs], given)
     specs = []
     for ref in refs:
         if isinstance(ref, str):
@@ -411,6 +417,21 @@ def default_metric_for_best(task, names) -> str:
     return first if task.kind != "prompts" or first in (names or ()) else OBJECTIVE
 
 
+def best_metric_key(name: str, task, objective, ref=None) -> str:
+    """The evaluation metric ``metric_for_best_model`` names, as ``evaluate()`` and the logs name it (TRL's names,
+    with or without transformers' ``eval_`` prefix: ``eval_reward``, ``rewards/reward_len/mean``, ``accuracy``),
+    as the run's files key it; one line naming the accepted names otherwise."""
+    keys = prompt_metrics(objective) if task.kind == "prompts" else list(task.metrics)
+    names = rewards.trl_names(objective.names)
+    by_name = {metric_key(k, names): k for k in keys}
+    short = name[len("eval_"):] if name.startswith("eval_") else name
+    if short not in by_name:
+        raise ConfigError(f"--metric-for-best-model {name!r} is not an evaluation metric of "
+                          f"{'this prompt task' if task.kind == 'prompts' else f'task {ref!r}'}; accepted: "
+                          f"{', '.join(f'eval_{k}' for k in by_name)} (eval_ may be left out)")
+    return by_name[short]
+
+
 def greater_is_better(name: str, given: Optional[bool]) -> bool:
     """Whether a higher value of the validation metric ``name`` is better: ``given``, else (as transformers
     decides) not for a loss, nor for a reward registered as lower-is-better."""
@@ -429,19 +450,19 @@ def plan_run(args: MeZOConfig, task, objective, model=None, given: Optional[dict
     """The plan of a run of ``args`` (or of the values ``given``, where a run was given TRL's way) on ``task`` with
     ``objective``; ``model``: the LanguageModel where it is already loaded (None: its checks wait for it).
     Reads no data and loads nothing; every mistake it finds is one :class:`~mezo_rl.errors.ConfigError` line."""
+    given_lr = (args.given_values() if given is None else given).get("learning_rate")
     args = run_config(args, task, objective, given)
+    if given_lr is not None and (warning := small_lr_warning(args.learning_rate, args.peft, task.kind)):
+        logger.warning(warning)
     if args.beta and task.kind != "prompts":
         raise ConfigError(f"--beta penalises the KL of generated completions: it needs a prompt task, and task "
                           f"{args.task!r} is {task.kind}; leave --beta at 0")
     objective.check_task_kind(task.kind)
     if model is not None:
         objective.check_compatible(bool(model.is_causal))
-    accepted = prompt_metrics(objective) if task.kind == "prompts" else list(task.metrics)
-    if args.metric_for_best_model is not None and args.metric_for_best_model not in accepted:
-        raise ConfigError(f"--metric-for-best-model {args.metric_for_best_model!r} is not an evaluation metric of "
-                          f"{'this prompt task' if task.kind == 'prompts' else f'task {args.task!r}'}; accepted: "
-                          f"{', '.join(accepted)}")
-    metric = args.metric_for_best_model or default_metric_for_best(task, objective.names)
+    metric = default_metric_for_best(task, objective.names)
+    if args.metric_for_best_model is not None:
+        metric = best_metric_key(args.metric_for_best_model, task, objective, args.task)
     return RunPlan(args=args, task=task, objective=objective, task_kind=task.kind, rewards=tuple(objective.names),
                    metric_for_best=metric, greater_is_better=greater_is_better(metric, args.greater_is_better),
                    fitness=FitnessSpec.of(args), reference=task.kind == "prompts" and (model is None or bool(model.is_causal)),
@@ -461,13 +482,15 @@ def plan_given(args, model=None, reward_funcs=None, train_dataset=None, eval_dat
                            reward_processing_classes)
     lm, lm_factory = (lm, lm_factory) if lm is not None else (front.lm, lm_factory or front.lm_factory)
     values = front.values if front.values is not None else args.given_values()
-    objective_of = lambda refs: build_objective(refs, values.get("reward_weights"),  # noqa: E731
-                                                values.get("reward_scale"), values.get("trust_remote_code", False))
+    objective_of = lambda refs, given: build_objective(refs, values.get("reward_weights"),  # noqa: E731
+                                                       values.get("reward_scale"), values.get("trust_remote_code", False),
+                                                       given)
     if objective is None and (front.rewards or values.get("reward")):  # a bad reward fails first
-        objective = objective_of(front.rewards or values["reward"])
+        objective = objective_of(front.rewards or values["reward"], "reward_funcs" if front.rewards else "--reward")
     task = task if task is not None else front.task if front.task is not None else resolve_task(values)
     if objective is None:  # the task's own metric
-        objective = objective_of(reward_refs(None, task, values.get("task")))
+        objective = objective_of(reward_refs(None, task, values.get("task")),
+                                 "no --reward or reward_funcs: the task's own metric")
     plan = plan_run(args, task, objective, model=lm, given=front.values, not_replayable=front.not_replayable)
     return plan, lm, lm_factory
 

@@ -10,11 +10,15 @@ every one of them that is installed), as in transformers. Each is a callback on 
                                 prompts of its spread across each prompt's completions
 ``rewards/<name>/mean|std``     each reward's mean over the step's completions, and its spread
 ``frac_reward_zero_std``        the share of prompts whose completions all got the same weighted reward
-``completions/mean_length``     the completions' mean length in tokens
+``completions/mean_length``     the completions' mean length in tokens (also ``min_length``, ``max_length``)
+``completions/clipped_ratio``   the share of completions that reached ``max_completion_length``
+``num_tokens``                  the prompt and completion tokens the run's steps have read so far
+``completions`` (a table)       ``log_completions``: prompt, completion and each reward, every logging step
 ``kl``                          KL to the starting model, when the run computes it
 ``learning_rate``               the step's learning rate
 ``eval_<metric>``               each validation metric (``eval_reward``: the weighted reward,
-                                ``eval_rewards/<name>/mean``: each reward's mean)
+                                ``eval_rewards/<name>/mean`` and ``/std``: each reward's; :func:`metric_key`,
+                                the names ``evaluate()`` and ``metric_for_best_model`` use too)
 ==============================  ============================================================
 
 The dashboards get these under transformers' prefixes (``train/reward``, ``eval/reward``, ...), as a
@@ -34,10 +38,11 @@ import statistics
 from typing import Optional
 
 from mezo_rl.errors import ConfigError, UserError
+from mezo_rl.rewards import trl_names
 from mezo_rl.training.callbacks import TrainerCallback
 
-__all__ = ["REPORT_TO", "INTEGRATIONS", "check_report_to", "train_logs", "eval_logs", "rewrite_logs", "reporters",
-           "completion_stats", "write_completions_table", "completions_file", "COMPLETIONS_DIR",
+__all__ = ["REPORT_TO", "INTEGRATIONS", "check_report_to", "train_logs", "eval_logs", "eval_metrics", "metric_key",
+           "rewrite_logs", "reporters", "completion_stats", "completions_table", "log_table", "write_completions_table", "completions_file", "COMPLETIONS_DIR",
            "TensorBoardReporter", "TrackioReporter", "WandbReporter", "PROJECT"]
 
 #: integration -> (the module it needs, the pip extra that installs it)
@@ -76,29 +81,49 @@ def check_report_to(report_to) -> list[str]:
 
 # ---------------------------------------------------------------------- TRL's keys
 _TRAIN_KEYS = {"lr": "learning_rate", "seconds": "step_time"}
-_PASSED = ("loss", "reward", "reward_std", "frac_reward_zero_std", "completions/mean_length", "kl", "projected_grad",
-           "update_kept")
+_PASSED = ("loss", "reward", "reward_std", "frac_reward_zero_std", "completions/mean_length", "completions/min_length",
+           "completions/max_length", "completions/clipped_ratio", "num_tokens", "kl", "projected_grad", "update_kept")
 
 
 def _number(v) -> Optional[float]:
     return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) else None
 
 
-def reward_key(name: str) -> str:
-    """A reward's name in TRL's keys: its function's name (``pkg.mod:reward_len`` -> ``reward_len``, as TRL
-    names a reward function by ``__name__``); a registered name stays as it is."""
-    return name.rpartition(":")[2].rpartition(".")[2] or name
+#: a prompt task's weighted reward (``mezo_rl.training.evaluation.OBJECTIVE``) and its statistics -> TRL's names
+_OBJECTIVE_KEYS = {"objective": "reward", "objective/std": "reward_std", "objective/se": "reward_se"}
+
+
+def metric_key(key: str, names: dict) -> str:
+    """An evaluation metric (a key of ``mezo_rl.training.evaluation.evaluate``'s result) under TRL's name, the one
+    name ``evaluate()``, ``log_history``, the dashboards and ``metric_for_best_model`` use: the weighted reward
+    ``reward`` (``reward_std``, ``reward_se``); a reward's mean ``rewards/<name>/mean`` (``/std``, ``/se``), its
+    name from ``names`` (reward reference -> TRL name: :func:`mezo_rl.rewards.trl_names`); others as they are
+    (``accuracy``, ``kl``, ``distinct_2``, ...)."""
+    if key in _OBJECTIVE_KEYS:
+        return _OBJECTIVE_KEYS[key]
+    base, stat = (key.rpartition("/")[0], key.rpartition("/")[2]) if key.endswith(("/se", "/std")) else (key, "mean")
+    return f"rewards/{names[base]}/{stat}" if base in names else key
+
+
+def eval_metrics(metrics: dict, reward_names=(), prefix: str = "eval") -> dict:
+    """An evaluation's metrics as transformers returns and logs them: numbers only, each as
+    ``<prefix>_<TRL name>`` (:func:`metric_key`; ``reward_names``: the run's reward references)."""
+    names = trl_names(reward_names)
+    return {f"{prefix}_{metric_key(k, names)}": float(v) for k, v in metrics.items() if _number(v) is not None}
 
 
 def train_logs(record: dict) -> dict:
     """A training step's ``metrics.jsonl`` record under TRL's keys (numbers only; ``step`` left out)."""
+    rewards_of = {k[len("reward/"):-len("/std")] if k.endswith("/std") else k[len("reward/"):]
+                  for k in record if k.startswith("reward/")}
+    names = trl_names(sorted(rewards_of))
     out = {}
     for key, value in record.items():
         if _number(value) is None:
             continue
         if key.startswith("reward/"):  # reward/<name> and reward/<name>/std
             name, std = (key[len("reward/"):-len("/std")], True) if key.endswith("/std") else (key[len("reward/"):], False)
-            out[f"rewards/{reward_key(name)}/{'std' if std else 'mean'}"] = float(value)
+            out[f"rewards/{names[name]}/{'std' if std else 'mean'}"] = float(value)
         elif key in _TRAIN_KEYS:
             out[_TRAIN_KEYS[key]] = float(value)
         elif key in _PASSED:
@@ -108,22 +133,10 @@ def train_logs(record: dict) -> dict:
 
 def eval_logs(record: dict, reward_names=()) -> dict:
     """An evaluation's ``metrics.jsonl`` record as transformers logs it: every metric as ``<split>_<metric>``
-    (``eval_`` for validation, ``test_`` for test), with a prompt task's rewards under TRL's names
-    (``eval_reward``: the weighted reward; ``eval_rewards/<name>/mean``)."""
+    (``eval_`` for validation, ``test_`` for test) under TRL's names (:func:`eval_metrics`), with
+    ``<split>_runtime``."""
     prefix = "eval" if record.get("split") == "validation" else record.get("split", "eval")
-    out = {}
-    for key, value in (record.get("metrics") or {}).items():
-        if _number(value) is None:
-            continue
-        if key == "objective":
-            key = "reward"
-        elif key in reward_names:
-            key = f"rewards/{reward_key(key)}/mean"
-        elif key.endswith("/se") and key[:-3] in reward_names:
-            key = f"rewards/{reward_key(key[:-3])}/se"
-        elif key == "objective/se":
-            key = "reward_se"
-        out[f"{prefix}_{key}"] = float(value)
+    out = eval_metrics(record.get("metrics") or {}, reward_names, prefix)
     if _number(record.get("seconds")) is not None:
         out[f"{prefix}_runtime"] = float(record["seconds"])
     return out
@@ -142,12 +155,16 @@ def rewrite_logs(logs: dict) -> dict:
     return out
 
 
-def completion_stats(objective, outcomes, tokenizer=None) -> dict:
+def completion_stats(objective, outcomes, tokenizer=None, max_completion_length=None) -> dict:
     """TRL's statistics of a step's completions, from every member's objective output (this process's rows):
     ``reward`` (the mean weighted reward), ``reward_std`` (the spread of a prompt's weighted rewards across all
     of its completions, every member's, averaged over the prompts), ``frac_reward_zero_std`` (the share of
     prompts whose completions all scored the same: nothing to learn from them with ``reward_shaping`` group)
-    and ``completions/mean_length`` (in tokens, where the step generated text and ``tokenizer`` is given)."""
+    and, where the step generated text and ``tokenizer`` is given, ``completions/mean_length``,
+    ``completions/min_length`` and ``completions/max_length`` (in tokens, the text re-tokenised),
+    ``completions/clipped_ratio`` (the share that reached ``max_completion_length``) and ``step_tokens`` (the
+    prompt and completion tokens the step's members read and wrote; the trainer adds them up into
+    ``num_tokens``)."""
     per_prompt: dict[int, list[float]] = {}
     for out in outcomes:
         for group, value in zip(out.groups, objective.example_rewards(out.values)):
@@ -163,7 +180,31 @@ def completion_stats(objective, outcomes, tokenizer=None) -> dict:
     if texts and tokenizer is not None:
         lengths = [len(ids) for ids in tokenizer(texts, add_special_tokens=False)["input_ids"]]
         out["completions/mean_length"] = statistics.fmean(lengths)
+        out["completions/min_length"], out["completions/max_length"] = float(min(lengths)), float(max(lengths))
+        if max_completion_length:
+            out["completions/clipped_ratio"] = statistics.fmean(n >= max_completion_length for n in lengths)
+        prompts = [p if isinstance(p, str) else json.dumps(p) for o in outcomes for p in (getattr(o, "prompts", None) or [])]
+        prompt_tokens = sum(len(ids) for ids in tokenizer(prompts, add_special_tokens=False)["input_ids"]) if prompts else 0
+        out["step_tokens"] = prompt_tokens + sum(lengths)
     return out
+
+
+def completions_table(objective, outcome, step: int, limit: int) -> list[dict]:
+    """The first ``limit`` rows of a step's completions (one member's objective output) as TRL's completions table
+    shows them: ``step``, ``prompt``, ``completion`` and each reward under its TRL name."""
+    names = trl_names(objective.names)
+    rows = []
+    for i, text in enumerate((getattr(outcome, "texts", None) or [])[:limit]):
+        rows.append({"step": step, "prompt": outcome.prompts[i], "completion": text,
+                     **{names[name]: values[i] for name, values in outcome.values.items()}})
+    return rows
+
+
+def log_table(callbacks, name: str, rows: list[dict], step: int) -> None:
+    """``rows`` as a table named ``name`` to every logger among ``callbacks`` that shows tables (trackio, wandb)."""
+    for callback in callbacks:
+        if isinstance(callback, _Reporter) and rows:
+            callback.write_table(name, rows, step)
 
 
 COMPLETIONS_DIR = "completions"
@@ -220,6 +261,14 @@ class _Reporter(TrainerCallback):
 
     def close(self) -> None: ...
 
+    def write_table(self, name: str, rows: list[dict], step: int) -> None:
+        """A table of ``rows`` (dicts with the same keys); loggers without tables ignore it."""
+
+
+def _columns(rows: list[dict]) -> tuple[list[str], list[list]]:
+    columns = list(dict.fromkeys(k for r in rows for k in r))
+    return columns, [[_cell(r.get(k)) for k in columns] for r in rows]
+
 
 def _run_name(args) -> str:
     return getattr(args, "run_name", None) or pathlib.Path(args.output_dir).resolve().name
@@ -269,6 +318,10 @@ class TrackioReporter(_Reporter):
     def write(self, logs, step):
         self.trackio.log(logs, step=step)
 
+    def write_table(self, name, rows, step):
+        columns, data = _columns(rows)
+        self.trackio.log({name: self.trackio.Table(columns=columns, data=data)}, step=step)
+
     def close(self):
         if self.run is not None:
             self.trackio.finish()
@@ -291,6 +344,12 @@ class WandbReporter(_Reporter):
 
     def write(self, logs, step):
         self.run.log(logs, step=step)
+
+    def write_table(self, name, rows, step):
+        import wandb
+
+        columns, data = _columns(rows)
+        self.run.log({name: wandb.Table(columns=columns, data=data)}, step=step)
 
     def close(self):
         if self.run is not None:

@@ -386,9 +386,9 @@ def recorded_evaluation(run_dir: str | os.PathLike) -> Optional[str]:
 
 
 # what may change when a run is resumed (everything else must match config.json)
-RESUME_MAY_CHANGE = ("resume", "overwrite_output_dir", "max_steps", "progress", "report_to", "run_name", "save_model",
+RESUME_MAY_CHANGE = ("resume", "overwrite_output_dir", "max_steps", "progress", "report_to", "run_name", "save_model", "merge",
                      "save_steps", "eval_steps", "logging_steps", "eval_batch_size", "push_to_hub", "hub_model_id",
-                     "hub_private_repo", "logging_dir", "num_completions_to_print", "save_total_limit",
+                     "hub_strategy", "hub_private_repo", "logging_dir", "num_completions_to_print", "save_total_limit",
                      "load_best_model_at_end")
 
 
@@ -479,13 +479,16 @@ def load_run(run_dir: str | os.PathLike, step: str | int = "best", lm=None):
     return lm, args, n
 
 
-def save_model(lm, peft: str, out_dir: str | os.PathLike, merged: Optional[bool] = None) -> None:
+def save_model(lm, peft: str, out_dir: str | os.PathLike, merged: bool = False) -> None:
     """Write ``lm``'s weights to ``out_dir``: ``save_pretrained`` plus the tokenizer; with PEFT
-    (``mezo_rl.model.peft.export_model``) a LoRA adapter merged into the weights by default (``merged``),
-    a prefix adapter as adapter files."""
+    (``mezo_rl.model.peft.export_model``) the adapter folder (LoRA: peft's format, which
+    ``peft.PeftModel.from_pretrained`` loads) with the tokenizer beside it, as transformers' ``Trainer.save_model``
+    writes an adapter, or with ``merged`` a LoRA adapter folded into the weights."""
     out_dir = pathlib.Path(out_dir)
     if peft in PEFT_METHODS:
-        export_model(lm, out_dir, merged=(peft == "lora") if merged is None else merged)
+        export_model(lm, out_dir, merged=merged)  # merged: the tokenizer too
+        if not merged and getattr(lm, "tokenizer", None) is not None:
+            lm.tokenizer.save_pretrained(out_dir)
     else:
         lm.model.save_pretrained(out_dir)
         lm.tokenizer.save_pretrained(out_dir)

@@ -10,8 +10,9 @@ One training step (Algorithm 1 of Malladi et al., 2023):
    the run's fitness (:mod:`mezo_rl.training.fitness`), which all-reduces their statistics and forms
    each member's loss; the engine applies ``-lr * projected_grad * z`` in place;
 3. every ``eval_steps`` steps the model is evaluated on the validation examples and the best step
-   is remembered. At the end the best weights (the first ``best_step`` steps of the trajectory,
-   replayed from the base model) are evaluated on the test examples.
+   is remembered (a tie goes to the later step). At the end the final weights, or with
+   ``load_best_model_at_end`` the best step's (the first ``best_step`` steps of the trajectory, replayed
+   from the base model), are evaluated on the test examples.
 
 Arguments: :mod:`mezo_rl.training.arguments`; the run they describe, resolved once: :mod:`mezo_rl.training.plan`;
 what the plan says to build: :mod:`mezo_rl.training.setup`; the run directory and checkpoint: :mod:`mezo_rl.training.rundir`;
@@ -47,8 +48,9 @@ from mezo_rl.training.member_evaluation import resumed_evaluation
 from mezo_rl.training.outputs import autocast, completion_stops, model_outputs, objective_outputs, prompt_texts
 from mezo_rl.training.plan import RunPlan, plan_given, replace_args
 from mezo_rl.training.rundir import TrainerState
-from mezo_rl.training.model_card import push_to_hub, write_model_card
-from mezo_rl.training.reporting import completion_stats, eval_logs, reporters, train_logs, write_completions_table
+from mezo_rl.training.model_card import check_hub, push_to_hub, write_model_card
+from mezo_rl.training.reporting import (completion_stats, completions_table, eval_logs, eval_metrics, log_table,
+                                        metric_key, reporters, train_logs, write_completions_table)
 from mezo_rl.training.runguard import InterruptGuard
 from mezo_rl.training.setup import build_model, build_optimizer, build_run, trainable_parameters
 from mezo_rl.training.trl_rewards import RewardContext, with_trl_keywords
@@ -153,6 +155,9 @@ class MeZOTrainer:
         # a resumed run keeps the member evaluation it ran with: asking for the other is one line, before any model loads
         if args.resume:
             resumed_evaluation(args.evaluation, rundir.recorded_evaluation(args.output_dir))
+        # push_to_hub: the repository, the token and the network, before any data or model loads (one line)
+        self.hub_repo = check_hub(self._hub_repo_id(), private=args.hub_private_repo, token=args.hub_token) \
+            if args.push_to_hub and self.dist.is_main else None
         self.reward_context = RewardContext()  # TRL's reward keywords: completion_ids, trainer_state, log_*
         with_trl_keywords(self.objective, self.reward_context)
         # what the plan says, built in order, each once: the examples, the model, the reference of kl and --beta,
@@ -164,6 +169,9 @@ class MeZOTrainer:
         self._optimizer = self._scheduler = None
         self._recent_kept, self._warned_kept = [], False  # the last steps' update_kept; warned once
         self._released = False  # the optimizer was let go for the best step's weights (_restore_best)
+        self._best_loaded = False  # the weights in self.lm are the best step's (load_best_model_at_end), not the last
+        self._step_table: list = []
+        self.sampling = args.sampling()  # how a step's completions are decoded (temperature, top_p, top_k, ...)  # the last step's completions table (log_completions), logged at a logging step
         self.callback_handler = CallbackHandler(callbacks or [])
         if self.dist.is_main:  # the loggers and the progress bar on the main process only
             for reporter in reporters(args.report_to):
@@ -261,7 +269,7 @@ class MeZOTrainer:
         with self._guard.interruptible(), autocast(a.autocast, self.lm.device.type):
             outcomes = objective_outputs(self.lm, self.objective, shard, members, sample_seed=sample_seed,
                                          max_new_tokens=a.max_completion_length, do_sample=a.do_sample,
-                                         temperature=a.temperature, num_generations=a.num_generations,
+                                         sampling=self.sampling, num_generations=a.num_generations,
                                          stop=completion_stops(self.task, a.stop))
             outcomes = [outcomes] if members is None else outcomes
             if a.beta and members is None:
@@ -292,7 +300,10 @@ class MeZOTrainer:
         def fitness(outcomes):
             losses, record = self.member_losses(outcomes)
             rewards_logged.update(record)
-            rewards_logged.update(completion_stats(self.objective, outcomes, self.lm.tokenizer))  # TRL's step keys
+            rewards_logged.update(completion_stats(self.objective, outcomes, self.lm.tokenizer,  # TRL's step keys
+                                                   a.max_completion_length))
+            # TRL's completions table: the step's first member's (the +eps probe's) completions
+            self._step_table = completions_table(self.objective, outcomes[0], self.step + 1, a.log_completions)
             rewards_logged.update(self.reward_context.take_metrics())  # what the rewards logged (log_metric)
             return losses
 
@@ -316,6 +327,9 @@ class MeZOTrainer:
         self.scheduler.step()
         self.state.global_step += 1
         self.state.epoch = self.step * len(batch) / len(train)
+        if "step_tokens" in rewards_logged:  # TRL's num_tokens: the prompt and completion tokens read so far
+            self.state.num_input_tokens_seen += int(rewards_logged.pop("step_tokens"))
+            rewards_logged["num_tokens"] = float(self.state.num_input_tokens_seen)
         # the step's losses as the engine reports them, or as the fitness's record has them before it normalised
         record = {"step": self.step, "loss": _num(res.loss), "loss_plus": _num(res.loss_plus),
                   "loss_minus": _num(res.loss_minus), "projected_grad": _num(res.projected_grads), "lr": lr,
@@ -346,14 +360,15 @@ class MeZOTrainer:
     def evaluate(self, eval_dataset=None, ignore_keys=None, metric_key_prefix: str = "eval") -> dict:
         """The current weights' metrics on the validation examples, or on ``eval_dataset`` (a ``datasets``
         object read with the run's data options, or a list of ``Example``), as transformers' ``Trainer.evaluate``
-        returns them: every key prefixed ``<metric_key_prefix>_`` (``eval_accuracy``), with
-        ``<prefix>_runtime``; callbacks get ``on_evaluate``."""
+        returns them: every key prefixed ``<metric_key_prefix>_`` (``eval_accuracy``), a prompt task's under TRL's
+        names (``eval_reward``, ``eval_rewards/<function name>/mean``; ``mezo_rl.training.reporting.metric_key``),
+        with ``<prefix>_runtime``; callbacks get ``on_evaluate``."""
         examples, split = self.splits["validation"], "validation"
         if eval_dataset is not None:
             examples, split = self._examples_of(eval_dataset), metric_key_prefix
         t0 = time.perf_counter()
-        metrics = self._metrics(examples, split)
-        logs = {f"{metric_key_prefix}_{k}": v for k, v in metrics.items() if k not in (ignore_keys or ())}
+        metrics = eval_metrics(self._metrics(examples, split), self.objective.names, metric_key_prefix)
+        logs = {k: v for k, v in metrics.items() if k[len(metric_key_prefix) + 1:] not in (ignore_keys or ())}
         logs[f"{metric_key_prefix}_runtime"] = time.perf_counter() - t0
         self._event("on_evaluate", metrics=logs)
         return logs
@@ -407,14 +422,29 @@ class MeZOTrainer:
                   "wall_time_s": self.wall_time(), "peak_rss_mb": peak_rss_mb()}
         self._log(record)
         if metrics:
-            prefix = "eval" if split == "validation" else split
-            self._event("on_evaluate", metrics={**{f"{prefix}_{k}": v for k, v in metrics.items()},
-                                                **eval_logs(record, self.objective.names)})
+            self._event("on_evaluate", metrics=eval_logs(record, self.objective.names))
         return metrics
 
+    def _log_completions(self) -> None:
+        """TRL's ``log_completions`` at a logging step: the step's table of prompt, completion and each reward
+        (the first ``log_completions`` rows) to ``completions/train-step<N>.parquet`` and to trackio / wandb, and
+        the first ``num_completions_to_print`` printed."""
+        rows, a = self._step_table, self.args
+        self._step_table = []
+        if not rows or not self.dist.is_main:
+            return
+        write_completions_table(self.output_dir, "train", self.step, rows)
+        log_table(self.callbacks, "completions", rows, self.step)
+        for row in rows[:a.num_completions_to_print or 0]:
+            rewards_of = {k: v for k, v in row.items() if k not in ("step", "prompt", "completion")}
+            print(f"[train step {self.step}] {json.dumps(row['prompt'])} -> {json.dumps(row['completion'])} "
+                  f"{json.dumps(rewards_of)}")
+
     def _better(self, value: float) -> bool:
+        """Whether ``value`` of the metric that picks the best step is at least as good as the best so far: a tie
+        goes to the later step (the weights that trained longer for the same validation)."""
         best = self.state.best_metric
-        return best is None or (value > best if self.greater_is_better else value < best)
+        return best is None or (value >= best if self.greater_is_better else value <= best)
 
     def _validate(self) -> dict:
         s = self.state
@@ -568,7 +598,7 @@ class MeZOTrainer:
     def train_metrics(self, summary: dict) -> dict:
         """``TrainOutput.metrics`` from the summary: transformers' ``train_*`` keys, then each evaluation's
         metrics under its prefix (``eval_``: the best step's validation; ``test_``; ``initial_eval_``,
-        ``initial_test_``, ``final_eval_``)."""
+        ``initial_test_``, ``final_eval_``) and TRL's names (``mezo_rl.training.reporting.metric_key``)."""
         runtime = summary["wall_time_s"]
         samples = summary["steps"] * self.args.per_device_train_batch_size * self.args.gradient_accumulation_steps
         metrics = {"train_runtime": runtime, "train_loss": summary["train_loss"],
@@ -577,7 +607,7 @@ class MeZOTrainer:
                    "total_flos": 0.0, "epoch": self.state.epoch, "best_global_step": summary["best_step"]}
         for split, prefix in (("validation", "eval"), ("test", "test"), ("initial_validation", "initial_eval"),
                               ("initial_test", "initial_test"), ("final_validation", "final_eval")):
-            metrics.update({f"{prefix}_{k}": v for k, v in (summary[split] or {}).items()})
+            metrics.update(eval_metrics(summary[split] or {}, self.objective.names, prefix))
         return metrics
 
     def _finish(self) -> dict:
@@ -587,6 +617,7 @@ class MeZOTrainer:
         self.trajectory, final_step = self.optimizer.trajectory, self.step
         if a.load_best_model_at_end:
             self._restore_best()
+            self._best_loaded = True
         tested = s.best_step if a.load_best_model_at_end else final_step
         test = self._evaluate_and_log("test")
         summary = {
@@ -613,10 +644,10 @@ class MeZOTrainer:
         if self.dist.is_main:
             with self._guard.deferred():
                 rundir.write_json(self.output_dir / rundir.SUMMARY_FILE, summary)
-            if a.save_model or a.push_to_hub:  # after summary.json: the model card reports the run's results
+            if a.push_to_hub:  # after summary.json: the model card reports the run's results
+                self.push_to_hub()  # saves the model first
+            elif a.save_model:
                 self.save_model()
-            if a.push_to_hub:
-                self.push_to_hub()
         self._event("on_train_end", summary=summary)
         return summary
 
@@ -644,41 +675,75 @@ class MeZOTrainer:
             self.seconds["steps"] += record["seconds"]
             if self.step % a.logging_steps == 0 or self.step == a.max_steps:
                 self._log(record)
+                self._log_completions()
             self._event("on_step_end", record=record)
             stop = self.control.should_training_stop  # a callback ends training here: validated and saved first
             if validating and (self.step % eval_steps == 0 or self.step == a.max_steps or stop
                                or self.control.should_evaluate):
                 self._validate()
                 self.save_checkpoint()
-                self._event("on_save")
+                self._saved()
             elif not validating and (self.step == a.max_steps or stop):  # eval_strategy "no": the final step is the best
                 s.best_global_step = self.step
                 self.save_checkpoint()
-                self._event("on_save")
+                self._saved()
             elif self.control.should_save or (a.save_steps and self.step % a.save_steps == 0):
                 self.save_checkpoint()
-                self._event("on_save")
+                self._saved()
+
+    def _saved(self) -> None:
+        """A save during training: the callbacks' ``on_save``; with ``push_to_hub``, ``hub_strategy`` every_save
+        and checkpoint upload the weights (checkpoint: the checkpoint too, as last-checkpoint/), as transformers."""
+        self._event("on_save")
+        a = self.args
+        if a.push_to_hub and a.hub_strategy != "end" and self.dist.is_main:
+            push_to_hub(self.save_model(), self.hub_repo or self._hub_repo_id(), private=a.hub_private_repo,
+                        token=a.hub_token)
+            if a.hub_strategy == "checkpoint":
+                push_to_hub(self.output_dir / rundir.CHECKPOINT_DIR, self.hub_repo or self._hub_repo_id(),
+                            private=a.hub_private_repo, token=a.hub_token, path_in_repo="last-checkpoint")
+
+    def _hub_repo_id(self) -> str:
+        return self.args.hub_model_id or self.output_dir.absolute().name
 
     def save_model(self, output_dir=None, _internal_call: bool = False) -> pathlib.Path:
         """Write the current weights as a ``from_pretrained`` directory (``mezo_rl.training.rundir.save_model``:
-        LoRA merged, prefix as adapter files) with their model card (``README.md`` with Hub metadata:
+        an adapter as the PEFT adapter folder, LoRA folded into the weights with ``args.merge``) with their model card (``README.md`` with Hub metadata:
         :mod:`mezo_rl.training.model_card`; the results once the run has its summary.json), into ``output_dir``
         (default: ``args.output_dir``, as transformers)."""
         out = pathlib.Path(output_dir) if output_dir is not None else self.output_dir
-        rundir.save_model(self.lm, self.args.peft, out)
+        rundir.save_model(self.lm, self.args.peft, out, merged=self.args.merge and self.args.peft == "lora")
         summary_path = self.output_dir / rundir.SUMMARY_FILE
         summary = rundir.read_json(summary_path) if summary_path.is_file() else None
-        write_model_card(out, self.args.to_dict(), summary,
-                         step=summary["best_step"] if summary else self.step)
+        write_model_card(out, self.args.to_dict(), summary, step=self.weights_step)
+        if self.dist.is_main:
+            print(f"mezo-rl: save_model wrote the weights of step {self.weights_step} ({self._weights_of()}) to {out}")
         return out
+
+    @property
+    def weights_step(self) -> int:
+        """The step whose weights the model holds: the best step's once :meth:`train` ends with
+        ``load_best_model_at_end``, else the last step trained."""
+        return self.state.best_step if self._best_loaded else self.step
+
+    def _weights_of(self) -> str:
+        if self._best_loaded:
+            name = metric_key(self.metric_for_best, rewards.trl_names(self.objective.names))
+            return f"the best step by eval_{name}, load_best_model_at_end=True"
+        if self.step == self.args.max_steps or self.control.should_training_stop:
+            return "the final step; load_best_model_at_end=True would write the best step's"
+        return "the current step"
 
     def push_to_hub(self, commit_message: Optional[str] = None, blocking: bool = True, token: Optional[str] = None,
                     revision: Optional[str] = None, **kwargs) -> str:
         """Save the model with its card into ``args.output_dir`` and upload that directory to the Hub
-        repository ``args.hub_model_id`` (default: the output directory's name), as transformers'
-        ``Trainer.push_to_hub``; offline, one line says why and everything stays on disk."""
+        repository ``args.hub_model_id`` (default: the output directory's name; under the user's namespace once
+        checked), as transformers' ``Trainer.push_to_hub``; offline, one line says why and everything stays on disk.
+        A run with ``push_to_hub=True`` checks the repository, the token and the network when the trainer is built
+        (:func:`mezo_rl.training.model_card.check_hub`), and uploads when training ends (and, by ``hub_strategy``,
+        at each save)."""
         a = self.args
-        repo_id = a.hub_model_id or self.output_dir.absolute().name
+        repo_id = self.hub_repo or self._hub_repo_id()
         return push_to_hub(self.save_model(), repo_id, private=a.hub_private_repo, token=token or a.hub_token)
 
     def log_metrics(self, split: str, metrics: dict) -> None:
