@@ -10,7 +10,7 @@ gradient g every step), so only the engine acts. Beside it the same steps on flo
 same (bf16-valued) weights. Per lr and rounding: whether the weights stayed bit for bit (lr 0), the realised change
 projected on the float32 run's change, the share of entries that ever changed and the mean ``update_kept``.
 
-``memory``: random weights of a real architecture's shape (SmolLM2-1.7B's Llama config; a 7B Llama-2 shape), one
+``memory``: random weights (transformers' initialisation) of a real architecture's shape (SmolLM2-1.7B's Llama config; a 7B Llama-2 shape), one
 process per cell; peak RSS (ru_maxrss) minus the RSS after imports, before the model is built, in MiB:
 ``inference`` (a forward of the batch a step's members read: 2 members x 4 sequences x 64 tokens, no grad) and
 ``mezo`` (one two-point step, evaluated batched, update included), ``adamw`` (forward, backward and a step of
@@ -105,14 +105,9 @@ def one(shape: str, dtype: str, mode: str) -> None:
     base = rss_mib()  # after the imports, before the model
 
     torch.manual_seed(0)
-    with torch.device("meta"):
-        model = LlamaForCausalLM(LlamaConfig(**SHAPES[shape]))
-    model = model.to_empty(device="cpu").to(getattr(torch, dtype))
-    model.tie_weights()  # to_empty gives the tied head a storage of its own
-    with torch.no_grad():
-        for p in model.parameters():
-            p.uniform_(-0.02, 0.02)
-    model.eval()
+    torch.set_default_dtype(getattr(torch, dtype))  # built in its dtype: no float32 copy of a bf16 model
+    model = LlamaForCausalLM(LlamaConfig(**SHAPES[shape])).eval()  # transformers' own random initialisation
+    torch.set_default_dtype(torch.float32)
     loaded = rss_mib()
     ids = torch.randint(0, SHAPES[shape]["vocab_size"], (BATCH, TOKENS))
 
