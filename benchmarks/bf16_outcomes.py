@@ -6,7 +6,8 @@
 Each (dtype, seed) is ``mezo-rl train --task sst2 --peft full --dtype DTYPE --seed SEED --autocast none`` with the
 rest of the options at their defaults (plus any given after ``--``), in a process of its own; a run whose directory
 already holds summary.json is read, not rerun (the study resumes). Then, in one more process per run, the
-best step's weights (``load_run``) and the base model score the run's test examples (with the default ``--num-test``,
+weights the run tested (``load_run`` at summary.json's ``best_step``: the final step unless
+``--load-best-model-at-end``) and the base model score the run's test examples (with the default ``--num-test``,
 every one of SST-2's, the same for every seed), so each run gives a per-example
 gain (correct after minus correct before). Memory: the run's peak RSS minus the RSS of a process that has imported
 what ``mezo-rl train`` imports, before any model loads (measured once, the same way for every dtype).
@@ -58,9 +59,10 @@ def per_example(run_dir: str) -> None:
     examples = load_splits(get_task("sst2"), "sst2", {"test": args.num_test}, args.data_dir, args.seed)["test"]
     objective = build_objective(["accuracy"])
     out = {}
+    tested = json.load(open(os.path.join(run_dir, "summary.json")))["best_step"]  # the step the run tested
     for when in ("before", "after"):
         if when == "after":
-            lm, _, step = load_run(run_dir, "best")
+            lm, _, step = load_run(run_dir, tested)
             out["step"] = step
         else:
             lm = build_model(args, load_model(args.model, dtype=weights_dtype(args.dtype, args.autocast)))
