@@ -119,7 +119,7 @@ REFUSED: dict[str, tuple[Callable, str]] = {
 #: value they take that is refused here, what is accepted). Each is checked where the field is declared
 #: (:mod:`mezo_rl.training.arguments`, or :data:`TRL_MAPPED`), in one line; docs/api.md lists them
 ACCEPTED_ONLY: dict[str, tuple] = {
-    "lora_dropout": (0.05, "0: a step's members must see the same function"),
+    "lora_dropout": (1.0, "a probability in [0, 1)"),
     "generation_kwargs": ({"num_beams": 4}, "the sampling options' keys: temperature, top_p, top_k, min_p, "
                                             "repetition_penalty"),
     "eval_strategy": ("epoch", "steps or no"), "save_strategy": ("epoch", "steps or no"),
