@@ -91,7 +91,7 @@ NO_MEANING: dict[str, str] = {
     "model_init_kwargs": "pass a model object, or the loading options dtype / device_map / max_memory",
     "multi_objective_aggregation": "the rewards are summed with reward_weights (reward_scale, reward_shaping)",
     "max_tool_calling_iterations": "completions are plain generation, without tool calls",
-    "disable_dropout": "models run in eval mode: dropout is always off",
+    "disable_dropout": "models run in eval mode: their own dropout is always off (LoRA's: lora_dropout)",
     "tf32": "matrix products run at the precision of dtype and autocast",
     "use_cpu": "the model runs where it is loaded (device_map)",
     "use_cache": "generation always uses the key/value cache",
