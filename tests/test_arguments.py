@@ -18,7 +18,7 @@ def _fields(cls) -> dict:
 
 
 #: options whose values in bounds need another option beside them (HiZOO: the noise of --peft full)
-COMPANIONS = {"hessian_smooth": dict(peft="full"), "top_p": dict(do_sample=True)}
+COMPANIONS = {"hessian_smooth": dict(peft="full"), "top_p": dict(do_sample=True), "lora_dropout": dict(peft="lora")}
 
 
 @pytest.mark.parametrize("cls", [MeZOConfig, BaselineArguments, EvalRunArguments])

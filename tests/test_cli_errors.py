@@ -60,6 +60,8 @@ MISSING_MODEL = "/nonexistent/model-dir"
     (["--stepz", "3"], ["--stepz"]),
     (["--max-steps", "many"], ["--max-steps", "many"]),
     (["--hessian-smooth", "1"], ["--hessian-smooth", "1"]),
+    (["--peft", "lora", "--lora-dropout", "1"], ["--lora-dropout: got 1.0", "< 1"]),
+    (["--lora-dropout", "0.05"], ["--lora-dropout 0.05", "--peft norm has no LoRA adapter"]),
     (["--peft", "full", "--hessian-smooth", "1e-3", "--rank", "2"], ["--hessian-smooth", "--rank 2", "--rank 1"]),
     (["--peft", "lora", "--hessian-smooth", "1e-3"], ["--hessian-smooth", "--noise gaussian", "--noise lowrank"]),
 ])

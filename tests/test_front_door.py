@@ -121,14 +121,15 @@ def test_peft_config_and_model_objects(tmp_path, tiny_tokenizer):
     peft = pytest.importorskip("peft")
     trainer = MeZOTrainer(model=make_tiny_causal_lm(tiny_tokenizer), processing_class=tiny_tokenizer,
                           reward_funcs=reward_len, train_dataset=Dataset.from_dict({"prompt": PROMPTS}),
-                          peft_config=peft.LoraConfig(r=4, lora_alpha=8),
+                          peft_config=peft.LoraConfig(r=4, lora_alpha=8, lora_dropout=0.05),
                           args=MeZOConfig(output_dir=str(tmp_path), max_steps=1, progress=False))
-    assert (trainer.args.peft, trainer.args.lora_r, trainer.args.lora_alpha) == ("lora", 4, 8)
+    a = trainer.args
+    assert (a.peft, a.lora_r, a.lora_alpha, a.lora_dropout) == ("lora", 4, 8, 0.05)
     assert any("lora" in name for name, p in trainer.model.named_parameters() if p.requires_grad)
     with pytest.raises(ConfigError) as info:  # before any model loads
         MeZOTrainer(model=NOT_A_MODEL, reward_funcs=reward_len, train_dataset=Dataset.from_dict({"prompt": PROMPTS}),
-                    peft_config=peft.LoraConfig(r=4, lora_dropout=0.05), args=MeZOConfig(output_dir=str(tmp_path)))
-    assert "lora_dropout=0.05, accepted: 0" in one_line(info) and "+eps and -eps" in one_line(info)
+                    peft_config=peft.LoraConfig(r=4, lora_dropout=1.0), args=MeZOConfig(output_dir=str(tmp_path)))
+    assert "--lora-dropout: got 1.0, accepted: a number >= 0 and < 1" in one_line(info)
     trainer = MeZOTrainer(model=make_tiny_causal_lm(tiny_tokenizer), processing_class=tiny_tokenizer,
                           reward_funcs=reward_len, train_dataset=Dataset.from_dict({"prompt": PROMPTS}),
                           peft_config=peft.LoraConfig(r=4, target_modules="all-linear", modules_to_save=["lm_head"]),

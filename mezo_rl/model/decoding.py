@@ -23,6 +23,7 @@ import torch
 import torch.nn.functional as F
 
 from mezo_rl.model.cuda_graph import DecodeGraph
+from mezo_rl.model.dropout import dropout_active
 from mezo_rl.model.members import check_members
 
 DONE_CHECK_EVERY = 8  # on an accelerator: new tokens between two host reads of "has every row finished?"
@@ -186,6 +187,7 @@ def _decode(lm, input_ids, mask, stop_check, max_new_tokens, do_sample, gen, sam
     dev, pad = lm.device, lm.tokenizer.pad_token_id
     B, P = input_ids.shape
     plan = decode_plan(lm.model, dev)
+    graphed = plan.graphed and lm._decoding.graphs and not dropout_active(lm.model)  # a graph would replay one mask
     length = P + max_new_tokens - 1  # the last new token is never fed back
     cache = _decode_cache(lm, B, length) if plan.static_cache else None
     full_mask = torch.zeros((B, length), dtype=mask.dtype, device=dev)
@@ -205,7 +207,7 @@ def _decode(lm, input_ids, mask, stop_check, max_new_tokens, do_sample, gen, sam
         step_mask = full_mask if plan.static_cache else full_mask[:, : P + n]
         if graph is not None:
             logits = graph(step_ids, positions)
-        elif plan.graphed and n == 1 and lm._decoding.graphs:  # the first one-token step: recorded, then replayed
+        elif graphed and n == 1:  # the first one-token step: recorded, then replayed
             logits, graph = _record_step(lm, step_ids, step_mask, positions, cache)
         else:
             logits, cache = _decode_step(lm, step_ids, step_mask, positions, cache)

@@ -44,6 +44,7 @@ from torch import nn
 
 from mezo_rl.errors import ConfigError
 from mezo_rl.model.decoding import returned_cache
+from mezo_rl.model.dropout import check_dropout, install_step_dropout
 from mezo_rl.model.lm import FINAL_NORM_MODULES
 
 PEFT_METHODS = ("lora", "prefix")
@@ -61,7 +62,8 @@ _PREFIX_WEIGHTS = "prefix_model.safetensors"
 # --------------------------------------------------------------------------------------------- API
 
 def set_trainable(lm, mode: str, *, trainable: str | None = None, modules_to_save=None, r: int = 8,
-                  alpha: float = 16, target_modules=None, num_prefix_tokens: int = 5, seed: int = 0):
+                  alpha: float = 16, target_modules=None, dropout: float = 0.0, num_prefix_tokens: int = 5,
+                  seed: int = 0):
     """Set ``lm`` up, in place, for what ``mode`` (``--peft``) trains; return it.
 
     - ``norm``: every weight but the final normalisation layer's gains (:data:`FINAL_NORM`) is frozen,
@@ -71,7 +73,8 @@ def set_trainable(lm, mode: str, *, trainable: str | None = None, modules_to_sav
       and replay change the trainable gains only), and code that does must call ``lm.clear_trunk_cache()``.
       No other mode turns the cache on.
     - ``lora`` / ``prefix``: the adapter is added (:func:`apply_peft`, with ``r``, ``alpha``,
-      ``target_modules`` (None: its default; ``"all-linear"`` included), ``num_prefix_tokens`` and ``seed``),
+      ``target_modules`` (None: its default; ``"all-linear"`` included), LoRA's ``dropout``, ``num_prefix_tokens``
+      and ``seed``),
       the base frozen; the modules named ``modules_to_save`` (as peft's ``LoraConfig`` names them) train
       beside it.
     - ``full``: every weight stays trainable.
@@ -81,7 +84,8 @@ def set_trainable(lm, mode: str, *, trainable: str | None = None, modules_to_sav
     """
     if mode in PEFT_METHODS:
         targets = {} if target_modules is None else {"target_modules": target_modules}
-        lm = apply_peft(lm, mode, r=r, alpha=alpha, num_prefix_tokens=num_prefix_tokens, seed=seed, **targets)
+        lora = {"dropout": dropout} if mode == "lora" and dropout else {}
+        lm = apply_peft(lm, mode, r=r, alpha=alpha, num_prefix_tokens=num_prefix_tokens, seed=seed, **targets, **lora)
         if modules_to_save:
             train_modules(lm.model, modules_to_save)
     elif mode == "norm":
@@ -124,7 +128,7 @@ def freeze_unmatched(model: nn.Module, pattern: str, what: str) -> None:
 
 
 def apply_peft(lm, method: str, *, r: int = 8, alpha: float = 16, target_modules=("q_proj", "v_proj"),
-               num_prefix_tokens: int = 5, seed: int = 0):
+               dropout: float = 0.0, num_prefix_tokens: int = 5, seed: int = 0):
     """Add a LoRA or prefix adapter to ``lm.model`` in place; freeze everything else; return ``lm``.
 
     Args:
@@ -137,6 +141,9 @@ def apply_peft(lm, method: str, *, r: int = 8, alpha: float = 16, target_modules
             value). If the model has no module of those names (e.g. GPT-2's ``c_attn``, BERT's
             ``query``/``value``) the default is replaced by peft's standard mapping for the
             architecture; an explicit list is used as given.
+        dropout: LoRA's dropout on the adapter's input, in [0, 1): drawn only while a training step evaluates
+            its members, the same masks for every member of the step (:mod:`mezo_rl.model.dropout`); the
+            identity everywhere else. LoRA only.
         num_prefix_tokens: prefix length m per layer (paper: 5).
         seed: draws LoRA's A matrices and the prefix's initial tokens. The adapter is a pure function
             of (seed, base weights, these arguments), which is what makes trajectory replay work:
@@ -146,8 +153,11 @@ def apply_peft(lm, method: str, *, r: int = 8, alpha: float = 16, target_modules
     if getattr(model, _CONFIG_ATTR, None) is not None:
         raise ValueError(f"this model already has a {getattr(model, _CONFIG_ATTR)['method']!r} adapter; "
                          "apply_peft works on a model without one (load the base model again)")
+    if dropout and method != "lora":
+        raise ValueError(f"dropout is LoRA's; a {method!r} adapter takes none, got dropout={dropout!r}")
     if method == "lora":
-        config = _apply_lora(model, r=int(r), alpha=alpha, target_modules=target_modules, seed=int(seed))
+        config = _apply_lora(model, r=int(r), alpha=alpha, target_modules=target_modules, dropout=float(dropout),
+                             seed=int(seed))
     elif method == "prefix":
         config = _apply_prefix(model, lm.tokenizer, num_prefix_tokens=int(num_prefix_tokens), seed=int(seed))
     else:
@@ -261,20 +271,24 @@ def load_adapter(lm, adapter_dir):
 
 # -------------------------------------------------------------------------------------------- LoRA
 
-def _apply_lora(model, *, r, alpha, target_modules, seed):
+def _apply_lora(model, *, r, alpha, target_modules, dropout, seed):
     try:
         from peft import inject_adapter_in_model
     except ImportError as e:
         raise ImportError("LoRA needs the peft library: pip install 'mezo-rl[peft]'") from e
     if r < 1:
         raise ValueError(f"LoRA rank r must be a positive integer, got {r}")
+    check_dropout(dropout)
     targets = _resolve_lora_targets(model, target_modules)
     config = dict(method="lora", r=r, alpha=alpha, target_modules=targets, seed=seed)
+    if dropout:  # recorded where it is on: a config without it is an adapter without dropout
+        config["dropout"] = dropout
     model.requires_grad_(False)
     with _seeded(seed):  # nn.Linear construction and A's Kaiming init draw from the global RNG
         inject_adapter_in_model(_lora_peft_config(config, ""), model)
     for name, param in model.named_parameters():
         param.requires_grad_(".lora_" in name)
+    install_step_dropout(model, dropout)
     return config
 
 
@@ -282,7 +296,8 @@ def _lora_peft_config(config, base_name):
     from peft import LoraConfig
 
     return LoraConfig(r=config["r"], lora_alpha=config["alpha"], target_modules=config["target_modules"],
-                      lora_dropout=0.0, bias="none", task_type="CAUSAL_LM", base_model_name_or_path=base_name)
+                      lora_dropout=config.get("dropout", 0.0), bias="none", task_type="CAUSAL_LM",
+                      base_model_name_or_path=base_name)
 
 
 def _resolve_lora_targets(model, target_modules):

@@ -283,8 +283,9 @@ class PeftArguments(Arguments):
     lora_target_modules: Optional[list[str]] = option(None, "the linear layers LoRA wraps (names, or all-linear; default: "
                                                             "q_proj,v_proj, the paper's)")
     lora_modules_to_save: Optional[list[str]] = option(None, "modules trained in full beside the LoRA adapter (names)")
-    lora_dropout: float = option(0.0, "accepted at 0 only: MeZO's +eps and -eps passes must see the same function",
-                                 ge=0)
+    lora_dropout: float = option(0.0, "--peft lora: dropout on the adapter's input (peft's lora_dropout), drawn while a "
+                                      "step evaluates its members, the same masks for every member of the step; none "
+                                      "in evaluation", ge=0, lt=1)
     num_prefix_tokens: int = option(5, "prefix-tuning length (paper: 5)", min=1)
     trainable: Optional[str] = option(None, "train only the parameters whose names match this regular expression (re.search; the others are frozen), e.g. 'norm' for the normalisation weights (LN-tuning); default: all of them (the adapter's with --peft)")
 
@@ -293,9 +294,6 @@ class PeftArguments(Arguments):
             if isinstance(getattr(self, name), str):
                 setattr(self, name, [n.strip() for n in getattr(self, name).split(",") if n.strip()])
         super().__post_init__()
-        if self.lora_dropout:
-            raise ConfigError(f"--lora-dropout: got {self.lora_dropout!r}, accepted: 0 (MeZO compares the loss at +eps "
-                              f"and -eps, and dropout would make the two passes different functions)")
         if self.trainable is not None:
             try:
                 re.compile(self.trainable)
@@ -546,6 +544,9 @@ class MeZOConfig(OutputArguments, EvalArguments, GenerationArguments, ComputeArg
         if self.merge and self.peft != "lora":
             raise ConfigError(f"--merge folds a LoRA adapter into the weights; --peft {self.peft} has none to fold "
                               f"(leave out --merge)")
+        if self.lora_dropout and self.peft != "lora":
+            raise ConfigError(f"--lora-dropout {self.lora_dropout!r} is a LoRA adapter's dropout; --peft {self.peft} "
+                              f"has no LoRA adapter (use --peft lora, or leave out --lora-dropout)")
         check_report_to(self.report_to)  # an unknown name or a missing package: one line, before anything loads
         check_evaluation(self.evaluation, self.peft, self.noise, self.trainable, dtype=self.dtype, autocast=self.autocast)
         if self.hessian_smooth and {k: getattr(self, k) for k in HIZOO_OPTIONS} != HIZOO_OPTIONS:

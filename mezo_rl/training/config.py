@@ -91,7 +91,7 @@ NO_MEANING: dict[str, str] = {
     "model_init_kwargs": "pass a model object, or the loading options dtype / device_map / max_memory",
     "multi_objective_aggregation": "the rewards are summed with reward_weights (reward_scale, reward_shaping)",
     "max_tool_calling_iterations": "completions are plain generation, without tool calls",
-    "disable_dropout": "models run in eval mode: dropout is always off",
+    "disable_dropout": "models run in eval mode: their own dropout is always off (LoRA's: lora_dropout)",
     "tf32": "matrix products run at the precision of dtype and autocast",
     "use_cpu": "the model runs where it is loaded (device_map)",
     "use_cache": "generation always uses the key/value cache",
@@ -119,7 +119,7 @@ REFUSED: dict[str, tuple[Callable, str]] = {
 #: value they take that is refused here, what is accepted). Each is checked where the field is declared
 #: (:mod:`mezo_rl.training.arguments`, or :data:`TRL_MAPPED`), in one line; docs/api.md lists them
 ACCEPTED_ONLY: dict[str, tuple] = {
-    "lora_dropout": (0.05, "0: a step's members must see the same function"),
+    "lora_dropout": (1.0, "a probability in [0, 1)"),
     "generation_kwargs": ({"num_beams": 4}, "the sampling options' keys: temperature, top_p, top_k, min_p, "
                                             "repetition_penalty"),
     "eval_strategy": ("epoch", "steps or no"), "save_strategy": ("epoch", "steps or no"),

@@ -34,6 +34,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from mezo_rl.model.dropout import dropout_paused
+
 __all__ = ["StartingPoint", "starting_point", "KLSums", "completion_kl", "member_kls", "KL", "KL_BATCH"]
 
 KL = "kl"  #: the evaluation and log key
@@ -170,7 +172,7 @@ def member_kls(lm, start: StartingPoint, prompts: list[str], completions: list[l
                     where.setdefault(r, len(where))
                 start_rows = [list(r) for r in where]
                 sel_q = torch.tensor([where[tuple(rows[b])] for b in sel_b.tolist()])
-            with unperturbed(), start.active():
+            with unperturbed(), start.active(), dropout_paused(lm.model):  # the start: no perturbation, no dropout
                 logq = _position_logprobs(lm, start_rows, keep)
             d = logp.device
             lp, lq = logp[sel_b.to(d), sel_k.to(d)], logq[sel_q.to(d), sel_k.to(d)]  # [N, V]

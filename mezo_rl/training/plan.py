@@ -32,8 +32,8 @@ What a run is given, read here in one straight line (every mistake one line, bef
     defaults follow the task's kind (a prompt task gets the prompt tasks' run length), and an
     ``IterableDataset`` needs ``max_steps``, since a stream has no length (as in TRL);
   - ``peft_config``: a ``peft.LoraConfig`` (``peft="lora"``, its ``r``, ``lora_alpha``, ``target_modules``,
-    "all-linear" included, and ``modules_to_save``; ``lora_dropout`` > 0 is refused: MeZO's +eps and -eps
-    passes must see the same function) or a ``peft.PrefixTuningConfig`` (``peft="prefix"``, its
+    "all-linear" included, ``modules_to_save`` and ``lora_dropout``, drawn the same for every member of a step:
+    :mod:`mezo_rl.model.dropout`) or a ``peft.PrefixTuningConfig`` (``peft="prefix"``, its
     ``num_virtual_tokens``);
 
 - the task (:func:`resolve_task`: a registered name, ``module:function``, a data file or a dataset) and the
@@ -265,11 +265,9 @@ def _peft(peft_config, values: dict) -> None:
         return
     kind = type(peft_config).__name__
     if kind == "LoraConfig":
-        if peft_config.lora_dropout:
-            raise ConfigError(f"peft_config: lora_dropout={peft_config.lora_dropout!r}, accepted: 0 (MeZO compares the "
-                              f"loss at +eps and -eps, and dropout would make the two passes different functions)")
         targets, keep = peft_config.target_modules, peft_config.modules_to_save
         values.update(peft="lora", lora_r=int(peft_config.r), lora_alpha=int(peft_config.lora_alpha),
+                      lora_dropout=float(peft_config.lora_dropout),
                       lora_target_modules=None if targets is None else [targets] if isinstance(targets, str)
                       else sorted(targets),
                       lora_modules_to_save=None if not keep else [keep] if isinstance(keep, str) else list(keep))

@@ -141,7 +141,7 @@ def build_model(args: MeZOConfig, lm=None, dtype: Optional[str] = None):
             check_no_offload(lm.model)  # weights offloaded to disk cannot be perturbed in place
     return set_trainable(lm, args.peft, trainable=args.trainable, modules_to_save=args.lora_modules_to_save,
                          r=args.lora_r, alpha=args.lora_alpha, target_modules=args.lora_target_modules,
-                         num_prefix_tokens=args.num_prefix_tokens, seed=args.seed)
+                         dropout=args.lora_dropout, num_prefix_tokens=args.num_prefix_tokens, seed=args.seed)
 
 
 # ---------------------------------------------------------------------- the optimizer

@@ -35,6 +35,7 @@ import torch
 
 from mezo_rl import rewards
 from mezo_rl.engine.trajectory import STATUS
+from mezo_rl.model.dropout import step_dropout
 from mezo_rl.errors import ConfigError
 from mezo_rl.training import rundir
 from mezo_rl.training.arguments import MeZOConfig, data_task_options
@@ -257,16 +258,20 @@ class MeZOTrainer:
         return self.fitness(outcomes, self.step)
 
     def member_outcomes(self, examples, members=None, sample_seed: Optional[int] = None,
-                        kl_texts: Optional[list[str]] = None) -> list:
+                        kl_texts: Optional[list[str]] = None, dropout_seed: Optional[int] = None) -> list:
         """The members' evaluations: this rank's shard of ``examples`` through the model and the objective,
         ``--num-generations`` completions per prompt; one ``rewards.ObjectiveOutput`` per member (per-example
         values; sums, squares and counts for the all-reduce). ``members``: a batched step's members, from one
         member-batched pass (``--evaluation batched``; the weights stay in place); None: the one member the
         weights in place are (a list of one). With ``--beta`` each output also carries ``kl``: the summed
         per-token KL to the starting model over its completions, or over the completions of the same prompts
-        that the + member of its pair wrote (in place: ``kl_texts``; batched: found among ``members``)."""
+        that the + member of its pair wrote (in place: ``kl_texts``; batched: found among ``members``).
+        ``dropout_seed``: a training step's (``--lora-dropout``): the LoRA dropout masks, the same for every member
+        (:func:`mezo_rl.model.dropout.step_dropout`); None: no dropout."""
         a, shard = self.args, self.dist.shard(examples)
-        with self._guard.interruptible(), autocast(a.autocast, self.lm.device.type):
+        M = 1 if members is None else len(members)
+        with self._guard.interruptible(), autocast(a.autocast, self.lm.device.type), \
+                step_dropout(self.lm.model, dropout_seed, M):
             outcomes = objective_outputs(self.lm, self.objective, shard, members, sample_seed=sample_seed,
                                          max_new_tokens=a.max_completion_length, do_sample=a.do_sample,
                                          sampling=self.sampling, num_generations=a.num_generations,
@@ -293,6 +298,7 @@ class MeZOTrainer:
         a, train = self.args, self.splits["train"]
         batch = [train[i] for i in sample_batch_indices(len(train), a.prompts_per_step, a.seed, self.step)]
         sample_seed = int(np.random.default_rng([a.seed, self.step, 1]).integers(2**31 - 1))
+        dropout_seed = int(np.random.default_rng([a.seed, self.step, 2]).integers(2**31 - 1))  # LoRA dropout's masks
         rewards_logged: dict = {}
         self.reward_context.take_metrics(), self.reward_context.take_extra()  # this step's logs only (log_extra:
         # a training batch's columns are not kept; an evaluation's go to its samples)
@@ -309,7 +315,8 @@ class MeZOTrainer:
 
         bytes_before, lr, t0 = self.dist.bytes_communicated, self.optimizer.param_groups[0]["lr"], time.perf_counter()
         if self.optimizer.config["evaluation"] == "batched":  # every member in one batched pass
-            closure = lambda members: self.member_outcomes(batch, members, sample_seed)  # noqa: E731
+            closure = lambda members: self.member_outcomes(batch, members, sample_seed,  # noqa: E731
+                                                           dropout_seed=dropout_seed)
         else:
             # With --beta the two members of a pair (+s, -s: the engine's order) score their KL on the same texts,
             # the + member's completions, as they score the same batch: the difference of a smooth function of
@@ -320,7 +327,8 @@ class MeZOTrainer:
 
             def closure():
                 minus = pairs and len(written) % 2 == 1
-                out = self.member_outcomes(batch, None, sample_seed, kl_texts=written[-1] if minus else None)[0]
+                out = self.member_outcomes(batch, None, sample_seed, kl_texts=written[-1] if minus else None,
+                                           dropout_seed=dropout_seed)[0]
                 written.append(out.texts)
                 return out
         res = self.optimizer.step(closure, fitness=fitness)
