@@ -140,3 +140,14 @@ def test_register_custom_reward_example_runs_on_smollm2(tmp_path, shared_data_di
     for name in ("gold_probability", "accuracy"):
         assert re.search(rf"{name} +[\d.]+ \+- [\d.]+ -> [\d.]+ \+- [\d.]+ \(n = 16; gain [-+][\d.]+ = [-+][\d.]+ SE\)",
                          done.stdout), done.stdout[-1000:]
+
+
+def test_trl_grpo_recipe_example_runs_on_smollm2(tmp_path):
+    """examples/trl_grpo_recipe.py (a TRL GRPO script with two names changed: LoRA with dropout, two weighted
+    rewards, TRL's sampling knobs) for two steps on the real model: TRL's metric names printed, an adapter saved."""
+    out = tmp_path / "recipe"
+    done = _run_example("trl_grpo_recipe.py", "--max-steps", "2", "--num-eval", "8", "--output-dir", str(out))
+    assert done.returncode == 0, done.stderr[-2000:]
+    for key in ("eval_reward:", "eval_rewards/correct_answer/mean:", "eval_rewards/short_reply/mean:", "eval_kl:"):
+        assert key in done.stdout, done.stdout[-1000:]
+    assert json.loads((out / "adapter_config.json").read_text())["lora_dropout"] == 0.05

@@ -468,3 +468,48 @@ def test_generation_kwargs_override_the_knobs_and_take_only_theirs():
         MeZOConfig(generation_kwargs={"num_beams": 4})
     with pytest.raises(ConfigError, match="--generation-kwargs: top_p: got 2"):
         MeZOConfig(num_generations=2, per_device_train_batch_size=4, generation_kwargs={"top_p": 2})
+
+
+# ---------------------------------------------------------------------- the ported recipe, every field at once
+def test_the_ported_grpo_recipe_runs_as_written_on_the_tiny_model(tmp_path, tiny_tokenizer, caplog):
+    """examples/trl_grpo_recipe.py's fields and rewards (two weighted functions with a dataset column, TRL's
+    sampling knobs, LoRA with dropout, log_completions, the hub off), a tiny model and 2 steps in place of
+    SmolLM2 and 40: one warning line for the fields with no meaning, TRL's metric names, an adapter folder."""
+    import copy
+    import importlib.util
+    import json
+    import logging
+    import pathlib
+
+    from peft import LoraConfig
+
+    from mezo_rl import MeZOTrainer
+
+    path = pathlib.Path(__file__).resolve().parents[1] / "examples" / "trl_grpo_recipe.py"
+    spec = importlib.util.spec_from_file_location("trl_grpo_recipe", path)
+    recipe = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(recipe)
+    tokenizer = copy.deepcopy(tiny_tokenizer)
+    tokenizer.chat_template = ("{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
+                               "{% if add_generation_prompt %}assistant:{% endif %}")
+    with caplog.at_level(logging.WARNING, logger="mezo_rl"):
+        trainer = MeZOTrainer(model=make_tiny_causal_lm(tokenizer), reward_funcs=[recipe.correct_answer, recipe.short_reply],
+                              args=recipe.config(str(tmp_path / "out"), 2, max_completion_length=6, progress=False),
+                              train_dataset=recipe.dataset("train", 32), eval_dataset=recipe.dataset("validation", 8),
+                              processing_class=tokenizer,
+                              peft_config=LoraConfig(r=4, lora_alpha=8, lora_dropout=0.05, target_modules="all-linear",
+                                                     task_type="CAUSAL_LM"))
+    warned = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING and r.name == "mezo_rl"]
+    assert len(warned) == 1 and "gradient_checkpointing" in warned[0] and "\n" not in warned[0]
+    a = trainer.args
+    assert (a.peft, a.lora_dropout, a.reward_weights, a.do_sample) == ("lora", 0.05, [1.0, 0.5], True)
+    assert (a.temperature, a.top_p, a.top_k, a.beta, a.num_generations) == (0.9, 0.95, 50, 0.04, 4)
+    trainer.train()
+    metrics = trainer.evaluate()
+    assert {"eval_reward", "eval_rewards/correct_answer/mean", "eval_rewards/short_reply/mean", "eval_kl"} <= set(metrics)
+    assert metrics["eval_reward"] == pytest.approx(metrics["eval_rewards/correct_answer/mean"]
+                                                   + 0.5 * metrics["eval_rewards/short_reply/mean"])
+    assert sorted(p.name for p in (tmp_path / "out" / "completions").glob("train-step*.parquet")) == [
+        "train-step000001.parquet", "train-step000002.parquet"]  # a table every logging step
+    out = trainer.save_model()
+    assert json.loads((out / "adapter_config.json").read_text())["lora_dropout"] == 0.05
