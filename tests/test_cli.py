@@ -146,7 +146,8 @@ def test_train_command_writes_a_run(tmp_path, tiny_model_dir, data_dir, capsys):
     assert main(["train", "--config", str(cfg), "--data-dir", str(data_dir), "--output-dir", str(out)]) == 0
     lines = capsys.readouterr().out.splitlines()
     summary = json.loads((out / "summary.json").read_text())
-    assert lines[-2].startswith(f"results in {out}: summary.json, metrics.jsonl, curves.png, checkpoint/")
+    assert lines[-2] == (f"results in {out}: summary.json, metrics.jsonl, curves.png, checkpoint/ "
+                         f"({summary['wall_time_s']:.0f} s, peak memory {summary['peak_rss_mb']:.0f} MB)")
     v0, v1 = summary["initial_validation"]["accuracy"], summary["validation"]["accuracy"]
     t0, t1 = summary["initial_test"]["accuracy"], summary["test"]["accuracy"]
     sv, st = summary["validation"]["accuracy/se"], summary["test"]["accuracy/se"]

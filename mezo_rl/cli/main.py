@@ -257,7 +257,8 @@ def _train(args, callbacks=()) -> int:
 def _print_summary(summary: dict, output_dir) -> None:
     out = pathlib.Path(output_dir)
     files = [f for f in (rundir.SUMMARY_FILE, rundir.METRICS_FILE, plots.CURVES_FILE) if (out / f).is_file()]
-    print(f"results in {out}: {', '.join(files)}, {rundir.CHECKPOINT_DIR}/ ({summary['wall_time_s']:.0f} s)")
+    peak = f", peak memory {summary['peak_rss_mb']:.0f} MB" if summary.get("peak_rss_mb") else ""  # the process's peak RSS
+    print(f"results in {out}: {', '.join(files)}, {rundir.CHECKPOINT_DIR}/ ({summary['wall_time_s']:.0f} s{peak})")
     print(plots.results_line(summary))
 
 
