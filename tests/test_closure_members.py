@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from conftest import make_tiny_causal_lm
+from engine_problems import one_thread  # noqa: F401 (a fixture)
 from mezo_rl.engine.optim import MeZO, replay_trajectory
 from mezo_rl.engine.population import BatchedMembers, Member, Members, step_members, takes_members
 from mezo_rl.model.lm import LanguageModel
@@ -20,14 +21,7 @@ from test_trainer import make_args, splits
 OPTIONS = {"two-point n=2": dict(n_spsa=2), "es n=3": dict(n_spsa=3, estimator="es"),
            "one-point": dict(estimator="one_point"), "HiZOO n=2": dict(n_spsa=2, hessian_smooth=0.5),
            "momentum n=2": dict(n_spsa=2, momentum=0.5)}
-
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def scored(lm, seen, scores):
