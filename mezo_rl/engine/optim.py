@@ -119,8 +119,8 @@ from mezo_rl.engine.curvature import Curvature
 from mezo_rl.engine.population import BatchedMembers, Member, Members, member_values, step_members, takes_members
 from mezo_rl.engine.trajectory import STATUS, Trajectory
 
-__all__ = ["MeZO", "BatchedMembers", "Member", "Members", "StepResult", "spread", "get_scheduler", "replay_trajectory", "ESTIMATORS", "EVALUATIONS",
-           "HIZOO_OPTIONS", "ON_NONFINITE", "ROUNDINGS", "SCHEDULERS"]
+__all__ = ["MeZO", "BatchedMembers", "Member", "Members", "StepResult", "spread", "get_scheduler", "replay_trajectory",
+           "ESTIMATORS", "EVALUATIONS", "HIZOO_OPTIONS", "ON_NONFINITE", "ROUNDINGS", "SCHEDULERS"]
 
 #: accepted values of MeZO's ``estimator`` / ``on_nonfinite`` and of :func:`get_scheduler`'s ``name``
 #: (the one declaration: command-line choices can be read from here, as noise kinds from ``noise.NOISES``)
@@ -316,10 +316,10 @@ class MeZO(torch.optim.Optimizer):
         evaluation: ``"inplace"`` (default: the closure runs once per member, the weights perturbed in
             place) or a :class:`~mezo_rl.engine.population.BatchedMembers` strategy (``closure(members)``
             runs once, the strategy's model evaluating every member in member-major row blocks; see the
-            module docstring). A ``closure(members)`` serves both. ``"batched"`` names that mode without a model: enough to replay a
-            trajectory, whose closure hands back logged values. bf16 / fp16 trainable tensors need the batched
-            mode: a perturbation swept into them in place rounds, and the restore does not return them to
-            where they were (refused in one line).
+            module docstring); a ``closure(members)`` serves both. ``"batched"`` names that mode without a
+            model: enough to replay a trajectory, whose closure hands back logged values. bf16 / fp16 trainable
+            tensors need the batched mode: a perturbation swept into them in place rounds, and the restore does
+            not return them to where they were (refused in one line).
         rounding: how an update is written into bf16 / fp16 tensors, computed in float32 and rounded once:
             ``"stochastic"`` (default; unbiased at any lr, its random bits drawn from the step's seed, so replay
             and resume stay exact) or ``"nearest"`` (drops an update below half a weight's spacing).

@@ -115,7 +115,8 @@ def takes_members(closure) -> bool:
 def member_values(out, members: int, closure: str = "the closure") -> list:
     """What ``closure`` returned for ``members`` members, as a list of one value (or object) per member; anything
     without one per member is refused in one line."""
-    if isinstance(out, (str, bytes)) or not hasattr(out, "__len__") or (isinstance(out, torch.Tensor) and out.dim() == 0):
+    scalar = isinstance(out, torch.Tensor) and out.dim() == 0
+    if isinstance(out, (str, bytes)) or not hasattr(out, "__len__") or scalar:
         raise ValueError(f"{closure} must return {members} value{'s' * (members != 1)}, one per member; "
                          f"got {type(out).__name__}")
     if len(out) != members:
