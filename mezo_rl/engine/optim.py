@@ -68,19 +68,24 @@ representable (see docs/engine.md for measured drift).
 
 Members and fitness: a step evaluates M *members*, each one noise seed and sign: (+s0, -s0, +s1, -s1, ...)
 for the two-point estimator (M = 2n), (+s0, ..., +s_{n-1}) for ``"es"`` (M = n), (+s0) for one-point.
-``step(closure)`` calls ``closure()`` once per member, in that order, with that member's perturbation
-applied in place. ``step(closure, fitness=f)`` lets the closure return any object per member (say,
+The engine hands them out: a closure with a positional parameter is called as ``closure(members)``, with
+:class:`Members` (a tuple of :class:`Member` descriptors: ``index``, ``seed``, ``sign``, ``sample``, in that
+order) and returns one value per member; in place it is called once per member with that member alone, its
+perturbation applied to the weights, and batched once with all M (below), so one closure serves both modes.
+torch.optim's ``closure()`` (no argument) is called once per member in place and returns its value.
+``step(closure, fitness=f)`` lets the closure return any object per member (say,
 per-example rewards) and turns the M objects into M losses with ``f(objects)`` once all members ran:
 the place for fitness shaping that needs the whole population (per-prompt centring across members).
 The engine never looks inside the objects.
 
 Batched evaluation: ``MeZO(params, ..., evaluation=BatchedMembers(model))`` evaluates a step's M
 members in one batched pass with the weights untouched (:mod:`mezo_rl.engine.population`): ``closure(members)``
-is called once with the M :class:`Member` descriptors, every forward of ``model`` inside it must hold
+is called once with the M members (``members.batched`` is True), every forward of ``model`` inside it must hold
 M equal blocks of rows in member-major layout (rows [k*b, (k+1)*b) are member k's; see
 ``LanguageModel.score/generate(..., members=M)``), each module holding a trainable tensor adds member
 k's perturbation to its block (activation-side ``sign_k eps (x A) B^T / sqrt(r)`` for low-rank
-matrices), and the closure returns M values (or M objects for ``fitness``). Then the same update as
+matrices), and the closure returns M values (or M objects for ``fitness``); ``members.paused()`` gives a block
+of plain forwards on the weights in place (another model's view of the members' outputs). Then the same update as
 in place, without a restore to fuse it with: the estimator, the trajectory and replay are those of
 the in-place mode with the same seeds, and with no perturbation sweeps nothing drifts, in any dtype
 (bf16 included: a step at lr 0 leaves the weights bit for bit). Matrices of nn.Embedding need
@@ -111,11 +116,11 @@ import torch
 from mezo_rl.engine import noise as _noise
 from mezo_rl.engine import rounding as _rounding
 from mezo_rl.engine.curvature import Curvature
-from mezo_rl.engine.population import BatchedMembers, Member, step_members
+from mezo_rl.engine.population import BatchedMembers, Member, Members, member_values, step_members, takes_members
 from mezo_rl.engine.trajectory import STATUS, Trajectory
 
-__all__ = ["MeZO", "BatchedMembers", "Member", "StepResult", "spread", "get_scheduler", "replay_trajectory", "ESTIMATORS", "EVALUATIONS",
-           "HIZOO_OPTIONS", "ON_NONFINITE", "ROUNDINGS", "SCHEDULERS"]
+__all__ = ["MeZO", "BatchedMembers", "Member", "Members", "StepResult", "spread", "get_scheduler", "replay_trajectory",
+           "ESTIMATORS", "EVALUATIONS", "HIZOO_OPTIONS", "ON_NONFINITE", "ROUNDINGS", "SCHEDULERS"]
 
 #: accepted values of MeZO's ``estimator`` / ``on_nonfinite`` and of :func:`get_scheduler`'s ``name``
 #: (the one declaration: command-line choices can be read from here, as noise kinds from ``noise.NOISES``)
@@ -169,10 +174,10 @@ def _with_noise_format(header: dict) -> dict:
     return {**header, "noise_format": _noise.FORMAT}
 
 
-class _Members:
-    """Phase 1 of a step: every member evaluated, in place (each perturbation applied in turn) or by the
-    batched strategy. ``values``: the closure's losses as they come (without fitness); ``offset``: where
-    the parameters are left, ``(seed, mult)`` for theta + mult eps z(seed), or None at theta."""
+class _Evaluation:
+    """Phase 1 of a step: every member evaluated, in place (each perturbation applied in turn, the closure called
+    for it) or by the batched strategy. ``values``: the closure's losses as they come (without fitness);
+    ``offset``: where the parameters are left, ``(seed, mult)`` for theta + mult eps z(seed), or None at theta."""
 
     def __init__(self, opt: "MeZO", entries, closure, seeds: list[int], fitness: bool):
         self.opt, self.entries, self.closure, self.seeds, self.fitness = opt, entries, closure, seeds, fitness
@@ -182,24 +187,28 @@ class _Members:
     def evaluate(self) -> list:
         """What the closure returned, one object per member (with ``fitness``; otherwise also in ``values``)."""
         opt, cfg = self.opt, self.opt.config
+        members = step_members(self.seeds, cfg["estimator"], center=cfg["hessian_smooth"] > 0)
         if cfg["evaluation"] == "batched":
-            return [self._keep(v, "member") for v in opt._evaluate_members(self.closure, self.seeds, self.entries)]
-        n, estimator = cfg["n_spsa"], cfg["estimator"]
-        buffered, center = cfg["adam"] or cfg["momentum"] > 0, cfg["hessian_smooth"] > 0
+            return [self._keep(v, "member") for v in opt._evaluate_members(self.closure, members, self.entries)]
+        closure = self.closure
+        if takes_members(closure):  # closure(members): one member at a time, its perturbation in the weights
+            call = lambda m: member_values(closure(Members([m])), 1)[0]  # noqa: E731
+        else:  # torch.optim's closure()
+            call = lambda m: closure()  # noqa: E731
         out = []
-        for j, s in enumerate(self.seeds):
-            self._move(s, +1.0)
-            out.append(self._keep(self.closure(), "call"))
-            if estimator == "one_point":
-                break
-            if estimator == "two_point":
-                self._move(s, -2.0)
-                out.append(self._keep(self.closure(), "call"))
-            if j < n - 1 or buffered or center:  # restore now; otherwise the restore is fused into the update
-                self._move(s, -self.offset[1])
-        if center:  # HiZOO's l0, at theta
-            out.append(self._keep(self.closure(), "call"))
+        for m in members:
+            self._to(m)
+            out.append(self._keep(call(m), "call"))
+        if cfg["adam"] or cfg["momentum"] > 0:  # the buffered update starts from theta; SGD fuses the restore into it
+            self.restore()
         return out
+
+    def _to(self, member: Member) -> None:
+        """Move the weights to ``member``'s point, theta + sign eps z(seed), from where they are."""
+        if self.offset is not None and (self.offset[0] != member.seed or member.sign == 0):
+            self.restore()
+        if member.sign:
+            self._move(member.seed, member.sign - (0.0 if self.offset is None else self.offset[1]))
 
     def restore(self) -> None:
         if self.offset is not None:
@@ -307,10 +316,10 @@ class MeZO(torch.optim.Optimizer):
         evaluation: ``"inplace"`` (default: the closure runs once per member, the weights perturbed in
             place) or a :class:`~mezo_rl.engine.population.BatchedMembers` strategy (``closure(members)``
             runs once, the strategy's model evaluating every member in member-major row blocks; see the
-            module docstring). ``"batched"`` names that mode without a model: enough to replay a
-            trajectory, whose closure hands back logged values. bf16 / fp16 trainable tensors need the batched
-            mode: a perturbation swept into them in place rounds, and the restore does not return them to
-            where they were (refused in one line).
+            module docstring); a ``closure(members)`` serves both. ``"batched"`` names that mode without a
+            model: enough to replay a trajectory, whose closure hands back logged values. bf16 / fp16 trainable
+            tensors need the batched mode: a perturbation swept into them in place rounds, and the restore does
+            not return them to where they were (refused in one line).
         rounding: how an update is written into bf16 / fp16 tensors, computed in float32 and rounded once:
             ``"stochastic"`` (default; unbiased at any lr, its random bits drawn from the step's seed, so replay
             and resume stay exact) or ``"nearest"`` (drops an update below half a weight's spacing).
@@ -398,8 +407,8 @@ class MeZO(torch.optim.Optimizer):
 
     @property
     def member_evaluation(self) -> BatchedMembers | None:
-        """The batched evaluation's strategy (``evaluation=BatchedMembers(model)``), or None in place: a closure
-        uses its ``paused()`` to run a forward unperturbed within a step's batched pass."""
+        """The batched evaluation's strategy (``evaluation=BatchedMembers(model)``), or None in place. A closure
+        needs none of it: the members it is given say how they are evaluated (:class:`Members`)."""
         return self._members
 
     @property
@@ -519,12 +528,13 @@ class MeZO(torch.optim.Optimizer):
     # ------------------------------------------------------------------------------------------
     @torch.no_grad()
     def step(self, closure, fitness=None) -> StepResult:
-        """One MeZO step. ``closure()`` is called once per member (see the module docstring) with
-        the parameters perturbed in place, under torch.no_grad(), and returns the loss to minimise;
-        or, with ``fitness``, any object, and ``fitness(objects)`` returns the M losses once every
-        member ran. With ``evaluation="batched"``, ``closure(members)`` is called once, with the
-        module evaluating every member in member-major row blocks, and returns M values (or M
-        objects for ``fitness``). Returns a :class:`StepResult`."""
+        """One MeZO step, its closure called under torch.no_grad(). ``closure(members)`` is given the
+        :class:`Members` it evaluates and returns one loss to minimise per member (or, with ``fitness``,
+        any object per member, and ``fitness(objects)`` returns the M losses once every member ran): in
+        place once per member, that member alone, the parameters perturbed for it; with
+        ``evaluation="batched"`` once, all M members, the module evaluating each in its block of
+        member-major rows. torch.optim's ``closure()`` is called once per member in place and returns
+        that member's loss (or object). Returns a :class:`StepResult`."""
         if closure is None:
             raise ValueError("MeZO.step needs a closure: MeZO evaluates the loss itself (it has no gradients)")
         entries = self._prepare()
@@ -538,7 +548,7 @@ class MeZO(torch.optim.Optimizer):
         phases: evaluate the members, turn what they returned into losses, update."""
         lrs = [g["lr"] for g in self.param_groups]
         epss = [g["eps"] for g in self.param_groups]
-        run = _Members(self, entries, closure, seeds, fitness is not None)
+        run = _Evaluation(self, entries, closure, seeds, fitness is not None)
         try:
             outcomes = run.evaluate()
             values = self._losses(outcomes, fitness, run.values)
@@ -579,9 +589,6 @@ class MeZO(torch.optim.Optimizer):
         cfg = self.config
         n, one_point, es = cfg["n_spsa"], cfg["estimator"] == "one_point", cfg["estimator"] == "es"
         buffered = cfg["adam"] or cfg["momentum"] > 0
-        if buffered and offset is not None:  # one-point + momentum/Adam: restore first
-            self._sweep(entries, offset[0], -offset[1])
-            offset = None
         sigma = spread(values) if cfg["normalize"] == "std" else None
         grads = self._grads(values, epss[0], sigma)
         group_grads = {id(g): self._grads(values, g["eps"], sigma) for g in self.param_groups}
@@ -631,9 +638,8 @@ class MeZO(torch.optim.Optimizer):
                                self.config["hessian_smooth"])
         self._noise.precondition(*self._curvature.scales())
 
-    def _evaluate_members(self, closure, seeds: list[int], entries) -> list:
+    def _evaluate_members(self, closure, members: list[Member], entries) -> list:
         """Batched evaluation: ``closure(members)`` once, the strategy evaluating every member; its M values."""
-        members = step_members(seeds, self.config["estimator"], center=self.config["hessian_smooth"] > 0)
         if self._replaying:  # the replay closure hands back the logged values; nothing is evaluated
             return list(closure(members))
         if self._members is None:
@@ -763,11 +769,9 @@ class MeZO(torch.optim.Optimizer):
             g["lr"], g["eps"] = lr, eps
         recorded = iter(row.values[: row.calls])
 
-        def closure(members=None):
-            if members is not None:
-                return list(recorded)
+        def closure(members):
             try:
-                return next(recorded)
+                return [next(recorded) for _ in members]
             except StopIteration:
                 raise _ReplayAbort() from None
 

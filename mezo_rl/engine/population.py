@@ -37,8 +37,8 @@ Any other module with trainable tensors (norm gains, ...)
     whose ops vmap cannot batch runs once per member block instead.
 
 The factors and deltas are drawn once per step (when the pass starts) and reused by every forward of
-the closure (every decoding step). Within the closure, ``BatchedMembers.paused()`` gives a block where the
-model computes as it does outside the pass (its own forwards, the weights in place, rows not split into
+the closure (every decoding step). Within the closure, ``members.paused()`` (:class:`Members`) gives a block where
+the model computes as it does outside the pass (its own forwards, the weights in place, rows not split into
 members): a closure that needs another model's view of the members' outputs (the trainer's KL to the
 starting model) reads it there. The update after the evaluations is the same update the
 weight-side noise applies (:mod:`mezo_rl.engine.optim`), so trajectories and replay are unchanged; only
@@ -46,14 +46,16 @@ the perturbation sweeps are gone, which is why nothing drifts in bf16.
 """
 from __future__ import annotations
 
+import inspect
 import math
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 
 import torch
 from torch import nn
 
-__all__ = ["Member", "MemberPlan", "BatchedMembers", "step_members", "PRODUCT_FORMS", "product_form"]
+__all__ = ["Member", "Members", "MemberPlan", "BatchedMembers", "step_members", "takes_members", "member_values",
+           "PRODUCT_FORMS", "product_form"]
 
 
 @dataclass(frozen=True)
@@ -76,6 +78,51 @@ def step_members(seeds: list[int], estimator: str, center: bool = False) -> list
     if estimator == "one_point":
         return [Member(0, seeds[0], 1, 0)]
     return [Member(j, s, 1, j) for j, s in enumerate(seeds)]
+
+
+class Members(tuple):
+    """What a closure is given: the members it evaluates, a tuple of :class:`Member` in the step's order, and how.
+
+    ``batched`` True: the closure evaluates every member of the step at once, the weights untouched; every forward
+    of the model within it holds ``len(members)`` equal blocks of rows, member-major, and member k's perturbation
+    applies to block k. False: it evaluates one member, ``members[0]``, whose perturbation is in the weights in
+    place (a forward with one block of rows is the plain forward). Either way the closure returns one value per
+    member, in order. :meth:`paused` gives a block where the model computes plainly on the weights in place, its
+    rows not split into members: batched, the members' perturbations are lifted for its duration (to read another
+    model's view of the members' outputs); in place the block changes nothing."""
+
+    def __new__(cls, members, batched: bool = False, paused=None):
+        self = super().__new__(cls, members)
+        self.batched, self._paused = batched, paused
+        return self
+
+    def paused(self):
+        """A context: within it the model's forwards are its own, on the weights in place (see the class)."""
+        return nullcontext() if self._paused is None else self._paused()
+
+
+def takes_members(closure) -> bool:
+    """Whether ``closure`` is called with the members it evaluates, ``closure(members)``: it has a positional
+    parameter without a default. A closure that can be called with no argument is torch.optim's ``closure()``,
+    called once per member in place and returning that member's value."""
+    try:
+        params = inspect.signature(closure).parameters.values()
+    except (TypeError, ValueError):  # a callable whose signature Python cannot read: torch.optim's contract
+        return False
+    return any(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.default is p.empty for p in params)
+
+
+def member_values(out, members: int, closure: str = "the closure") -> list:
+    """What ``closure`` returned for ``members`` members, as a list of one value (or object) per member; anything
+    without one per member is refused in one line."""
+    scalar = isinstance(out, torch.Tensor) and out.dim() == 0
+    if isinstance(out, (str, bytes)) or not hasattr(out, "__len__") or scalar:
+        raise ValueError(f"{closure} must return {members} value{'s' * (members != 1)}, one per member; "
+                         f"got {type(out).__name__}")
+    if len(out) != members:
+        raise ValueError(f"{closure} returned {len(out)} values for {members} member{'s' * (members != 1)}; "
+                         f"it must return one per member ({members})")
+    return list(out)
 
 
 class BatchedMembers:
@@ -106,17 +153,12 @@ class BatchedMembers:
         return self.plan.paused()
 
     def evaluate(self, closure, members: list[Member], spec, entries) -> list:
-        """``closure(members)`` once, every forward of the module evaluating every member; its M values."""
+        """``closure(members)`` once (:class:`Members`, ``batched``), every forward of the module evaluating every
+        member; its M values."""
         plan = self.prepare(entries, spec.kind, len(members))
         with plan.applied(spec, members, entries):
-            out = closure(members)
-        if isinstance(out, (str, bytes)) or not hasattr(out, "__len__"):
-            raise ValueError(f"the batched closure must return {len(members)} values, one per member; "
-                             f"got {type(out).__name__}")
-        if len(out) != len(members):
-            raise ValueError(f"the batched closure returned {len(out)} values for {len(members)} members; "
-                             f"it must return one per member ({len(members)})")
-        return list(out)
+            out = closure(Members(members, batched=True, paused=plan.paused))
+        return member_values(out, len(members), "the batched closure")
 
 
 def _is_conv1d(module) -> bool:  # transformers.pytorch_utils.Conv1D: weight [in, out], x @ W + b

@@ -4,9 +4,10 @@ One training step (Algorithm 1 of Malladi et al., 2023):
 
 1. sample a batch of training examples (a pure function of ``(seed, step)``, so a resumed run sees
    exactly the batches an uninterrupted one would);
-2. the closure scores (or generates for) that batch and returns the objective's output for one
-   member; the engine calls it with the parameters perturbed by ``+eps*z`` and ``-eps*z`` (same
-   batch, and for sampled generation the same sampling seed), then hands every member's output to
+2. the closure scores (or generates for) that batch and returns the objective's output for each
+   member the engine hands it (:class:`mezo_rl.engine.population.Members`): one at a time, the parameters
+   perturbed in place by ``+eps*z`` and ``-eps*z``, or all at once in a member-batched pass (same
+   batch, and for sampled generation the same sampling seed); the engine then hands every member's output to
    the run's fitness (:mod:`mezo_rl.training.fitness`), which all-reduces their statistics and forms
    each member's loss; the engine applies ``-lr * projected_grad * z`` in place;
 3. every ``eval_steps`` steps the model is evaluated on the validation examples and the best step
@@ -258,37 +259,39 @@ class MeZOTrainer:
         return self.fitness(outcomes, self.step)
 
     def member_outcomes(self, examples, members=None, sample_seed: Optional[int] = None,
-                        kl_texts: Optional[list[str]] = None, dropout_seed: Optional[int] = None) -> list:
+                        written: Optional[dict] = None, dropout_seed: Optional[int] = None) -> list:
         """The members' evaluations: this rank's shard of ``examples`` through the model and the objective,
         ``--num-generations`` completions per prompt; one ``rewards.ObjectiveOutput`` per member (per-example
-        values; sums, squares and counts for the all-reduce). ``members``: a batched step's members, from one
-        member-batched pass (``--evaluation batched``; the weights stay in place); None: the one member the
-        weights in place are (a list of one). With ``--beta`` each output also carries ``kl``: the summed
-        per-token KL to the starting model over its completions, or over the completions of the same prompts
-        that the + member of its pair wrote (in place: ``kl_texts``; batched: found among ``members``).
-        ``dropout_seed``: a training step's (``--lora-dropout``): the LoRA dropout masks, the same for every member
+        values; sums, squares and counts for the all-reduce). ``members``: what the engine handed the step's
+        closure (:class:`mezo_rl.engine.population.Members`): all of a step's members, from one member-batched
+        pass (the weights stay in place), or the one member the weights in place are; None: the weights in place
+        (a list of one). With ``--beta`` each output also carries ``kl``: the summed per-token KL to the starting
+        model over the completions its sample's first member wrote (a pair's: the + member's; ``written``,
+        {sample: texts}, keeps them across the step's calls). ``dropout_seed``: a training step's
+        (``--lora-dropout``): the LoRA dropout masks, the same for every member
         (:func:`mezo_rl.model.dropout.step_dropout`); None: no dropout."""
         a, shard = self.args, self.dist.shard(examples)
-        M = 1 if members is None else len(members)
+        batched = members is not None and members.batched
         with self._guard.interruptible(), autocast(a.autocast, self.lm.device.type), \
-                step_dropout(self.lm.model, dropout_seed, M):
-            outcomes = objective_outputs(self.lm, self.objective, shard, members, sample_seed=sample_seed,
-                                         max_new_tokens=a.max_completion_length, do_sample=a.do_sample,
-                                         sampling=self.sampling, num_generations=a.num_generations,
-                                         stop=completion_stops(self.task, a.stop))
-            outcomes = [outcomes] if members is None else outcomes
-            if a.beta and members is None:
-                out = outcomes[0]
-                out.kl = completion_kl(self.lm, self.start, prompt_texts(self.lm, [shard[g] for g in out.groups]),
-                                       out.texts if kl_texts is None else kl_texts)
-            elif a.beta:
-                # each member's KL on its sample's first member's texts (a pair's: the + member's), both models'
-                # logits read within the step's batched pass: the members' rows batched, the start's unperturbed
-                first = {}
-                for m, out in zip(members, outcomes):
-                    first.setdefault(m.sample, out.texts)
-                kls = member_kls(self.lm, self.start, prompt_texts(self.lm, [shard[g] for g in outcomes[0].groups]),
-                                 [first[m.sample] for m in members], unperturbed=self.optimizer.member_evaluation.paused)
+                step_dropout(self.lm.model, dropout_seed, len(members) if batched else 1):
+            outcomes = objective_outputs(self.lm, self.objective, shard, members if batched else None,
+                                         sample_seed=sample_seed, max_new_tokens=a.max_completion_length,
+                                         do_sample=a.do_sample, sampling=self.sampling,
+                                         num_generations=a.num_generations, stop=completion_stops(self.task, a.stop))
+            outcomes = outcomes if batched else [outcomes]
+            if a.beta:
+                # the two members of a pair (+s, -s) score their KL on the same texts, as they score the same batch:
+                # the difference of a smooth function of the weights, where over each member's own completions it
+                # would be that of two different texts (noise far above the KL's gradient near the start, zero there)
+                samples = [0] if members is None else [m.sample for m in members]
+                written = {} if written is None else written
+                for k, out in zip(samples, outcomes):
+                    written.setdefault(k, out.texts)
+                prompts = prompt_texts(self.lm, [shard[g] for g in outcomes[0].groups])
+                texts = [written[k] for k in samples]
+                # batched: both models' logits read within the step's pass, the start's with the members paused
+                kls = member_kls(self.lm, self.start, prompts, texts, unperturbed=members.paused) if batched \
+                    else [completion_kl(self.lm, self.start, prompts, texts[0])]
                 for out, kl in zip(outcomes, kls):
                     out.kl = kl
         return outcomes
@@ -314,23 +317,10 @@ class MeZOTrainer:
             return losses
 
         bytes_before, lr, t0 = self.dist.bytes_communicated, self.optimizer.param_groups[0]["lr"], time.perf_counter()
-        if self.optimizer.config["evaluation"] == "batched":  # every member in one batched pass
-            closure = lambda members: self.member_outcomes(batch, members, sample_seed,  # noqa: E731
-                                                           dropout_seed=dropout_seed)
-        else:
-            # With --beta the two members of a pair (+s, -s: the engine's order) score their KL on the same texts,
-            # the + member's completions, as they score the same batch: the difference of a smooth function of
-            # the weights, where over each member's own completions it would be that of two different texts
-            # (noise far above the KL's gradient near the start, which is zero there).
-            written: list = []
-            pairs = self.optimizer.config["estimator"] == "two_point"
+        written: dict = {}  # each sample's first member's completions, this step (the KL's texts)
 
-            def closure():
-                minus = pairs and len(written) % 2 == 1
-                out = self.member_outcomes(batch, None, sample_seed, kl_texts=written[-1] if minus else None,
-                                           dropout_seed=dropout_seed)[0]
-                written.append(out.texts)
-                return out
+        def closure(members):  # the engine's members: one in place, all of the step batched
+            return self.member_outcomes(batch, members, sample_seed, written, dropout_seed)
         res = self.optimizer.step(closure, fitness=fitness)
         self.scheduler.step()
         self.state.global_step += 1
