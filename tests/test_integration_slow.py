@@ -52,11 +52,12 @@ def test_train_a_few_steps_on_smollm2_offline(tmp_path, shared_data_dir, monkeyp
     assert len(steps) == 3 and all(r["loss_plus"] is not None and r["peak_rss_mb"] > 0 for r in steps)
     assert sum(f.stat().st_size for f in (out / "checkpoint").iterdir()) < 1_000_000
 
-    # base model + trajectory rebuilds exactly the weights saved with --save-model
-    lm, _, n = load_run(out, "best")
+    # base model + trajectory rebuilds exactly the weights saved with --save-model (into the output directory, as
+    # transformers: the tested step's, the final one without --load-best-model-at-end)
+    lm, _, n = load_run(out, summary["best_step"])
     from safetensors.torch import load_file
 
-    saved = load_file(str(out / "model" / "model.safetensors"))
+    saved = load_file(str(out / "model.safetensors"))
     state = lm.model.state_dict()
     assert n == summary["best_step"]
     assert all(torch.equal(state[k], v) for k, v in saved.items())
