@@ -1,15 +1,18 @@
 """bf16 weights against float32 weights: held-out gain and memory of the same runs, one process each.
 
-    MEZO_RL_DATA=DIR flock /tmp/mezo-heavy.lock python benchmarks/bf16_outcomes.py --out DIR \\
+    MEZO_RL_DATA=DIR flock /tmp/mezo-heavy.lock python benchmarks/bf16_outcomes.py --out DIR [--task sst2|arithmetic] \\
         [--seeds 0 1 2] [--dtypes float32 bfloat16] [--record docs/results/bf16_outcomes_cpu.jsonl] [-- TRAIN OPTIONS]
 
-Each (dtype, seed) is ``mezo-rl train --task sst2 --peft full --dtype DTYPE --seed SEED --autocast none`` with the
-rest of the options at their defaults (plus any given after ``--``), in a process of its own; a run whose directory
-already holds summary.json is read, not rerun (the study resumes). Then, in one more process per run, the
-weights the run tested (``load_run`` at summary.json's ``best_step``: the final step unless
-``--load-best-model-at-end``) and the base model score the run's test examples (with the default ``--num-test``,
-every one of SST-2's, the same for every seed), so each run gives a per-example
-gain (correct after minus correct before). Memory: the run's peak RSS minus the RSS of a process that has imported
+Each (dtype, seed) is one run in a process of its own, with the rest of the options at their defaults (plus any
+given after ``--``); a run whose directory already holds summary.json is read, not rerun (the study resumes):
+
+- ``--task sst2``: ``mezo-rl train --task sst2 --peft full --dtype DTYPE --seed SEED --autocast none``. Then, in one
+  more process per run, the weights the run tested (``load_run`` at summary.json's ``best_step``: the final step
+  unless ``--load-best-model-at-end``) and the base model score the run's test examples (with the default
+  ``--num-test``, every one of SST-2's, the same for every seed): a per-example gain (correct after minus before).
+- ``--task arithmetic``: ``mezo-rl train --task arithmetic --dtype DTYPE --seed SEED --autocast none`` (the prompt
+  task's defaults: full mode), keeping every test completion (``--log-completions``); the per-prompt gain is the
+  ``exact_answer`` reward of the tested step's completion minus the base model's (the run's own step-0 test). Memory: the run's peak RSS minus the RSS of a process that has imported
 what ``mezo-rl train`` imports, before any model loads (measured once, the same way for every dtype).
 
 The comparison: bf16's gain minus float32's, a paired bootstrap over test examples and seeds
@@ -72,9 +75,22 @@ def per_example(run_dir: str) -> None:
     print(json.dumps(out))
 
 
+def completion_outcomes(run_dir: str, tested: int) -> dict:
+    """A prompt task's per-prompt ``exact_answer`` before (the run's step-0 test) and at the tested step, in the
+    order the run evaluated its test prompts (the same for both: one split, one order)."""
+    from mezo_rl.training.rundir import read_samples
+
+    before, after = read_samples(run_dir, "test", 0), read_samples(run_dir, "test", tested)
+    if not before or len(before) != len(after) or any(a["prompt"] != b["prompt"] for a, b in zip(after, before)):
+        raise SystemExit(f"{run_dir}: the test completions of step 0 and step {tested} do not pair")
+    return {"step": tested, "before": [float(x["exact_answer"]) for x in before],
+            "after": [float(x["exact_answer"]) for x in after]}
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", required=True)
+    ap.add_argument("--task", default="sst2", choices=["sst2", "arithmetic"])
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--dtypes", nargs="+", default=["float32", "bfloat16"], choices=["float32", "bfloat16"])
     ap.add_argument("--record", default=None)
@@ -90,19 +106,24 @@ def main():
     baseline = float(subprocess.run([sys.executable, "-c", BASELINE], capture_output=True, text=True, check=True).stdout)
     here = dict(commit=commit(), cpu=cpu(), baseline_rss_mib=round(baseline, 1))
     runs = {}
-    for dtype in args.dtypes:
-        for seed in args.seeds:
+    for seed in args.seeds:  # seed-major: each seed's pair is complete before the next seed starts
+        for dtype in args.dtypes:
             out = os.path.join(args.out, f"{dtype}-s{seed}")
-            cmd = [*exe, "train", "--task", "sst2", "--peft", "full", "--dtype", dtype, "--seed", str(seed),
+            task = ["--task", "sst2", "--peft", "full"] if args.task == "sst2" else \
+                ["--task", "arithmetic", "--log-completions", "100000"]
+            cmd = [*exe, "train", *task, "--dtype", dtype, "--seed", str(seed),
                    "--autocast", "none", "--no-progress", *extra, "--output-dir", out]
             if not os.path.isfile(os.path.join(out, "summary.json")):
                 subprocess.run([*cmd, "--overwrite-output-dir"], check=True)
             summary = json.load(open(os.path.join(out, "summary.json")))
-            scored = subprocess.run([sys.executable, __file__, "--out", args.out, "--per-example", out],
-                                    capture_output=True, text=True, check=True).stdout.strip().splitlines()[-1]
-            ex = json.loads(scored)
+            if args.task == "sst2":
+                scored = subprocess.run([sys.executable, __file__, "--out", args.out, "--per-example", out],
+                                        capture_output=True, text=True, check=True).stdout.strip().splitlines()[-1]
+                ex = json.loads(scored)
+            else:
+                ex = completion_outcomes(out, summary["best_step"])
             gain = [a - b for a, b in zip(ex["after"], ex["before"])]
-            rec = dict(kind="run", command=" ".join(["mezo-rl", *cmd[3:]]), dtype=dtype, seed=seed, n=len(gain),
+            rec = dict(kind="run", task=args.task, command=" ".join(["mezo-rl", *cmd[3:]]), dtype=dtype, seed=seed, n=len(gain),
                        best_step=summary["best_step"], test_before=sum(ex["before"]) / len(gain),
                        test_after=sum(ex["after"]) / len(gain), gain=sum(gain) / len(gain),
                        peak_rss_mib=summary["peak_rss_mb"], above_baseline_mib=round(summary["peak_rss_mb"] - baseline, 1),
@@ -118,7 +139,7 @@ def main():
         ref = [runs[("float32", s)][1] for s in args.seeds]
         iv = paired_bootstrap(low, ref)
         mem = lambda d: sum(runs[(d, s)][0]["above_baseline_mib"] for s in args.seeds) / len(args.seeds)  # noqa: E731
-        rec = dict(kind="comparison", what="bf16 gain minus float32 gain", seeds=args.seeds, n=len(low[0]),
+        rec = dict(kind="comparison", task=args.task, what="bf16 gain minus float32 gain", seeds=args.seeds, n=len(low[0]),
                    diff=iv.diff, lo=iv.lo, hi=iv.hi, se=iv.se,
                    gain_float32=sum(map(sum, ref)) / sum(map(len, ref)), gain_bfloat16=sum(map(sum, low)) / sum(map(len, low)),
                    memory_ratio=mem("bfloat16") / mem("float32"), **here)
