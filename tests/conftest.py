@@ -53,6 +53,15 @@ def _train_tokenizer(mask: bool):
     return PreTrainedTokenizerFast(**kwargs)
 
 
+@pytest.fixture
+def one_thread():
+    """torch on one thread for the test: the same reduction order in every pass it compares."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 @pytest.fixture(scope="session")
 def tiny_tokenizer():
     """A byte-level BPE tokenizer (vocab ~400) trained in-process on a small corpus."""

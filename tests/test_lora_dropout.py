@@ -25,12 +25,7 @@ from test_trainer import make_args, splits, weights
 P = 0.3
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # members compared across passes: one thread's reduction order
 
 
 def lora_lm(tokenizer, dropout=P, moved=True):

@@ -26,12 +26,7 @@ PROMPTS = ["It was great . the movie", "Does this mean that the", "the cat sat o
 CANDIDATES = [[" good", " bad ."], [" Yes", " No"], [" mat", " park"], [" early", " went"]]
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # members compared across passes: one thread's reduction order
 
 
 def tiny_gpt2(tokenizer):
