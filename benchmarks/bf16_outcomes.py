@@ -104,7 +104,8 @@ def main():
 
     exe = [sys.executable, "-m", "mezo_rl"]
     baseline = float(subprocess.run([sys.executable, "-c", BASELINE], capture_output=True, text=True, check=True).stdout)
-    here = dict(commit=commit(), cpu=cpu(), baseline_rss_mib=round(baseline, 1))
+    here = dict(commit=commit(), cpu=cpu(), omp_num_threads=os.environ.get("OMP_NUM_THREADS"),
+                baseline_rss_mib=round(baseline, 1))
     runs = {}
     for seed in args.seeds:  # seed-major: each seed's pair is complete before the next seed starts
         for dtype in args.dtypes:
