@@ -38,17 +38,12 @@ from typing import Any, Optional
 
 from mezo_rl.training.defaults import (FIELD_OF, MODE_DEFAULTS, MODES, PROMPT_TASK_DEFAULTS, default_mode,
                                        default_reward, mode_defaults)
+from mezo_rl.choices import (ESTIMATORS, EVALUATIONS, HIZOO_OPTIONS, HUB_STRATEGIES, NOISES, ON_NONFINITE, ROUNDINGS,
+                             SAMPLING_FIELDS, Sampling, check_dtype, check_evaluation, check_report_to,
+                             parse_max_memory)
 from mezo_rl.errors import ConfigError
 from mezo_rl.rewards import trl_names
 from mezo_rl.training.config import trl_options
-from mezo_rl.training.member_evaluation import check_evaluation
-from mezo_rl.training.model_card import HUB_STRATEGIES
-from mezo_rl.training.outputs import check_dtype
-from mezo_rl.training.reporting import check_report_to
-from mezo_rl.engine.noise import NOISES as NOISE_KINDS
-from mezo_rl.engine.optim import ESTIMATORS, EVALUATIONS, HIZOO_OPTIONS, ON_NONFINITE, ROUNDINGS
-from mezo_rl.model.decoding import Sampling
-from mezo_rl.model.loading import parse_max_memory
 
 #: ``lr_scheduler_type``: the schedules of ``transformers.get_scheduler`` that need no more than warmup and length
 LR_SCHEDULERS = ("constant", "constant_with_warmup", "linear", "cosine", "cosine_with_restarts", "polynomial")
@@ -333,7 +328,7 @@ class MeZOArguments(Arguments):
     warmup_steps: float = option(0.0, "linear warmup: steps, or a fraction of --max-steps when < 1 (as in transformers; "
                                       "constant ignores it, constant_with_warmup, linear and cosine use it)", ge=0)
     n_spsa: Optional[int] = option(None, f"SPSA samples per step (Appendix B.1) {_per_mode('n_spsa')}", min=1)
-    noise: Optional[str] = option(None, f"perturbation distribution: gaussian, rademacher (+-1) or lowrank (z = B A^T / sqrt(rank) per matrix, LOZO) {_per_mode('noise')}", choices=NOISE_KINDS)
+    noise: Optional[str] = option(None, f"perturbation distribution: gaussian, rademacher (+-1) or lowrank (z = B A^T / sqrt(rank) per matrix, LOZO) {_per_mode('noise')}", choices=NOISES)
     rank: int = option(1, "rank of --noise lowrank", min=1)
     lowrank_interval: int = option(1, "hold the low-rank subspace factor for this many noise samples (LOZO; 1 = fresh every step)", min=1)
     step_normalize: Optional[str] = option(None, f"std: divide each loss difference by the spread of the step's losses instead of by 2 eps (FZOO-style; with one sample a sign step of length lr); none: divide by 2 eps (the paper) {_per_mode('normalize')}", choices=["std", "none"])
@@ -420,7 +415,7 @@ class GenerationArguments(Arguments):
             raise ConfigError(f"--generation-kwargs: {e}") from None
 
     def sampling(self) -> Sampling:
-        """How a training step's completions are decoded (:class:`mezo_rl.model.decoding.Sampling`): the sampling
+        """How a training step's completions are decoded (:class:`mezo_rl.choices.Sampling`): the sampling
         fields, ``generation_kwargs`` over them (as TRL lets them override), the temperature where sampling."""
         knobs = {k: getattr(self, k) for k in SAMPLING_FIELDS} | dict(self.generation_kwargs or {})
         if not self.do_sample:
@@ -428,8 +423,6 @@ class GenerationArguments(Arguments):
         return Sampling(**knobs)
 
 
-#: the sampling options, as :class:`mezo_rl.model.decoding.Sampling` takes them (``generation_kwargs`` may set these)
-SAMPLING_FIELDS = tuple(f.name for f in dataclasses.fields(Sampling))
 
 
 @dataclass
@@ -547,7 +540,8 @@ class MeZOConfig(OutputArguments, EvalArguments, GenerationArguments, ComputeArg
             raise ConfigError(f"--merge folds a LoRA adapter into the weights; --peft {self.peft} has none to fold "
                               f"(leave out --merge)")
         check_report_to(self.report_to)  # an unknown name or a missing package: one line, before anything loads
-        check_evaluation(self.evaluation, self.peft, self.noise, self.trainable, dtype=self.dtype, autocast=self.autocast)
+        check_evaluation(self.evaluation, self.peft, self.noise, self.trainable,  # auto: the plan, which resolves it
+                         None if self.dtype == "auto" else self.dtype)
         if self.hessian_smooth and {k: getattr(self, k) for k in HIZOO_OPTIONS} != HIZOO_OPTIONS:
             raise ConfigError(f"--hessian-smooth (HiZOO) needs --noise lowrank with --rank 1 and --estimator two_point; "
                               f"got --noise {self.noise} --rank {self.rank} --estimator {self.estimator}")

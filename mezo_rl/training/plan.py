@@ -62,6 +62,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, TypeVar
 
 from mezo_rl import rewards
+from mezo_rl.choices import check_evaluation
 from mezo_rl.errors import ConfigError, UnknownNameError, UserError, first_line
 from mezo_rl.model.lm import LanguageModel
 from mezo_rl.rewards.registry import REGISTRY
@@ -69,6 +70,7 @@ from mezo_rl.training.arguments import DATA_TASK_FIELDS, MeZOConfig, TaskArgumen
 from mezo_rl.training.evaluation import OBJECTIVE, prompt_metrics
 from mezo_rl.training.defaults import small_lr_warning
 from mezo_rl.training.fitness import FitnessSpec
+from mezo_rl.training.outputs import weights_dtype
 from mezo_rl.training.reporting import metric_key
 from mezo_rl.training.trl_rewards import HUB_ID, is_reward_model_ref, resolve_reward, reward_model_spec
 from mezo_rl.tasks import get_task, list_tasks
@@ -457,6 +459,7 @@ def plan_run(args: MeZOConfig, task, objective, model=None, given: Optional[dict
     if args.beta and task.kind != "prompts":
         raise ConfigError(f"--beta penalises the KL of generated completions: it needs a prompt task, and task "
                           f"{args.task!r} is {task.kind}; leave --beta at 0")
+    check_evaluation(args.evaluation, args.peft, args.noise, args.trainable, weights_dtype(args.dtype, args.autocast))
     objective.check_task_kind(task.kind)
     if model is not None:
         objective.check_compatible(bool(model.is_causal))
