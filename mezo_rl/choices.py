@@ -62,8 +62,9 @@ def check_evaluation(evaluation: str, peft: str, noise: str, trainable: Optional
                      weights: Optional[str] = None) -> None:
     """Refuse, before any model loads, what the batched mode cannot serve (one line, ConfigError), and the
     in-place mode for bf16 / fp16 ``weights`` (the weights' dtype, ``auto`` resolved; None: not known yet): a
-    perturbation swept into them rounds, and its restore does not return them bit for bit."""
-    whole = peft in ("full", "none") and trainable is None and noise != "lowrank"
+    perturbation swept into them rounds, and its restore does not return them bit for bit. ``noise`` None (the
+    mode's default, low-rank where every matrix is trained) perturbs activation-side."""
+    whole = peft in ("full", "none") and trainable is None and noise not in ("lowrank", None)
     if weights in LOW_PRECISION_DTYPES and (evaluation == "inplace" or whole):
         raise ConfigError(f"--dtype {weights}: a step must evaluate its members batched (the in-place sweeps would "
                           "round the weights and not restore them), "

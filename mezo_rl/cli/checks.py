@@ -48,9 +48,10 @@ def check_data_dir(data_dir) -> None:
         data_root(data_dir)  # TaskFileNotFoundError naming the directory
 
 
-def check_output_dir(args) -> None:
-    """``--output-dir`` is a directory or can be one; with ``--resume`` it holds a checkpoint of this run;
-    without it, it holds no unfinished run (starting over would replace that run's checkpoint)."""
+def check_output_dir(args, resumed=None) -> None:
+    """``--output-dir`` is a directory or can be one; with ``--resume`` it holds a checkpoint of this run (read by
+    ``mezo_rl.training.rundir.read_resumed``, unless the plan has read it: ``resumed``); without it, it holds no
+    unfinished run (starting over would replace that run's checkpoint)."""
     out = pathlib.Path(args.output_dir)
     if out.exists() and not out.is_dir():
         raise ConfigError(f"--output-dir {str(out)!r} is not a directory (a file is there); give a directory path")
@@ -58,12 +59,8 @@ def check_output_dir(args) -> None:
     if not out.exists() and parent is not None and not (parent.is_dir() and os.access(parent, os.W_OK)):
         raise ConfigError(f"--output-dir {str(out)!r} cannot be created ({str(parent)!r} is not a writable directory)")
     if args.resume:
-        state = out / rundir.CHECKPOINT_DIR / rundir.STATE_FILE
-        if not state.is_file() or not (out / rundir.CONFIG_FILE).is_file():
-            raise ConfigError(f"--resume: no checkpoint in {str(out)!r} (no {rundir.CHECKPOINT_DIR}/{rundir.STATE_FILE}); "
-                              f"start the run without --resume")
-        rundir.check_resumable(out, args)
-        rundir.read_checkpoint(out, tensors=False)  # a damaged or unsafe file: one line, before any model loads
+        if resumed is None:
+            rundir.read_resumed(out, args)  # no checkpoint, a damaged or unsafe file, other arguments: one line
     elif not args.overwrite_output_dir:
         unfinished = rundir.unfinished_step(out)
         if unfinished is not None:
@@ -98,9 +95,7 @@ def check_training(args, *, model: bool = True, output: bool = True):
     found = check_model(args.model, weights_dtype(args.dtype, getattr(args, "autocast", "auto"))) if model else None
     check_data_dir(args.data_dir)
     if output:
-        check_output_dir(plan.args)
-        if plan.args.resume:
-            rundir.check_stop_strings(plan.args.output_dir, plan.args, plan.task, plan.objective)
+        check_output_dir(plan.args, plan.resumed)
     check_reward_fit(plan.objective, found)
     if plan.task_kind == "prompts":
         check_prompts(plan.task, found)

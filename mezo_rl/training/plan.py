@@ -3,7 +3,7 @@ objective and the model, taken once.
 
 ::
 
-    plan = plan_run(config, task, objective)    # a pure function: no data read, no model loaded
+    plan = plan_run(config, task, objective)    # no data read, no model loaded; a resumed run's directory read once
     plan, lm, lm_factory = plan_given(config, model, reward_funcs, train_dataset, ...)   # as MeZOTrainer is given a run
     print(plan)                                 # the run, one decision a line
     plan.args                                   # the MeZOConfig the run records (training_args.json)
@@ -72,13 +72,16 @@ from mezo_rl.training.defaults import small_lr_warning
 from mezo_rl.training.fitness import FitnessSpec
 from mezo_rl.training.outputs import weights_dtype
 from mezo_rl.training.reporting import metric_key
+from mezo_rl.training import rundir
+from mezo_rl.training.member_evaluation import resumed_evaluation
+from mezo_rl.training.resolve import USER, resolve_values
 from mezo_rl.training.trl_rewards import HUB_ID, is_reward_model_ref, resolve_reward, reward_model_spec
 from mezo_rl.tasks import get_task, list_tasks
 from mezo_rl.tasks.user import (check_data_task, data_task, is_data_task, is_dataset_object,
                                 is_iterable_dataset)
 
-__all__ = ["RunPlan", "plan_run", "plan_given", "run_config", "reward_refs", "default_metric_for_best",
-           "greater_is_better", "best_metric_key", "replace_args", "user_code", "resolve_task", "build_objective",
+__all__ = ["RunPlan", "plan_run", "plan_given", "run_config", "resolved_config", "reward_refs", "default_metric_for_best",
+           "greater_is_better", "best_metric_key", "resumed", "resumed_run", "user_code", "resolve_task", "build_objective",
            "Inputs", "resolve_inputs", "reward_reference", "unreplayable_reason", "check_replayable_reward"]
 
 T = TypeVar("T")
@@ -101,6 +104,10 @@ class RunPlan:
     fitness: FitnessSpec
     reference: bool
     not_replayable: tuple = ()
+    #: each field of ``args`` -> where its value came from (:data:`mezo_rl.training.resolve.SOURCES`)
+    sources: dict = field(default_factory=dict, repr=False, compare=False)
+    #: what a resumed run keeps from its run directory (``mezo_rl.training.rundir.RecordedRun``), read once; or None
+    resumed: Any = field(default=None, repr=False, compare=False)
 
     def __str__(self) -> str:
         a = self.args
@@ -203,7 +210,7 @@ def build_objective(refs, weights=None, normalize=None, trust_remote_code: bool 
 # ---------------------------------------------------------------------- what MeZOTrainer was given, TRL's way
 @dataclass
 class Inputs:
-    """What :func:`resolve_inputs` read: the option values of the run (``args.given_values()`` with what the
+    """What :func:`resolve_inputs` read: the option values of the run (the fields of ``args``, None where unset, with what the
     TRL-shaped arguments stand for; None where none was given) and the objects it runs with (None: built from
     the options as usual). The plan (``mezo_rl.training.plan.plan_run``) resolves the configuration from them."""
 
@@ -365,8 +372,8 @@ def resolve_inputs(args, model=None, reward_funcs=None, train_dataset=None, eval
     if all(x is None for x in (model, reward_funcs, train_dataset, eval_dataset, processing_class, peft_config,
                                reward_processing_classes)):
         return Inputs()  # everything comes from args
-    values, not_replayable = args.given_values(), []
-    if is_iterable_dataset(train_dataset) and "max_steps" not in values:
+    values, not_replayable = dataclasses.asdict(args), []  # None: unset, left to the plan
+    if is_iterable_dataset(train_dataset) and values["max_steps"] is None:
         raise ConfigError("train_dataset is an IterableDataset: a stream has no length, so give max_steps "
                           "(MeZOConfig(max_steps=...)), as TRL asks")
     lm, lm_factory = _model(model, processing_class, values, not_replayable)
@@ -374,8 +381,7 @@ def resolve_inputs(args, model=None, reward_funcs=None, train_dataset=None, eval
     specs = _rewards(reward_funcs, values, not_replayable, reward_processing_classes)
     rows = None
     if is_iterable_dataset(train_dataset):
-        rows = values.get("num_train", args.num_train) + values.get("num_eval", args.num_eval) + values.get(
-            "num_test", args.num_test)
+        rows = values["num_train"] + values["num_eval"] + values["num_test"]
     task = _task(train_dataset, eval_dataset, values, not_replayable, rows)
     return Inputs(values, lm, lm_factory, task, specs, not_replayable)
 
@@ -394,21 +400,20 @@ def reward_refs(reward, task, ref=None) -> list:
 
 
 def run_config(args: MeZOConfig, task, objective=None, given: Optional[dict] = None) -> MeZOConfig:
-    """The configuration of a run on ``task``: ``args`` itself where the defaults it filled in are the task's,
-    else one MeZOConfig built once from the values given (``given``, default ``args.given_values()``) with the
-    task's defaults (:meth:`MeZOConfig.filled`). ``objective``: the objective the run was given, whose rewards the
-    configuration records where ``reward`` was left to its default."""
-    values = dict(args.given_values() if given is None else given)
-    if objective is not None and values.get("reward") is None:
-        weights = [objective.weights[name] for name in objective.names]
-        values.update(reward=list(objective.names), reward_weights=None if set(weights) == {1.0} else weights,
-                      reward_scale=objective.normalize)
-    filled = MeZOConfig.filled(values, task.kind, list(task.metrics))
-    if filled["reward"] is None:
-        reward_refs(None, task, filled["task"])  # one line: a prompt task needs a reward
-    if given is None and filled == dataclasses.asdict(args):
-        return args
-    return MeZOConfig(**filled)
+    """The configuration of a run on ``task`` (:func:`resolved_config`)."""
+    return resolved_config(args, task, objective, given)[0]
+
+
+def resolved_config(args: MeZOConfig, task, objective=None, given: Optional[dict] = None) -> tuple[MeZOConfig, dict]:
+    """The configuration of a run on ``task`` and the source of each value
+    (:func:`mezo_rl.training.resolve.resolve_values`): ``args``'s values (or the values ``given``, where a run
+    was given TRL's way) with every one left unset decided for ``task``; ``objective``: the objective the run was
+    given, whose rewards the configuration records where ``reward`` is unset."""
+    values, sources = resolve_values(dataclasses.asdict(args) if given is None else given, task.kind,
+                                     list(task.metrics), objective)
+    if values["reward"] is None:
+        reward_refs(None, task, values["task"])  # one line: a prompt task needs a reward
+    return MeZOConfig(**values), sources
 
 
 def default_metric_for_best(task, names) -> str:
@@ -451,9 +456,11 @@ def plan_run(args: MeZOConfig, task, objective, model=None, given: Optional[dict
              not_replayable=()) -> RunPlan:
     """The plan of a run of ``args`` (or of the values ``given``, where a run was given TRL's way) on ``task`` with
     ``objective``; ``model``: the LanguageModel where it is already loaded (None: its checks wait for it).
-    Reads no data and loads nothing; every mistake it finds is one :class:`~mezo_rl.errors.ConfigError` line."""
-    given_lr = (args.given_values() if given is None else given).get("learning_rate")
-    args = run_config(args, task, objective, given)
+    Reads no data and loads nothing; a resumed run's directory is read here, once (:func:`resumed_run`). Every
+    mistake it finds is one :class:`~mezo_rl.errors.ConfigError` line."""
+    given_lr = (given or {}).get("learning_rate", args.learning_rate)
+    args, sources = resolved_config(args, task, objective, given)
+    resumed = resumed_run(args, task, objective) if args.resume else None
     if given_lr is not None and (warning := small_lr_warning(args.learning_rate, args.peft, task.kind)):
         logger.warning(warning)
     if args.beta and task.kind != "prompts":
@@ -469,7 +476,7 @@ def plan_run(args: MeZOConfig, task, objective, model=None, given: Optional[dict
     return RunPlan(args=args, task=task, objective=objective, task_kind=task.kind, rewards=tuple(objective.names),
                    metric_for_best=metric, greater_is_better=greater_is_better(metric, args.greater_is_better),
                    fitness=FitnessSpec.of(args), reference=task.kind == "prompts" and (model is None or bool(model.is_causal)),
-                   not_replayable=tuple(not_replayable))
+                   not_replayable=tuple(not_replayable), sources=sources, resumed=resumed)
 
 
 def plan_given(args, model=None, reward_funcs=None, train_dataset=None, eval_dataset=None, processing_class=None,
@@ -484,7 +491,7 @@ def plan_given(args, model=None, reward_funcs=None, train_dataset=None, eval_dat
     front = resolve_inputs(args, model, reward_funcs, train_dataset, eval_dataset, processing_class, peft_config,
                            reward_processing_classes)
     lm, lm_factory = (lm, lm_factory) if lm is not None else (front.lm, lm_factory or front.lm_factory)
-    values = front.values if front.values is not None else args.given_values()
+    values = front.values if front.values is not None else dataclasses.asdict(args)
     objective_of = lambda refs, given: build_objective(refs, values.get("reward_weights"),  # noqa: E731
                                                        values.get("reward_scale"), values.get("trust_remote_code", False),
                                                        given)
@@ -498,6 +505,20 @@ def plan_given(args, model=None, reward_funcs=None, train_dataset=None, eval_dat
     return plan, lm, lm_factory
 
 
-def replace_args(plan: RunPlan, **changes) -> RunPlan:
-    """The plan with ``args`` changed where a run may change them (``resume``)."""
-    return dataclasses.replace(plan, args=dataclasses.replace(plan.args, **changes))
+def resumed_run(args: MeZOConfig, task, objective):
+    """The run that ``args`` (resolved) resumes, from its run directory, read once
+    (:func:`mezo_rl.training.rundir.read_resumed`), and checked against this run: the arguments, the member
+    evaluation it ran with (``--evaluation auto`` keeps it), how its completions ended at a stop string; every
+    mistake one line, before any model loads."""
+    kind, metrics = task.kind, list(task.metrics)
+    recorded = rundir.read_resumed(args.output_dir, args, lambda saved: resolve_values(saved, kind, metrics)[0],
+                                   lambda run: resumed_evaluation(args.evaluation, run.evaluation))
+    rundir.check_stop_strings(args.output_dir, args, task, objective, recorded.identity)
+    return recorded
+
+
+def resumed(plan: RunPlan) -> RunPlan:
+    """``plan`` resuming the run in its output directory (``trainer.train(resume_from_checkpoint=...)``)."""
+    args = dataclasses.replace(plan.args, resume=True)
+    return dataclasses.replace(plan, args=args, resumed=resumed_run(args, plan.task, plan.objective),
+                               sources={**plan.sources, "resume": USER})
