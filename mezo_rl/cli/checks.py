@@ -30,7 +30,7 @@ from mezo_rl.tasks.data import data_root
 from mezo_rl.training.outputs import weights_dtype
 
 __all__ = ["TaskCodeError", "user_code", "resolve_task", "check_reward_fit",
-           "check_output_dir", "check_run_dir", "check_training", "load_splits"]
+           "check_output_dir", "check_output_path", "check_run_dir", "check_training", "load_splits"]
 
 
 def check_reward_fit(objective, model: Optional[FoundModel] = None) -> None:
@@ -48,20 +48,24 @@ def check_data_dir(data_dir) -> None:
         data_root(data_dir)  # TaskFileNotFoundError naming the directory
 
 
-def check_output_dir(args, resumed=None) -> None:
-    """``--output-dir`` is a directory or can be one; with ``--resume`` it holds a checkpoint of this run (read by
-    ``mezo_rl.training.rundir.read_resumed``, unless the plan has read it: ``resumed``); without it, it holds no
-    unfinished run (starting over would replace that run's checkpoint)."""
+def check_output_dir(args) -> None:
+    """``--output-dir`` is a directory or can be one (:func:`check_output_path`); with ``--resume`` it holds a
+    checkpoint of this run (``mezo_rl.training.rundir.read_resumed``, which the plan of a resumed run calls)."""
+    check_output_path(args)
+    if args.resume:
+        rundir.read_resumed(args.output_dir, args)  # no checkpoint, a damaged or unsafe file, other arguments: one line
+
+
+def check_output_path(args) -> None:
+    """``--output-dir`` is a directory or can be one; without ``--resume`` it holds no unfinished run (starting
+    over would replace that run's checkpoint)."""
     out = pathlib.Path(args.output_dir)
     if out.exists() and not out.is_dir():
         raise ConfigError(f"--output-dir {str(out)!r} is not a directory (a file is there); give a directory path")
     parent = next((p for p in out.absolute().parents if p.exists()), None)
     if not out.exists() and parent is not None and not (parent.is_dir() and os.access(parent, os.W_OK)):
         raise ConfigError(f"--output-dir {str(out)!r} cannot be created ({str(parent)!r} is not a writable directory)")
-    if args.resume:
-        if resumed is None:
-            rundir.read_resumed(out, args)  # no checkpoint, a damaged or unsafe file, other arguments: one line
-    elif not args.overwrite_output_dir:
+    if not (args.resume or args.overwrite_output_dir):
         unfinished = rundir.unfinished_step(out)
         if unfinished is not None:
             raise ConfigError(f"--output-dir {str(out)!r} holds an unfinished run (checkpoint at step {unfinished[0]} of "
@@ -95,7 +99,7 @@ def check_training(args, *, model: bool = True, output: bool = True):
     found = check_model(args.model, weights_dtype(args.dtype, getattr(args, "autocast", "auto"))) if model else None
     check_data_dir(args.data_dir)
     if output:
-        check_output_dir(plan.args, plan.resumed)
+        check_output_path(plan.args)  # a resumed run's directory: read and checked by the plan
     check_reward_fit(plan.objective, found)
     if plan.task_kind == "prompts":
         check_prompts(plan.task, found)

@@ -55,7 +55,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import logging
 import pathlib
 import sys
 from dataclasses import dataclass, field
@@ -68,12 +67,10 @@ from mezo_rl.model.lm import LanguageModel
 from mezo_rl.rewards.registry import REGISTRY
 from mezo_rl.training.arguments import DATA_TASK_FIELDS, MeZOConfig, TaskArguments, check_reward_weights
 from mezo_rl.training.evaluation import OBJECTIVE, prompt_metrics
-from mezo_rl.training.defaults import small_lr_warning
 from mezo_rl.training.fitness import FitnessSpec
 from mezo_rl.training.outputs import weights_dtype
 from mezo_rl.training.reporting import metric_key
 from mezo_rl.training import rundir
-from mezo_rl.training.member_evaluation import resumed_evaluation
 from mezo_rl.training.resolve import USER, resolve_values
 from mezo_rl.training.trl_rewards import HUB_ID, is_reward_model_ref, resolve_reward, reward_model_spec
 from mezo_rl.tasks import get_task, list_tasks
@@ -81,11 +78,10 @@ from mezo_rl.tasks.user import (check_data_task, data_task, is_data_task, is_dat
                                 is_iterable_dataset)
 
 __all__ = ["RunPlan", "plan_run", "plan_given", "run_config", "resolved_config", "reward_refs", "default_metric_for_best",
-           "greater_is_better", "best_metric_key", "resumed", "resumed_run", "user_code", "resolve_task", "build_objective",
+           "greater_is_better", "best_metric_key", "resumed", "user_code", "resolve_task", "build_objective",
            "Inputs", "resolve_inputs", "reward_reference", "unreplayable_reason", "check_replayable_reward"]
 
 T = TypeVar("T")
-logger = logging.getLogger("mezo_rl")
 #: what a recorded reward reference cannot be imported from
 _NOT_IMPORTABLE = ("<lambda>", "<locals>")
 
@@ -456,26 +452,27 @@ def plan_run(args: MeZOConfig, task, objective, model=None, given: Optional[dict
              not_replayable=()) -> RunPlan:
     """The plan of a run of ``args`` (or of the values ``given``, where a run was given TRL's way) on ``task`` with
     ``objective``; ``model``: the LanguageModel where it is already loaded (None: its checks wait for it).
-    Reads no data and loads nothing; a resumed run's directory is read here, once (:func:`resumed_run`). Every
-    mistake it finds is one :class:`~mezo_rl.errors.ConfigError` line."""
-    given_lr = (given or {}).get("learning_rate", args.learning_rate)
-    args, sources = resolved_config(args, task, objective, given)
-    resumed = resumed_run(args, task, objective) if args.resume else None
-    if given_lr is not None and (warning := small_lr_warning(args.learning_rate, args.peft, task.kind)):
-        logger.warning(warning)
-    if args.beta and task.kind != "prompts":
+    Reads no data and loads nothing; a resumed run's directory is read here, once
+    (:func:`mezo_rl.training.rundir.read_resumed`). Every mistake it finds is one
+    :class:`~mezo_rl.errors.ConfigError` line."""
+    values = dataclasses.asdict(args) if given is None else dict(given)
+    if values["beta"] and task.kind != "prompts":
         raise ConfigError(f"--beta penalises the KL of generated completions: it needs a prompt task, and task "
-                          f"{args.task!r} is {task.kind}; leave --beta at 0")
-    check_evaluation(args.evaluation, args.peft, args.noise, args.trainable, weights_dtype(args.dtype, args.autocast))
+                          f"{values['task']!r} is {task.kind}; leave --beta at 0")
     objective.check_task_kind(task.kind)
     if model is not None:
         objective.check_compatible(bool(model.is_causal))
     metric = default_metric_for_best(task, objective.names)
-    if args.metric_for_best_model is not None:
-        metric = best_metric_key(args.metric_for_best_model, task, objective, args.task)
+    if values["metric_for_best_model"] is not None:
+        metric = best_metric_key(values["metric_for_best_model"], task, objective, values["task"])
+    better = greater_is_better(metric, values["greater_is_better"])
+    resolved, sources = resolve_values(values, task.kind, list(task.metrics), objective)
+    args = MeZOConfig(**resolved)  # every value decided: the configuration checks its combinations again
+    check_evaluation(args.evaluation, args.peft, args.noise, args.trainable, weights_dtype(args.dtype, args.autocast))
+    resumed = rundir.read_resumed(args.output_dir, args, task, objective) if args.resume else None
     return RunPlan(args=args, task=task, objective=objective, task_kind=task.kind, rewards=tuple(objective.names),
-                   metric_for_best=metric, greater_is_better=greater_is_better(metric, args.greater_is_better),
-                   fitness=FitnessSpec.of(args), reference=task.kind == "prompts" and (model is None or bool(model.is_causal)),
+                   metric_for_best=metric, greater_is_better=better, fitness=FitnessSpec.of(args),
+                   reference=task.kind == "prompts" and (model is None or bool(model.is_causal)),
                    not_replayable=tuple(not_replayable), sources=sources, resumed=resumed)
 
 
@@ -505,20 +502,8 @@ def plan_given(args, model=None, reward_funcs=None, train_dataset=None, eval_dat
     return plan, lm, lm_factory
 
 
-def resumed_run(args: MeZOConfig, task, objective):
-    """The run that ``args`` (resolved) resumes, from its run directory, read once
-    (:func:`mezo_rl.training.rundir.read_resumed`), and checked against this run: the arguments, the member
-    evaluation it ran with (``--evaluation auto`` keeps it), how its completions ended at a stop string; every
-    mistake one line, before any model loads."""
-    kind, metrics = task.kind, list(task.metrics)
-    recorded = rundir.read_resumed(args.output_dir, args, lambda saved: resolve_values(saved, kind, metrics)[0],
-                                   lambda run: resumed_evaluation(args.evaluation, run.evaluation))
-    rundir.check_stop_strings(args.output_dir, args, task, objective, recorded.identity)
-    return recorded
-
-
 def resumed(plan: RunPlan) -> RunPlan:
     """``plan`` resuming the run in its output directory (``trainer.train(resume_from_checkpoint=...)``)."""
     args = dataclasses.replace(plan.args, resume=True)
-    return dataclasses.replace(plan, args=args, resumed=resumed_run(args, plan.task, plan.objective),
+    return dataclasses.replace(plan, args=args, resumed=rundir.read_resumed(args.output_dir, args, plan.task, plan.objective),
                                sources={**plan.sources, "resume": USER})

@@ -19,15 +19,18 @@ one pass, and names the source of every value (:data:`SOURCES`):
 from __future__ import annotations
 
 import dataclasses
+import logging
 import math
 from typing import Optional
 
 from mezo_rl.training.arguments import MeZOConfig
-from mezo_rl.training.defaults import FIELD_OF, PROMPT_TASK_DEFAULTS, default_mode, default_reward, mode_defaults
+from mezo_rl.training.defaults import (FIELD_OF, PROMPT_TASK_DEFAULTS, default_mode, default_reward, mode_defaults,
+                                       small_lr_warning)
 
 __all__ = ["SOURCES", "USER", "DEFAULT", "TASK_DEFAULT", "MODE_DEFAULT", "DERIVED", "RESUMED", "declared_defaults",
            "resolve_values", "explain"]
 
+logger = logging.getLogger("mezo_rl")
 USER, DEFAULT, TASK_DEFAULT, MODE_DEFAULT, DERIVED, RESUMED = (
     "user", "default", "task default", "mode default", "derived", "resumed run")
 SOURCES = (USER, DEFAULT, TASK_DEFAULT, MODE_DEFAULT, DERIVED, RESUMED)
@@ -45,7 +48,8 @@ def resolve_values(values: dict, task_kind: Optional[str], task_metrics: Optiona
                    objective=None) -> tuple[dict, dict]:
     """``(every field's value, its source)`` for a run of ``values`` (field values; a field left out or None is
     unset) on a task of ``task_kind`` with the metrics ``task_metrics``; ``objective``: the objective the run was
-    given, whose rewards, weights and scale are recorded where ``reward`` is unset. A pure function."""
+    given, whose rewards, weights and scale are recorded where ``reward`` is unset. A pure function, but for one
+    warning line where a given learning rate is sized for backpropagation (``defaults.small_lr_warning``)."""
     declared = declared_defaults()
     out = {**declared, **{k: v for k, v in values.items() if v is not None}}
     if out["max_steps"] == -1:  # transformers' "unset"
@@ -72,6 +76,8 @@ def resolve_values(values: dict, task_kind: Optional[str], task_metrics: Optiona
     prompt_row = PROMPT_TASK_DEFAULTS.get(out["peft"], {}) if task_kind == "prompts" else {}
     for key, default in mode_defaults(out["peft"], task_kind).items():
         fill(FIELD_OF.get(key, key), default, TASK_DEFAULT if key in prompt_row else MODE_DEFAULT)
+    if sources["learning_rate"] == USER and (warning := small_lr_warning(out["learning_rate"], out["peft"], task_kind)):
+        logger.warning(warning)
     if out["num_train_epochs"] is not None and not steps_given:  # epochs over the training examples
         prompts = out["per_device_train_batch_size"] * out["gradient_accumulation_steps"] // out["num_generations"]
         out["max_steps"] = max(1, math.ceil(out["num_train_epochs"] * out["num_train"] / max(prompts, 1)))

@@ -53,7 +53,9 @@ from mezo_rl.engine.trajectory import Trajectory
 from mezo_rl.errors import ConfigError, UserError, first_line
 from mezo_rl.model.peft import PEFT_METHODS, export_model, peft_config
 from mezo_rl.training.arguments import MeZOConfig, parse_step
+from mezo_rl.training.member_evaluation import resumed_evaluation
 from mezo_rl.training.outputs import completion_stops
+from mezo_rl.training.resolve import resolve_values
 from mezo_rl.training.setup import build_model, trainable_parameters
 
 CONFIG_FILE = "training_args.json"  # the run's MeZOConfig (config.json is the saved model's, as transformers)
@@ -454,14 +456,15 @@ def unfinished_step(run_dir: str | os.PathLike) -> Optional[tuple[int, int]]:
     return (step, steps) if step < steps else None
 
 
-def read_resumed(run_dir: str | os.PathLike, args: MeZOConfig, resolve=None, check=None) -> RecordedRun:
-    """The run in ``run_dir`` that ``args`` resumes, each of its files read once and checked: one line where there
-    is no checkpoint, a file is damaged or unsafe, the run's optimizer normalised its steps itself
+def read_resumed(run_dir: str | os.PathLike, args: MeZOConfig, task=None, objective=None) -> RecordedRun:
+    """The run in ``run_dir`` that ``args`` (resolved) resumes, each of its files read once and checked: one line
+    where there is no checkpoint, a file is damaged or unsafe, the run's optimizer normalised its steps itself
     (``normalize="std"`` in its trajectory: runs from before the fitness, ``mezo_rl.training.fitness``, took that
-    over replay with ``load_run`` but do not resume), or an argument differs from the run's ``training_args.json``
-    (but those of :data:`RESUME_MAY_CHANGE`). ``resolve``: the saved values -> the values they resolve to for
-    this run's task (a configuration that recorded an option unset); ``check``: called with the run, read,
-    before its arguments are compared (a more specific refusal first)."""
+    over replay with ``load_run`` but do not resume), ``args.evaluation`` asks for the other member evaluation
+    than the run's (``auto`` keeps it), an argument differs from the run's ``training_args.json`` (but those of
+    :data:`RESUME_MAY_CHANGE`), or, with ``task`` and ``objective``, its completions would end differently at a
+    stop string (:func:`check_stop_strings`). A value the run's configuration recorded unset is compared as it
+    resolves for ``task`` (``mezo_rl.training.resolve.resolve_values``)."""
     run = pathlib.Path(run_dir)
     if not (checkpoint_dir(run) / STATE_FILE).is_file() or not (run / CONFIG_FILE).is_file():
         raise ConfigError(f"--resume: no checkpoint in {str(run)!r} (no {CHECKPOINT_DIR}/{STATE_FILE}); "
@@ -477,13 +480,15 @@ def read_resumed(run_dir: str | os.PathLike, args: MeZOConfig, resolve=None, che
                           f"says normalize='std'), as runs did before the fitness took that over, so it cannot "
                           f"continue; its weights still load (mezo-rl export), and a new run trains on")
     recorded = RecordedRun(run, saved, identity, state, trajectory, optimizer)
-    if check is not None:
-        check(recorded)
-    resolved, mine = (resolve or dict)(saved), args.to_dict()
+    resumed_evaluation(args.evaluation, recorded.evaluation)
+    resolved = resolve_values(saved, task.kind, list(task.metrics))[0] if task is not None else saved
+    mine = args.to_dict()
     differ = {k: (resolved.get(k), mine[k]) for k in mine if k not in RESUME_MAY_CHANGE and resolved.get(k) != mine[k]}
     if differ:
         raise ConfigError(f"--resume: the arguments differ from the run in {run}: "
                          + ", ".join(f"{k}: saved {s!r} vs now {m!r}" for k, (s, m) in differ.items()))
+    if task is not None:
+        check_stop_strings(run, args, task, objective, identity)
     return recorded
 
 
