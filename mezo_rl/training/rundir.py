@@ -400,7 +400,9 @@ class RecordedRun:
     """What a run directory holds for a resumed run, each file read once (:func:`read_resumed`): its
     ``training_args.json`` (``args``, the field values), its checkpoint's ``model.json`` (``identity``; None in
     a checkpoint without one), trainer state, trajectory and ``optimizer.json`` (``optimizer``, the scalars;
-    the buffers are read when the optimizer is restored: :func:`load_checkpoint`)."""
+    the buffers are read when the optimizer is restored: :func:`load_checkpoint`); what the run keeps: how its
+    steps evaluated their members (``evaluation``: :func:`evaluation_of`) and the weights' dtype its checkpoint
+    was written with (``dtype``, which ``--dtype auto`` keeps; None where model.json does not say)."""
 
     run_dir: pathlib.Path
     args: dict
@@ -408,16 +410,8 @@ class RecordedRun:
     state: TrainerState
     trajectory: Trajectory
     optimizer: dict
-
-    @property
-    def evaluation(self) -> str:
-        """How the checkpointed steps evaluated their members (:func:`evaluation_of`)."""
-        return evaluation_of(self.trajectory)
-
-    @property
-    def dtype(self) -> Optional[str]:
-        """The weights' dtype the checkpoint was written with (``--dtype auto`` keeps it)."""
-        return self.identity.get("dtype") if isinstance(self.identity, dict) else None
+    evaluation: str
+    dtype: Optional[str]
 
 
 def evaluation_of(trajectory: Trajectory) -> str:
@@ -479,7 +473,8 @@ def read_resumed(run_dir: str | os.PathLike, args: MeZOConfig, task=None, object
         raise ConfigError(f"--resume: the run in {run} normalised its steps in the optimizer (its trajectory "
                           f"says normalize='std'), as runs did before the fitness took that over, so it cannot "
                           f"continue; its weights still load (mezo-rl export), and a new run trains on")
-    recorded = RecordedRun(run, saved, identity, state, trajectory, optimizer)
+    dtype = identity.get("dtype") if isinstance(identity, dict) else None
+    recorded = RecordedRun(run, saved, identity, state, trajectory, optimizer, evaluation_of(trajectory), dtype)
     resumed_evaluation(args.evaluation, recorded.evaluation)
     resolved = resolve_values(saved, task.kind, list(task.metrics))[0] if task is not None else saved
     mine = args.to_dict()
