@@ -3,11 +3,12 @@
 Order (``mezo-rl train``): the option values and their combinations (the argument dataclasses, on
 construction); then the run's plan as ``MeZOTrainer`` builds it (``mezo_rl.training.plan.plan_given``:
 the task, a registered name, ``module:function``, a data file or a dataset, with its options; the
-rewards, names, ``module:function`` paths, entry points; the configuration for that task and whether
-the rewards fit its kind), the model (found on disk or in the local cache, not loaded), the data
-directory, the output directory (not a file; with ``--resume``, a checkpoint of a run with the same
-arguments), and whether the rewards fit the model (generation rewards need a causal LM). Every failure is a
-:class:`~mezo_rl.errors.UserError` with a one-line message naming the culprit and what is accepted.
+rewards, names, ``module:function`` paths, entry points; every value for that task; whether the rewards fit
+its kind; with ``--resume``, the run's directory, read once: a checkpoint of a run with the same
+arguments), the model (found on disk or in the local cache, not loaded), then :func:`check_run`: the data
+directory, the output directory (not a file; without ``--resume``, no unfinished run there), and what the
+run needs of the model (generation rewards need a causal LM, chat prompts a chat template). Every failure is
+a :class:`~mezo_rl.errors.UserError` with a one-line message naming the culprit and what is accepted.
 
 Errors raised by a user's own task code while its data is read name the task and the split
 (:func:`load_splits`); a user's reward that fails names the reward and the example
@@ -29,18 +30,8 @@ from mezo_rl.tasks import SPLITS
 from mezo_rl.tasks.data import data_root
 from mezo_rl.training.outputs import weights_dtype
 
-__all__ = ["TaskCodeError", "user_code", "resolve_task", "check_reward_fit",
+__all__ = ["TaskCodeError", "user_code", "resolve_task", "check_run",
            "check_output_dir", "check_output_path", "check_run_dir", "check_training", "load_splits"]
-
-
-def check_reward_fit(objective, model: Optional[FoundModel] = None) -> None:
-    """The rewards fit the model (generation rewards need a causal LM) where its ``config.json`` is at hand
-    (``model``: where :func:`~mezo_rl.model.loading.check_model` found it): a check that needs no data and no
-    weights (the task's kind: ``mezo_rl.training.plan.plan_run``). The rewards' dataset columns are checked
-    once the task's examples are read."""
-    archs = model.architectures() if model is not None else None
-    if archs is not None:
-        objective.check_compatible(not any(a.endswith("ForMaskedLM") for a in archs))
 
 
 def check_data_dir(data_dir) -> None:
@@ -97,20 +88,27 @@ def check_training(args, *, model: bool = True, output: bool = True):
     """
     plan, _, _ = plan_given(args)  # the task, the rewards, the configuration for that task: one line on a mistake
     found = check_model(args.model, weights_dtype(args.dtype, getattr(args, "autocast", "auto"))) if model else None
-    check_data_dir(args.data_dir)
-    if output:
-        check_output_path(plan.args)  # a resumed run's directory: read and checked by the plan
-    check_reward_fit(plan.objective, found)
-    if plan.task_kind == "prompts":
-        check_prompts(plan.task, found)
+    check_run(plan, found, output)
     return plan
 
 
-def check_prompts(task, model: Optional[FoundModel] = None) -> None:
-    """A prompt task's prompts are well formed (reading every split checks each row) and, where they are
-    chat messages, the model's tokenizer has a chat template (read from its files, no weights loaded;
-    ``model``: where :func:`~mezo_rl.model.loading.check_model` found it)."""
-    chat = any(ex.messages is not None for split in SPLITS for ex in task.examples(split))
+def check_run(plan, model: Optional[FoundModel] = None, output: bool = True) -> None:
+    """The places the plan's run reads and writes: its data directory and (``output``) its output directory
+    (:func:`check_output_path`; a resumed run's directory is read and checked by the plan); and what the run needs
+    of the model, where its files are at hand (``model``: where :func:`~mezo_rl.model.loading.check_model` found
+    it; no weights loaded): generation rewards need a causal LM (its ``config.json``); a prompt task's prompts
+    are well formed (reading every split checks each row) and, where they are chat messages, the tokenizer has a
+    chat template. The task's kind is checked by the plan (``mezo_rl.training.plan.plan_run``), the rewards'
+    dataset columns once the task's examples are read."""
+    check_data_dir(plan.args.data_dir)
+    if output:
+        check_output_path(plan.args)
+    archs = model.architectures() if model is not None else None
+    if archs is not None:
+        plan.objective.check_compatible(not any(a.endswith("ForMaskedLM") for a in archs))
+    if plan.task_kind != "prompts":
+        return
+    chat = any(ex.messages is not None for split in SPLITS for ex in plan.task.examples(split))
     if chat and model is not None and model.has_chat_template() is False:
         raise ChatTemplateError(f"the prompts are chat messages but model {model.name!r} has no chat template; use a chat "
                                 f"(instruct) model, or give the prompts as plain text")

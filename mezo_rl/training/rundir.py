@@ -473,6 +473,8 @@ def read_resumed(run_dir: str | os.PathLike, args: MeZOConfig, task=None, object
         raise ConfigError(f"--resume: the run in {run} normalised its steps in the optimizer (its trajectory "
                           f"says normalize='std'), as runs did before the fitness took that over, so it cannot "
                           f"continue; its weights still load (mezo-rl export), and a new run trains on")
+    if task is not None:
+        check_stop_strings(run, args, task, objective, identity)
     dtype = identity.get("dtype") if isinstance(identity, dict) else None
     recorded = RecordedRun(run, saved, identity, state, trajectory, optimizer, evaluation_of(trajectory), dtype)
     resumed_evaluation(args.evaluation, recorded.evaluation)
@@ -482,8 +484,6 @@ def read_resumed(run_dir: str | os.PathLike, args: MeZOConfig, task=None, object
     if differ:
         raise ConfigError(f"--resume: the arguments differ from the run in {run}: "
                          + ", ".join(f"{k}: saved {s!r} vs now {m!r}" for k, (s, m) in differ.items()))
-    if task is not None:
-        check_stop_strings(run, args, task, objective, identity)
     return recorded
 
 
