@@ -1,8 +1,9 @@
 """The defaults of ``mezo-rl train`` that depend on what MeZO trains (``--peft``): one table.
 
-:class:`~mezo_rl.training.arguments.MeZOConfig` fills every one of these options left unset from its
-mode's row when it is built, so its fields (and a run's ``config.json``) hold every value the run
-used, and ``mezo-rl train --config RUN/config.json`` repeats the run. Every other option has one
+The run's plan fills every one of these options left unset from its mode's row
+(:func:`mezo_rl.training.resolve.resolve_values`), so the plan's configuration (and a run's
+``training_args.json``) holds every value the run used, and ``mezo-rl train --config RUN/training_args.json``
+repeats the run. Every other option has one
 default, in its field's declaration (:mod:`mezo_rl.training.arguments`).
 
     MeZO(params, **mezo_options(MODE_DEFAULTS["prefix"]))   # a mode's optimizer settings, outside the CLI
@@ -104,7 +105,7 @@ def mode_defaults(mode: str, task_kind: str | None = None) -> dict:
 
 #: the options of the table that are :class:`~mezo_rl.engine.optim.MeZO` keyword arguments
 MEZO_OPTIONS = ("lr", "eps", "weight_decay", "noise", "normalize", "n_spsa")
-#: a key of the table -> the :class:`~mezo_rl.training.arguments.MeZOConfig` field it fills, where the field has
+#: a key of the table -> the :class:`~mezo_rl.training.arguments.MeZOConfig` field it decides, where the field has
 #: TRL's name or one that says what it does (the table keeps MeZO's: ``lr`` and ``normalize`` are the optimizer's keywords)
 FIELD_OF = {"lr": "learning_rate", "steps": "max_steps", "batch_size": "per_device_train_batch_size",
             "normalize": "step_normalize"}

@@ -41,9 +41,11 @@ What a run is given, read here in one straight line (every mistake one line, bef
 
 What it decides:
 
-- ``args``: the configuration with every default its task decides (the mode, the mode's row, the
-  run length, the reward) filled in for the task it was given (:func:`run_config`; a code task or a
-  dataset object tells its kind only once built);
+- ``args``: the configuration with every value left unset decided for the task it was given (the mode,
+  the mode's row, the run length, the reward: :func:`mezo_rl.training.resolve.resolve_values`; a code task or
+  a dataset object tells its kind only once built), and ``sources``: where each value came from;
+- ``resumed``: with ``resume``, the run in the output directory, read once and checked against this one
+  (:func:`mezo_rl.training.rundir.read_resumed`);
 - the checks that need the task, the objective or the model, but no data: the rewards fit the
   task's kind and the model, ``beta`` needs a prompt task, ``metric_for_best_model`` is an evaluation
   metric;
