@@ -5,9 +5,9 @@ construction); then the run's plan as ``MeZOTrainer`` builds it (``mezo_rl.train
 the task, a registered name, ``module:function``, a data file or a dataset, with its options; the
 rewards, names, ``module:function`` paths, entry points; every value for that task; whether the rewards fit
 its kind; with ``--resume``, the run's directory, read once: a checkpoint of a run with the same
-arguments), the model (found on disk or in the local cache, not loaded), then :func:`check_run`: the data
-directory, the output directory (not a file; without ``--resume``, no unfinished run there), and what the
-run needs of the model (generation rewards need a causal LM, chat prompts a chat template). Every failure is
+arguments), then :func:`check_run`: the data directory, the output directory (not a file; without
+``--resume``, no unfinished run there), the model (found on disk or in the local cache, not loaded) and what
+the run needs of it (generation rewards need a causal LM, chat prompts a chat template). Every failure is
 a :class:`~mezo_rl.errors.UserError` with a one-line message naming the culprit and what is accepted.
 
 Errors raised by a user's own task code while its data is read name the task and the split
@@ -18,17 +18,15 @@ from __future__ import annotations
 
 import os
 import pathlib
-from typing import Optional
 
 from mezo_rl.errors import ConfigError
-from mezo_rl.model.loading import FoundModel, check_model
+from mezo_rl.model.loading import check_model
 from mezo_rl.training import rundir
 from mezo_rl.training.outputs import ChatTemplateError
 from mezo_rl.training.plan import plan_given, resolve_task, user_code
 from mezo_rl.training.setup import TaskCodeError, load_splits
 from mezo_rl.tasks import SPLITS
 from mezo_rl.tasks.data import data_root
-from mezo_rl.training.outputs import weights_dtype
 
 __all__ = ["TaskCodeError", "user_code", "resolve_task", "check_run",
            "check_output_dir", "check_output_path", "check_run_dir", "check_training", "load_splits"]
@@ -87,22 +85,22 @@ def check_training(args, *, model: bool = True, output: bool = True):
     dataset tasks (to check their columns); built-in tasks read theirs later.
     """
     plan, _, _ = plan_given(args)  # the task, the rewards, the configuration for that task: one line on a mistake
-    found = check_model(args.model, weights_dtype(args.dtype, getattr(args, "autocast", "auto"))) if model else None
-    check_run(plan, found, output)
+    check_run(plan, model, output)
     return plan
 
 
-def check_run(plan, model: Optional[FoundModel] = None, output: bool = True) -> None:
-    """The places the plan's run reads and writes: its data directory and (``output``) its output directory
-    (:func:`check_output_path`; a resumed run's directory is read and checked by the plan); and what the run needs
-    of the model, where its files are at hand (``model``: where :func:`~mezo_rl.model.loading.check_model` found
-    it; no weights loaded): generation rewards need a causal LM (its ``config.json``); a prompt task's prompts
-    are well formed (reading every split checks each row) and, where they are chat messages, the tokenizer has a
-    chat template. The task's kind is checked by the plan (``mezo_rl.training.plan.plan_run``), the rewards'
-    dataset columns once the task's examples are read."""
+def check_run(plan, model: bool = True, output: bool = True) -> None:
+    """What the plan's run needs, before anything loads: its data directory, its output directory (``output``:
+    :func:`check_output_path`; a resumed run's directory is read and checked by the plan), its model (``model``:
+    found on disk or in the local cache in the plan's dtype by :func:`~mezo_rl.model.loading.check_model`, no
+    weights loaded), and what the run needs of the model where its files are at hand: generation rewards need a causal
+    LM (its ``config.json``); a prompt task's prompts are well formed (reading every split checks each row) and,
+    where they are chat messages, the tokenizer has a chat template. The task's kind is checked by the plan
+    (``mezo_rl.training.plan.plan_run``), the rewards' dataset columns once the task's examples are read."""
     check_data_dir(plan.args.data_dir)
     if output:
         check_output_path(plan.args)
+    model = check_model(plan.args.model, plan.dtype) if model else None
     archs = model.architectures() if model is not None else None
     if archs is not None:
         plan.objective.check_compatible(not any(a.endswith("ForMaskedLM") for a in archs))

@@ -70,7 +70,7 @@ from mezo_rl.rewards.registry import REGISTRY
 from mezo_rl.training.arguments import DATA_TASK_FIELDS, MeZOConfig, TaskArguments, check_reward_weights
 from mezo_rl.training.evaluation import OBJECTIVE, prompt_metrics
 from mezo_rl.training.fitness import FitnessSpec
-from mezo_rl.training.outputs import weights_dtype
+from mezo_rl.training.outputs import completion_stops, weights_dtype
 from mezo_rl.training.reporting import metric_key
 from mezo_rl.training import rundir
 from mezo_rl.training.resolve import USER, resolve_values
@@ -106,6 +106,8 @@ class RunPlan:
     sources: dict = field(default_factory=dict, repr=False, compare=False)
     #: what a resumed run keeps from its run directory (``mezo_rl.training.rundir.RecordedRun``), read once; or None
     resumed: Any = field(default=None, repr=False, compare=False)
+    #: the weights' dtype (``--dtype auto`` decided; a resumed run's, which auto keeps)
+    dtype: str = "float32"
 
     def __str__(self) -> str:
         a = self.args
@@ -470,12 +472,15 @@ def plan_run(args: MeZOConfig, task, objective, model=None, given: Optional[dict
     better = greater_is_better(metric, values["greater_is_better"])
     resolved, sources = resolve_values(values, task.kind, list(task.metrics), objective)
     args = MeZOConfig(**resolved)  # every value decided: the configuration checks its combinations again
-    check_evaluation(args.evaluation, args.peft, args.noise, args.trainable, weights_dtype(args.dtype, args.autocast))
-    resumed = rundir.read_resumed(args.output_dir, args, task, objective) if args.resume else None
+    weights, stops = weights_dtype(args.dtype, args.autocast), completion_stops(task, args.stop)
+    check_evaluation(args.evaluation, args.peft, args.noise, args.trainable, weights)
+    resumed = rundir.read_resumed(args.output_dir, args, task, objective, stops) if args.resume else None
+    if resumed is not None and resumed.dtype is not None and args.dtype == "auto":
+        weights = resumed.dtype  # --dtype auto keeps the dtype the run's checkpoint was written with
     return RunPlan(args=args, task=task, objective=objective, task_kind=task.kind, rewards=tuple(objective.names),
                    metric_for_best=metric, greater_is_better=better, fitness=FitnessSpec.of(args),
                    reference=task.kind == "prompts" and (model is None or bool(model.is_causal)),
-                   not_replayable=tuple(not_replayable), sources=sources, resumed=resumed)
+                   not_replayable=tuple(not_replayable), sources=sources, resumed=resumed, dtype=weights)
 
 
 def plan_given(args, model=None, reward_funcs=None, train_dataset=None, eval_dataset=None, processing_class=None,
@@ -507,5 +512,5 @@ def plan_given(args, model=None, reward_funcs=None, train_dataset=None, eval_dat
 def resumed(plan: RunPlan) -> RunPlan:
     """``plan`` resuming the run in its output directory (``trainer.train(resume_from_checkpoint=...)``)."""
     args = dataclasses.replace(plan.args, resume=True)
-    return dataclasses.replace(plan, args=args, resumed=rundir.read_resumed(args.output_dir, args, plan.task, plan.objective),
-                               sources={**plan.sources, "resume": USER})
+    recorded = rundir.read_resumed(args.output_dir, args, plan.task, plan.objective, completion_stops(plan.task, args.stop))
+    return dataclasses.replace(plan, args=args, resumed=recorded, sources={**plan.sources, "resume": USER})

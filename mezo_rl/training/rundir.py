@@ -220,29 +220,40 @@ STOP_STRINGS = "kept"
 WHITESPACE_BLIND = frozenset({"squad_f1", "exact_match", "rouge_l", "bleu"})
 
 
-def stops_changed(run_dir: str | os.PathLike, stop, task, objective=None, identity=None) -> bool:
+def stops_changed(run_dir: str | os.PathLike, stop, task, objective=None) -> bool:
     """Whether the run in ``run_dir`` comes from a version that cut a completion before its stop string where this
-    version's completions could differ: it generates with stop strings (the task's and ``stop``) and something
-    reads its completions (:func:`completion_readers`). Nothing differs where every stop string is whitespace and
-    the only readers are :data:`WHITESPACE_BLIND` metrics of a task with gold answers (SQuAD's and DROP's newline
-    with their F1 and exact match; ``--beta``, a KL over the completions, is for prompt tasks only).
-    ``identity``: the checkpoint's model.json, where it was read already (:class:`RecordedRun`)."""
-    stops, readers = completion_stops(task, stop), completion_readers(task, objective)
+    version's completions could differ (:func:`stops_cut`, for the task's stop strings and ``stop``)."""
+    return stops_cut(completion_stops(task, stop), task, objective, lambda: read_json(checkpoint_dir(run_dir) / MODEL_FILE))
+
+
+def stops_cut(stops, task, objective, identity) -> bool:
+    """Whether a run whose completions end at ``stops`` comes from a version that cut a completion before its stop
+    string where this version's could differ: it generates with stop strings and something reads its
+    completions (:func:`completion_readers`), and its checkpoint's model.json (``identity``, or a callable that
+    reads it, called only where it decides) does not say ``stop_strings: kept``. Nothing differs where every stop
+    string is whitespace and the only readers are :data:`WHITESPACE_BLIND` metrics of a task with gold answers
+    (SQuAD's and DROP's newline with their F1 and exact match; ``--beta``, a KL over the completions, is for
+    prompt tasks only)."""
+    readers = completion_readers(task, objective)
     if not stops or not readers:
         return False
-    identity = read_json(checkpoint_dir(run_dir) / MODEL_FILE) if identity is None else identity
+    identity = identity() if callable(identity) else identity
     if isinstance(identity, dict) and identity.get("stop_strings") == STOP_STRINGS:
         return False
     return not (task.kind != "prompts" and all(not s.strip() for s in stops) and readers <= WHITESPACE_BLIND)
 
 
-def check_stop_strings(run_dir: str | os.PathLike, args: MeZOConfig, task, objective, identity=None) -> None:
+def check_stop_strings(run_dir: str | os.PathLike, args: MeZOConfig, task, objective) -> None:
     """Refuse, in one line, to resume a run whose completions this version could make go on differently
     (:func:`stops_changed`)."""
-    if stops_changed(run_dir, args.stop, task, objective, identity):
-        raise ConfigError(f"--resume: the run in {str(run_dir)!r} was made with stop strings cut before the string; "
-                          "this version keeps them, so its completions would differ: start it over with "
-                          "--overwrite-output-dir")
+    if stops_changed(run_dir, args.stop, task, objective):
+        raise _stops_refused(run_dir)
+
+
+def _stops_refused(run_dir) -> ConfigError:
+    return ConfigError(f"--resume: the run in {str(run_dir)!r} was made with stop strings cut before the string; "
+                       "this version keeps them, so its completions would differ: start it over with "
+                       "--overwrite-output-dir")
 
 
 def completion_readers(task, objective=None) -> set[str]:
@@ -450,14 +461,14 @@ def unfinished_step(run_dir: str | os.PathLike) -> Optional[tuple[int, int]]:
     return (step, steps) if step < steps else None
 
 
-def read_resumed(run_dir: str | os.PathLike, args: MeZOConfig, task=None, objective=None) -> RecordedRun:
+def read_resumed(run_dir: str | os.PathLike, args: MeZOConfig, task=None, objective=None, stops=()) -> RecordedRun:
     """The run in ``run_dir`` that ``args`` (resolved) resumes, each of its files read once and checked: one line
     where there is no checkpoint, a file is damaged or unsafe, the run's optimizer normalised its steps itself
     (``normalize="std"`` in its trajectory: runs from before the fitness, ``mezo_rl.training.fitness``, took that
     over replay with ``load_run`` but do not resume), ``args.evaluation`` asks for the other member evaluation
     than the run's (``auto`` keeps it), an argument differs from the run's ``training_args.json`` (but those of
-    :data:`RESUME_MAY_CHANGE`), or, with ``task`` and ``objective``, its completions would end differently at a
-    stop string (:func:`check_stop_strings`). A value the run's configuration recorded unset is compared as it
+    :data:`RESUME_MAY_CHANGE`), or, with ``task`` and ``objective``, its completions, which end at ``stops``
+    (``mezo_rl.training.outputs.completion_stops``), would end differently (:func:`stops_cut`). A value the run's configuration recorded unset is compared as it
     resolves for ``task`` (``mezo_rl.training.resolve.resolve_values``)."""
     run = pathlib.Path(run_dir)
     if not (checkpoint_dir(run) / STATE_FILE).is_file() or not (run / CONFIG_FILE).is_file():
@@ -473,8 +484,8 @@ def read_resumed(run_dir: str | os.PathLike, args: MeZOConfig, task=None, object
         raise ConfigError(f"--resume: the run in {run} normalised its steps in the optimizer (its trajectory "
                           f"says normalize='std'), as runs did before the fitness took that over, so it cannot "
                           f"continue; its weights still load (mezo-rl export), and a new run trains on")
-    if task is not None:
-        check_stop_strings(run, args, task, objective, identity)
+    if task is not None and stops_cut(stops, task, objective, identity):
+        raise _stops_refused(run)
     dtype = identity.get("dtype") if isinstance(identity, dict) else None
     recorded = RecordedRun(run, saved, identity, state, trajectory, optimizer, evaluation_of(trajectory), dtype)
     resumed_evaluation(args.evaluation, recorded.evaluation)
