@@ -331,6 +331,7 @@ class WandbReporter(_Reporter):
 _REPORTERS = {"tensorboard": TensorBoardReporter, "trackio": TrackioReporter, "wandb": WandbReporter}
 
 
-def reporters(report_to) -> list[TrainerCallback]:
-    """One logging callback per integration ``report_to`` names (checked by :func:`check_report_to`)."""
-    return [_REPORTERS[name]() for name in check_report_to(report_to)]
+def reporters(names) -> list[TrainerCallback]:
+    """One logging callback per integration of ``names``, as :func:`check_report_to` returns them (a run's:
+    ``RunPlan.report_to``)."""
+    return [_REPORTERS[name]() for name in names]

@@ -169,7 +169,7 @@ class MeZOTrainer:
         self.sampling = args.sampling()  # how a step's completions are decoded (temperature, top_p, top_k, ...)  # the last step's completions table (log_completions), logged at a logging step
         self.callback_handler = CallbackHandler(callbacks or [])
         if self.dist.is_main:  # the loggers and the progress bar on the main process only
-            for reporter in reporters(args.report_to):
+            for reporter in reporters(plan.report_to):
                 self.callback_handler.add(reporter)
             if args.progress:
                 self.callback_handler.add(ProgressCallback())
@@ -538,7 +538,7 @@ class MeZOTrainer:
         self._released = True
         del self.lm
         gc.collect()
-        self.lm = build_model(self.args, self.lm_factory() if self.lm_factory is not None else None)
+        self.lm = build_model(self.args, self.lm_factory() if self.lm_factory is not None else None, self.plan.dtype)
         self.start = starting_point(self.lm, self.plan.reference)
         rundir.replay_prefix(self.lm, self.trajectory, self.state.best_step)
         self.lm.adopt_trunk_cache(trunk)
