@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from mezo_rl.training.arguments import BaselineArguments, EvalRunArguments, MeZOConfig, flag, parse_step
-from mezo_rl.training.defaults import (FIELD_OF, MODE_DEFAULTS, MODES, PROMPT_TASK_DEFAULTS, PROMPT_TASK_MODE,
+from mezo_rl.training.defaults import (MODE_DEFAULTS, MODES, PROMPT_TASK_DEFAULTS, PROMPT_TASK_MODE,
                                        mezo_options)
 from mezo_rl.errors import ConfigError
 from mezo_rl.training.resolve import resolve_values
@@ -95,7 +95,7 @@ def test_other_commands_share_the_training_options_defaults(cls, names):
 def test_per_mode_defaults_are_resolved_once_and_explicit_values_win():
     for mode in MODES:
         args = resolved(MeZOConfig(peft=mode))
-        assert {k: getattr(args, FIELD_OF.get(k, k)) for k in MODE_DEFAULTS[mode]} == MODE_DEFAULTS[mode]
+        assert {k: getattr(args, k) for k in MODE_DEFAULTS[mode]} == MODE_DEFAULTS[mode]
         assert mezo_options(vars(args)) == mezo_options(MODE_DEFAULTS[mode])
         assert args.eval_steps == max(1, args.max_steps // 5)
     with pytest.raises(ConfigError, match="--peft: got 'none', accepted: norm, full, lora, prefix"):
@@ -104,11 +104,11 @@ def test_per_mode_defaults_are_resolved_once_and_explicit_values_win():
     assert (mine.max_steps, mine.per_device_train_batch_size, mine.n_spsa, mine.learning_rate, mine.eval_steps) == (7, 3, 5, 1e-3, 1)
     assert mezo_options(vars(mine))["normalize"] is None  # as MeZO takes it
     # what config.json records: no option left to a default that a later version could change
-    assert None not in [mine.to_dict()[FIELD_OF.get(k, k)] for k in (*MODE_DEFAULTS["norm"], "eval_steps")]
+    assert None not in [mine.to_dict()[k] for k in (*MODE_DEFAULTS["norm"], "eval_steps")]
     assert MeZOConfig.from_dict(mine.to_dict()).to_dict() == mine.to_dict()
     # the values norm resolved stay with dataclasses.replace; a variant built from the given options gets its mode's
     assert dataclasses.replace(mine, peft="prefix").learning_rate == 1e-3
-    assert resolved(MeZOConfig(peft="prefix", max_steps=7)).learning_rate == MODE_DEFAULTS["prefix"]["lr"]
+    assert resolved(MeZOConfig(peft="prefix", max_steps=7)).learning_rate == MODE_DEFAULTS["prefix"]["learning_rate"]
     assert MeZOConfig(peft="prefix").learning_rate is None  # the configuration holds what it was given
 
 
@@ -122,15 +122,15 @@ def test_a_prompt_file_or_dataset_takes_the_prompt_task_run_length(task):
     args = resolved(MeZOConfig(**task), "prompts", None)
     assert args.peft == PROMPT_TASK_MODE
     expected = {**MODE_DEFAULTS[PROMPT_TASK_MODE], **PROMPT_TASK_DEFAULTS[PROMPT_TASK_MODE]}
-    assert {k: getattr(args, FIELD_OF.get(k, k)) for k in expected} == expected
-    assert args.max_steps < MODE_DEFAULTS["norm"]["steps"] and args.eval_steps == max(1, args.max_steps // 5)
+    assert {k: getattr(args, k) for k in expected} == expected
+    assert args.max_steps < MODE_DEFAULTS["norm"]["max_steps"] and args.eval_steps == max(1, args.max_steps // 5)
     norm = resolved(MeZOConfig(**task, peft="norm"), "prompts", None)  # the sentiment example's row
-    assert {k: getattr(norm, FIELD_OF.get(k, k)) for k in MODE_DEFAULTS["norm"]} == {
+    assert {k: getattr(norm, k) for k in MODE_DEFAULTS["norm"]} == {
         **MODE_DEFAULTS["norm"], **PROMPT_TASK_DEFAULTS["norm"]}
     assert resolved(MeZOConfig(**task, max_steps=7, learning_rate=1e-3), "prompts", None).to_dict() | {
         "max_steps": args.max_steps, "learning_rate": args.learning_rate, "eval_steps": args.eval_steps} == args.to_dict()
     lora = resolved(MeZOConfig(**task, peft="lora"), "prompts", None)
-    assert {k: getattr(lora, FIELD_OF.get(k, k)) for k in MODE_DEFAULTS["lora"]} == {
+    assert {k: getattr(lora, k) for k in MODE_DEFAULTS["lora"]} == {
         **MODE_DEFAULTS["lora"], **PROMPT_TASK_DEFAULTS["lora"]} and lora.step_normalize == "std"
     # config.json holds the resolved values: a resume or --config repeats them whatever the table later says
     assert MeZOConfig.from_dict(args.to_dict()).to_dict() == args.to_dict()
@@ -144,7 +144,7 @@ def test_a_prompt_file_or_dataset_takes_the_prompt_task_run_length(task):
 def test_scoring_generation_and_code_tasks_keep_the_mode_row(task, kind):
     args = resolved(MeZOConfig(**task), kind)
     assert args.peft == "norm"
-    assert {k: getattr(args, FIELD_OF.get(k, k)) for k in MODE_DEFAULTS["norm"]} == MODE_DEFAULTS["norm"]
+    assert {k: getattr(args, k) for k in MODE_DEFAULTS["norm"]} == MODE_DEFAULTS["norm"]
 
 
 def test_an_old_config_with_nulls_resolves_to_the_defaults():

@@ -43,9 +43,9 @@ def test_explain_the_default_run():
     seen = sources(plan)
     assert set(seen) == set(plan.args.to_dict())  # every value, the secret left out
     assert seen["peft"] == ("norm", "task default") and seen["reward"] == ("['accuracy']", "task default")
-    assert seen["learning_rate"] == (str(MODE_DEFAULTS["norm"]["lr"]), "mode default")
-    assert seen["max_steps"] == (str(MODE_DEFAULTS["norm"]["steps"]), "mode default")
-    assert seen["eval_steps"] == (str(MODE_DEFAULTS["norm"]["steps"] // 5), "derived")
+    assert seen["learning_rate"] == (str(MODE_DEFAULTS["norm"]["learning_rate"]), "mode default")
+    assert seen["max_steps"] == (str(MODE_DEFAULTS["norm"]["max_steps"]), "mode default")
+    assert seen["eval_steps"] == (str(MODE_DEFAULTS["norm"]["max_steps"] // 5), "derived")
     assert seen["model"] == ("smollm2-135m", "default") and seen["seed"] == ("0", "default")
     assert {source for _, source in seen.values()} <= {"default", "task default", "mode default", "derived"}
 
@@ -61,7 +61,7 @@ def test_explain_a_trl_script_run():
     assert seen["autocast"] == ("bfloat16", "user")  # TRL's bf16=True
     assert seen["reward"][1] == "user" and "brevity" in seen["reward"][0]  # the reward function, recorded by name
     assert seen["peft"] == ("full", "task default")  # a prompt task trains every weight
-    assert seen["max_steps"] == (str(PROMPT_TASK_DEFAULTS["full"]["steps"]), "task default")
+    assert seen["max_steps"] == (str(PROMPT_TASK_DEFAULTS["full"]["max_steps"]), "task default")
     assert seen["step_normalize"] == ("std", "task default") and seen["eps"][1] == "mode default"
     assert seen["do_sample"] == ("True", "derived") and "hub_token" not in seen and "hf_secret" not in explain(plan)
 

@@ -39,7 +39,7 @@ def test_the_plan_is_frozen_printable_and_decided_once_from_the_task_it_was_give
     assert args.peft is None and args.max_steps is None  # left to the plan, which knows the task
     plan = plan_run(args, PromptTask(), build_objective([brevity]))
     # the task's kind decides the defaults the options left: a prompt task trains every weight, in its row
-    assert (plan.args.peft, plan.args.max_steps) == ("full", PROMPT_TASK_DEFAULTS["full"]["steps"])
+    assert (plan.args.peft, plan.args.max_steps) == ("full", PROMPT_TASK_DEFAULTS["full"]["max_steps"])
     assert plan.args.step_normalize == "std" and plan.task_kind == "prompts" and plan.metric_for_best == "objective"
     assert plan.greater_is_better and plan.reference and list(plan.rewards) == plan.args.reward  # recorded
     with pytest.raises(dataclasses.FrozenInstanceError):

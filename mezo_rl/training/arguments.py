@@ -310,16 +310,16 @@ class DataArguments(Arguments):
 @dataclass
 class MeZOArguments(Arguments):
     max_steps: Optional[int] = option(None, f"training steps (paper: 20000; -1 or unset with --num-train-epochs: "
-                                            f"from the epochs) {_per_mode('steps')}", min=0)
+                                            f"from the epochs) {_per_mode('max_steps')}", min=0)
     num_train_epochs: Optional[float] = option(None, "with --max-steps unset: run this many passes' worth of "
                                                      "--num-train examples (batches are drawn with replacement)", gt=0)
     per_device_train_batch_size: Optional[int] = option(None, f"completions per step on each process: examples, or "
                                                         f"prompts x --num-generations (TRL's per_device_train_batch_size; "
-                                                        f"paper: 16) {_per_mode('batch_size')}", min=1)
+                                                        f"paper: 16) {_per_mode('per_device_train_batch_size')}", min=1)
     gradient_accumulation_steps: int = option(1, "a step's batch is this many per-device batches (MeZO sees them all "
                                                  "at +eps and -eps, then steps once)", min=1)
     learning_rate: Optional[float] = option(None, f"learning rate; with --step-normalize std the length of each sign step "
-                                                  f"{_per_mode('lr')}", ge=0)
+                                                  f"{_per_mode('learning_rate')}", ge=0)
     eps: Optional[float] = option(None, f"perturbation scale {_per_mode('eps')}; with the paper's 1e-3 the accuracy of a batch is the same at +eps and -eps", gt=0)
     weight_decay: Optional[float] = option(None, f"decoupled weight decay, biases and norm weights exempt {_per_mode('weight_decay')}", ge=0)
     lr_scheduler_type: str = option("constant", "the learning-rate schedule, as in transformers (constant: the paper)",
@@ -330,7 +330,7 @@ class MeZOArguments(Arguments):
     noise: Optional[str] = option(None, f"perturbation distribution: gaussian, rademacher (+-1) or lowrank (z = B A^T / sqrt(rank) per matrix, LOZO) {_per_mode('noise')}", choices=NOISES)
     rank: int = option(1, "rank of --noise lowrank", min=1)
     lowrank_interval: int = option(1, "hold the low-rank subspace factor for this many noise samples (LOZO; 1 = fresh every step)", min=1)
-    step_normalize: Optional[str] = option(None, f"std: divide each loss difference by the spread of the step's losses instead of by 2 eps (FZOO-style; with one sample a sign step of length lr); none: divide by 2 eps (the paper) {_per_mode('normalize')}", choices=["std", "none"])
+    step_normalize: Optional[str] = option(None, f"std: divide each loss difference by the spread of the step's losses instead of by 2 eps (FZOO-style; with one sample a sign step of length lr); none: divide by 2 eps (the paper) {_per_mode('step_normalize')}", choices=["std", "none"])
     estimator: str = option("two_point", "two_point (+/-eps per sample), one_point, or es (n one-sided members, losses centred across them; ES-at-scale with --step-normalize std)", choices=ESTIMATORS)
     momentum: float = option(0.0, "ZO-SGD momentum (Appendix B.2)", ge=0, lt=1)
     adam: bool = option(False, "ZO-Adam (Appendix B.2)")

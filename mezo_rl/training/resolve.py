@@ -24,7 +24,7 @@ import math
 from typing import Optional
 
 from mezo_rl.training.arguments import MeZOConfig
-from mezo_rl.training.defaults import (FIELD_OF, PROMPT_TASK_DEFAULTS, default_mode, default_reward, mode_defaults,
+from mezo_rl.training.defaults import (PROMPT_TASK_DEFAULTS, default_mode, default_reward, mode_defaults,
                                        small_lr_warning)
 
 __all__ = ["SOURCES", "USER", "DEFAULT", "TASK_DEFAULT", "MODE_DEFAULT", "DERIVED", "RESUMED", "declared_defaults",
@@ -75,7 +75,7 @@ def resolve_values(values: dict, task_kind: Optional[str], task_metrics: Optiona
         fill("reward", reward, TASK_DEFAULT)
     prompt_row = PROMPT_TASK_DEFAULTS.get(out["peft"], {}) if task_kind == "prompts" else {}
     for key, default in mode_defaults(out["peft"], task_kind).items():
-        fill(FIELD_OF.get(key, key), default, TASK_DEFAULT if key in prompt_row else MODE_DEFAULT)
+        fill(key, default, TASK_DEFAULT if key in prompt_row else MODE_DEFAULT)
     if sources["learning_rate"] == USER and (warning := small_lr_warning(out["learning_rate"], out["peft"], task_kind)):
         logger.warning(warning)
     if out["num_train_epochs"] is not None and not steps_given:  # epochs over the training examples
