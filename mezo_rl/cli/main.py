@@ -254,11 +254,15 @@ def _train(args, callbacks=()) -> int:
             trainer = MeZOTrainer(args=plan.args, plan=plan, dist=dist, callbacks=[plots.CurvesCallback(), *callbacks])
             trainer.train()
     if dist.is_main:  # under torchrun, one report
-        out, summary = trainer.output_dir, trainer.summary
-        files = [f for f in (rundir.SUMMARY_FILE, rundir.METRICS_FILE, plots.CURVES_FILE) if (out / f).is_file()]
-        print(f"results in {out}: {', '.join(files)}, {rundir.CHECKPOINT_DIR}/ ({summary['wall_time_s']:.0f} s)")
-        print(plots.results_line(summary))
+        _print_summary(trainer.summary, trainer.output_dir)
     return 0
+
+
+def _print_summary(summary: dict, output_dir) -> None:
+    out = pathlib.Path(output_dir)
+    files = [f for f in (rundir.SUMMARY_FILE, rundir.METRICS_FILE, plots.CURVES_FILE) if (out / f).is_file()]
+    print(f"results in {out}: {', '.join(files)}, {rundir.CHECKPOINT_DIR}/ ({summary['wall_time_s']:.0f} s)")
+    print(plots.results_line(summary))
 
 
 def _task_args(args, default_task: str = "sst2", run_args=None):
