@@ -13,6 +13,7 @@ from conftest import make_tiny_causal_lm
 datasets = pytest.importorskip("datasets")
 
 from mezo_rl import MeZOConfig  # noqa: E402
+from mezo_rl.cli import plots  # noqa: E402
 from mezo_rl.cli.main import main  # noqa: E402
 from mezo_rl.model.lm import LanguageModel  # noqa: E402
 from mezo_rl.tasks import get_task  # noqa: E402
@@ -105,6 +106,39 @@ def test_explain_a_resumed_run_and_its_directory_is_read_once(tmp_path, tiny_tok
     seen = sources(plan)
     assert seen["resume"] == ("True", "user") and seen["max_steps"] == ("4", "user")
     assert seen["evaluation"] == ("auto -> inplace", "resumed run")
+
+
+def test_a_resumed_command_line_run_reads_its_directory_once(tmp_path, tiny_model_dir, data_dir, monkeypatch):
+    run = tmp_path / "run"
+    argv = ["train", "--model", str(tiny_model_dir), "--task", "sst2", "--data-dir", str(data_dir), "--peft", "full",
+            "--per-device-train-batch-size", "2", "--num-train", "8", "--num-eval", "4", "--num-test", "2",
+            "--learning-rate", "1e-3", "--autocast", "none", "--no-progress", "--output-dir", str(run)]
+    assert main([*argv, "--max-steps", "1"]) == 0
+    reads = collections.Counter()
+    read_text, read_trajectory = pathlib.Path.read_text, rundir.read_trajectory
+
+    def counted_text(path, *a, **k):
+        if run in pathlib.Path(path).absolute().parents:
+            reads[pathlib.Path(path).relative_to(run).as_posix()] += 1
+        return read_text(path, *a, **k)
+
+    def counted_trajectory(path):
+        reads[pathlib.Path(path).relative_to(run).as_posix()] += 1
+        return read_trajectory(path)
+
+    at_end, draw = {}, plots.CurvesCallback.on_train_end
+
+    def curves(self, *a, **k):  # the finished run's files, read again to draw curves.png: after training, not setup
+        at_end.update(reads)
+        return draw(self, *a, **k)
+
+    monkeypatch.setattr(pathlib.Path, "read_text", counted_text)
+    monkeypatch.setattr(rundir, "read_trajectory", counted_trajectory)
+    monkeypatch.setattr(plots.CurvesCallback, "on_train_end", curves)
+    assert main([*argv, "--max-steps", "2", "--resume"]) == 0
+    setup = {rundir.CONFIG_FILE, *(f"checkpoint/{f}" for f in (rundir.MODEL_FILE, rundir.STATE_FILE,
+                                                                rundir.OPTIMIZER_FILE, rundir.TRAJECTORY_FILE))}
+    assert {name: at_end.get(name) for name in setup} == dict.fromkeys(setup, 1), at_end
 
 
 def test_train_dry_run_prints_the_plan_and_loads_nothing(tmp_path, tiny_model_dir, data_dir, capsys):
