@@ -39,6 +39,32 @@ def brevity(prompts, completions, **columns):
     return [-len(c) for c in completions]
 
 
+def counted_reads(run: pathlib.Path, monkeypatch) -> collections.Counter:
+    """Reads of each file under ``run`` from here on (its path under ``run`` -> count): text and JSON files, the
+    trajectory, and the optimizer's buffers (the header check that opens their file without reading them aside)."""
+    reads, run = collections.Counter(), pathlib.Path(run)
+    read_text, read_trajectory, read_tensors = pathlib.Path.read_text, rundir.read_trajectory, rundir.read_optimizer_tensors
+
+    def counted_text(path, *a, **k):
+        if run in pathlib.Path(path).absolute().parents:
+            reads[pathlib.Path(path).relative_to(run).as_posix()] += 1
+        return read_text(path, *a, **k)
+
+    def counted_trajectory(path):
+        reads[pathlib.Path(path).relative_to(run).as_posix()] += 1
+        return read_trajectory(path)
+
+    def counted_tensors(ckpt, names, *, load=True):
+        if load and names:
+            reads["checkpoint/" + rundir.OPTIMIZER_TENSORS_FILE] += 1
+        return read_tensors(ckpt, names, load=load)
+
+    monkeypatch.setattr(pathlib.Path, "read_text", counted_text)
+    monkeypatch.setattr(rundir, "read_trajectory", counted_trajectory)
+    monkeypatch.setattr(rundir, "read_optimizer_tensors", counted_tensors)
+    return reads
+
+
 def test_explain_the_default_run():
     plan, _, _ = plan_given(MeZOConfig())
     seen = sources(plan)
@@ -71,28 +97,7 @@ def test_explain_a_resumed_run_and_its_directory_is_read_once(tmp_path, tiny_tok
     factory = lambda: LanguageModel(make_tiny_causal_lm(tiny_tokenizer), tiny_tokenizer)  # noqa: E731
     MeZOTrainer(args=make_args(tmp_path, max_steps=2, adam=True), lm=factory(), lm_factory=factory,
                 task=get_task("sst2"), splits=splits()).train()
-    run = pathlib.Path(tmp_path / "run")
-    reads = collections.Counter()
-    read_text, read_trajectory = pathlib.Path.read_text, rundir.read_trajectory
-    read_tensors = rundir.read_optimizer_tensors
-
-    def counted_text(path, *a, **k):
-        if run in pathlib.Path(path).absolute().parents:
-            reads[pathlib.Path(path).relative_to(run).as_posix()] += 1
-        return read_text(path, *a, **k)
-
-    def counted_trajectory(path):
-        reads[pathlib.Path(path).relative_to(run).as_posix()] += 1
-        return read_trajectory(path)
-
-    def counted_tensors(ckpt, names, *, load=True):
-        if load and names:
-            reads["checkpoint/" + rundir.OPTIMIZER_TENSORS_FILE] += 1
-        return read_tensors(ckpt, names, load=load)
-
-    monkeypatch.setattr(pathlib.Path, "read_text", counted_text)
-    monkeypatch.setattr(rundir, "read_trajectory", counted_trajectory)
-    monkeypatch.setattr(rundir, "read_optimizer_tensors", counted_tensors)
+    reads = counted_reads(tmp_path / "run", monkeypatch)
     args = make_args(tmp_path, max_steps=4, adam=True, resume=True)
     plan, _, _ = plan_given(args, task=get_task("sst2"))
     trainer = MeZOTrainer(args=plan.args, plan=plan, lm=factory(), lm_factory=factory, splits=splits())
@@ -114,26 +119,13 @@ def test_a_resumed_command_line_run_reads_its_directory_once(tmp_path, tiny_mode
             "--per-device-train-batch-size", "2", "--num-train", "8", "--num-eval", "4", "--num-test", "2",
             "--learning-rate", "1e-3", "--autocast", "none", "--no-progress", "--output-dir", str(run)]
     assert main([*argv, "--max-steps", "1"]) == 0
-    reads = collections.Counter()
-    read_text, read_trajectory = pathlib.Path.read_text, rundir.read_trajectory
-
-    def counted_text(path, *a, **k):
-        if run in pathlib.Path(path).absolute().parents:
-            reads[pathlib.Path(path).relative_to(run).as_posix()] += 1
-        return read_text(path, *a, **k)
-
-    def counted_trajectory(path):
-        reads[pathlib.Path(path).relative_to(run).as_posix()] += 1
-        return read_trajectory(path)
-
+    reads = counted_reads(run, monkeypatch)
     at_end, draw = {}, plots.CurvesCallback.on_train_end
 
     def curves(self, *a, **k):  # the finished run's files, read again to draw curves.png: after training, not setup
         at_end.update(reads)
         return draw(self, *a, **k)
 
-    monkeypatch.setattr(pathlib.Path, "read_text", counted_text)
-    monkeypatch.setattr(rundir, "read_trajectory", counted_trajectory)
     monkeypatch.setattr(plots.CurvesCallback, "on_train_end", curves)
     assert main([*argv, "--max-steps", "2", "--resume"]) == 0
     setup = {rundir.CONFIG_FILE, *(f"checkpoint/{f}" for f in (rundir.MODEL_FILE, rundir.STATE_FILE,
