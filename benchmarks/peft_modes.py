@@ -152,7 +152,7 @@ def run_sst2_trainer(mode, ns, out_dir):
     losses = [r["loss"] for r in records if "loss" in r and r.get("split") is None]
     return dict(before=summary["initial_validation"]["accuracy"], after=final["metrics"]["accuracy"],
                 train_s=wall, first_loss=statistics.mean(losses[:20]), last_loss=statistics.mean(losses[-20:]),
-                hyperparameters=mezo_options(vars(args)), summary=summary)
+                hyperparameters=mezo_options(vars(trainer.args)), summary=summary)
 
 
 def bench_sst2(ns):

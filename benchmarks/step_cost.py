@@ -176,7 +176,7 @@ def norm_scoring(args) -> dict:
 
     times = {path: [] for path in opts}
     for rep in range(args.reps + 1):
-        batch = [train[i] for i in rng.choice(len(train), row["batch_size"], replace=False)]
+        batch = [train[i] for i in rng.choice(len(train), row["per_device_train_batch_size"], replace=False)]
         state = [p.detach().clone() for p in params]
         for path, opt in opts.items():  # the same batch and weights for both; lr 0 keeps them equal
             for p, s in zip(params, state):

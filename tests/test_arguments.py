@@ -8,9 +8,15 @@ import pytest
 import torch
 
 from mezo_rl.training.arguments import BaselineArguments, EvalRunArguments, MeZOConfig, flag, parse_step
-from mezo_rl.training.defaults import (FIELD_OF, MODE_DEFAULTS, MODES, PROMPT_TASK_DEFAULTS, PROMPT_TASK_MODE,
+from mezo_rl.training.defaults import (MODE_DEFAULTS, MODES, PROMPT_TASK_DEFAULTS, PROMPT_TASK_MODE,
                                        mezo_options)
 from mezo_rl.errors import ConfigError
+from mezo_rl.training.resolve import resolve_values
+
+
+def resolved(args: MeZOConfig, kind="classification", metrics=("accuracy",)) -> MeZOConfig:
+    """``args`` with every value it left unset decided by the plan's resolver, for a task of ``kind``."""
+    return MeZOConfig(**resolve_values(dataclasses.asdict(args), kind, list(metrics) if metrics else None)[0])
 
 
 def _fields(cls) -> dict:
@@ -88,21 +94,22 @@ def test_other_commands_share_the_training_options_defaults(cls, names):
 
 def test_per_mode_defaults_are_resolved_once_and_explicit_values_win():
     for mode in MODES:
-        args = MeZOConfig(peft=mode)
-        assert {k: getattr(args, FIELD_OF.get(k, k)) for k in MODE_DEFAULTS[mode]} == MODE_DEFAULTS[mode]
+        args = resolved(MeZOConfig(peft=mode))
+        assert {k: getattr(args, k) for k in MODE_DEFAULTS[mode]} == MODE_DEFAULTS[mode]
         assert mezo_options(vars(args)) == mezo_options(MODE_DEFAULTS[mode])
         assert args.eval_steps == max(1, args.max_steps // 5)
     with pytest.raises(ConfigError, match="--peft: got 'none', accepted: norm, full, lora, prefix"):
         MeZOConfig(peft="none")  # one name per mode: full
-    mine = MeZOConfig(max_steps=7, per_device_train_batch_size=3, n_spsa=5, learning_rate=1e-3, step_normalize="none")
+    mine = resolved(MeZOConfig(max_steps=7, per_device_train_batch_size=3, n_spsa=5, learning_rate=1e-3, step_normalize="none"))
     assert (mine.max_steps, mine.per_device_train_batch_size, mine.n_spsa, mine.learning_rate, mine.eval_steps) == (7, 3, 5, 1e-3, 1)
     assert mezo_options(vars(mine))["normalize"] is None  # as MeZO takes it
     # what config.json records: no option left to a default that a later version could change
-    assert None not in [mine.to_dict()[FIELD_OF.get(k, k)] for k in (*MODE_DEFAULTS["norm"], "eval_steps")]
+    assert None not in [mine.to_dict()[k] for k in (*MODE_DEFAULTS["norm"], "eval_steps")]
     assert MeZOConfig.from_dict(mine.to_dict()).to_dict() == mine.to_dict()
     # the values norm resolved stay with dataclasses.replace; a variant built from the given options gets its mode's
     assert dataclasses.replace(mine, peft="prefix").learning_rate == 1e-3
-    assert MeZOConfig(peft="prefix", max_steps=7).learning_rate == MODE_DEFAULTS["prefix"]["lr"]
+    assert resolved(MeZOConfig(peft="prefix", max_steps=7)).learning_rate == MODE_DEFAULTS["prefix"]["learning_rate"]
+    assert MeZOConfig(peft="prefix").learning_rate is None  # the configuration holds what it was given
 
 
 @pytest.mark.parametrize("task", [dict(task="prompts.jsonl"), dict(task="prompts.csv", prompt_column="question"),
@@ -112,37 +119,39 @@ def test_a_prompt_file_or_dataset_takes_the_prompt_task_run_length(task):
     """A prompt task decodes every prompt per member: it trains PROMPT_TASK_MODE by default, with that mode's
     prompt-task row (not the scoring tasks' run length); every mode normalises the step (a reward on any
     scale); the other task kinds and explicit values are untouched (nothing is read to decide)."""
-    args = MeZOConfig(**task)
+    args = resolved(MeZOConfig(**task), "prompts", None)
     assert args.peft == PROMPT_TASK_MODE
     expected = {**MODE_DEFAULTS[PROMPT_TASK_MODE], **PROMPT_TASK_DEFAULTS[PROMPT_TASK_MODE]}
-    assert {k: getattr(args, FIELD_OF.get(k, k)) for k in expected} == expected
-    assert args.max_steps < MODE_DEFAULTS["norm"]["steps"] and args.eval_steps == max(1, args.max_steps // 5)
-    norm = MeZOConfig(**task, peft="norm")  # the sentiment example's row
-    assert {k: getattr(norm, FIELD_OF.get(k, k)) for k in MODE_DEFAULTS["norm"]} == {
+    assert {k: getattr(args, k) for k in expected} == expected
+    assert args.max_steps < MODE_DEFAULTS["norm"]["max_steps"] and args.eval_steps == max(1, args.max_steps // 5)
+    norm = resolved(MeZOConfig(**task, peft="norm"), "prompts", None)  # the sentiment example's row
+    assert {k: getattr(norm, k) for k in MODE_DEFAULTS["norm"]} == {
         **MODE_DEFAULTS["norm"], **PROMPT_TASK_DEFAULTS["norm"]}
-    assert MeZOConfig(**task, max_steps=7, learning_rate=1e-3).to_dict() | {
+    assert resolved(MeZOConfig(**task, max_steps=7, learning_rate=1e-3), "prompts", None).to_dict() | {
         "max_steps": args.max_steps, "learning_rate": args.learning_rate, "eval_steps": args.eval_steps} == args.to_dict()
-    lora = MeZOConfig(**task, peft="lora")
-    assert {k: getattr(lora, FIELD_OF.get(k, k)) for k in MODE_DEFAULTS["lora"]} == {
+    lora = resolved(MeZOConfig(**task, peft="lora"), "prompts", None)
+    assert {k: getattr(lora, k) for k in MODE_DEFAULTS["lora"]} == {
         **MODE_DEFAULTS["lora"], **PROMPT_TASK_DEFAULTS["lora"]} and lora.step_normalize == "std"
     # config.json holds the resolved values: a resume or --config repeats them whatever the table later says
     assert MeZOConfig.from_dict(args.to_dict()).to_dict() == args.to_dict()
 
 
-@pytest.mark.parametrize("task", [dict(task="sst2"), dict(task="rows.jsonl", template="{q}", target_column="a"),
-                                  dict(task="rows.csv", template="{s} It was", label_column="l", candidates=["bad", "good"]),
-                                  dict(task="my_tasks.py:build")])
-def test_scoring_generation_and_code_tasks_keep_the_mode_row(task):
-    args = MeZOConfig(**task)
+@pytest.mark.parametrize("task, kind", [(dict(task="sst2"), "classification"),
+                                        (dict(task="rows.jsonl", template="{q}", target_column="a"), "generation"),
+                                        (dict(task="rows.csv", template="{s} It was", label_column="l",
+                                              candidates=["bad", "good"]), "classification"),
+                                        (dict(task="my_tasks.py:build"), None)])
+def test_scoring_generation_and_code_tasks_keep_the_mode_row(task, kind):
+    args = resolved(MeZOConfig(**task), kind)
     assert args.peft == "norm"
-    assert {k: getattr(args, FIELD_OF.get(k, k)) for k in MODE_DEFAULTS["norm"]} == MODE_DEFAULTS["norm"]
+    assert {k: getattr(args, k) for k in MODE_DEFAULTS["norm"]} == MODE_DEFAULTS["norm"]
 
 
 def test_an_old_config_with_nulls_resolves_to_the_defaults():
     old = {**MeZOConfig().to_dict(), "peft": "full", "learning_rate": None, "eps": None, "noise": None,
            "step_normalize": None, "n_spsa": None, "weight_decay": None, "max_steps": None, "per_device_train_batch_size": None,
            "eval_steps": None}
-    assert MeZOConfig.from_dict(old).to_dict() == MeZOConfig(peft="full").to_dict()
+    assert resolved(MeZOConfig.from_dict(old)).to_dict() == resolved(MeZOConfig(peft="full")).to_dict()
 
 
 def test_step_references():
@@ -156,10 +165,13 @@ def test_step_references():
 def test_the_reward_defaults_to_the_task_own_metric(task, reward):
     """`mezo-rl train --task arithmetic` optimises exact_answer, as `--task sst2` optimises accuracy: a given
     --reward wins, and config.json records the resolved one (a resume or --config repeats it)."""
-    args = MeZOConfig(task=task)
-    assert args.reward == [reward] and "reward" not in args.given_values()
+    from mezo_rl.tasks import get_task
+    from mezo_rl.training.plan import run_config
+
+    args = run_config(MeZOConfig(task=task), get_task(task))
+    assert args.reward == [reward] and MeZOConfig(task=task).reward is None
     assert MeZOConfig.from_dict(args.to_dict()).reward == [reward]
-    assert MeZOConfig(task=task, reward=["cross_entropy"]).reward == ["cross_entropy"]
+    assert run_config(MeZOConfig(task=task, reward=["cross_entropy"]), get_task(task)).reward == ["cross_entropy"]
     assert MeZOConfig(task=task, reward_weights=[2]).reward_weights == [2.0]
     # weights of another count are for a trainer's reward_funcs: the plan checks them against the rewards it has,
     # here the task's own, in one line before any model loads

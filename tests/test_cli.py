@@ -80,7 +80,7 @@ def test_train_help_is_one_line_per_option_with_one_default_each():
     lines = help_text.splitlines()
     assert len(lines) <= 120
     options = [line for line in lines if line.lstrip().startswith("--")]
-    assert len(options) == len(dataclasses.fields(MeZOConfig)) + 1  # + --config
+    assert len(options) == len(dataclasses.fields(MeZOConfig)) + 2  # + --config, --dry-run
     assert all(line.count("(default") <= 1 for line in options), [line for line in options if line.count("(default") > 1]
 
 

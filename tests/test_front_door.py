@@ -157,7 +157,7 @@ def test_the_run_records_what_it_was_given_the_trl_way(tmp_path, tiny_model_dir)
     assert (args.model, args.task, args.reward) == (str(tiny_model_dir), str(data), [f"{__name__}:reward_len"])
     # a prompt task: the prompt tasks' defaults, from the data file given as train_dataset
     row = PROMPT_TASK_DEFAULTS[PROMPT_TASK_MODE]
-    assert (args.peft, args.max_steps, args.per_device_train_batch_size) == (PROMPT_TASK_MODE, row["steps"], row["batch_size"])
+    assert (args.peft, args.max_steps, args.per_device_train_batch_size) == (PROMPT_TASK_MODE, row["max_steps"], row["per_device_train_batch_size"])
 
 
 def test_docs_rl_md_lists_every_grpo_option_with_no_meaning():
@@ -196,7 +196,7 @@ def test_a_code_task_of_prompts_gets_the_prompt_defaults_and_resumes(tmp_path, t
     config = json.loads((run / "training_args.json").read_text())
     row = PROMPT_TASK_DEFAULTS[PROMPT_TASK_MODE]  # a prompt task's mode and row, though only the built task tells the kind
     assert (config["peft"], config["per_device_train_batch_size"], config["learning_rate"]) == (
-        PROMPT_TASK_MODE, row["batch_size"], row["lr"])
+        PROMPT_TASK_MODE, row["per_device_train_batch_size"], row["learning_rate"])
     assert main(argv + ["--max-steps", "2", "--resume"]) == 0
     assert json.loads((run / "summary.json").read_text())["steps"] == 2
 

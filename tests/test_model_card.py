@@ -16,7 +16,7 @@ from test_trainer import factory, make_args, train  # noqa: F401  (factory is a 
 def test_save_model_writes_a_card_with_hub_metadata_and_the_runs_results(tmp_path, factory):  # noqa: F811
     args = make_args(tmp_path, max_steps=2, eval_steps=2, model="HuggingFaceTB/SmolLM2-135M-Instruct",
                      reward=["cross_entropy", "accuracy"], reward_weights=[1.0, 0.0], save_model=True)
-    _, summary = train(args, factory)
+    trainer, summary = train(args, factory)
     card = tmp_path / "run" / "README.md"  # save_model writes into the output directory, as transformers
     meta = read_card_metadata(card)
     assert meta["base_model"] == "HuggingFaceTB/SmolLM2-135M-Instruct" and meta["library_name"] == "mezo-rl"
@@ -28,7 +28,7 @@ def test_save_model_writes_a_card_with_hub_metadata_and_the_runs_results(tmp_pat
     assert f"| test | accuracy | {before:.4g} | {after:.4g} | {n} |" in text
     assert "mezo-rl train --config training_args.json" in text and "Fine-Tuning Language Models with Just Forward Passes" in text
     saved = json.loads((tmp_path / "run" / "training_args.json").read_text())
-    assert MeZOConfig.from_dict(saved) == args and (tmp_path / "run" / "config.json").is_file()  # the model's config
+    assert MeZOConfig.from_dict(saved) == trainer.args and (tmp_path / "run" / "config.json").is_file()  # the model's config
 
 
 def test_export_writes_the_card_and_an_offline_push_is_one_line(tmp_path, tiny_model_dir, data_dir, capsys, monkeypatch):

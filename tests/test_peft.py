@@ -332,16 +332,16 @@ def test_lora_default_targets_map_to_other_architectures(tiny_masked_lm):
 
 
 def test_paper_defaults():
-    paper = dict(weight_decay=0.0, noise="gaussian", normalize="none", n_spsa=1)
-    run = dict(steps=150, batch_size=32)
+    paper = dict(weight_decay=0.0, noise="gaussian", step_normalize="none", n_spsa=1)
+    run = dict(max_steps=150, per_device_train_batch_size=32)
     # the full-parameter default, with the engine's default noise (low-rank r = 1; docs/engine.md)
-    assert MODE_DEFAULTS["full"] == dict(lr=2e-4, eps=1e-2, **run, **{**paper, "noise": "lowrank"})
+    assert MODE_DEFAULTS["full"] == dict(learning_rate=2e-4, eps=1e-2, **run, **{**paper, "noise": "lowrank"})
     # LoRA: the paper's eps, an lr for runs of this CLI's length (the paper's 1e-4 is for 20,000 steps)
-    assert MODE_DEFAULTS["lora"] == dict(lr=3e-3, eps=1e-2, **run, **paper)
-    assert MODE_DEFAULTS["prefix"] == dict(lr=1e-2, eps=1e-1, **run, **paper)
+    assert MODE_DEFAULTS["lora"] == dict(learning_rate=3e-3, eps=1e-2, **run, **paper)
+    assert MODE_DEFAULTS["prefix"] == dict(learning_rate=1e-2, eps=1e-1, **run, **paper)
     # the default mode: sign steps of length lr on the final norm's gains, two samples a step, many cheap steps
-    assert MODE_DEFAULTS["norm"] == dict(steps=3000, batch_size=64, lr=2e-2, eps=1e-1, weight_decay=0.0,
-                                         noise="rademacher", normalize="std", n_spsa=2)
+    assert MODE_DEFAULTS["norm"] == dict(max_steps=3000, per_device_train_batch_size=64, learning_rate=2e-2, eps=1e-1,
+                                         weight_decay=0.0, noise="rademacher", step_normalize="std", n_spsa=2)
 
 
 # ------------------------------------------------------------------------------- the real model

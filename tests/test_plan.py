@@ -17,6 +17,7 @@ from mezo_rl.training.arguments import MeZOConfig
 from mezo_rl.training.defaults import MODE_DEFAULTS, PROMPT_TASK_DEFAULTS, mezo_options
 from mezo_rl.training.fitness import Fitness, FitnessSpec
 from mezo_rl.training.plan import RunPlan, plan_given, plan_run, run_config
+from mezo_rl.training.resolve import resolve_values
 from mezo_rl.training.trainer import MeZOTrainer
 
 
@@ -35,10 +36,10 @@ def brevity(prompts, completions, **columns):
 
 def test_the_plan_is_frozen_printable_and_decided_once_from_the_task_it_was_given():
     args = MeZOConfig(task="my_tasks.py:build", output_dir="out")
-    assert args.peft == "norm" and args.max_steps == MODE_DEFAULTS["norm"]["steps"]  # the options told no kind
+    assert args.peft is None and args.max_steps is None  # left to the plan, which knows the task
     plan = plan_run(args, PromptTask(), build_objective([brevity]))
     # the task's kind decides the defaults the options left: a prompt task trains every weight, in its row
-    assert (plan.args.peft, plan.args.max_steps) == ("full", PROMPT_TASK_DEFAULTS["full"]["steps"])
+    assert (plan.args.peft, plan.args.max_steps) == ("full", PROMPT_TASK_DEFAULTS["full"]["max_steps"])
     assert plan.args.step_normalize == "std" and plan.task_kind == "prompts" and plan.metric_for_best == "objective"
     assert plan.greater_is_better and plan.reference and list(plan.rewards) == plan.args.reward  # recorded
     with pytest.raises(dataclasses.FrozenInstanceError):
@@ -55,14 +56,15 @@ def test_the_plan_is_frozen_printable_and_decided_once_from_the_task_it_was_give
     assert args.to_dict() == before
 
 
-def test_a_configuration_whose_defaults_are_its_tasks_already_is_kept_as_it_is():
-    args = MeZOConfig(task="sst2")
-    assert run_config(args, get_task("sst2")) is args
+def test_a_configuration_whose_values_are_resolved_already_is_resolved_to_itself():
+    args = run_config(MeZOConfig(task="sst2"), get_task("sst2"))
+    assert run_config(args, get_task("sst2")) == args
     values = {"task": "sst2", "num_train": 8}
-    filled = MeZOConfig.filled(values, "classification", ["accuracy"])
+    filled, sources = resolve_values(values, "classification", ["accuracy"])
     assert values == {"task": "sst2", "num_train": 8}  # not changed
     assert filled["reward"] == ["accuracy"] and filled["peft"] == "norm"
-    assert MeZOConfig(**filled).to_dict() == MeZOConfig(task="sst2", num_train=8).to_dict()
+    assert (sources["num_train"], sources["reward"], sources["learning_rate"]) == ("user", "task default", "mode default")
+    assert MeZOConfig(**filled).to_dict() == run_config(MeZOConfig(task="sst2", num_train=8), get_task("sst2")).to_dict()
 
 
 def test_the_plan_refuses_in_one_line_what_needs_the_task_but_no_data():
@@ -82,7 +84,7 @@ def test_the_command_line_hands_its_plan_to_the_trainer(tmp_path, tiny_tokenizer
                       autocast="none", progress=False, num_train=8, num_eval=4, num_test=4,
                       output_dir=str(tmp_path / "run"))
     plan = checks.check_training(args, model=False)
-    assert isinstance(plan, RunPlan) and plan.args == args
+    assert isinstance(plan, RunPlan) and plan.args == run_config(args, get_task("sst2"))
     monkeypatch.setattr("mezo_rl.training.plan.plan_run", lambda *a, **k: pytest.fail("planned twice"))
     lm = LanguageModel(make_tiny_causal_lm(tiny_tokenizer), tiny_tokenizer)
     example = Example(prompt="it was", candidates=[" bad", " good"], label=1, columns={})
@@ -126,7 +128,7 @@ def test_one_fitness_forms_every_members_loss_and_normalises_the_step():
     normalised, record = Fitness(FitnessSpec(normalize=True, eps=eps), objective, OneProcess())(members)
     assert normalised == [-eps, eps] and (normalised[0] - normalised[1]) / (2 * eps) == -1.0
     assert (record["loss"], record["loss_plus"], record["loss_minus"]) == (-0.5, -1.0, 0.0)
-    args = MeZOConfig(task="arithmetic", beta=0.5)
+    args = run_config(MeZOConfig(task="arithmetic", beta=0.5), get_task("arithmetic"))
     assert args.step_normalize == "std" and FitnessSpec.of(args).normalize
     assert mezo_options(vars(args))["normalize"] == "std"  # the table's value, for a MeZO built by hand
     with pytest.raises(ConfigError, match="one member a step has no spread"):

@@ -86,8 +86,8 @@ def test_plan_same_data_for_every_method_and_the_right_objective():
     assert option(metric_sst2, "--reward") == "accuracy" and option(metric_sst2, "--peft") == "norm"
     # the final norm runs its own length whatever --steps says; the accuracy objective is `mezo-rl train`'s
     # default run, at its default length; on classification only
-    assert sorted(c.steps for c in by[("sst2", "mezo-metric")]) == [MODE_DEFAULTS["norm"]["steps"]] * 2
-    assert option(metric_sst2, "--per-device-train-batch-size") == str(MODE_DEFAULTS["norm"]["batch_size"])
+    assert sorted(c.steps for c in by[("sst2", "mezo-metric")]) == [MODE_DEFAULTS["norm"]["max_steps"]] * 2
+    assert option(metric_sst2, "--per-device-train-batch-size") == str(MODE_DEFAULTS["norm"]["per_device_train_batch_size"])
     assert sorted(c.steps for c in by[("sst2", "mezo-norm")]) == [NORM["steps"]] * 2
     assert option(by[("sst2", "mezo-norm")][0].argv, "--reward") == "cross_entropy"
     assert ("squad", "mezo-norm") not in by

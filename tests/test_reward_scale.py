@@ -62,7 +62,7 @@ def run(tmp_path, tiny_tokenizer, mode: str, reward: str):
 
 @pytest.mark.parametrize("mode", ["norm", "full", "lora", "prefix"])
 def test_a_reward_times_100_makes_the_same_weights(tmp_path, tiny_tokenizer, registered, mode):
-    assert mode_defaults(mode, "prompts")["normalize"] != "none"  # the default that makes this hold
+    assert mode_defaults(mode, "prompts")["step_normalize"] != "none"  # the default that makes this hold
     w1, g1, args = run(tmp_path, tiny_tokenizer, mode, "reward_len")
     w100, g100, _ = run(tmp_path, tiny_tokenizer, mode, "reward_len_x100")
     assert any(g != 0 for g in g1)  # the steps moved the weights

@@ -87,7 +87,7 @@ def test_outputs_metrics_summary_and_checkpoint(tmp_path, factory):
     assert saved["best_step"] in (0, 3, 6) and saved["steps"] == 6
     assert saved["metrics"]["test/accuracy"] == saved["test"]["accuracy"]
     assert all(isinstance(v, (int, float)) for v in saved["metrics"].values())
-    assert MeZOConfig.from_dict(json.loads((out / "training_args.json").read_text())) == args
+    assert MeZOConfig.from_dict(json.loads((out / "training_args.json").read_text())) == trainer.args
 
     ckpt = out / "checkpoint"
     assert sum(f.stat().st_size for f in ckpt.iterdir()) < 1_000_000

@@ -94,8 +94,11 @@ def test_honoured_fields_change_the_config():
     assert gas.prompts_per_step == 2 and gas.do_sample is True
     with pytest.raises(ConfigError, match="must divide"):
         MeZOConfig(per_device_train_batch_size=1, gradient_accumulation_steps=1, num_generations=6)
-    assert MeZOConfig(num_train=100, per_device_train_batch_size=4, num_train_epochs=2).max_steps == 50
-    assert MeZOConfig(num_train=100, max_steps=7, num_train_epochs=2).max_steps == 7  # max_steps wins, as in transformers
+    from mezo_rl.tasks import get_task
+    from mezo_rl.training.plan import run_config
+    sst2 = get_task("sst2")
+    assert run_config(MeZOConfig(num_train=100, per_device_train_batch_size=4, num_train_epochs=2), sst2).max_steps == 50
+    assert run_config(MeZOConfig(num_train=100, max_steps=7, num_train_epochs=2), sst2).max_steps == 7  # max_steps wins, as in transformers
     assert MeZOConfig(output_dir="runs/a", resume_from_checkpoint="runs/a/checkpoint").resume is True
     with pytest.raises(ConfigError, match="its own output_dir"):
         MeZOConfig(output_dir="runs/a", resume_from_checkpoint="runs/b")

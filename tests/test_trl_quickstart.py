@@ -53,8 +53,8 @@ def test_the_grpo_quickstart_with_two_names_changed(tmp_path, tiny_tokenizer, mo
     # ---
     config = json.loads((tmp_path / "out" / "training_args.json").read_text())
     row = PROMPT_TASK_DEFAULTS[config["peft"]]  # a prompt task's run length, for the mode it defaults to
-    assert (config["max_steps"], config["per_device_train_batch_size"]) == (row["steps"], row["batch_size"])
-    assert [r["step"] for r in records(tmp_path / "out") if "split" not in r] == list(range(1, row["steps"] + 1))
+    assert (config["max_steps"], config["per_device_train_batch_size"]) == (row["max_steps"], row["per_device_train_batch_size"])
+    assert [r["step"] for r in records(tmp_path / "out") if "split" not in r] == list(range(1, row["max_steps"] + 1))
 
 
 def test_the_quickstart_trains_records_its_reward_and_logs_trls_keys(tmp_path, tiny_tokenizer):

@@ -304,13 +304,13 @@ def test_a_grpo_sized_learning_rate_gets_one_warning_line_naming_the_mode_defaul
                        [reward_len], Dataset.from_dict({"prompt": PROMPTS}), processing_class=tiny_tokenizer)
         return [r.getMessage() for r in caplog.records if "learning_rate" in r.getMessage()]
 
-    default = mode_defaults("full", "prompts")["lr"]
+    default = mode_defaults("full", "prompts")["learning_rate"]
     (line,) = warned(learning_rate=1e-6)
     assert "\n" not in line and f"full mode's default for a prompt task ({default:g})" in line
     assert warned(learning_rate=default / SMALL_LR_FACTOR) == []  # the rule: below 1/100 of the default
     assert warned() == [] and warned(learning_rate=0.0) == []  # the default, and an lr of 0 (meant), say nothing
     (line,) = warned(learning_rate=1e-6, peft="lora")
-    assert f"lora mode's default for a prompt task ({mode_defaults('lora', 'prompts')['lr']:g})" in line
+    assert f"lora mode's default for a prompt task ({mode_defaults('lora', 'prompts')['learning_rate']:g})" in line
 
 
 # ---------------------------------------------------------------------- 10. the docs say what the code does

@@ -44,6 +44,7 @@ import yaml
 
 from mezo_rl.cli import checks, plots
 from mezo_rl.training.plan import build_objective, resolve_task, reward_refs
+from mezo_rl.training.resolve import explain
 from mezo_rl.training.setup import load_splits
 
 from mezo_rl.training import rundir
@@ -238,6 +239,9 @@ def _model_loading_bars(show: bool):
 
 def cmd_train(ns, callbacks=()) -> int:
     args = parse_into(MeZOConfig, ns, _config(ns))
+    if getattr(ns, "dry_run", False):
+        print(explain(checks.check_training(args)))  # every value and its source; nothing loaded, nothing written
+        return 0
     with _model_loading_bars(args.progress):
         return _train(args, callbacks)
 
@@ -250,7 +254,7 @@ def _train(args, callbacks=()) -> int:
             trainer = MeZOTrainer(args=plan.args, plan=plan, dist=dist, callbacks=[plots.CurvesCallback(), *callbacks])
             trainer.train()
     if dist.is_main:  # under torchrun, one report
-        _print_summary(trainer.summary, args.output_dir)
+        _print_summary(trainer.summary, trainer.output_dir)
     return 0
 
 
@@ -441,6 +445,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("train", help="fine-tune with MeZO", description=TRAIN_DESCRIPTION, formatter_class=OneLineHelp,
                        usage="mezo-rl train [--config FILE] [--OPTION VALUE ...]")
     p.add_argument("--config", help="YAML/JSON file of option values (command-line options win)")
+    p.add_argument("--dry-run", action="store_true", help="print every value the run would use and where it comes "
+                                                         "from (user, default, task default, mode default, derived, "
+                                                         "resumed run), then stop before any model loads")
     add_dataclass_arguments(p, MeZOConfig)
     p.set_defaults(func=cmd_train)
 

@@ -48,14 +48,14 @@ from functools import cached_property
 
 import torch
 
+from mezo_rl.choices import NOISES
+
 __all__ = ["BACKENDS", "FORMAT", "KINDS", "NOISES", "NoiseSpec", "layout", "one_thread_on_cpu", "tensor_key",
            "generate", "axpy_", "resolve_backend"]
 
 BACKENDS = ("torch", "compiled", "auto")
-#: element-wise noise kinds (what :func:`generate` and :func:`axpy_` draw)
-KINDS = ("gaussian", "rademacher")
-#: every noise an optimizer can use: the element-wise kinds and low-rank matrices (:class:`NoiseSpec`)
-NOISES = KINDS + ("lowrank",)
+#: element-wise noise kinds (what :func:`generate` and :func:`axpy_` draw); NOISES adds low-rank matrices (:class:`NoiseSpec`)
+KINDS = tuple(n for n in NOISES if n != "lowrank")
 
 _M64 = (1 << 64) - 1
 _M32 = (1 << 32) - 1

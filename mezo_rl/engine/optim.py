@@ -113,6 +113,7 @@ from typing import Callable, Iterable
 
 import torch
 
+from mezo_rl.choices import ESTIMATORS, EVALUATIONS, HIZOO_OPTIONS, ON_NONFINITE
 from mezo_rl.engine import noise as _noise
 from mezo_rl.engine import rounding as _rounding
 from mezo_rl.engine.curvature import Curvature
@@ -124,13 +125,8 @@ __all__ = ["MeZO", "BatchedMembers", "Member", "Members", "StepResult", "spread"
 
 #: accepted values of MeZO's ``estimator`` / ``on_nonfinite`` and of :func:`get_scheduler`'s ``name``
 #: (the one declaration: command-line choices can be read from here, as noise kinds from ``noise.NOISES``)
-ESTIMATORS = ("two_point", "one_point", "es")
-EVALUATIONS = ("inplace", "batched")
-ON_NONFINITE = ("raise", "skip")
 ROUNDINGS = _rounding.ROUNDINGS
 SCHEDULERS = ("constant", "linear")
-#: what ``hessian_smooth`` > 0 (HiZOO's curvature, :mod:`mezo_rl.engine.curvature`) needs of the other run options
-HIZOO_OPTIONS = dict(estimator="two_point", noise="lowrank", rank=1)
 _NORMALIZE = (None, "std")
 #: options of the whole run (the same in every param group), with their defaults
 _RUN_DEFAULTS = dict(n_spsa=1, noise="lowrank", rank=1, lowrank_interval=1, normalize=None,

@@ -25,12 +25,13 @@ from dataclasses import dataclass
 
 import torch
 
+from mezo_rl.choices import ROUNDINGS
+
 __all__ = ["ROUNDINGS", "LOW_PRECISION", "is_low_precision", "chunk_elements", "pieces", "chunks", "round_", "update_",
            "random_words", "chunk_words",
            "UpdateMeter", "METER_SAMPLES"]
 
 #: accepted values of MeZO's ``rounding``: how an update is written into bf16 / fp16 weights
-ROUNDINGS = ("stochastic", "nearest")
 #: the dtypes whose updates are computed in float32 and rounded once (:func:`update_`)
 LOW_PRECISION = (torch.bfloat16, torch.float16)
 #: entries of the update :class:`UpdateMeter` reads per update, spread over every chunk

@@ -22,43 +22,13 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from mezo_rl.choices import Sampling
 from mezo_rl.model.cuda_graph import DecodeGraph
 from mezo_rl.model.dropout import dropout_active
 from mezo_rl.model.members import check_members
 
 DONE_CHECK_EVERY = 8  # on an accelerator: new tokens between two host reads of "has every row finished?"
 STATIC_CACHE_DEVICES = ("cpu", "cuda")  # device types whose decoding preallocates the key/value cache
-
-
-@dataclass(frozen=True)
-class Sampling:
-    """How a next token is chosen from the logits, as transformers' ``generate`` and TRL's ``GRPOConfig`` name the
-    knobs, applied in transformers' order: ``repetition_penalty`` (every token already in the row, prompt
-    included: a positive logit divided by it, a negative one multiplied; greedy decoding too), then, when
-    sampling, ``temperature``, ``top_k`` (the k most likely; 0 or None: all), ``top_p`` (the smallest set whose
-    probability reaches it), ``min_p`` (tokens below ``min_p`` times the most likely one's probability dropped;
-    0 or None: none). The neutral values change nothing."""
-
-    temperature: float = 1.0
-    top_p: float = 1.0
-    top_k: int | None = None
-    min_p: float | None = None
-    repetition_penalty: float = 1.0
-
-    def __post_init__(self):
-        bad = [(name, accepted) for name, ok, accepted in (
-            ("temperature", self.temperature > 0, "a number > 0"),
-            ("top_p", 0 < self.top_p <= 1, "a number in (0, 1]"),
-            ("top_k", self.top_k is None or (int(self.top_k) == self.top_k and self.top_k >= 0), "an integer >= 0"),
-            ("min_p", self.min_p is None or 0 <= self.min_p <= 1, "a number in [0, 1]"),
-            ("repetition_penalty", self.repetition_penalty > 0, "a number > 0")) if not ok]
-        if bad:
-            raise ValueError("; ".join(f"{name}: got {getattr(self, name)!r}, accepted: {accepted}"
-                                       for name, accepted in bad))
-
-    @property
-    def penalises(self) -> bool:
-        return self.repetition_penalty != 1.0
 
 
 GREEDY = Sampling()

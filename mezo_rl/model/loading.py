@@ -33,6 +33,7 @@ from typing import Any
 
 import torch
 
+from mezo_rl.choices import parse_max_memory
 from mezo_rl.errors import ConfigError, UserError
 from mezo_rl.model.lm import LanguageModel
 
@@ -148,20 +149,6 @@ def cache_root() -> pathlib.Path:
     """Where dequantised GGUF models are cached: $MEZO_RL_CACHE/models or ~/.cache/mezo_rl/models."""
     base = os.environ.get("MEZO_RL_CACHE")
     return (pathlib.Path(base) if base else pathlib.Path.home() / ".cache" / "mezo_rl") / "models"
-
-
-def parse_max_memory(spec: str | None) -> dict | None:
-    """``"0=20GiB,cpu=60GiB"`` -> ``{0: "20GiB", "cpu": "60GiB"}`` (the form accelerate expects)."""
-    if not spec:
-        return None
-    out = {}
-    for part in spec.split(","):
-        key, sep, value = part.partition("=")
-        if not sep or not key.strip() or not value.strip():
-            raise ConfigError(f"--max-memory: cannot read {part!r}; expected DEVICE=SIZE pairs such as '0=20GiB,cpu=60GiB'")
-        key = key.strip()
-        out[int(key) if key.isdigit() else key] = value.strip()
-    return out
 
 
 def load_model(

@@ -36,19 +36,13 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from mezo_rl.training.defaults import (FIELD_OF, MODE_DEFAULTS, MODES, PROMPT_TASK_DEFAULTS, default_mode,
-                                       default_reward, mode_defaults)
+from mezo_rl.choices import (ESTIMATORS, EVALUATIONS, HIZOO_OPTIONS, HUB_STRATEGIES, NOISES, ON_NONFINITE, ROUNDINGS,
+                             SAMPLING_FIELDS, Sampling, check_dtype, check_evaluation, check_report_to,
+                             parse_max_memory)
 from mezo_rl.errors import ConfigError
 from mezo_rl.rewards import trl_names
+from mezo_rl.training.defaults import MODE_DEFAULTS, MODES, PROMPT_TASK_DEFAULTS
 from mezo_rl.training.config import trl_options
-from mezo_rl.training.member_evaluation import check_evaluation
-from mezo_rl.training.model_card import HUB_STRATEGIES
-from mezo_rl.training.outputs import check_dtype
-from mezo_rl.training.reporting import check_report_to
-from mezo_rl.engine.noise import NOISES as NOISE_KINDS
-from mezo_rl.engine.optim import ESTIMATORS, EVALUATIONS, HIZOO_OPTIONS, ON_NONFINITE, ROUNDINGS
-from mezo_rl.model.decoding import Sampling
-from mezo_rl.model.loading import parse_max_memory
 
 #: ``lr_scheduler_type``: the schedules of ``transformers.get_scheduler`` that need no more than warmup and length
 LR_SCHEDULERS = ("constant", "constant_with_warmup", "linear", "cosine", "cosine_with_restarts", "polynomial")
@@ -314,16 +308,16 @@ class DataArguments(Arguments):
 @dataclass
 class MeZOArguments(Arguments):
     max_steps: Optional[int] = option(None, f"training steps (paper: 20000; -1 or unset with --num-train-epochs: "
-                                            f"from the epochs) {_per_mode('steps')}", min=0)
+                                            f"from the epochs) {_per_mode('max_steps')}", min=0)
     num_train_epochs: Optional[float] = option(None, "with --max-steps unset: run this many passes' worth of "
                                                      "--num-train examples (batches are drawn with replacement)", gt=0)
     per_device_train_batch_size: Optional[int] = option(None, f"completions per step on each process: examples, or "
                                                         f"prompts x --num-generations (TRL's per_device_train_batch_size; "
-                                                        f"paper: 16) {_per_mode('batch_size')}", min=1)
+                                                        f"paper: 16) {_per_mode('per_device_train_batch_size')}", min=1)
     gradient_accumulation_steps: int = option(1, "a step's batch is this many per-device batches (MeZO sees them all "
                                                  "at +eps and -eps, then steps once)", min=1)
     learning_rate: Optional[float] = option(None, f"learning rate; with --step-normalize std the length of each sign step "
-                                                  f"{_per_mode('lr')}", ge=0)
+                                                  f"{_per_mode('learning_rate')}", ge=0)
     eps: Optional[float] = option(None, f"perturbation scale {_per_mode('eps')}; with the paper's 1e-3 the accuracy of a batch is the same at +eps and -eps", gt=0)
     weight_decay: Optional[float] = option(None, f"decoupled weight decay, biases and norm weights exempt {_per_mode('weight_decay')}", ge=0)
     lr_scheduler_type: str = option("constant", "the learning-rate schedule, as in transformers (constant: the paper)",
@@ -331,10 +325,10 @@ class MeZOArguments(Arguments):
     warmup_steps: float = option(0.0, "linear warmup: steps, or a fraction of --max-steps when < 1 (as in transformers; "
                                       "constant ignores it, constant_with_warmup, linear and cosine use it)", ge=0)
     n_spsa: Optional[int] = option(None, f"SPSA samples per step (Appendix B.1) {_per_mode('n_spsa')}", min=1)
-    noise: Optional[str] = option(None, f"perturbation distribution: gaussian, rademacher (+-1) or lowrank (z = B A^T / sqrt(rank) per matrix, LOZO) {_per_mode('noise')}", choices=NOISE_KINDS)
+    noise: Optional[str] = option(None, f"perturbation distribution: gaussian, rademacher (+-1) or lowrank (z = B A^T / sqrt(rank) per matrix, LOZO) {_per_mode('noise')}", choices=NOISES)
     rank: int = option(1, "rank of --noise lowrank", min=1)
     lowrank_interval: int = option(1, "hold the low-rank subspace factor for this many noise samples (LOZO; 1 = fresh every step)", min=1)
-    step_normalize: Optional[str] = option(None, f"std: divide each loss difference by the spread of the step's losses instead of by 2 eps (FZOO-style; with one sample a sign step of length lr); none: divide by 2 eps (the paper) {_per_mode('normalize')}", choices=["std", "none"])
+    step_normalize: Optional[str] = option(None, f"std: divide each loss difference by the spread of the step's losses instead of by 2 eps (FZOO-style; with one sample a sign step of length lr); none: divide by 2 eps (the paper) {_per_mode('step_normalize')}", choices=["std", "none"])
     estimator: str = option("two_point", "two_point (+/-eps per sample), one_point, or es (n one-sided members, losses centred across them; ES-at-scale with --step-normalize std)", choices=ESTIMATORS)
     momentum: float = option(0.0, "ZO-SGD momentum (Appendix B.2)", ge=0, lt=1)
     adam: bool = option(False, "ZO-Adam (Appendix B.2)")
@@ -418,7 +412,7 @@ class GenerationArguments(Arguments):
             raise ConfigError(f"--generation-kwargs: {e}") from None
 
     def sampling(self) -> Sampling:
-        """How a training step's completions are decoded (:class:`mezo_rl.model.decoding.Sampling`): the sampling
+        """How a training step's completions are decoded (:class:`mezo_rl.choices.Sampling`): the sampling
         fields, ``generation_kwargs`` over them (as TRL lets them override), the temperature where sampling."""
         knobs = {k: getattr(self, k) for k in SAMPLING_FIELDS} | dict(self.generation_kwargs or {})
         if not self.do_sample:
@@ -426,8 +420,6 @@ class GenerationArguments(Arguments):
         return Sampling(**knobs)
 
 
-#: the sampling options, as :class:`mezo_rl.model.decoding.Sampling` takes them (``generation_kwargs`` may set these)
-SAMPLING_FIELDS = tuple(f.name for f in dataclasses.fields(Sampling))
 
 
 @dataclass
@@ -513,81 +505,42 @@ class MeZOConfig(OutputArguments, EvalArguments, GenerationArguments, ComputeArg
     (Table 16) are batch 16, lr 1e-6 or 1e-7, eps 1e-3, 20,000 steps, evaluation every 1/5 of the run,
     on 1,000 train / 500 validation / 1,000 test examples: pass them explicitly to reproduce it.
 
-    The options left unset (None) whose default depends on ``--peft`` (``mezo_rl.training.defaults.MODE_DEFAULTS``:
-    run length, lr, eps, weight decay, noise, normalize, SPSA samples; for a prompt file or dataset,
-    ``PROMPT_TASK_DEFAULTS`` over the mode's row) and ``eval_steps`` are filled in here, once: the fields
-    hold every value the run uses, and ``config.json`` records them, so
-    ``MeZOConfig.from_dict(config)`` (``mezo-rl train --config RUN/config.json``) repeats the run.
-    To build a variant in another mode, build it from the options
-    you gave (``dataclasses.replace`` keeps the values this mode resolved).
+    An option left unset (None) is decided by the run's plan (:func:`mezo_rl.training.plan.plan_run`, from the
+    task it has: the mode, the mode's row in ``mezo_rl.training.defaults``, the reward, the run length), which
+    records every value the run uses in ``training_args.json``, so ``MeZOConfig.from_dict(config)``
+    (``mezo-rl train --config RUN/training_args.json``) repeats the run. A configuration checks its own
+    values only (each field's type, choices and bounds, and the combinations of the fields it was given);
+    whatever needs the task, the model or the run directory is the plan's.
     """
 
     def __post_init__(self):
         if self.max_steps == -1:  # transformers' "unset"
             self.max_steps = None
         super().__post_init__()
-        values = {**self.to_dict(), "hub_token": self.hub_token}
-        # the fields left to their task's defaults: this object's own record, read by given_values
-        self._defaulted = tuple(k for k in TASK_DEFAULTED if values[k] is None)
-        if self._defaulted:
-            needs_kind = any(k not in ("reward", "eval_steps") for k in self._defaulted)
-            kind = self.task_kind() if needs_kind else None
-            metrics = self.task_metrics() if self.reward is None else None
-            for key, value in type(self).filled(values, kind, metrics).items():
-                setattr(self, key, value)
-        batch = self.per_device_train_batch_size * self.gradient_accumulation_steps
-        if self.num_generations > batch or batch % self.num_generations:
-            times = f" x --gradient-accumulation-steps {self.gradient_accumulation_steps}" if batch != self.per_device_train_batch_size else ""
-            raise ConfigError(f"--num-generations {self.num_generations} must divide --per-device-train-batch-size "
-                              f"{self.per_device_train_batch_size}{times} (the completions of a step: that many / "
-                              f"num_generations prompts, num_generations each)")
-        if self.merge and self.peft != "lora":
+        self.check_combinations()
+
+    def check_combinations(self) -> None:
+        """The combinations of the values given that cannot run, one line each; one with a value left unset
+        (None) is checked once the plan has decided that value (the plan's configuration checks itself)."""
+        if self.per_device_train_batch_size is not None:
+            batch = self.per_device_train_batch_size * self.gradient_accumulation_steps
+            if self.num_generations > batch or batch % self.num_generations:
+                times = f" x --gradient-accumulation-steps {self.gradient_accumulation_steps}" if batch != self.per_device_train_batch_size else ""
+                raise ConfigError(f"--num-generations {self.num_generations} must divide --per-device-train-batch-size "
+                                  f"{self.per_device_train_batch_size}{times} (the completions of a step: that many / "
+                                  f"num_generations prompts, num_generations each)")
+        if self.merge and self.peft not in ("lora", None):
             raise ConfigError(f"--merge folds a LoRA adapter into the weights; --peft {self.peft} has none to fold "
                               f"(leave out --merge)")
         if self.lora_dropout and self.peft != "lora":
             raise ConfigError(f"--lora-dropout {self.lora_dropout!r} is a LoRA adapter's dropout; --peft {self.peft} "
                               f"has no LoRA adapter (use --peft lora, or leave out --lora-dropout)")
         check_report_to(self.report_to)  # an unknown name or a missing package: one line, before anything loads
-        check_evaluation(self.evaluation, self.peft, self.noise, self.trainable, dtype=self.dtype, autocast=self.autocast)
-        if self.hessian_smooth and {k: getattr(self, k) for k in HIZOO_OPTIONS} != HIZOO_OPTIONS:
+        check_evaluation(self.evaluation, self.peft, self.noise, self.trainable,  # dtype auto: the plan decides
+                         None if self.dtype == "auto" else self.dtype)
+        if self.hessian_smooth and self.noise is not None and {k: getattr(self, k) for k in HIZOO_OPTIONS} != HIZOO_OPTIONS:
             raise ConfigError(f"--hessian-smooth (HiZOO) needs --noise lowrank with --rank 1 and --estimator two_point; "
                               f"got --noise {self.noise} --rank {self.rank} --estimator {self.estimator}")
-
-    @classmethod
-    def filled(cls, values: dict, task_kind: Optional[str], task_metrics: Optional[list[str]]) -> dict:
-        """``values`` (field values; a field left out or None is unset) with every field its task decides filled
-        in, for a task of ``task_kind`` with the metrics ``task_metrics``: ``peft`` (:func:`default_mode`), the
-        mode's row (:func:`mode_defaults`), ``max_steps`` from ``num_train_epochs``, ``eval_steps`` and
-        ``reward`` (the task's first metric; left None where the task has none). A pure function: the one place
-        these defaults are decided, by :meth:`__post_init__` from the options and by
-        ``mezo_rl.training.plan.run_config`` from the task the run was given."""
-        defaults = {f.name: f.default for f in dataclasses.fields(cls) if f.default is not dataclasses.MISSING}
-        out = {**defaults, **values}
-        if out["max_steps"] == -1:
-            out["max_steps"] = None
-        steps_given = out["max_steps"] is not None
-        if out["peft"] is None:
-            out["peft"] = default_mode(task_kind)
-        if out["reward"] is None:
-            reward = default_reward(task_metrics)
-            # weights of another count are for the rewards a trainer is given (reward_funcs): the plan checks them
-            weights = out.get("reward_weights")
-            out["reward"] = reward if reward is None or weights is None or len(weights) == len(reward) else None
-        for key, default in mode_defaults(out["peft"], task_kind).items():
-            if out[FIELD_OF.get(key, key)] is None:
-                out[FIELD_OF.get(key, key)] = default
-        if out["num_train_epochs"] is not None and not steps_given:  # epochs over the training examples
-            prompts = out["per_device_train_batch_size"] * out["gradient_accumulation_steps"] // out["num_generations"]
-            out["max_steps"] = max(1, math.ceil(out["num_train_epochs"] * out["num_train"] / max(prompts, 1)))
-        if out["eval_steps"] is None:
-            out["eval_steps"] = max(1, out["max_steps"] // 5)
-        return out
-
-    def given_values(self) -> dict:
-        """The field values, without those this configuration filled in from its task's defaults (which
-        :meth:`filled` fills in again for another task)."""
-        values = {**self.to_dict(), "hub_token": self.hub_token}  # the secret too: this object's, never written
-        return {k: v for k, v in values.items() if k not in self._defaulted}
 
     @property
     def prompts_per_step(self) -> int:
@@ -600,37 +553,6 @@ class MeZOConfig(OutputArguments, EvalArguments, GenerationArguments, ComputeArg
 
     save_strategy = logging_strategy = "steps"  # transformers' names, read by callbacks written for transformers
 
-    def task_kind(self) -> Optional[str]:
-        """The kind of ``--task`` where the options alone tell it: a data file or dataset
-        (:meth:`data_task_kind`), or a registered task's name; None for a code task."""
-        from mezo_rl.tasks import get_task, list_tasks
-
-        kind = self.data_task_kind()
-        if kind is None and isinstance(self.task, str) and self.task in list_tasks():
-            kind = get_task(self.task).kind
-        return kind
-
-    def task_metrics(self) -> Optional[list[str]]:
-        """The metrics of ``--task`` where the options alone tell them (a registered task's own, a data file's
-        or dataset's from its kind); None for a code task."""
-        from mezo_rl.tasks import get_task, list_tasks, metrics_of_kind
-
-        kind = self.data_task_kind()
-        if kind is None and isinstance(self.task, str) and self.task in list_tasks():
-            return list(get_task(self.task).metrics)
-        return None if kind is None else metrics_of_kind(kind)
-
-    def data_task_kind(self) -> Optional[str]:
-        """The kind of ``--task`` where it is a data file or dataset (``"prompts"`` for a prompt column or a
-        prompt template), from the options alone; None for a registered or code task."""
-        from mezo_rl.tasks import list_tasks
-        from mezo_rl.tasks.user import data_task_kind
-
-        return data_task_kind(self.task, data_task_options(self), list_tasks())
-
-
-#: the fields whose default the task decides (its kind: the mode and the mode's row; its metrics: the reward)
-TASK_DEFAULTED = ("peft", "reward", "eval_steps", *dict.fromkeys(FIELD_OF.get(k, k) for k in MODE_DEFAULTS[MODES[0]]))
 
 METHODS = ("zero-shot", "icl", "lp", "ft")
 

@@ -1,8 +1,9 @@
 """The defaults of ``mezo-rl train`` that depend on what MeZO trains (``--peft``): one table.
 
-:class:`~mezo_rl.training.arguments.MeZOConfig` fills every one of these options left unset from its
-mode's row when it is built, so its fields (and a run's ``config.json``) hold every value the run
-used, and ``mezo-rl train --config RUN/config.json`` repeats the run. Every other option has one
+The run's plan fills every one of these options left unset from its mode's row
+(:func:`mezo_rl.training.resolve.resolve_values`), so the plan's configuration (and a run's
+``training_args.json``) holds every value the run used, and ``mezo-rl train --config RUN/training_args.json``
+repeats the run. Every other option has one
 default, in its field's declaration (:mod:`mezo_rl.training.arguments`).
 
     MeZO(params, **mezo_options(MODE_DEFAULTS["prefix"]))   # a mode's optimizer settings, outside the CLI
@@ -12,7 +13,7 @@ from __future__ import annotations
 from typing import Mapping
 
 __all__ = ["MODES", "MODE_DEFAULTS", "PROMPT_TASK_DEFAULTS", "DEFAULT_MODE", "PROMPT_TASK_MODE",
-           "MEZO_OPTIONS", "FIELD_OF", "SMALL_LR_FACTOR", "default_mode", "default_reward", "mode_defaults",
+           "MEZO_OPTIONS", "SMALL_LR_FACTOR", "default_mode", "default_reward", "mode_defaults",
            "small_lr_warning", "mezo_options"]
 
 #: what ``--peft`` accepts: the final normalisation layer's gains, every weight, or an adapter
@@ -25,10 +26,14 @@ MODES = ("norm", "full", "lora", "prefix")
 # the final norm and the output head only, so it affords many more steps. The measurements behind each
 # value, with their commands: benchmarks/README.md ("The default run", "Full, LoRA and prefix").
 MODE_DEFAULTS = {
-    "norm": dict(steps=3000, batch_size=64, lr=2e-2, eps=1e-1, weight_decay=0.0, noise="rademacher", normalize="std", n_spsa=2),
-    "full": dict(steps=150, batch_size=32, lr=2e-4, eps=1e-2, weight_decay=0.0, noise="lowrank", normalize="none", n_spsa=1),
-    "lora": dict(steps=150, batch_size=32, lr=3e-3, eps=1e-2, weight_decay=0.0, noise="gaussian", normalize="none", n_spsa=1),
-    "prefix": dict(steps=150, batch_size=32, lr=1e-2, eps=1e-1, weight_decay=0.0, noise="gaussian", normalize="none", n_spsa=1),
+    "norm": dict(max_steps=3000, per_device_train_batch_size=64, learning_rate=2e-2, eps=1e-1, weight_decay=0.0,
+                 noise="rademacher", step_normalize="std", n_spsa=2),
+    "full": dict(max_steps=150, per_device_train_batch_size=32, learning_rate=2e-4, eps=1e-2, weight_decay=0.0,
+                 noise="lowrank", step_normalize="none", n_spsa=1),
+    "lora": dict(max_steps=150, per_device_train_batch_size=32, learning_rate=3e-3, eps=1e-2, weight_decay=0.0,
+                 noise="gaussian", step_normalize="none", n_spsa=1),
+    "prefix": dict(max_steps=150, per_device_train_batch_size=32, learning_rate=1e-2, eps=1e-1, weight_decay=0.0,
+                   noise="gaussian", step_normalize="none", n_spsa=1),
 }
 assert tuple(MODE_DEFAULTS) == MODES
 
@@ -48,10 +53,10 @@ assert tuple(MODE_DEFAULTS) == MODES
 # (LoRA), the modes' eps. Full's row is chosen to keep the completions near the base model's, not for the
 # largest gain; why these cells, and what the others did: benchmarks/README.md, "Prompt tasks: the defaults".
 PROMPT_TASK_DEFAULTS = {
-    "norm": dict(steps=90, batch_size=16, lr=1e-1, n_spsa=4),
-    "full": dict(steps=20, batch_size=16, lr=1e-3, n_spsa=4, normalize="std"),
-    "lora": dict(steps=20, batch_size=16, lr=3e-2, n_spsa=4, normalize="std"),
-    "prefix": dict(normalize="std"),
+    "norm": dict(max_steps=90, per_device_train_batch_size=16, learning_rate=1e-1, n_spsa=4),
+    "full": dict(max_steps=20, per_device_train_batch_size=16, learning_rate=1e-3, n_spsa=4, step_normalize="std"),
+    "lora": dict(max_steps=20, per_device_train_batch_size=16, learning_rate=3e-2, n_spsa=4, step_normalize="std"),
+    "prefix": dict(step_normalize="std"),
 }
 assert set(PROMPT_TASK_DEFAULTS) <= set(MODES) and all(
     set(row) <= set(MODE_DEFAULTS[mode]) for mode, row in PROMPT_TASK_DEFAULTS.items())
@@ -85,7 +90,7 @@ SMALL_LR_FACTOR = 100
 def small_lr_warning(lr: float, mode: str, task_kind: str | None = None) -> str | None:
     """One line when ``lr`` (given, not defaulted) is below 1/:data:`SMALL_LR_FACTOR` of ``mode``'s default for
     ``task_kind``, naming that default; None otherwise (an lr of 0 is taken as meant)."""
-    default = mode_defaults(mode, task_kind)["lr"]
+    default = mode_defaults(mode, task_kind)["learning_rate"]
     if not 0 < lr < default / SMALL_LR_FACTOR:
         return None
     task = "a prompt task" if task_kind == "prompts" else "this task"
@@ -102,17 +107,14 @@ def mode_defaults(mode: str, task_kind: str | None = None) -> dict:
         row.update(PROMPT_TASK_DEFAULTS.get(mode, {}))
     return row
 
-#: the options of the table that are :class:`~mezo_rl.engine.optim.MeZO` keyword arguments
-MEZO_OPTIONS = ("lr", "eps", "weight_decay", "noise", "normalize", "n_spsa")
-#: a key of the table -> the :class:`~mezo_rl.training.arguments.MeZOConfig` field it fills, where the field has
-#: TRL's name or one that says what it does (the table keeps MeZO's: ``lr`` and ``normalize`` are the optimizer's keywords)
-FIELD_OF = {"lr": "learning_rate", "steps": "max_steps", "batch_size": "per_device_train_batch_size",
-            "normalize": "step_normalize"}
+#: the :class:`~mezo_rl.engine.optim.MeZO` keyword arguments among the table's options -> the option that holds each
+MEZO_OPTIONS = {"lr": "learning_rate", "eps": "eps", "weight_decay": "weight_decay", "noise": "noise",
+                "normalize": "step_normalize", "n_spsa": "n_spsa"}
 
 
 def mezo_options(values: Mapping) -> dict:
-    """The MeZO keyword arguments among ``values`` (a row of :data:`MODE_DEFAULTS`, or the resolved
-    training arguments as a dict), ``normalize`` as MeZO takes it (``"none"`` -> None)."""
-    out = {k: values[k] if k in values else values[FIELD_OF[k]] for k in MEZO_OPTIONS}
+    """The MeZO keyword arguments of ``values`` (a row of :data:`MODE_DEFAULTS`, or the resolved training
+    arguments as a dict), ``normalize`` as MeZO takes it (``"none"`` -> None)."""
+    out = {keyword: values[option] for keyword, option in MEZO_OPTIONS.items()}
     out["normalize"] = None if out["normalize"] == "none" else out["normalize"]
     return out

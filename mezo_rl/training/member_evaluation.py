@@ -21,7 +21,8 @@ from typing import Optional
 
 from mezo_rl.engine.population import COPY_BUDGET, BatchedMembers
 from mezo_rl.errors import ConfigError
-from mezo_rl.training.outputs import LOW_PRECISION_DTYPES, prompt_texts, weights_dtype
+from mezo_rl.choices import check_evaluation
+from mezo_rl.training.outputs import prompt_texts
 
 __all__ = ["evaluation_options", "resolve_evaluation", "check_evaluation", "PROMPT_TOKENS_PER_NEW_TOKEN"]
 
@@ -32,25 +33,6 @@ PROMPT_TOKENS_PER_NEW_TOKEN = 4
 
 
 # ---------------------------------------------------------------------------------- --evaluation
-def check_evaluation(evaluation: str, peft: str, noise: str, trainable: Optional[str], dtype: str = "float32",
-                     autocast: str = "auto") -> None:
-    """Refuse, before any model loads, what the batched mode cannot serve (one line, ConfigError), and the
-    in-place mode for bf16 / fp16 weights (``dtype``, ``auto`` as ``autocast`` resolves it): a perturbation swept
-    into them rounds, and its restore does not return them bit for bit."""
-    weights = weights_dtype(dtype, autocast)
-    whole = peft in ("full", "none") and trainable is None and noise != "lowrank"
-    if weights in LOW_PRECISION_DTYPES and (evaluation == "inplace" or whole):
-        raise ConfigError(f"--dtype {weights}: a step must evaluate its members batched (the in-place sweeps would "
-                          "round the weights and not restore them), "
-                          + ("not --evaluation inplace" if evaluation == "inplace" else
-                             f"which perturbs every matrix activation-side and needs --noise lowrank, got --noise {noise}")
-                          + "; or use --dtype float32")
-    if evaluation == "batched" and whole:
-        raise ConfigError(f"--evaluation batched perturbs the model's matrices activation-side, which needs "
-                          f"--noise lowrank (the default of --peft full), got --noise {noise}; "
-                          "or use --evaluation inplace")
-
-
 def resolve_evaluation(evaluation: str, needs, peft: str, noise: str, trainable: Optional[str] = None, *,
                        device_type: str = "cpu", prompt_tokens: Optional[float] = None,
                        max_new_tokens: Optional[int] = None, low_precision: bool = False,

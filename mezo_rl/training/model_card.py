@@ -19,6 +19,7 @@ import pathlib
 import re
 from typing import Optional
 
+from mezo_rl.choices import HUB_STRATEGIES
 from mezo_rl.errors import UserError
 from mezo_rl.model.loading import SHORT_NAMES
 
@@ -27,7 +28,6 @@ __all__ = ["MODEL_CARD_FILE", "LIBRARY_NAME", "TAGS", "CITATION", "base_model_id
 
 #: what ``hub_strategy`` accepts, as transformers reads it: ``end`` (one upload, when training ends),
 #: ``every_save`` (also the weights at each save), ``checkpoint`` (also the checkpoint, as last-checkpoint/)
-HUB_STRATEGIES = ("every_save", "end", "checkpoint")
 
 MODEL_CARD_FILE = "README.md"
 LIBRARY_NAME = "mezo-rl"

@@ -19,6 +19,7 @@ from typing import Any, Optional
 import torch
 
 from mezo_rl.errors import ConfigError, UserError
+from mezo_rl.choices import DTYPES, LOW_PRECISION_DTYPES, check_dtype
 from mezo_rl.model.decoding import GREEDY, Sampling
 
 
@@ -204,9 +205,6 @@ def bf16_is_native() -> bool:
     return any(getattr(cpu, name, lambda: False)() for name in ("_is_avx512_bf16_supported", "_is_amx_tile_supported"))
 
 
-#: the weights' dtypes a run may ask for (``--dtype``), and those an update is rounded into (bf16 / fp16)
-DTYPES = ("auto", "float32", "bfloat16", "float16")
-LOW_PRECISION_DTYPES = ("bfloat16", "float16")
 
 
 def weights_dtype(dtype: str, autocast_mode: str = "auto") -> str:
@@ -215,22 +213,6 @@ def weights_dtype(dtype: str, autocast_mode: str = "auto") -> str:
     if dtype != "auto":
         return dtype
     return "bfloat16" if autocast_mode == "auto" and bf16_is_native() else "float32"
-
-
-def check_dtype(dtype: str, autocast_mode: str) -> None:
-    """Refuse, in one line before any model loads, weights this machine cannot hold or a pair that means nothing."""
-    cuda = torch.cuda.is_available()
-    if dtype not in DTYPES:
-        raise ConfigError(f"--dtype {dtype!r}: accepted: {', '.join(DTYPES)}")
-    if dtype == "float16" and not cuda:
-        raise ConfigError("--dtype float16 needs a CUDA device (a CPU computes float16 slowly and without its "
-                          "range checks); use bfloat16 or float32 here")
-    if dtype == "bfloat16" and cuda and not torch.cuda.is_bf16_supported():
-        raise ConfigError("--dtype bfloat16: this GPU has no bf16 support; use float16 or float32")
-    if dtype in LOW_PRECISION_DTYPES and autocast_mode == "bfloat16":
-        raise ConfigError(f"--dtype {dtype} with --autocast bfloat16: autocast keeps float32 master weights and "
-                          f"computes in bf16, and {dtype} weights already compute in their own dtype; give one of "
-                          "them (--autocast auto or none with low-precision weights)")
 
 
 def autocast(mode: str, device_type: str):

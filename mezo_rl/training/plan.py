@@ -3,7 +3,7 @@ objective and the model, taken once.
 
 ::
 
-    plan = plan_run(config, task, objective)    # a pure function: no data read, no model loaded
+    plan = plan_run(config, task, objective)    # no data read, no model loaded; a resumed run's directory read once
     plan, lm, lm_factory = plan_given(config, model, reward_funcs, train_dataset, ...)   # as MeZOTrainer is given a run
     print(plan)                                 # the run, one decision a line
     plan.args                                   # the MeZOConfig the run records (training_args.json)
@@ -41,9 +41,11 @@ What a run is given, read here in one straight line (every mistake one line, bef
 
 What it decides:
 
-- ``args``: the configuration with every default its task decides (the mode, the mode's row, the
-  run length, the reward) filled in for the task it was given (:func:`run_config`; a code task or a
-  dataset object tells its kind only once built);
+- ``args``: the configuration with every value left unset decided for the task it was given (the mode,
+  the mode's row, the run length, the reward: :func:`mezo_rl.training.resolve.resolve_values`; a code task or
+  a dataset object tells its kind only once built), and ``sources``: where each value came from;
+- ``resumed``: with ``resume``, the run in the output directory, read once and checked against this one
+  (:func:`mezo_rl.training.rundir.read_resumed`);
 - the checks that need the task, the objective or the model, but no data: the rewards fit the
   task's kind and the model, ``beta`` needs a prompt task, ``metric_for_best_model`` is an evaluation
   metric;
@@ -55,32 +57,33 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import logging
 import pathlib
 import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, TypeVar
 
 from mezo_rl import rewards
+from mezo_rl.choices import check_evaluation, check_report_to
 from mezo_rl.errors import ConfigError, UnknownNameError, UserError, first_line
 from mezo_rl.model.lm import LanguageModel
 from mezo_rl.rewards.registry import REGISTRY
 from mezo_rl.training.arguments import DATA_TASK_FIELDS, MeZOConfig, TaskArguments, check_reward_weights
 from mezo_rl.training.evaluation import OBJECTIVE, prompt_metrics
-from mezo_rl.training.defaults import small_lr_warning
 from mezo_rl.training.fitness import FitnessSpec
+from mezo_rl.training.outputs import completion_stops, weights_dtype
 from mezo_rl.training.reporting import metric_key
+from mezo_rl.training import rundir
+from mezo_rl.training.resolve import USER, resolve_values
 from mezo_rl.training.trl_rewards import HUB_ID, is_reward_model_ref, resolve_reward, reward_model_spec
 from mezo_rl.tasks import get_task, list_tasks
 from mezo_rl.tasks.user import (check_data_task, data_task, is_data_task, is_dataset_object,
                                 is_iterable_dataset)
 
-__all__ = ["RunPlan", "plan_run", "plan_given", "run_config", "reward_refs", "default_metric_for_best",
-           "greater_is_better", "best_metric_key", "replace_args", "user_code", "resolve_task", "build_objective",
+__all__ = ["RunPlan", "plan_run", "plan_given", "run_config", "resolved_config", "reward_refs", "default_metric_for_best",
+           "greater_is_better", "best_metric_key", "resumed", "user_code", "resolve_task", "build_objective",
            "Inputs", "resolve_inputs", "reward_reference", "unreplayable_reason", "check_replayable_reward"]
 
 T = TypeVar("T")
-logger = logging.getLogger("mezo_rl")
 #: what a recorded reward reference cannot be imported from
 _NOT_IMPORTABLE = ("<lambda>", "<locals>")
 
@@ -99,6 +102,14 @@ class RunPlan:
     fitness: FitnessSpec
     reference: bool
     not_replayable: tuple = ()
+    #: each field of ``args`` -> where its value came from (:data:`mezo_rl.training.resolve.SOURCES`)
+    sources: dict = field(default_factory=dict, repr=False, compare=False)
+    #: what a resumed run keeps from its run directory (``mezo_rl.training.rundir.RecordedRun``), read once; or None
+    resumed: Any = field(default=None, repr=False, compare=False)
+    #: the weights' dtype (``--dtype auto`` decided; a resumed run's, which auto keeps)
+    dtype: str = "float32"
+    #: where metrics go besides metrics.jsonl: the integrations ``report_to`` names, checked (``all``: those installed)
+    report_to: tuple = ()
 
     def __str__(self) -> str:
         a = self.args
@@ -201,7 +212,7 @@ def build_objective(refs, weights=None, normalize=None, trust_remote_code: bool 
 # ---------------------------------------------------------------------- what MeZOTrainer was given, TRL's way
 @dataclass
 class Inputs:
-    """What :func:`resolve_inputs` read: the option values of the run (``args.given_values()`` with what the
+    """What :func:`resolve_inputs` read: the option values of the run (the fields of ``args``, None where unset, with what the
     TRL-shaped arguments stand for; None where none was given) and the objects it runs with (None: built from
     the options as usual). The plan (``mezo_rl.training.plan.plan_run``) resolves the configuration from them."""
 
@@ -361,8 +372,8 @@ def resolve_inputs(args, model=None, reward_funcs=None, train_dataset=None, eval
     if all(x is None for x in (model, reward_funcs, train_dataset, eval_dataset, processing_class, peft_config,
                                reward_processing_classes)):
         return Inputs()  # everything comes from args
-    values, not_replayable = args.given_values(), []
-    if is_iterable_dataset(train_dataset) and "max_steps" not in values:
+    values, not_replayable = dataclasses.asdict(args), []  # None: unset, left to the plan
+    if is_iterable_dataset(train_dataset) and values["max_steps"] is None:
         raise ConfigError("train_dataset is an IterableDataset: a stream has no length, so give max_steps "
                           "(MeZOConfig(max_steps=...)), as TRL asks")
     lm, lm_factory = _model(model, processing_class, values, not_replayable)
@@ -370,8 +381,7 @@ def resolve_inputs(args, model=None, reward_funcs=None, train_dataset=None, eval
     specs = _rewards(reward_funcs, values, not_replayable, reward_processing_classes)
     rows = None
     if is_iterable_dataset(train_dataset):
-        rows = values.get("num_train", args.num_train) + values.get("num_eval", args.num_eval) + values.get(
-            "num_test", args.num_test)
+        rows = values["num_train"] + values["num_eval"] + values["num_test"]
     task = _task(train_dataset, eval_dataset, values, not_replayable, rows)
     return Inputs(values, lm, lm_factory, task, specs, not_replayable)
 
@@ -390,21 +400,20 @@ def reward_refs(reward, task, ref=None) -> list:
 
 
 def run_config(args: MeZOConfig, task, objective=None, given: Optional[dict] = None) -> MeZOConfig:
-    """The configuration of a run on ``task``: ``args`` itself where the defaults it filled in are the task's,
-    else one MeZOConfig built once from the values given (``given``, default ``args.given_values()``) with the
-    task's defaults (:meth:`MeZOConfig.filled`). ``objective``: the objective the run was given, whose rewards the
-    configuration records where ``reward`` was left to its default."""
-    values = dict(args.given_values() if given is None else given)
-    if objective is not None and values.get("reward") is None:
-        weights = [objective.weights[name] for name in objective.names]
-        values.update(reward=list(objective.names), reward_weights=None if set(weights) == {1.0} else weights,
-                      reward_scale=objective.normalize)
-    filled = MeZOConfig.filled(values, task.kind, list(task.metrics))
-    if filled["reward"] is None:
-        reward_refs(None, task, filled["task"])  # one line: a prompt task needs a reward
-    if given is None and filled == dataclasses.asdict(args):
-        return args
-    return MeZOConfig(**filled)
+    """The configuration of a run on ``task`` (:func:`resolved_config`)."""
+    return resolved_config(args, task, objective, given)[0]
+
+
+def resolved_config(args: MeZOConfig, task, objective=None, given: Optional[dict] = None) -> tuple[MeZOConfig, dict]:
+    """The configuration of a run on ``task`` and the source of each value
+    (:func:`mezo_rl.training.resolve.resolve_values`): ``args``'s values (or the values ``given``, where a run
+    was given TRL's way) with every one left unset decided for ``task``; ``objective``: the objective the run was
+    given, whose rewards the configuration records where ``reward`` is unset."""
+    values, sources = resolve_values(dataclasses.asdict(args) if given is None else given, task.kind,
+                                     list(task.metrics), objective)
+    if values["reward"] is None:
+        reward_refs(None, task, values["task"])  # one line: a prompt task needs a reward
+    return MeZOConfig(**values), sources
 
 
 def default_metric_for_best(task, names) -> str:
@@ -447,24 +456,33 @@ def plan_run(args: MeZOConfig, task, objective, model=None, given: Optional[dict
              not_replayable=()) -> RunPlan:
     """The plan of a run of ``args`` (or of the values ``given``, where a run was given TRL's way) on ``task`` with
     ``objective``; ``model``: the LanguageModel where it is already loaded (None: its checks wait for it).
-    Reads no data and loads nothing; every mistake it finds is one :class:`~mezo_rl.errors.ConfigError` line."""
-    given_lr = (args.given_values() if given is None else given).get("learning_rate")
-    args = run_config(args, task, objective, given)
-    if given_lr is not None and (warning := small_lr_warning(args.learning_rate, args.peft, task.kind)):
-        logger.warning(warning)
-    if args.beta and task.kind != "prompts":
+    Reads no data and loads nothing; a resumed run's directory is read here, once
+    (:func:`mezo_rl.training.rundir.read_resumed`). Every mistake it finds is one
+    :class:`~mezo_rl.errors.ConfigError` line."""
+    values = dataclasses.asdict(args) if given is None else dict(given)
+    if values["beta"] and task.kind != "prompts":
         raise ConfigError(f"--beta penalises the KL of generated completions: it needs a prompt task, and task "
-                          f"{args.task!r} is {task.kind}; leave --beta at 0")
+                          f"{values['task']!r} is {task.kind}; leave --beta at 0")
     objective.check_task_kind(task.kind)
     if model is not None:
         objective.check_compatible(bool(model.is_causal))
     metric = default_metric_for_best(task, objective.names)
-    if args.metric_for_best_model is not None:
-        metric = best_metric_key(args.metric_for_best_model, task, objective, args.task)
+    if values["metric_for_best_model"] is not None:
+        metric = best_metric_key(values["metric_for_best_model"], task, objective, values["task"])
+    better = greater_is_better(metric, values["greater_is_better"])
+    resolved, sources = resolve_values(values, task.kind, list(task.metrics), objective)
+    args = MeZOConfig(**resolved)  # every value decided: the configuration checks its combinations again
+    weights, stops = weights_dtype(args.dtype, args.autocast), completion_stops(task, args.stop)
+    check_evaluation(args.evaluation, args.peft, args.noise, args.trainable, weights)
+    report_to = tuple(check_report_to(args.report_to))
+    resumed = rundir.read_resumed(args.output_dir, args, task, objective, stops) if args.resume else None
+    if resumed is not None and resumed.dtype is not None and args.dtype == "auto":
+        weights = resumed.dtype  # --dtype auto keeps the dtype the run's checkpoint was written with
     return RunPlan(args=args, task=task, objective=objective, task_kind=task.kind, rewards=tuple(objective.names),
-                   metric_for_best=metric, greater_is_better=greater_is_better(metric, args.greater_is_better),
-                   fitness=FitnessSpec.of(args), reference=task.kind == "prompts" and (model is None or bool(model.is_causal)),
-                   not_replayable=tuple(not_replayable))
+                   metric_for_best=metric, greater_is_better=better, fitness=FitnessSpec.of(args),
+                   reference=task.kind == "prompts" and (model is None or bool(model.is_causal)),
+                   not_replayable=tuple(not_replayable), sources=sources, resumed=resumed, dtype=weights,
+                   report_to=report_to)
 
 
 def plan_given(args, model=None, reward_funcs=None, train_dataset=None, eval_dataset=None, processing_class=None,
@@ -479,7 +497,7 @@ def plan_given(args, model=None, reward_funcs=None, train_dataset=None, eval_dat
     front = resolve_inputs(args, model, reward_funcs, train_dataset, eval_dataset, processing_class, peft_config,
                            reward_processing_classes)
     lm, lm_factory = (lm, lm_factory) if lm is not None else (front.lm, lm_factory or front.lm_factory)
-    values = front.values if front.values is not None else args.given_values()
+    values = front.values if front.values is not None else dataclasses.asdict(args)
     objective_of = lambda refs, given: build_objective(refs, values.get("reward_weights"),  # noqa: E731
                                                        values.get("reward_scale"), values.get("trust_remote_code", False),
                                                        given)
@@ -493,6 +511,8 @@ def plan_given(args, model=None, reward_funcs=None, train_dataset=None, eval_dat
     return plan, lm, lm_factory
 
 
-def replace_args(plan: RunPlan, **changes) -> RunPlan:
-    """The plan with ``args`` changed where a run may change them (``resume``)."""
-    return dataclasses.replace(plan, args=dataclasses.replace(plan.args, **changes))
+def resumed(plan: RunPlan) -> RunPlan:
+    """``plan`` resuming the run in its output directory (``trainer.train(resume_from_checkpoint=...)``)."""
+    args = dataclasses.replace(plan.args, resume=True)
+    recorded = rundir.read_resumed(args.output_dir, args, plan.task, plan.objective, completion_stops(plan.task, args.stop))
+    return dataclasses.replace(plan, args=args, resumed=recorded, sources={**plan.sources, "resume": USER})

@@ -30,14 +30,13 @@ installed is one line naming the extra, before anything is loaded (:func:`check_
 """
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import pathlib
 import statistics
 from typing import Optional
 
-from mezo_rl.errors import ConfigError, UserError
+from mezo_rl.choices import INTEGRATIONS, REPORT_TO, check_report_to
 from mezo_rl.rewards import trl_names
 from mezo_rl.training.callbacks import TrainerCallback
 
@@ -46,37 +45,9 @@ __all__ = ["REPORT_TO", "INTEGRATIONS", "check_report_to", "train_logs", "eval_l
            "TensorBoardReporter", "TrackioReporter", "WandbReporter", "PROJECT"]
 
 #: integration -> (the module it needs, the pip extra that installs it)
-INTEGRATIONS = {"tensorboard": ("tensorboard", "tensorboard"), "trackio": ("trackio", "trackio"),
-                "wandb": ("wandb", "wandb")}
-REPORT_TO = ("none", "all", *INTEGRATIONS)
 PROJECT = "mezo-rl"  # the trackio / wandb project of a run
 
 
-def _installed(module: str) -> bool:
-    return importlib.util.find_spec(module) is not None
-
-
-def check_report_to(report_to) -> list[str]:
-    """The integrations ``report_to`` names (``"none"`` / ``[]``: none; ``"all"``: every installed one), each
-    checked: an unknown name, or one whose package is missing, is a :class:`~mezo_rl.errors.UserError` naming
-    it and what to do."""
-    names = [report_to] if isinstance(report_to, str) else list(report_to or [])
-    names = [n.strip() for name in names for n in str(name).split(",") if n.strip()]
-    unknown = [n for n in names if n not in REPORT_TO]
-    if unknown:
-        raise ConfigError(f"--report-to: got {unknown[0]!r}, accepted: {', '.join(REPORT_TO)}")
-    if "none" in names:
-        if len(names) > 1:
-            raise ConfigError(f"--report-to: 'none' cannot be combined with {[n for n in names if n != 'none']}")
-        return []
-    if "all" in names:
-        return [n for n, (module, _) in INTEGRATIONS.items() if _installed(module)]
-    for name in names:
-        module, extra = INTEGRATIONS[name]
-        if not _installed(module):
-            raise UserError(f"--report-to {name}: the {module} package is not installed; install it with "
-                            f"pip install 'mezo-rl[{extra}]' (or leave {name} out of --report-to)")
-    return list(dict.fromkeys(names))
 
 
 # ---------------------------------------------------------------------- TRL's keys
@@ -360,6 +331,7 @@ class WandbReporter(_Reporter):
 _REPORTERS = {"tensorboard": TensorBoardReporter, "trackio": TrackioReporter, "wandb": WandbReporter}
 
 
-def reporters(report_to) -> list[TrainerCallback]:
-    """One logging callback per integration ``report_to`` names (checked by :func:`check_report_to`)."""
-    return [_REPORTERS[name]() for name in check_report_to(report_to)]
+def reporters(names) -> list[TrainerCallback]:
+    """One logging callback per integration of ``names``, as :func:`check_report_to` returns them (a run's:
+    ``RunPlan.report_to``)."""
+    return [_REPORTERS[name]() for name in names]

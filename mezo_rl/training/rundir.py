@@ -31,6 +31,7 @@ directory is changed.
 """
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
 import math
@@ -52,7 +53,9 @@ from mezo_rl.engine.trajectory import Trajectory
 from mezo_rl.errors import ConfigError, UserError, first_line
 from mezo_rl.model.peft import PEFT_METHODS, export_model, peft_config
 from mezo_rl.training.arguments import MeZOConfig, parse_step
+from mezo_rl.training.member_evaluation import resumed_evaluation
 from mezo_rl.training.outputs import completion_stops
+from mezo_rl.training.resolve import resolve_values
 from mezo_rl.training.setup import build_model, trainable_parameters
 
 CONFIG_FILE = "training_args.json"  # the run's MeZOConfig (config.json is the saved model's, as transformers)
@@ -219,14 +222,22 @@ WHITESPACE_BLIND = frozenset({"squad_f1", "exact_match", "rouge_l", "bleu"})
 
 def stops_changed(run_dir: str | os.PathLike, stop, task, objective=None) -> bool:
     """Whether the run in ``run_dir`` comes from a version that cut a completion before its stop string where this
-    version's completions could differ: it generates with stop strings (the task's and ``stop``) and something
-    reads its completions (:func:`completion_readers`). Nothing differs where every stop string is whitespace and
-    the only readers are :data:`WHITESPACE_BLIND` metrics of a task with gold answers (SQuAD's and DROP's newline
-    with their F1 and exact match; ``--beta``, a KL over the completions, is for prompt tasks only)."""
-    stops, readers = completion_stops(task, stop), completion_readers(task, objective)
+    version's completions could differ (:func:`stops_cut`, for the task's stop strings and ``stop``)."""
+    return stops_cut(completion_stops(task, stop), task, objective, lambda: read_json(checkpoint_dir(run_dir) / MODEL_FILE))
+
+
+def stops_cut(stops, task, objective, identity) -> bool:
+    """Whether a run whose completions end at ``stops`` comes from a version that cut a completion before its stop
+    string where this version's could differ: it generates with stop strings and something reads its
+    completions (:func:`completion_readers`), and its checkpoint's model.json (``identity``, or a callable that
+    reads it, called only where it decides) does not say ``stop_strings: kept``. Nothing differs where every stop
+    string is whitespace and the only readers are :data:`WHITESPACE_BLIND` metrics of a task with gold answers
+    (SQuAD's and DROP's newline with their F1 and exact match; ``--beta``, a KL over the completions, is for
+    prompt tasks only)."""
+    readers = completion_readers(task, objective)
     if not stops or not readers:
         return False
-    identity = read_json(checkpoint_dir(run_dir) / MODEL_FILE)
+    identity = identity() if callable(identity) else identity
     if isinstance(identity, dict) and identity.get("stop_strings") == STOP_STRINGS:
         return False
     return not (task.kind != "prompts" and all(not s.strip() for s in stops) and readers <= WHITESPACE_BLIND)
@@ -236,9 +247,13 @@ def check_stop_strings(run_dir: str | os.PathLike, args: MeZOConfig, task, objec
     """Refuse, in one line, to resume a run whose completions this version could make go on differently
     (:func:`stops_changed`)."""
     if stops_changed(run_dir, args.stop, task, objective):
-        raise ConfigError(f"--resume: the run in {str(run_dir)!r} was made with stop strings cut before the string; "
-                          "this version keeps them, so its completions would differ: start it over with "
-                          "--overwrite-output-dir")
+        raise _stops_refused(run_dir)
+
+
+def _stops_refused(run_dir) -> ConfigError:
+    return ConfigError(f"--resume: the run in {str(run_dir)!r} was made with stop strings cut before the string; "
+                       "this version keeps them, so its completions would differ: start it over with "
+                       "--overwrite-output-dir")
 
 
 def completion_readers(task, objective=None) -> set[str]:
@@ -310,6 +325,11 @@ def write_optimizer_state(ckpt: pathlib.Path, optimizer_state: dict, scheduler_s
 def read_optimizer_state(ckpt: pathlib.Path, trajectory: Trajectory, *, tensors: bool = True) -> tuple[dict, dict]:
     """``(optimizer state dict, scheduler state dict)`` from ``ckpt``, with ``trajectory`` as the
     optimizer's. ``tensors=False`` checks the buffers' file without reading the buffers (``state`` is then empty)."""
+    return optimizer_state_of(ckpt, read_optimizer_json(ckpt), trajectory, tensors=tensors)
+
+
+def read_optimizer_json(ckpt: pathlib.Path) -> dict:
+    """``optimizer.json``, checked (a checkpoint in the unsafe format before it is refused in one line)."""
     path = ckpt / OPTIMIZER_FILE
     if not path.is_file() and (ckpt / LEGACY_OPTIMIZER_FILE).is_file():
         raise CheckpointError(f"{ckpt}: a checkpoint from before mezo-rl's safe format ({LEGACY_OPTIMIZER_FILE}) is not "
@@ -318,6 +338,12 @@ def read_optimizer_state(ckpt: pathlib.Path, trajectory: Trajectory, *, tensors:
     if not (isinstance(saved, dict) and saved.get("format") == OPTIMIZER_FORMAT
             and {"param_groups", "mezo", "scheduler", "tensors"} <= saved.keys()):
         raise _unreadable(path, f"not a {OPTIMIZER_FORMAT} optimizer state")
+    return saved
+
+
+def optimizer_state_of(ckpt: pathlib.Path, saved: dict, trajectory: Trajectory, *, tensors: bool = True) -> tuple[dict, dict]:
+    """``(optimizer state dict, scheduler state dict)`` from ``optimizer.json``'s values ``saved``, the buffers
+    read from ``ckpt`` (``tensors=False``: their file checked only)."""
     state = read_optimizer_tensors(ckpt, saved["tensors"], load=tensors)
     curvature = state.pop(CURVATURE, None)
     optimizer_state = {"state": state, "param_groups": saved["param_groups"], "mezo": saved["mezo"]}
@@ -366,23 +392,50 @@ def read_checkpoint(run_dir: str | os.PathLike, *, tensors: bool = True) -> tupl
     """``(trainer state, optimizer state dict, scheduler state dict)`` from ``run_dir``'s checkpoint,
     each file checked; ``tensors=False`` checks the optimizer's buffers without reading them."""
     ckpt = checkpoint_dir(run_dir)
+    state, trajectory = _state_and_trajectory(ckpt)
+    optimizer_state, scheduler_state = read_optimizer_state(ckpt, trajectory, tensors=tensors)
+    return state, optimizer_state, scheduler_state
+
+
+def _state_and_trajectory(ckpt: pathlib.Path) -> tuple[TrainerState, Trajectory]:
     state = TrainerState.load_from_json(ckpt / STATE_FILE)
     trajectory = read_trajectory(ckpt / TRAJECTORY_FILE)
     if len(trajectory) != state.global_step:
         raise _unreadable(ckpt / TRAJECTORY_FILE, f"inconsistent: it has {len(trajectory)} steps, "
                                                   f"{STATE_FILE} says {state.global_step}")
-    optimizer_state, scheduler_state = read_optimizer_state(ckpt, trajectory, tensors=tensors)
-    return state, optimizer_state, scheduler_state
+    return state, trajectory
+
+
+@dataclass(frozen=True)
+class RecordedRun:
+    """What a run directory holds for a resumed run, each file read once (:func:`read_resumed`): its
+    ``training_args.json`` (``args``, the field values), its checkpoint's ``model.json`` (``identity``; None in
+    a checkpoint without one), trainer state, trajectory and ``optimizer.json`` (``optimizer``, the scalars;
+    the buffers are read when the optimizer is restored: :func:`load_checkpoint`); what the run keeps: how its
+    steps evaluated their members (``evaluation``: :func:`evaluation_of`) and the weights' dtype its checkpoint
+    was written with (``dtype``, which ``--dtype auto`` keeps; None where model.json does not say)."""
+
+    run_dir: pathlib.Path
+    args: dict
+    identity: Optional[dict]
+    state: TrainerState
+    trajectory: Trajectory
+    optimizer: dict
+    evaluation: str
+    dtype: Optional[str]
+
+
+def evaluation_of(trajectory: Trajectory) -> str:
+    """How the steps of ``trajectory`` evaluated their members (``"inplace"`` or ``"batched"``, from its header;
+    runs from before ``--evaluation`` ran in place)."""
+    return (trajectory.header or {}).get("evaluation", "inplace")
 
 
 def recorded_evaluation(run_dir: str | os.PathLike) -> Optional[str]:
-    """How the checkpointed steps of ``run_dir`` evaluated their members (``"inplace"`` or ``"batched"``,
-    from the trajectory's header; runs from before ``--evaluation`` ran in place), or None without a
-    checkpoint."""
+    """How the checkpointed steps of ``run_dir`` evaluated their members (:func:`evaluation_of`), or None without
+    a checkpoint."""
     path = checkpoint_dir(run_dir) / TRAJECTORY_FILE
-    if not path.is_file():
-        return None
-    return (read_trajectory(path).header or {}).get("evaluation", "inplace")
+    return evaluation_of(read_trajectory(path)) if path.is_file() else None
 
 
 # what may change when a run is resumed (everything else must match config.json)
@@ -408,20 +461,41 @@ def unfinished_step(run_dir: str | os.PathLike) -> Optional[tuple[int, int]]:
     return (step, steps) if step < steps else None
 
 
-def check_resumable(run_dir: pathlib.Path, args: MeZOConfig) -> None:
-    """Raise ``ValueError`` naming every argument that differs from the run's ``config.json``, or where the run's
-    optimizer normalised its steps itself (``normalize="std"`` in its trajectory): runs from before the fitness
-    (``mezo_rl.training.fitness``) took that over replay (``load_run``) but do not resume."""
-    path = checkpoint_dir(run_dir) / TRAJECTORY_FILE
-    if path.is_file() and (read_trajectory(path).header or {}).get("normalize") == "std":
-        raise ConfigError(f"--resume: the run in {run_dir} normalised its steps in the optimizer (its trajectory "
+def read_resumed(run_dir: str | os.PathLike, args: MeZOConfig, task=None, objective=None, stops=()) -> RecordedRun:
+    """The run in ``run_dir`` that ``args`` (resolved) resumes, each of its files read once and checked: one line
+    where there is no checkpoint, a file is damaged or unsafe, the run's optimizer normalised its steps itself
+    (``normalize="std"`` in its trajectory: runs from before the fitness, ``mezo_rl.training.fitness``, took that
+    over replay with ``load_run`` but do not resume), ``args.evaluation`` asks for the other member evaluation
+    than the run's (``auto`` keeps it), an argument differs from the run's ``training_args.json`` (but those of
+    :data:`RESUME_MAY_CHANGE`), or, with ``task`` and ``objective``, its completions, which end at ``stops``
+    (``mezo_rl.training.outputs.completion_stops``), would end differently (:func:`stops_cut`). A value the run's configuration recorded unset is compared as it
+    resolves for ``task`` (``mezo_rl.training.resolve.resolve_values``)."""
+    run = pathlib.Path(run_dir)
+    if not (checkpoint_dir(run) / STATE_FILE).is_file() or not (run / CONFIG_FILE).is_file():
+        raise ConfigError(f"--resume: no checkpoint in {str(run)!r} (no {CHECKPOINT_DIR}/{STATE_FILE}); "
+                          f"start the run without --resume")
+    ckpt = checkpoint_dir(run)
+    saved = MeZOConfig.from_dict(read_json(run / CONFIG_FILE)).to_dict()
+    identity = read_json(ckpt / MODEL_FILE) if (ckpt / MODEL_FILE).is_file() else None
+    state, trajectory = _state_and_trajectory(ckpt)
+    optimizer = read_optimizer_json(ckpt)
+    optimizer_state_of(ckpt, optimizer, trajectory, tensors=False)  # the buffers' file, checked
+    if (trajectory.header or {}).get("normalize") == "std":
+        raise ConfigError(f"--resume: the run in {run} normalised its steps in the optimizer (its trajectory "
                           f"says normalize='std'), as runs did before the fitness took that over, so it cannot "
                           f"continue; its weights still load (mezo-rl export), and a new run trains on")
-    saved, mine = read_args(run_dir).to_dict(), args.to_dict()
-    differ = {k: (saved.get(k), mine[k]) for k in mine if k not in RESUME_MAY_CHANGE and saved.get(k) != mine[k]}
+    if task is not None and stops_cut(stops, task, objective, identity):
+        raise _stops_refused(run)
+    dtype = identity.get("dtype") if isinstance(identity, dict) else None
+    recorded = RecordedRun(run, saved, identity, state, trajectory, optimizer, evaluation_of(trajectory), dtype)
+    resumed_evaluation(args.evaluation, recorded.evaluation)
+    resolved = resolve_values(saved, task.kind, list(task.metrics))[0] if task is not None else saved
+    mine = args.to_dict()
+    differ = {k: (resolved.get(k), mine[k]) for k in mine if k not in RESUME_MAY_CHANGE and resolved.get(k) != mine[k]}
     if differ:
-        raise ConfigError(f"--resume: the arguments differ from the run in {run_dir}: "
+        raise ConfigError(f"--resume: the arguments differ from the run in {run}: "
                          + ", ".join(f"{k}: saved {s!r} vs now {m!r}" for k, (s, m) in differ.items()))
+    return recorded
 
 
 def truncate_metrics(run_dir: pathlib.Path, step: int) -> None:
@@ -434,15 +508,14 @@ def truncate_metrics(run_dir: pathlib.Path, step: int) -> None:
         path.write_text("".join(line + "\n" for line in kept))
 
 
-def load_checkpoint(run_dir: pathlib.Path, optimizer, scheduler) -> TrainerState:
-    """Restore the optimizer and scheduler from ``checkpoint/``; returns the saved :class:`TrainerState`."""
-    ckpt = checkpoint_dir(run_dir)
-    if not (ckpt / STATE_FILE).is_file():
-        raise ConfigError(f"--resume: no checkpoint in {ckpt} (start the run without --resume)")
-    state, optimizer_state, scheduler_state = read_checkpoint(run_dir)
+def load_checkpoint(recorded: RecordedRun, optimizer, scheduler) -> TrainerState:
+    """Restore the optimizer (its buffers read here) and scheduler of the run ``recorded``; returns a copy of
+    its :class:`TrainerState`."""
+    ckpt = checkpoint_dir(recorded.run_dir)
+    optimizer_state, scheduler_state = optimizer_state_of(ckpt, recorded.optimizer, recorded.trajectory)
     optimizer.load_state_dict(optimizer_state)
     scheduler.load_state_dict(scheduler_state)
-    return state
+    return copy.deepcopy(recorded.state)
 
 
 def replay_prefix(lm, trajectory: Trajectory, n_steps: int) -> None:

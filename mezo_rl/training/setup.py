@@ -38,7 +38,7 @@ __all__ = ["build_run", "TaskCodeError", "load_splits", "run_splits", "build_mod
            "build_optimizer", "lr_scheduler"]
 
 
-def build_run(plan, lm=None, splits=None, dist=None, dtype: Optional[str] = None) -> tuple:
+def build_run(plan, lm=None, splits=None, dist=None) -> tuple:
     """What ``plan`` (a :class:`~mezo_rl.training.plan.RunPlan`) says to build, in order, each once; returns
     ``(splits, lm, start, fitness)``:
 
@@ -51,12 +51,12 @@ def build_run(plan, lm=None, splits=None, dist=None, dtype: Optional[str] = None
     - the run's fitness: how a member's loss is formed, its statistics all-reduced over ``dist``
       (a :class:`~mezo_rl.training.distributed.DistContext`; None: this process alone).
 
-    ``dtype``: the weights' dtype a resumed run was recorded with (``--dtype auto`` keeps it).
+    The weights get the plan's dtype (``--dtype auto`` decided; a resumed run's, which auto keeps).
     """
     args, objective = plan.args, plan.objective
     splits = run_splits(args, plan.task, splits)
     objective.check_columns(example_columns(splits["train"]), task_kind=plan.task_kind)
-    lm = build_model(args, lm, dtype)
+    lm = build_model(args, lm, plan.dtype)
     objective.check_compatible(bool(lm.is_causal))
     splits = truncate_prompts(splits, lm, args.max_prompt_length)
     return splits, lm, starting_point(lm, plan.reference), Fitness(plan.fitness, objective, dist or DistContext())

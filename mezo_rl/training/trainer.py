@@ -46,9 +46,8 @@ from mezo_rl.training.distributed import DistContext
 from mezo_rl.training.evaluation import evaluate
 from mezo_rl.training.fitness import RewardsSilentError
 from mezo_rl.training.kl import completion_kl, member_kls, starting_point
-from mezo_rl.training.member_evaluation import resumed_evaluation
 from mezo_rl.training.outputs import autocast, completion_stops, model_outputs, objective_outputs, prompt_texts
-from mezo_rl.training.plan import RunPlan, plan_given, replace_args
+from mezo_rl.training.plan import RunPlan, plan_given, resumed
 from mezo_rl.training.rundir import TrainerState
 from mezo_rl.training.model_card import check_hub, push_to_hub, write_model_card
 from mezo_rl.training.reporting import (completion_stats, completions_table, eval_logs, eval_metrics, log_table,
@@ -154,9 +153,6 @@ class MeZOTrainer:
         self.metric_for_best, self.greater_is_better = plan.metric_for_best, plan.greater_is_better
         self.dist = dist if dist is not None else DistContext.from_env()
         self.output_dir = pathlib.Path(args.output_dir)
-        # a resumed run keeps the member evaluation it ran with: asking for the other is one line, before any model loads
-        if args.resume:
-            resumed_evaluation(args.evaluation, rundir.recorded_evaluation(args.output_dir))
         # push_to_hub: the repository, the token and the network, before any data or model loads (one line)
         self.hub_repo = check_hub(self._hub_repo_id(), private=args.hub_private_repo, token=args.hub_token) \
             if args.push_to_hub and self.dist.is_main else None
@@ -164,8 +160,7 @@ class MeZOTrainer:
         with_trl_keywords(self.objective, self.reward_context)
         # what the plan says, built in order, each once: the examples, the model, the reference of kl and --beta,
         # a member's loss
-        self.splits, self.lm, self.start, self.fitness = build_run(
-            plan, lm, splits, self.dist, rundir.recorded_dtype(args.output_dir) if args.resume else None)
+        self.splits, self.lm, self.start, self.fitness = build_run(plan, lm, splits, self.dist)
         # MeZO and its schedule: built on first use (create_optimizer_and_scheduler), as transformers' Trainer
         # builds its optimizer in train(), once a resume has told which member evaluation the run keeps
         self._optimizer = self._scheduler = None
@@ -176,7 +171,7 @@ class MeZOTrainer:
         self.sampling = args.sampling()  # how a step's completions are decoded (temperature, top_p, top_k, ...)  # the last step's completions table (log_completions), logged at a logging step
         self.callback_handler = CallbackHandler(callbacks or [])
         if self.dist.is_main:  # the loggers and the progress bar on the main process only
-            for reporter in reporters(args.report_to):
+            for reporter in reporters(plan.report_to):
                 self.callback_handler.add(reporter)
             if args.progress:
                 self.callback_handler.add(ProgressCallback())
@@ -201,10 +196,9 @@ class MeZOTrainer:
         (``num_training_steps`` is transformers' argument; the plan has decided it); built once, on first use.
         A resumed run keeps the member evaluation its checkpoint ran with."""
         if self._optimizer is None and not self._released:
-            t0, a = time.perf_counter(), self.args
-            recorded = rundir.recorded_evaluation(a.output_dir) if a.resume else None
-            self._optimizer, self._scheduler = build_optimizer(a, self.lm, self.objective.needs, self.splits["train"],
-                                                               recorded)
+            t0, recorded = time.perf_counter(), self.plan.resumed
+            self._optimizer, self._scheduler = build_optimizer(self.args, self.lm, self.objective.needs, self.splits["train"],
+                                                               recorded.evaluation if recorded is not None else None)
             self.seconds["load"] += time.perf_counter() - t0
         return self._optimizer, self._scheduler
 
@@ -508,9 +502,7 @@ class MeZOTrainer:
 
     def _resume(self) -> None:
         """Restore a run from its checkpoint: replay the trajectory, restore optimizer and best step."""
-        rundir.check_resumable(self.output_dir, self.args)
-        rundir.check_stop_strings(self.output_dir, self.args, self.task, self.objective)
-        self.state = self._new_state(rundir.load_checkpoint(self.output_dir, self.optimizer, self.scheduler))
+        self.state = self._new_state(rundir.load_checkpoint(self.plan.resumed, self.optimizer, self.scheduler))
         rundir.replay_prefix(self.lm, self.optimizer.trajectory, self.step)
         self.objective.load_state_dict(self.state.objective)
         if self.dist.is_main:
@@ -544,7 +536,7 @@ class MeZOTrainer:
         self._released = True
         del self.lm
         gc.collect()
-        self.lm = build_model(self.args, self.lm_factory() if self.lm_factory is not None else None)
+        self.lm = build_model(self.args, self.lm_factory() if self.lm_factory is not None else None, self.plan.dtype)
         self.start = starting_point(self.lm, self.plan.reference)
         rundir.replay_prefix(self.lm, self.trajectory, self.state.best_step)
         self.lm.adopt_trunk_cache(trunk)
@@ -564,7 +556,7 @@ class MeZOTrainer:
             raise ConfigError("train(trial=...): hyperparameter search is not offered; build one MeZOConfig per trial")
         if resume_from_checkpoint not in (None, False) and not self.args.resume:
             resume_path(resume_from_checkpoint, self.args.output_dir)  # this run's own directory, or one line
-            self.plan = replace_args(self.plan, resume=True)
+            self.plan = resumed(self.plan)  # the run directory, read once
             self.args = self.plan.args
             self._optimizer = self._scheduler = None  # built again below, in the member evaluation the run used
         a = self.args
