@@ -260,8 +260,11 @@ def test_no_dropout_is_the_adapter_without_it(tiny_tokenizer):
     (dict(lora_dropout=0.05), "--peft norm has no LoRA adapter"),
 ])
 def test_bad_dropout_is_refused_in_one_line(kw, message):
-    with pytest.raises(ConfigError) as err:
-        MeZOConfig(task="sst2", **kw)
+    from mezo_rl.tasks import get_task
+    from mezo_rl.training.plan import run_config
+
+    with pytest.raises(ConfigError) as err:  # given values refused as the config is built; --peft unset: by the plan
+        run_config(MeZOConfig(task="sst2", **kw), get_task("sst2"))
     assert message in str(err.value) and "\n" not in str(err.value)
 
 

@@ -532,7 +532,7 @@ class MeZOConfig(OutputArguments, EvalArguments, GenerationArguments, ComputeArg
         if self.merge and self.peft not in ("lora", None):
             raise ConfigError(f"--merge folds a LoRA adapter into the weights; --peft {self.peft} has none to fold "
                               f"(leave out --merge)")
-        if self.lora_dropout and self.peft != "lora":
+        if self.lora_dropout and self.peft not in ("lora", None):  # None: the plan resolves the mode, then checks
             raise ConfigError(f"--lora-dropout {self.lora_dropout!r} is a LoRA adapter's dropout; --peft {self.peft} "
                               f"has no LoRA adapter (use --peft lora, or leave out --lora-dropout)")
         check_report_to(self.report_to)  # an unknown name or a missing package: one line, before anything loads
