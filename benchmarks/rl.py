@@ -175,7 +175,7 @@ VARIANTS = {
     # the sampling / shaping comparison (benchmarks/README.md "RL on prompts"): 40 steps at the norm mode's lr
     "cmp-greedy": ("mezo-rl", ["--max-steps", "40", "--eval-steps", "20", "--num-eval", "100", "--learning-rate", "0.02",
                                "--num-generations", "1", "--reward-shaping", "none", "--n-spsa", "2"],
-                   "greedy, 1 completion per prompt, two-point n=2, normalize std"),
+                   "greedy, 1 completion per prompt, two-point n=2, step_normalize std"),
     "cmp-g4-group": ("mezo-rl", ["--max-steps", "40", "--eval-steps", "20", "--num-eval", "100", "--learning-rate", "0.02",
                                  "--num-generations", "4", "--reward-shaping", "group", "--n-spsa", "2"],
                      "4 sampled completions per prompt, per-prompt group shaping"),

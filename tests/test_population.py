@@ -59,7 +59,7 @@ CASES = {
     "biases only, gaussian": (lambda t, m: (make_tiny_causal_lm(t, attention_bias=True, mlp_bias=True), t),
                               r"\.bias$", dict(noise="gaussian", n_spsa=2, eps=1.0)),
     "final norm, rademacher, trunk cache": (lambda t, m: (make_tiny_causal_lm(t), t), "norm-cache",
-                                            dict(noise="rademacher", normalize="std", n_spsa=2, eps=1.0)),
+                                            dict(noise="rademacher", step_normalize="std", n_spsa=2, eps=1.0)),
     "lora, gaussian (dense deltas)": (lambda t, m: (make_tiny_causal_lm(t), t), "lora",
                                       dict(noise="gaussian", eps=0.3)),
     "prefix, gaussian": (lambda t, m: (make_tiny_causal_lm(t), t), "prefix", dict(noise="gaussian", eps=1.0)),
@@ -150,7 +150,7 @@ def test_batched_members_compute_the_weight_side_estimator(case, tiny_tokenizer,
         assert a.seeds == b.seeds and len(b.values) == opt.members_per_step
         for x, y in zip(a.values, b.values):
             assert abs(x - y) <= tol, (x, y, tol)
-        if options.get("normalize") == "std":
+        if options.get("step_normalize") == "std":
             # g_j = d_j / (2 sigma): |d| moves by <= 2 tol, sigma (a population std) by <= tol,
             # so g moves by <= tol / sigma * (1 + |g|)
             for x, y in zip(a.projected_grads, b.projected_grads):

@@ -48,7 +48,7 @@ import numpy as np
 import torch
 
 from mezo_rl import rewards
-from mezo_rl.engine.optim import replay_trajectory
+from mezo_rl.engine.optim import recorded_options, replay_trajectory
 from mezo_rl.engine.trajectory import Trajectory
 from mezo_rl.errors import ConfigError, UserError, first_line
 from mezo_rl.model.peft import PEFT_METHODS, export_model, peft_config
@@ -464,7 +464,7 @@ def unfinished_step(run_dir: str | os.PathLike) -> Optional[tuple[int, int]]:
 def read_resumed(run_dir: str | os.PathLike, args: MeZOConfig, task=None, objective=None, stops=()) -> RecordedRun:
     """The run in ``run_dir`` that ``args`` (resolved) resumes, each of its files read once and checked: one line
     where there is no checkpoint, a file is damaged or unsafe, the run's optimizer normalised its steps itself
-    (``normalize="std"`` in its trajectory: runs from before the fitness, ``mezo_rl.training.fitness``, took that
+    (``step_normalize="std"`` in its trajectory, recorded as ``normalize``: runs from before the fitness, ``mezo_rl.training.fitness``, took that
     over replay with ``load_run`` but do not resume), ``args.evaluation`` asks for the other member evaluation
     than the run's (``auto`` keeps it), an argument differs from the run's ``training_args.json`` (but those of
     :data:`RESUME_MAY_CHANGE`), or, with ``task`` and ``objective``, its completions, which end at ``stops``
@@ -480,9 +480,9 @@ def read_resumed(run_dir: str | os.PathLike, args: MeZOConfig, task=None, object
     state, trajectory = _state_and_trajectory(ckpt)
     optimizer = read_optimizer_json(ckpt)
     optimizer_state_of(ckpt, optimizer, trajectory, tensors=False)  # the buffers' file, checked
-    if (trajectory.header or {}).get("normalize") == "std":
+    if recorded_options(trajectory.header or {}).get("step_normalize") == "std":
         raise ConfigError(f"--resume: the run in {run} normalised its steps in the optimizer (its trajectory "
-                          f"says normalize='std'), as runs did before the fitness took that over, so it cannot "
+                          f"says step_normalize='std'), as runs did before the fitness took that over, so it cannot "
                           f"continue; its weights still load (mezo-rl export), and a new run trains on")
     if task is not None and stops_cut(stops, task, objective, identity):
         raise _stops_refused(run)

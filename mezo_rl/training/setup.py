@@ -149,9 +149,9 @@ def build_optimizer(args: MeZOConfig, lm, needs, train=(), recorded: Optional[st
     """MeZO over ``lm``'s trainable tensors with the run's options (every value resolved in ``args``), and
     its lr schedule. ``needs``: what the objective asks of the model; with ``train``, the training
     examples, ``--evaluation auto`` also weighs their prompts' length; ``recorded``: the mode a resumed
-    run's checkpoint ran with, which it keeps. The engine's own ``normalize`` stays off: ``--step-normalize``
+    run's checkpoint ran with, which it keeps. The engine's own ``step_normalize`` stays off: ``--step-normalize``
     is the fitness's (``mezo_rl.training.fitness.step_normalised``)."""
-    options = {**mezo_options(vars(args)), "normalize": None}
+    options = {**mezo_options(vars(args)), "step_normalize": None}
     optimizer = MeZO(param_groups(lm.model, options["weight_decay"]), **options, rank=args.rank,
                      lowrank_interval=args.lowrank_interval, estimator=args.estimator, momentum=args.momentum,
                      adam=args.adam, hessian_smooth=args.hessian_smooth, seed=args.seed, on_nonfinite=args.on_nonfinite,
