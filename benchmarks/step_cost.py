@@ -26,7 +26,7 @@ Rows (``--rows`` picks a subset):
                        torch.manual_seed(step seed) before each of four sweeps (+eps, -2eps, +eps,
                        update), torch.normal per tensor, ``param.data = param.data + s * z * eps``
   batched              the default noise (low-rank r = 1) with the batched member evaluation
-                       (``evaluation="batched"``): one forward over both members' 2 x 16 rows, the
+                       (``member_evaluation="batched"``): one forward over both members' 2 x 16 rows, the
                        weights untouched, then the update; its closure returns each member's loss
 Peak memory: benchmarks/memory_run.py (one process per mode, the same rows).
 
@@ -106,7 +106,7 @@ class ReferenceStyleMeZO:
 
 def make_optimizer(row: str, params, lr: float = 1e-7, eps: float = 1e-3, model=None):
     if row in BATCHED_ROWS:
-        return MeZO(params, lr=lr, eps=eps, record=False, evaluation=BatchedMembers(model), **BATCHED_ROWS[row])
+        return MeZO(params, lr=lr, eps=eps, record=False, member_evaluation=BatchedMembers(model), **BATCHED_ROWS[row])
     if ROWS[row] is None:
         return ReferenceStyleMeZO(params, lr=lr, eps=eps)
     return MeZO(params, lr=lr, eps=eps, record=False, **ROWS[row])

@@ -87,6 +87,8 @@ def test_normalised_rademacher_step_reduces_an_error_rate(n_spsa, below):
 def test_an_earlier_keyword_is_refused_naming_its_successor():
     with pytest.raises(TypeError, match=r"^MeZO\(\.\.\., normalize=\.\.\.\) is now MeZO\(\.\.\., step_normalize=\.\.\.\)$"):
         MeZO([torch.zeros(3, requires_grad=True)], normalize="std")
+    with pytest.raises(TypeError, match=r"^MeZO\(\.\.\., evaluation=\.\.\.\) is now MeZO\(\.\.\., member_evaluation=\.\.\.\)$"):
+        MeZO([torch.zeros(3, requires_grad=True)], evaluation="batched")
     with pytest.raises(TypeError, match="unexpected keyword argument 'normalise'"):
         MeZO([torch.zeros(3, requires_grad=True)], normalise="std")
 
@@ -178,7 +180,7 @@ def test_first_format_checkpoint_resumes():
     # the first-format run used Gaussian z (then the default)
     opt = MeZO(groups, lr=0.1, eps=1e-3, n_spsa=2, noise="gaussian", noise_backend="torch", on_nonfinite="skip", seed=7)
     sd = opt.state_dict()
-    old_config = {k: v for k, v in sd["mezo"]["config"].items() if k not in ("step_normalize", "rank", "lowrank_interval", "evaluation",
+    old_config = {k: v for k, v in sd["mezo"]["config"].items() if k not in ("step_normalize", "rank", "lowrank_interval", "member_evaluation",
                                                                                 "hessian_smooth", "rounding")}
     assert old_config == {k: h[k] for k in old_config}
     sd["mezo"].update(config=old_config, samples=24, trajectory=traj.state_dict(), backend="torch")

@@ -136,7 +136,8 @@ def test_one_fitness_forms_every_members_loss_and_normalises_the_step():
 
 
 @pytest.mark.parametrize("old, new, value", [("normalize", "step_normalize", "std"),
-                                             ("reward_normalize", "reward_scale", "std")])
+                                             ("reward_normalize", "reward_scale", "std"),
+                                             ("evaluation", "member_evaluation", "batched")])
 def test_old_knob_names_are_refused_naming_the_new(old, new, value, capsys, tmp_path):
     from mezo_rl.cli.main import main
 

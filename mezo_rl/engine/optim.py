@@ -78,7 +78,7 @@ per-example rewards) and turns the M objects into M losses with ``f(objects)`` o
 the place for fitness shaping that needs the whole population (per-prompt centring across members).
 The engine never looks inside the objects.
 
-Batched evaluation: ``MeZO(params, ..., evaluation=BatchedMembers(model))`` evaluates a step's M
+Batched evaluation: ``MeZO(params, ..., member_evaluation=BatchedMembers(model))`` evaluates a step's M
 members in one batched pass with the weights untouched (:mod:`mezo_rl.engine.population`): ``closure(members)``
 is called once with the M members (``members.batched`` is True), every forward of ``model`` inside it must hold
 M equal blocks of rows in member-major layout (rows [k*b, (k+1)*b) are member k's; see
@@ -90,7 +90,7 @@ in place, without a restore to fuse it with: the estimator, the trajectory and r
 the in-place mode with the same seeds, and with no perturbation sweeps nothing drifts, in any dtype
 (bf16 included: a step at lr 0 leaves the weights bit for bit). Matrices of nn.Embedding need
 ``noise="lowrank"``; element-wise noise on other matrices copies them per member (adapters).
-``evaluation`` is recorded in the trajectory, whose replay then applies only the updates.
+``member_evaluation`` is recorded in the trajectory, whose replay then applies only the updates.
 
 Exception safety: if the closure raises (anything, KeyboardInterrupt included) the parameters are
 restored before the exception propagates. If it returns a non-finite value the parameters are
@@ -113,7 +113,7 @@ from typing import Callable, Iterable
 
 import torch
 
-from mezo_rl.choices import ESTIMATORS, EVALUATIONS, HIZOO_OPTIONS, ON_NONFINITE
+from mezo_rl.choices import ESTIMATORS, HIZOO_OPTIONS, MEMBER_EVALUATIONS, ON_NONFINITE
 from mezo_rl.engine import noise as _noise
 from mezo_rl.engine import rounding as _rounding
 from mezo_rl.engine.curvature import Curvature
@@ -122,7 +122,8 @@ from mezo_rl.engine.trajectory import STATUS, Trajectory
 from mezo_rl.errors import refuse_keywords
 
 __all__ = ["MeZO", "BatchedMembers", "Member", "Members", "StepResult", "spread", "get_scheduler", "replay_trajectory",
-           "recorded_options", "RENAMED", "ESTIMATORS", "EVALUATIONS", "HIZOO_OPTIONS", "ON_NONFINITE", "ROUNDINGS", "SCHEDULERS"]
+           "recorded_options", "RENAMED", "ESTIMATORS", "MEMBER_EVALUATIONS", "HIZOO_OPTIONS", "ON_NONFINITE", "ROUNDINGS",
+           "SCHEDULERS"]
 
 #: accepted values of MeZO's ``estimator`` / ``on_nonfinite`` and of :func:`get_scheduler`'s ``name``
 #: (the one declaration: command-line choices can be read from here, as noise kinds from ``noise.NOISES``)
@@ -132,15 +133,15 @@ _STEP_NORMALIZE = (None, "std")
 #: options of the whole run (the same in every param group), with their defaults
 _RUN_DEFAULTS = dict(n_spsa=1, noise="lowrank", rank=1, lowrank_interval=1, step_normalize=None,
                      estimator="two_point", momentum=0.0, adam=False, betas=(0.9, 0.999), adam_eps=1e-8,
-                     seed=0, on_nonfinite="raise", noise_backend="auto", evaluation="inplace", hessian_smooth=0.0,
+                     seed=0, on_nonfinite="raise", noise_backend="auto", member_evaluation="inplace", hessian_smooth=0.0,
                      rounding="stochastic")
 #: earlier names of MeZO's options -> theirs: a keyword of an earlier name is refused naming its successor, and a run
 #: recorded under them (trajectory header, state dict) is read under the new names (:func:`recorded_options`)
-RENAMED = {"normalize": "step_normalize"}
+RENAMED = {"normalize": "step_normalize", "evaluation": "member_evaluation"}
 #: options added after the first trajectory format, with the value that reproduces older runs (``rounding``: any
 #: value reproduces a float32 run; :func:`_check_rounding_recorded` refuses an older run of low-precision weights)
-_ADDED_LATER = {k: _RUN_DEFAULTS[k] for k in ("rank", "lowrank_interval", "step_normalize", "evaluation", "hessian_smooth",
-                                              "rounding")}
+_ADDED_LATER = {k: _RUN_DEFAULTS[k] for k in ("rank", "lowrank_interval", "step_normalize", "member_evaluation",
+                                              "hessian_smooth", "rounding")}
 
 
 def recorded_options(options: dict) -> dict:
@@ -194,7 +195,7 @@ class _Evaluation:
         """What the closure returned, one object per member (with ``fitness``; otherwise also in ``values``)."""
         opt, cfg = self.opt, self.opt.config
         members = step_members(self.seeds, cfg["estimator"], center=cfg["hessian_smooth"] > 0)
-        if cfg["evaluation"] == "batched":
+        if cfg["member_evaluation"] == "batched":
             return [self._keep(v, "member") for v in opt._evaluate_members(self.closure, members, self.entries)]
         closure = self.closure
         if takes_members(closure):  # closure(members): one member at a time, its perturbation in the weights
@@ -319,7 +320,7 @@ class MeZO(torch.optim.Optimizer):
         noise_backend: ``"auto"`` (element-wise noise: compiled if torch.compile works, else
             torch; low-rank: torch), ``"compiled"`` or ``"torch"``; see :mod:`mezo_rl.engine.noise`.
         record: keep ``opt.trajectory`` (default True).
-        evaluation: ``"inplace"`` (default: the closure runs once per member, the weights perturbed in
+        member_evaluation: ``"inplace"`` (default: the closure runs once per member, the weights perturbed in
             place) or a :class:`~mezo_rl.engine.population.BatchedMembers` strategy (``closure(members)``
             runs once, the strategy's model evaluating every member in member-major row blocks; see the
             module docstring); a ``closure(members)`` serves both. ``"batched"`` names that mode without a
@@ -340,7 +341,7 @@ class MeZO(torch.optim.Optimizer):
                  step_normalize: str | None = None, estimator: str = "two_point",
                  momentum: float = 0.0, adam: bool = False, betas=(0.9, 0.999), adam_eps: float = 1e-8,
                  seed: int = 0, on_nonfinite: str = "raise", noise_backend: str = "auto", record: bool = True,
-                 evaluation: str | BatchedMembers = "inplace", hessian_smooth: float = 0.0,
+                 member_evaluation: str | BatchedMembers = "inplace", hessian_smooth: float = 0.0,
                  rounding: str = "stochastic", **renamed):
         refuse_keywords("MeZO", renamed, RENAMED)
         if noise not in _noise.NOISES:
@@ -355,11 +356,12 @@ class MeZO(torch.optim.Optimizer):
             raise ValueError(f"step_normalize must be one of {_STEP_NORMALIZE}, got {step_normalize!r}")
         if rounding not in ROUNDINGS:
             raise ValueError(f"rounding must be one of {ROUNDINGS}, got {rounding!r}")
-        strategy = evaluation if isinstance(evaluation, BatchedMembers) else None
+        strategy = member_evaluation if isinstance(member_evaluation, BatchedMembers) else None
         if strategy is not None:
-            evaluation = "batched"
-        if evaluation not in EVALUATIONS:
-            raise ValueError(f"evaluation must be one of {EVALUATIONS} or BatchedMembers(model), got {evaluation!r}")
+            member_evaluation = "batched"
+        if member_evaluation not in MEMBER_EVALUATIONS:
+            raise ValueError(f"member_evaluation must be one of {MEMBER_EVALUATIONS} or BatchedMembers(model), "
+                             f"got {member_evaluation!r}")
         for name, value in (("n_spsa", n_spsa), ("rank", rank), ("lowrank_interval", lowrank_interval)):
             if not (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
                 raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
@@ -386,7 +388,7 @@ class MeZO(torch.optim.Optimizer):
         run = dict(n_spsa=n_spsa, noise=noise, rank=rank, lowrank_interval=lowrank_interval,
                    step_normalize=step_normalize, estimator=estimator, momentum=float(momentum),
                    adam=bool(adam), betas=[float(b) for b in betas], adam_eps=float(adam_eps),
-                   seed=seed, on_nonfinite=on_nonfinite, noise_backend=noise_backend, evaluation=evaluation,
+                   seed=seed, on_nonfinite=on_nonfinite, noise_backend=noise_backend, member_evaluation=member_evaluation,
                    hessian_smooth=float(hessian_smooth), rounding=rounding)
         assert run.keys() == _RUN_DEFAULTS.keys()
         super().__init__(params, dict(lr=lr, eps=eps, weight_decay=weight_decay, **run))
@@ -406,15 +408,15 @@ class MeZO(torch.optim.Optimizer):
     def _check_in_place(self, params) -> None:
         """In-place evaluation of bf16 / fp16 weights is refused in one line: a perturbation swept into them rounds
         and the restore does not return them bit for bit (the weights would walk away over a run)."""
-        low = _low_precision_in_place(params) if self.config["evaluation"] == "inplace" else None
+        low = _low_precision_in_place(params) if self.config["member_evaluation"] == "inplace" else None
         if low is not None:
             raise ValueError(f"MeZO cannot perturb {low} weights in place: a perturbation rounds and its restore does "
-                             "not return them bit for bit; use evaluation=BatchedMembers(model) (the weights untouched "
+                             "not return them bit for bit; use member_evaluation=BatchedMembers(model) (the weights untouched "
                              "until the update) or float32 weights (with autocast for low-precision compute)")
 
     @property
     def member_evaluation(self) -> BatchedMembers | None:
-        """The batched evaluation's strategy (``evaluation=BatchedMembers(model)``), or None in place. A closure
+        """The batched evaluation's strategy (``member_evaluation=BatchedMembers(model)``), or None in place. A closure
         needs none of it: the members it is given say how they are evaluated (:class:`Members`)."""
         return self._members
 
@@ -539,7 +541,7 @@ class MeZO(torch.optim.Optimizer):
         :class:`Members` it evaluates and returns one loss to minimise per member (or, with ``fitness``,
         any object per member, and ``fitness(objects)`` returns the M losses once every member ran): in
         place once per member, that member alone, the parameters perturbed for it; with
-        ``evaluation="batched"`` once, all M members, the module evaluating each in its block of
+        ``member_evaluation="batched"`` once, all M members, the module evaluating each in its block of
         member-major rows. torch.optim's ``closure()`` is called once per member in place and returns
         that member's loss (or object). Returns a :class:`StepResult`."""
         if closure is None:
@@ -650,8 +652,8 @@ class MeZO(torch.optim.Optimizer):
         if self._replaying:  # the replay closure hands back the logged values; nothing is evaluated
             return list(closure(members))
         if self._members is None:
-            raise ValueError("evaluation='batched' needs the model the parameters belong to: "
-                             "MeZO(params, evaluation=BatchedMembers(model))")
+            raise ValueError("member_evaluation='batched' needs the model the parameters belong to: "
+                             "MeZO(params, member_evaluation=BatchedMembers(model))")
         return self._members.evaluate(closure, members, self._noise, entries)
 
     def _rounded_update(self, entries, seeds, group_grads) -> float | None:
@@ -762,7 +764,7 @@ class MeZO(torch.optim.Optimizer):
         _with_noise_format(trajectory.header)
         _check_rounding_recorded(trajectory.header, trajectory.header.get("param_dtypes", ()))
         entries = self._prepare()
-        batched = self.config["evaluation"] == "batched"
+        batched = self.config["member_evaluation"] == "batched"
         for t, row in enumerate(trajectory):
             self._replay_row(entries, row, t, batched)
             if on_step is not None:

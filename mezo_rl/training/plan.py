@@ -63,7 +63,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, TypeVar
 
 from mezo_rl import rewards
-from mezo_rl.choices import check_evaluation, check_report_to
+from mezo_rl.choices import check_member_evaluation, check_report_to
 from mezo_rl.errors import ConfigError, UnknownNameError, UserError, first_line
 from mezo_rl.model.lm import LanguageModel
 from mezo_rl.rewards.registry import REGISTRY
@@ -473,7 +473,7 @@ def plan_run(args: MeZOConfig, task, objective, model=None, given: Optional[dict
     resolved, sources = resolve_values(values, task.kind, list(task.metrics), objective)
     args = MeZOConfig(**resolved)  # every value decided: the configuration checks its combinations again
     weights, stops = weights_dtype(args.dtype, args.autocast), completion_stops(task, args.stop)
-    check_evaluation(args.evaluation, args.peft, args.noise, args.trainable, weights)
+    check_member_evaluation(args.member_evaluation, args.peft, args.noise, args.trainable, weights)
     report_to = tuple(check_report_to(args.report_to))
     resumed = rundir.read_resumed(args.output_dir, args, task, objective, stops) if args.resume else None
     if resumed is not None and resumed.dtype is not None and args.dtype == "auto":

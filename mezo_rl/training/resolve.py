@@ -92,7 +92,7 @@ def explain(plan) -> str:
     """Every value of ``plan`` (a :class:`~mezo_rl.training.plan.RunPlan`), one a line, with its source
     (:data:`SOURCES`); a resumed run's kept values after the field they resolve."""
     values, resumed = plan.args.to_dict(), plan.resumed
-    kept = {"evaluation": resumed.evaluation, "dtype": resumed.dtype} if resumed is not None else {}
+    kept = {"member_evaluation": resumed.member_evaluation, "dtype": resumed.dtype} if resumed is not None else {}
     width = max(map(len, values))
     lines = []
     for name, value in values.items():
