@@ -202,7 +202,7 @@ def test_an_objective_given_as_an_object_is_what_the_configuration_records():
     from mezo_rl.tasks import get_task
     from mezo_rl.training.plan import run_config
 
-    objective = build_objective(["cross_entropy", "accuracy"], weights=[1.0, 0.5], normalize="std")
+    objective = build_objective(["cross_entropy", "accuracy"], weights=[1.0, 0.5], reward_scale="std")
     args = run_config(MeZOConfig(task="sst2"), get_task("sst2"), objective)
     assert (args.reward, args.reward_weights, args.reward_scale) == (["cross_entropy", "accuracy"], [1.0, 0.5], "std")
     given = run_config(MeZOConfig(task="sst2", reward=["accuracy"]), get_task("sst2"), objective)

@@ -59,7 +59,8 @@ def test_a_resumed_run_writes_the_bytes_of_an_uninterrupted_one(tmp_path, factor
 def as_recorded_before_the_renames(run: pathlib.Path) -> None:
     """Rewrite ``run``'s records under the names an earlier mezo-rl wrote (issue 69: one word, one meaning):
     ``evaluation`` for ``member_evaluation`` in training_args.json; MeZO's ``evaluation`` and ``normalize`` for
-    ``member_evaluation`` and ``step_normalize`` in optimizer.json (config, param groups) and the trajectory's header."""
+    ``member_evaluation`` and ``step_normalize`` in optimizer.json (config, param groups) and the trajectory's header;
+    the objective's ``normalize`` for ``reward_scale`` in trainer_state.json."""
     def old(d, names):
         return {names.get(k, k): v for k, v in d.items()}
 
@@ -71,14 +72,19 @@ def as_recorded_before_the_renames(run: pathlib.Path) -> None:
     saved["mezo"]["config"] = old(saved["mezo"]["config"], engine)
     saved["param_groups"] = [old(g, engine) for g in saved["param_groups"]]
     (ckpt / OPTIMIZER_FILE).write_text(json.dumps(saved))
+    state = json.loads((ckpt / STATE_FILE).read_text())
+    own = state["stateful_callbacks"]["MeZOTrainer"]
+    own["objective"] = old(own["objective"], {"reward_scale": "normalize"})
+    (ckpt / STATE_FILE).write_text(json.dumps(state))
     trajectory = read_trajectory(ckpt / TRAJECTORY_FILE)
     trajectory.header = old(trajectory.header, engine)
     trajectory.save(ckpt / TRAJECTORY_FILE)
     assert "evaluation" in json.loads(config.read_text()) and "normalize" in read_trajectory(ckpt / TRAJECTORY_FILE).header
+    assert "normalize" in json.loads((ckpt / STATE_FILE).read_text())["stateful_callbacks"]["MeZOTrainer"]["objective"]
 
 
 @pytest.mark.parametrize("variant", [dict(momentum=0.9, member_evaluation="inplace"),
-                                     dict(adam=True, member_evaluation="batched", noise="lowrank")])
+                                     dict(adam=True, member_evaluation="batched", noise="lowrank", reward_scale="std")])
 def test_a_run_recorded_under_the_earlier_names_resumes_with_the_bytes_of_an_uninterrupted_one(tmp_path, factory,
                                                                                                 fixed_clock, variant):
     """A run directory written before the renames (its records say ``evaluation`` and ``normalize``) is history,

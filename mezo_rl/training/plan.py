@@ -194,7 +194,7 @@ def check_replayable_reward(ref: str) -> None:
                           f"file.py:function) and give that")
 
 
-def build_objective(refs, weights=None, normalize=None, trust_remote_code: bool = False, given: str = "--reward"):
+def build_objective(refs, weights=None, reward_scale=None, trust_remote_code: bool = False, given: str = "--reward"):
     """The objective of the rewards ``refs`` (names, ``module:function`` paths, a reward model's path or hub id:
     ``mezo_rl.training.trl_rewards.resolve_reward``; or RewardSpecs already resolved) with ``reward_weights`` (one
     per reward, in order: a count mismatch is one line naming the rewards and where they were ``given``) and
@@ -206,7 +206,7 @@ def build_objective(refs, weights=None, normalize=None, trust_remote_code: bool 
             check_replayable_reward(ref)
             ref = user_code("--reward", ref, lambda ref=ref: resolve_reward(ref, trust_remote_code=trust_remote_code))
         specs.append(ref)
-    return rewards.build_objective(specs, weights=weights, normalize=normalize)
+    return rewards.build_objective(specs, weights=weights, reward_scale=reward_scale)
 
 
 # ---------------------------------------------------------------------- what MeZOTrainer was given, TRL's way
