@@ -36,7 +36,7 @@ Peak memory: benchmarks/memory_run.py (one process per mode, the same rows).
 the norm row of ``mezo_rl.training.defaults``, in place, the trunk cache filled first), its closure
 the training path (``objective_outputs``) two ways, steps interleaved: ``candidate logits``
 (the objective is invariant to the normaliser, so each example's two label words' logits are computed
-at its one position) and ``full vocabulary`` (``normalised=True``: vocabulary-wide logits and their
+at its one position) and ``full vocabulary`` (``log_softmax=True``: vocabulary-wide logits and their
 log-sum-exp at every scored position, what every step computed before). Prints the medians and
 ``norm-mode scoring step, full vocabulary / candidate logits: X.X``; the two paths' accuracies over
 the steps must be identical (checked).
@@ -156,7 +156,7 @@ def norm_scoring(args) -> dict:
     row = MODE_DEFAULTS["norm"]
     train = tasks.get_task("sst2").load_split("train", n=256, seed=0)  # a pool the batches are drawn from
     objective = build_objective("accuracy")
-    assert objective.normaliser_invariant
+    assert objective.shift_invariant
     params = [p for p in lm.model.parameters() if p.requires_grad]
     opts = {path: MeZO(params, record=False, seed=0, **mezo_options(row)) for path in ("candidate", "full")}
     with torch.no_grad():

@@ -111,12 +111,12 @@ class Objective:
         return {r.needs for r in self.rewards}
 
     @property
-    def normaliser_invariant(self) -> bool:
+    def shift_invariant(self) -> bool:
         """Whether every score reward here is invariant to a shift common to an example's candidates
-        (``RewardSpec.normaliser_invariant``), so the model may score candidates without the
-        vocabulary-wide normaliser (``LanguageModel.score(..., normalised=False)``). False without score rewards."""
+        (``RewardSpec.shift_invariant``), so the model may score candidates without the
+        vocabulary-wide normaliser (``LanguageModel.score(..., log_softmax=False)``). False without score rewards."""
         scores = [r for r in self.rewards if r.needs == "scores"]
-        return bool(scores) and all(r.normaliser_invariant for r in scores)
+        return bool(scores) and all(r.shift_invariant for r in scores)
 
     def __repr__(self):
         parts = " + ".join(f"{self.weights[r.name]:g}*{r.name}" for r in self.rewards)
