@@ -59,7 +59,7 @@ def check_dtype(dtype: str, autocast_mode: str) -> None:
 
 
 def check_member_evaluation(evaluation: str, peft: str, noise: str, trainable: Optional[str],
-                     weights: Optional[str] = None) -> None:
+                            weights: Optional[str] = None) -> None:
     """Refuse, before any model loads, what the batched mode cannot serve (one line, ConfigError), and the
     in-place mode for bf16 / fp16 ``weights`` (the weights' dtype, ``auto`` resolved; None: not known yet): a
     perturbation swept into them rounds, and its restore does not return them bit for bit. ``noise`` None (the

@@ -539,7 +539,7 @@ class MeZOConfig(OutputArguments, EvalArguments, GenerationArguments, ComputeArg
                               f"has no LoRA adapter (use --peft lora, or leave out --lora-dropout)")
         check_report_to(self.report_to)  # an unknown name or a missing package: one line, before anything loads
         check_member_evaluation(self.member_evaluation, self.peft, self.noise, self.trainable,  # dtype auto: the plan decides
-                         None if self.dtype == "auto" else self.dtype)
+                                None if self.dtype == "auto" else self.dtype)
         if self.hessian_smooth and self.noise is not None and {k: getattr(self, k) for k in HIZOO_OPTIONS} != HIZOO_OPTIONS:
             raise ConfigError(f"--hessian-smooth (HiZOO) needs --noise lowrank with --rank 1 and --estimator two_point; "
                               f"got --noise {self.noise} --rank {self.rank} --estimator {self.estimator}")

@@ -34,9 +34,9 @@ PROMPT_TOKENS_PER_NEW_TOKEN = 4
 
 # ---------------------------------------------------------------------------------- --member-evaluation
 def resolve_member_evaluation(evaluation: str, needs, peft: str, noise: str, trainable: Optional[str] = None, *,
-                       device_type: str = "cpu", prompt_tokens: Optional[float] = None,
-                       max_new_tokens: Optional[int] = None, low_precision: bool = False,
-                       copies_fit: bool = True) -> str:
+                              device_type: str = "cpu", prompt_tokens: Optional[float] = None,
+                              max_new_tokens: Optional[int] = None, low_precision: bool = False,
+                              copies_fit: bool = True) -> str:
     """``"inplace"`` or ``"batched"`` for ``--member-evaluation``; ``"auto"``: batched where it measured faster,
     and wherever the trainable weights are bf16 / fp16 (``low_precision``): the in-place sweeps round
     every perturbed weight and do not return it to where it was; the batched mode never perturbs it.
@@ -90,8 +90,8 @@ def member_evaluation_options(args, needs, lm, train=(), recorded: Optional[str]
         members = getattr(args, "n_spsa", 1) * (1 if getattr(args, "estimator", "two_point") in ("es", "one_point") else 2)
         copied = 0 if args.noise == "lowrank" else sum(p.numel() for p in params if p.requires_grad and p.dim() >= 2)
         mode = resolve_member_evaluation(evaluation, needs, args.peft, args.noise, getattr(args, "trainable", None),
-                                  device_type=lm.device.type, prompt_tokens=tokens,
-                                  max_new_tokens=getattr(args, "max_completion_length", None),
-                                  low_precision=any(p.requires_grad and p.dtype.itemsize < 4 for p in params),
-                                  copies_fit=members * copied <= COPY_BUDGET * sum(p.numel() for p in params))
+                                         device_type=lm.device.type, prompt_tokens=tokens,
+                                         max_new_tokens=getattr(args, "max_completion_length", None),
+                                         low_precision=any(p.requires_grad and p.dtype.itemsize < 4 for p in params),
+                                         copies_fit=members * copied <= COPY_BUDGET * sum(p.numel() for p in params))
     return {} if mode == "inplace" else {"member_evaluation": BatchedMembers(lm.model)}
