@@ -21,6 +21,7 @@ import torch
 from mezo_rl.errors import ConfigError, UserError
 from mezo_rl.choices import DTYPES, LOW_PRECISION_DTYPES, check_dtype
 from mezo_rl.model.decoding import GREEDY, Sampling
+from mezo_rl.rewards.objective import example_columns
 
 
 @dataclass
@@ -70,20 +71,6 @@ def score_requests(examples, is_causal: bool, gold_only: bool = False) -> tuple[
             candidates.append([ex.answers[0]])
             labels.append(0)
     return prompts, candidates, labels
-
-
-def example_columns(examples) -> dict[str, list]:
-    """Per-example columns passed to rewards as keywords: every ``Example.columns`` key, plus ``answers``
-    (the gold answers, for generation tasks)."""
-    keys: list[str] = []
-    for ex in examples:
-        for k in ex.columns or {}:
-            if k not in keys:
-                keys.append(k)
-    cols = {k: [(ex.columns or {}).get(k) for ex in examples] for k in keys}
-    if any(ex.answers is not None for ex in examples):
-        cols["answers"] = [ex.answers for ex in examples]
-    return cols
 
 
 class ChatTemplateError(UserError, ValueError):

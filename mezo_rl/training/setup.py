@@ -32,7 +32,7 @@ from mezo_rl.training.distributed import DistContext, check_no_offload
 from mezo_rl.training.fitness import Fitness
 from mezo_rl.training.kl import starting_point
 from mezo_rl.training.member_evaluation import evaluation_options
-from mezo_rl.training.outputs import example_columns, truncate_prompts, weights_dtype
+from mezo_rl.training.outputs import truncate_prompts, weights_dtype
 
 __all__ = ["build_run", "TaskCodeError", "load_splits", "run_splits", "build_model", "param_groups", "trainable_parameters",
            "build_optimizer", "lr_scheduler"]
@@ -55,7 +55,7 @@ def build_run(plan, lm=None, splits=None, dist=None) -> tuple:
     """
     args, objective = plan.args, plan.objective
     splits = run_splits(args, plan.task, splits)
-    objective.check_columns(example_columns(splits["train"]), task_kind=plan.task_kind)
+    objective.check_examples(splits["train"], task_kind=plan.task_kind)
     lm = build_model(args, lm, plan.dtype)
     objective.check_compatible(bool(lm.is_causal))
     splits = truncate_prompts(splits, lm, args.max_prompt_length)
