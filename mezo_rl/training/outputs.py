@@ -194,11 +194,14 @@ def bf16_is_native() -> bool:
 
 
 
-def weights_dtype(dtype: str, autocast_mode: str = "auto") -> str:
-    """The weights' dtype ``--dtype`` asks for: itself, or for ``"auto"`` bfloat16 where bf16 is native and
-    ``--autocast`` is auto (a run that turned autocast off or asked for fp32 master weights keeps float32)."""
+def weights_dtype(dtype: str, autocast_mode: str = "auto", recorded: Optional[str] = None) -> str:
+    """The weights' dtype ``--dtype`` asks for: itself, or for ``"auto"`` the ``recorded`` one (the dtype a recorded
+    run's weights were written with), else bfloat16 where bf16 is native and ``--autocast`` is auto (a run that
+    turned autocast off or asked for fp32 master weights keeps float32)."""
     if dtype != "auto":
         return dtype
+    if recorded is not None:
+        return recorded
     return "bfloat16" if autocast_mode == "auto" and bf16_is_native() else "float32"
 
 

@@ -54,7 +54,7 @@ from mezo_rl.errors import ConfigError, UserError, first_line
 from mezo_rl.model.peft import PEFT_METHODS, export_model, peft_config
 from mezo_rl.training.arguments import MeZOConfig, parse_step
 from mezo_rl.training.member_evaluation import resumed_evaluation
-from mezo_rl.training.outputs import completion_stops
+from mezo_rl.training.outputs import completion_stops, weights_dtype
 from mezo_rl.training.resolve import resolve_values
 from mezo_rl.training.setup import build_model, trainable_parameters
 
@@ -547,7 +547,7 @@ def load_run(run_dir: str | os.PathLike, step: str | int = "best", lm=None):
     n = {"best": state.best_step, "final": state.global_step}.get(step, step)
     if not 0 <= n <= len(trajectory):
         raise ConfigError(f"step {step!r}: the checkpoint in {run} has steps 0..{len(trajectory)}")
-    lm = build_model(args, lm, recorded_dtype(run))
+    lm = build_model(args, lm, weights_dtype(args.dtype, args.autocast, recorded_dtype(run)))
     replay_prefix(lm, trajectory, n)
     return lm, args, n
 

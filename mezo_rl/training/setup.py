@@ -32,7 +32,7 @@ from mezo_rl.training.distributed import DistContext, check_no_offload
 from mezo_rl.training.fitness import Fitness
 from mezo_rl.training.kl import starting_point
 from mezo_rl.training.member_evaluation import evaluation_options
-from mezo_rl.training.outputs import truncate_prompts, weights_dtype
+from mezo_rl.training.outputs import truncate_prompts
 
 __all__ = ["build_run", "TaskCodeError", "load_splits", "run_splits", "build_model", "param_groups", "trainable_parameters",
            "build_optimizer", "lr_scheduler"]
@@ -128,14 +128,14 @@ def trainable_parameters(model: torch.nn.Module) -> list[torch.Tensor]:
 
 
 def build_model(args: MeZOConfig, lm=None, dtype: Optional[str] = None):
-    """Load the base model (unless ``lm`` is given) in ``args.dtype`` (``auto`` resolved here, or ``dtype``: the
-    one a recorded run used) and set it up for what ``args.peft`` trains
+    """Load the base model (unless ``lm`` is given) in ``dtype``, the weights' dtype with ``--dtype auto``
+    decided (a plan's ``RunPlan.dtype``, or :func:`mezo_rl.training.outputs.weights_dtype`; None: ``args.dtype``,
+    which is then not ``auto``), and set it up for what ``args.peft`` trains
     (:func:`mezo_rl.model.peft.set_trainable`: the final norm with its trunk cache, an adapter, or every
     weight; then ``args.trainable``'s pattern)."""
     if lm is None:
         remote = {"trust_remote_code": True} if args.trust_remote_code else {}
-        dtype = dtype if dtype is not None and args.dtype == "auto" else weights_dtype(args.dtype, args.autocast)
-        lm = load_model(args.model, dtype=dtype, device_map=args.device_map,
+        lm = load_model(args.model, dtype=dtype or args.dtype, device_map=args.device_map,
                         max_memory=args.max_memory, batch_size=args.eval_batch_size, **remote)
         if args.device_map is not None:
             check_no_offload(lm.model)  # weights offloaded to disk cannot be perturbed in place
