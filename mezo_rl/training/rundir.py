@@ -53,7 +53,6 @@ from mezo_rl.engine.trajectory import Trajectory
 from mezo_rl.errors import ConfigError, UserError, first_line
 from mezo_rl.model.peft import PEFT_METHODS, export_model, peft_config
 from mezo_rl.training.arguments import MeZOConfig, parse_step
-from mezo_rl.training.member_evaluation import resumed_evaluation
 from mezo_rl.training.outputs import completion_stops, weights_dtype
 from mezo_rl.training.resolve import resolve_values
 from mezo_rl.training.setup import build_model, trainable_parameters
@@ -429,6 +428,16 @@ def evaluation_of(trajectory: Trajectory) -> str:
     """How the steps of ``trajectory`` evaluated their members (``"inplace"`` or ``"batched"``, from its header;
     runs from before ``--evaluation`` ran in place)."""
     return (trajectory.header or {}).get("evaluation", "inplace")
+
+
+def resumed_evaluation(evaluation: str, recorded: str) -> str:
+    """The member evaluation of a resumed run: the one its checkpoint was written with (``recorded``), which
+    ``auto`` keeps; asking for the other one is refused in one line (the optimizer state and trajectory belong
+    to that mode)."""
+    if evaluation not in ("auto", recorded):
+        raise ConfigError(f"--resume: this run's steps were evaluated {recorded}; resume it with "
+                          f"--evaluation {recorded} or auto, not --evaluation {evaluation}")
+    return recorded
 
 
 def recorded_evaluation(run_dir: str | os.PathLike) -> Optional[str]:
