@@ -48,6 +48,7 @@ import numpy as np
 import torch
 
 from mezo_rl import rewards
+from mezo_rl.choices import parse_max_memory
 from mezo_rl.engine.optim import replay_trajectory
 from mezo_rl.engine.trajectory import Trajectory
 from mezo_rl.errors import ConfigError, UserError, first_line
@@ -556,7 +557,8 @@ def load_run(run_dir: str | os.PathLike, step: str | int = "best", lm=None):
     n = {"best": state.best_step, "final": state.global_step}.get(step, step)
     if not 0 <= n <= len(trajectory):
         raise ConfigError(f"step {step!r}: the checkpoint in {run} has steps 0..{len(trajectory)}")
-    lm = build_model(args, lm, weights_dtype(args.dtype, args.autocast, recorded_dtype(run)))
+    lm = build_model(args, lm, weights_dtype(args.dtype, args.autocast, recorded_dtype(run)),
+                     max_memory=parse_max_memory(args.max_memory))
     replay_prefix(lm, trajectory, n)
     return lm, args, n
 

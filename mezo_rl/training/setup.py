@@ -56,7 +56,7 @@ def build_run(plan, lm=None, splits=None, dist=None) -> tuple:
     args, objective = plan.args, plan.objective
     splits = run_splits(args, plan.task, splits)
     objective.check_examples(splits["train"], task_kind=plan.task_kind)
-    lm = build_model(args, lm, plan.dtype)
+    lm = build_model(args, lm, plan.dtype, max_memory=plan.max_memory)
     objective.check_compatible(bool(lm.is_causal))
     splits = truncate_prompts(splits, lm, args.max_prompt_length)
     return splits, lm, starting_point(lm, plan.reference), Fitness(plan.fitness, objective, dist or DistContext())
@@ -127,16 +127,17 @@ def trainable_parameters(model: torch.nn.Module) -> list[torch.Tensor]:
     return [p for g in param_groups(model, 0.0) for p in g["params"]]
 
 
-def build_model(args: MeZOConfig, lm=None, dtype: Optional[str] = None):
+def build_model(args: MeZOConfig, lm=None, dtype: Optional[str] = None, *, max_memory: Optional[dict] = None):
     """Load the base model (unless ``lm`` is given) in ``dtype``, the weights' dtype with ``--dtype auto``
     decided (a plan's ``RunPlan.dtype``, or :func:`mezo_rl.training.outputs.weights_dtype`; None: ``args.dtype``,
-    which is then not ``auto``), and set it up for what ``args.peft`` trains
+    which is then not ``auto``), within ``max_memory``, the per-device caps ``args.max_memory`` gives (a plan's
+    ``RunPlan.max_memory``, or :func:`mezo_rl.choices.parse_max_memory`), and set it up for what ``args.peft`` trains
     (:func:`mezo_rl.model.peft.set_trainable`: the final norm with its trunk cache, an adapter, or every
     weight; then ``args.trainable``'s pattern)."""
     if lm is None:
         remote = {"trust_remote_code": True} if args.trust_remote_code else {}
         lm = load_model(args.model, dtype=dtype or args.dtype, device_map=args.device_map,
-                        max_memory=args.max_memory, batch_size=args.eval_batch_size, **remote)
+                        max_memory=max_memory, batch_size=args.eval_batch_size, **remote)
         if args.device_map is not None:
             check_no_offload(lm.model)  # weights offloaded to disk cannot be perturbed in place
     return set_trainable(lm, args.peft, trainable=args.trainable, modules_to_save=args.lora_modules_to_save,
