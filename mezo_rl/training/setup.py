@@ -51,7 +51,8 @@ def build_run(plan, lm=None, splits=None, dist=None) -> tuple:
     - the run's fitness: how a member's loss is formed, its statistics all-reduced over ``dist``
       (a :class:`~mezo_rl.training.distributed.DistContext`; None: this process alone).
 
-    The weights get the plan's dtype (``--dtype auto`` decided; a resumed run's, which auto keeps).
+    The weights get the plan's dtype (``--dtype auto`` decided; a resumed run's, which auto keeps) and its
+    per-device memory caps (``max_memory``, parsed).
     """
     args, objective = plan.args, plan.objective
     splits = run_splits(args, plan.task, splits)
