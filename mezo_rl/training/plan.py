@@ -51,7 +51,9 @@ What it decides:
   metric;
 - ``metric_for_best`` and ``greater_is_better``: how the best step is picked;
 - ``fitness``: how a member's loss is formed (:class:`mezo_rl.training.fitness.Fitness`);
-- ``reference``: whether the run keeps its starting weights (the KL of a prompt task on a causal model).
+- ``reference``: whether the run keeps its starting weights (the KL of a prompt task on a causal model);
+- ``dtype`` and ``max_memory``: what loading the model takes (``--dtype auto`` decided, a resumed run's
+  dtype kept; ``--max-memory`` parsed), so the build reads them from the plan.
 """
 from __future__ import annotations
 
