@@ -53,7 +53,8 @@ def per_example(run_dir: str) -> None:
     """Print, as one JSON line, the test examples' correctness before (base model) and after (best step)."""
     from mezo_rl.rewards import build_objective
     from mezo_rl.tasks import get_task
-    from mezo_rl.training.outputs import objective_outputs
+    from mezo_rl.choices import parse_max_memory
+    from mezo_rl.training.outputs import objective_outputs, weights_dtype
     from mezo_rl.training.rundir import load_run, read_args
     from mezo_rl.training.setup import build_model, load_splits
 
@@ -67,7 +68,8 @@ def per_example(run_dir: str) -> None:
             lm, _, step = load_run(run_dir, tested)
             out["step"] = step
         else:
-            lm = build_model(args)  # the base model, in the dtype the run's options give
+            lm = build_model(args, dtype=weights_dtype(args.dtype, args.autocast),  # the dtype the run's options give
+                             max_memory=parse_max_memory(args.max_memory))
         lm.batch_size = args.eval_batch_size
         values = objective_outputs(lm, objective, examples).values["accuracy"]
         out[when] = [float(v) for v in values]

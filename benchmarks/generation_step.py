@@ -68,7 +68,8 @@ from memory_run import status_kb  # benchmarks/ is on the path when run as a scr
 from mezo_rl.model.loading import load_model
 from mezo_rl.engine.noise import NoiseSpec, layout, resolve_backend
 from mezo_rl.engine.optim import BatchedMembers, MeZO
-from mezo_rl.training.outputs import example_columns, objective_outputs
+from mezo_rl.rewards.objective import example_columns
+from mezo_rl.training.outputs import objective_outputs
 from mezo_rl.training.defaults import MODE_DEFAULTS, mezo_options
 from mezo_rl.model.peft import apply_peft
 from mezo_rl.rewards import build_objective

@@ -147,6 +147,10 @@ class Objective:
                 + ". Give the reward's extra parameters defaults, or choose rewards that fit the task."
             )
 
+    def check_examples(self, examples, task_kind: str | None = None) -> None:
+        """:meth:`check_columns` against the columns ``examples`` give the rewards (:func:`example_columns`)."""
+        self.check_columns(example_columns(examples), task_kind=task_kind)
+
     def check_task_kind(self, task_kind: str) -> None:
         """Raise :class:`RewardConfigError` if a reward was declared for other task kinds than ``task_kind``
         (``accuracy`` on a generation task). Needs no data: the command line runs it before loading any."""
@@ -428,6 +432,20 @@ def _validate(name: str, values, n: int, prompts=None) -> list[float | None]:
     if len(values) != n:
         raise RewardError(f"reward {name!r} returned {len(values)} values for a batch of {n}; it must return one per example")
     return [_as_number(name, i, v, prompts) for i, v in enumerate(values)]
+
+
+def example_columns(examples) -> dict[str, list]:
+    """Per-example columns passed to rewards as keywords: every ``Example.columns`` key (``mezo_rl.tasks``'
+    examples), plus ``answers`` (the gold answers, for generation tasks)."""
+    keys: list[str] = []
+    for ex in examples:
+        for k in ex.columns or {}:
+            if k not in keys:
+                keys.append(k)
+    cols = {k: [(ex.columns or {}).get(k) for ex in examples] for k in keys}
+    if any(ex.answers is not None for ex in examples):
+        cols["answers"] = [ex.answers for ex in examples]
+    return cols
 
 
 def build_objective(rewards, weights: Sequence[float] | None = None, reward_scale: str | None = None,

@@ -55,7 +55,8 @@ def _train_tokenizer(mask: bool):
 
 @pytest.fixture
 def one_thread():
-    """torch on one thread for the test: the same reduction order in every pass it compares."""
+    """torch on one thread for the test: the same reduction order in every pass it compares; small tensors run
+    faster so, and immune to OpenMP stalls on a busy machine."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     yield

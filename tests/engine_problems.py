@@ -17,15 +17,6 @@ SHAPES = [(200, 250), (30_000,), (20_000,)]  # 100,000 weights
 SMALL_SHAPES = [(100, 120), (5_000,), (3_000,)]  # 20,000 weights
 
 
-@pytest.fixture()
-def one_thread():
-    """These tensors are small: one thread is faster, and immune to OpenMP stalls on a busy machine."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
 def make_problem(shapes=SHAPES, rank: int = 8, seed: int = 0, dtype=torch.float32):
     """(params, loss_fn, grad_fn): zero-initialised tensors of ``shapes`` and the quadratic above
     (Hessian eigenvalues 0.25..1); ``grad_fn()`` is its exact gradient, one tensor per param."""

@@ -10,7 +10,6 @@ import pytest
 import torch
 
 from conftest import make_tiny_causal_lm
-from engine_problems import one_thread  # noqa: F401 (a fixture)
 from mezo_rl.engine.optim import MeZO, replay_trajectory
 from mezo_rl.engine.population import BatchedMembers, Member, Members, step_members, takes_members
 from mezo_rl.model.lm import LanguageModel

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from engine_problems import SMALL_SHAPES, make_problem, messy_run, one_thread, run  # noqa: F401 (fixture)
+from engine_problems import SMALL_SHAPES, make_problem, messy_run, run
 from mezo_rl.engine.optim import MeZO, replay_trajectory
 
 pytestmark = pytest.mark.usefixtures("one_thread")

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from engine_problems import SMALL_SHAPES, make_problem, messy_run, one_thread, run  # noqa: F401 (fixture)
+from engine_problems import SMALL_SHAPES, make_problem, messy_run, run
 from mezo_rl.engine.noise import NoiseSpec, layout
 from mezo_rl.engine.optim import MeZO, get_scheduler, replay_trajectory
 from mezo_rl.engine.trajectory import Trajectory

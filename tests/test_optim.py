@@ -5,7 +5,7 @@ import io
 import pytest
 import torch
 
-from engine_problems import SHAPES, make_problem, one_thread, run  # noqa: F401 (fixture)
+from engine_problems import SHAPES, make_problem, run
 from mezo_rl.engine.optim import ESTIMATORS, ON_NONFINITE, SCHEDULERS, MeZO, StepResult, get_scheduler
 
 pytestmark = pytest.mark.usefixtures("one_thread")

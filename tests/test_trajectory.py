@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from engine_problems import SMALL_SHAPES as SHAPES, make_problem as _make_problem, messy_run, one_thread, run  # noqa: F401
+from engine_problems import SMALL_SHAPES as SHAPES, make_problem as _make_problem, messy_run, run
 from mezo_rl.engine.optim import MeZO, replay_trajectory
 from mezo_rl.engine.trajectory import Trajectory
 

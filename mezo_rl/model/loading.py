@@ -33,7 +33,7 @@ from typing import Any
 
 import torch
 
-from mezo_rl.choices import parse_max_memory
+from mezo_rl.choices import parse_max_memory  # noqa: F401  (--max-memory's text -> load_model's max_memory)
 from mezo_rl.errors import ConfigError, UserError
 from mezo_rl.model.lm import LanguageModel
 
@@ -156,7 +156,7 @@ def load_model(
     dtype: str = "float32",
     device: str | torch.device = "cpu",
     device_map=None,
-    max_memory: dict | str | None = None,
+    max_memory: dict | None = None,
     batch_size: int = 16,
     **from_pretrained_kwargs,
 ) -> LanguageModel:
@@ -169,8 +169,8 @@ def load_model(
         device: where to put the model when ``device_map`` is not given (``"cpu"``, ``"cuda:0"``).
         device_map, max_memory: passed to ``from_pretrained`` to spread a large model over devices
             (e.g. ``device_map="auto"``); ``device`` is then ignored. ``max_memory`` as accelerate takes it
-            (``{0: "20GiB", "cpu": "60GiB"}``) or as ``--max-memory`` writes it (``"0=20GiB,cpu=60GiB"``,
-            :func:`parse_max_memory`).
+            (``{0: "20GiB", "cpu": "60GiB"}``; ``--max-memory``'s text, ``"0=20GiB,cpu=60GiB"``, becomes that
+            with :func:`parse_max_memory`, which a run's plan applies once).
         batch_size: the ``LanguageModel``'s batch size for scoring and generation.
         **from_pretrained_kwargs: anything else for ``from_pretrained`` (``revision``, ``attn_implementation``).
 
@@ -182,7 +182,7 @@ def load_model(
     if device_map is not None:
         kw["device_map"] = device_map
     if max_memory is not None:
-        kw["max_memory"] = parse_max_memory(max_memory) if isinstance(max_memory, str) else max_memory
+        kw["max_memory"] = max_memory
 
     tried = []
     source = _resolve(name, tried)

@@ -34,7 +34,7 @@ from mezo_rl import rewards
 from mezo_rl import tasks
 from mezo_rl.stats import Moments
 from mezo_rl.training.kl import KL, KLSums, completion_kl
-from mezo_rl.training.outputs import completion_stops, example_columns, model_outputs, prompt_texts
+from mezo_rl.training.outputs import completion_stops, model_outputs, prompt_texts
 
 PROGRESS_DELAY_S = 3.0  # an evaluation shorter than this shows no progress bar
 # Examples per call to the model (at least batch_size): the model orders a call's prompts by length into
@@ -140,7 +140,7 @@ def _report_objective(lm, task, examples, metrics, objective) -> tuple:
     for spec in report.rewards:
         if spec.needs == "generation" and task.kind not in ("generation", "prompts"):
             raise ValueError(f"metric {spec.name!r} needs generated text; task {task.name!r} is {task.kind}")
-    report.check_columns(example_columns(examples), task_kind=task.kind)
+    report.check_examples(examples, task_kind=task.kind)
     report.check_compatible(bool(lm.is_causal))
     return report, weights
 

@@ -20,7 +20,6 @@ from __future__ import annotations
 from typing import Optional
 
 from mezo_rl.engine.population import COPY_BUDGET, BatchedMembers
-from mezo_rl.errors import ConfigError
 from mezo_rl.choices import check_member_evaluation
 from mezo_rl.training.outputs import prompt_texts
 
@@ -62,25 +61,16 @@ def resolve_member_evaluation(evaluation: str, needs, peft: str, noise: str, tra
     return "batched" if servable and "generation" in needs and decode_bound else "inplace"
 
 
-def resumed_member_evaluation(evaluation: str, recorded: str) -> str:
-    """The member evaluation of a resumed run: the one its checkpoint was written with (``recorded``), which
-    ``auto`` keeps; asking for the other one is refused in one line (the optimizer state and trajectory belong
-    to that mode)."""
-    if evaluation not in ("auto", recorded):
-        raise ConfigError(f"--resume: this run's steps were evaluated {recorded}; resume it with "
-                          f"--member-evaluation {recorded} or auto, not --member-evaluation {evaluation}")
-    return recorded
-
-
 def member_evaluation_options(args, needs, lm, train=(), recorded: Optional[str] = None) -> dict:
     """The MeZO options of ``args.member_evaluation`` for a run: ``{}`` (in place) or
     ``{"member_evaluation": BatchedMembers(lm.model)}``. ``train``: the training examples (for ``auto``:
     their prompts' mean length in tokens, as the model reads them). ``recorded``: the mode a resumed
-    run's checkpoint was written with; ``auto`` keeps it, and asking for the other one is refused (the
-    optimizer state and trajectory belong to that mode)."""
+    run's checkpoint was written with, which the run keeps (the optimizer state and trajectory belong to that
+    mode; ``args.member_evaluation`` was checked against it when the run directory was read:
+    :func:`mezo_rl.training.rundir.resumed_member_evaluation`)."""
     evaluation = getattr(args, "member_evaluation", "inplace")
     if recorded is not None:
-        mode = resumed_member_evaluation(evaluation, recorded)
+        mode = recorded
     else:
         tokens = None
         if evaluation == "auto" and "generation" in needs and train:

@@ -21,6 +21,7 @@ import torch
 from mezo_rl.errors import ConfigError, UserError
 from mezo_rl.choices import DTYPES, LOW_PRECISION_DTYPES, check_dtype
 from mezo_rl.model.decoding import GREEDY, Sampling
+from mezo_rl.rewards.objective import example_columns
 
 
 @dataclass
@@ -70,20 +71,6 @@ def score_requests(examples, is_causal: bool, gold_only: bool = False) -> tuple[
             candidates.append([ex.answers[0]])
             labels.append(0)
     return prompts, candidates, labels
-
-
-def example_columns(examples) -> dict[str, list]:
-    """Per-example columns passed to rewards as keywords: every ``Example.columns`` key, plus ``answers``
-    (the gold answers, for generation tasks)."""
-    keys: list[str] = []
-    for ex in examples:
-        for k in ex.columns or {}:
-            if k not in keys:
-                keys.append(k)
-    cols = {k: [(ex.columns or {}).get(k) for ex in examples] for k in keys}
-    if any(ex.answers is not None for ex in examples):
-        cols["answers"] = [ex.answers for ex in examples]
-    return cols
 
 
 class ChatTemplateError(UserError, ValueError):
@@ -207,11 +194,14 @@ def bf16_is_native() -> bool:
 
 
 
-def weights_dtype(dtype: str, autocast_mode: str = "auto") -> str:
-    """The weights' dtype ``--dtype`` asks for: itself, or for ``"auto"`` bfloat16 where bf16 is native and
-    ``--autocast`` is auto (a run that turned autocast off or asked for fp32 master weights keeps float32)."""
+def weights_dtype(dtype: str, autocast_mode: str = "auto", recorded: Optional[str] = None) -> str:
+    """The weights' dtype ``--dtype`` asks for: itself, or for ``"auto"`` the ``recorded`` one (the dtype a recorded
+    run's weights were written with), else bfloat16 where bf16 is native and ``--autocast`` is auto (a run that
+    turned autocast off or asked for fp32 master weights keeps float32)."""
     if dtype != "auto":
         return dtype
+    if recorded is not None:
+        return recorded
     return "bfloat16" if autocast_mode == "auto" and bf16_is_native() else "float32"
 
 

@@ -51,7 +51,9 @@ What it decides:
   metric;
 - ``metric_for_best`` and ``greater_is_better``: how the best step is picked;
 - ``fitness``: how a member's loss is formed (:class:`mezo_rl.training.fitness.Fitness`);
-- ``reference``: whether the run keeps its starting weights (the KL of a prompt task on a causal model).
+- ``reference``: whether the run keeps its starting weights (the KL of a prompt task on a causal model);
+- ``dtype`` and ``max_memory``: what loading the model takes (``--dtype auto`` decided, a resumed run's
+  dtype kept; ``--max-memory`` parsed), so the build reads them from the plan.
 """
 from __future__ import annotations
 
@@ -63,7 +65,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, TypeVar
 
 from mezo_rl import rewards
-from mezo_rl.choices import check_member_evaluation, check_report_to
+from mezo_rl.choices import check_member_evaluation, check_report_to, parse_max_memory
 from mezo_rl.errors import ConfigError, UnknownNameError, UserError, first_line
 from mezo_rl.model.lm import LanguageModel
 from mezo_rl.rewards.registry import REGISTRY
@@ -108,6 +110,8 @@ class RunPlan:
     resumed: Any = field(default=None, repr=False, compare=False)
     #: the weights' dtype (``--dtype auto`` decided; a resumed run's, which auto keeps)
     dtype: str = "float32"
+    #: the per-device memory caps ``max_memory`` gives, as ``load_model`` takes them (or None)
+    max_memory: Optional[dict] = None
     #: where metrics go besides metrics.jsonl: the integrations ``report_to`` names, checked (``all``: those installed)
     report_to: tuple = ()
 
@@ -474,7 +478,7 @@ def plan_run(args: MeZOConfig, task, objective, model=None, given: Optional[dict
     args = MeZOConfig(**resolved)  # every value decided: the configuration checks its combinations again
     weights, stops = weights_dtype(args.dtype, args.autocast), completion_stops(task, args.stop)
     check_member_evaluation(args.member_evaluation, args.peft, args.noise, args.trainable, weights)
-    report_to = tuple(check_report_to(args.report_to))
+    report_to, max_memory = tuple(check_report_to(args.report_to)), parse_max_memory(args.max_memory)
     resumed = rundir.read_resumed(args.output_dir, args, task, objective, stops) if args.resume else None
     if resumed is not None and resumed.dtype is not None and args.dtype == "auto":
         weights = resumed.dtype  # --dtype auto keeps the dtype the run's checkpoint was written with
@@ -482,7 +486,7 @@ def plan_run(args: MeZOConfig, task, objective, model=None, given: Optional[dict
                    metric_for_best=metric, greater_is_better=better, fitness=FitnessSpec.of(args),
                    reference=task.kind == "prompts" and (model is None or bool(model.is_causal)),
                    not_replayable=tuple(not_replayable), sources=sources, resumed=resumed, dtype=weights,
-                   report_to=report_to)
+                   max_memory=max_memory, report_to=report_to)
 
 
 def plan_given(args, model=None, reward_funcs=None, train_dataset=None, eval_dataset=None, processing_class=None,

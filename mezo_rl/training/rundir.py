@@ -48,13 +48,13 @@ import numpy as np
 import torch
 
 from mezo_rl import rewards
+from mezo_rl.choices import parse_max_memory
 from mezo_rl.engine.optim import recorded_options, replay_trajectory
 from mezo_rl.engine.trajectory import Trajectory
 from mezo_rl.errors import ConfigError, UserError, first_line
 from mezo_rl.model.peft import PEFT_METHODS, export_model, peft_config
 from mezo_rl.training.arguments import MeZOConfig, parse_step
-from mezo_rl.training.member_evaluation import resumed_member_evaluation
-from mezo_rl.training.outputs import completion_stops
+from mezo_rl.training.outputs import completion_stops, weights_dtype
 from mezo_rl.training.resolve import resolve_values
 from mezo_rl.training.setup import build_model, trainable_parameters
 
@@ -431,6 +431,16 @@ def member_evaluation_of(trajectory: Trajectory) -> str:
     return recorded_options(trajectory.header or {}).get("member_evaluation", "inplace")
 
 
+def resumed_member_evaluation(evaluation: str, recorded: str) -> str:
+    """The member evaluation of a resumed run: the one its checkpoint was written with (``recorded``), which
+    ``auto`` keeps; asking for the other one is refused in one line (the optimizer state and trajectory belong
+    to that mode)."""
+    if evaluation not in ("auto", recorded):
+        raise ConfigError(f"--resume: this run's steps were evaluated {recorded}; resume it with "
+                          f"--member-evaluation {recorded} or auto, not --member-evaluation {evaluation}")
+    return recorded
+
+
 def recorded_member_evaluation(run_dir: str | os.PathLike) -> Optional[str]:
     """How the checkpointed steps of ``run_dir`` evaluated their members (:func:`member_evaluation_of`), or None without
     a checkpoint."""
@@ -547,7 +557,8 @@ def load_run(run_dir: str | os.PathLike, step: str | int = "best", lm=None):
     n = {"best": state.best_step, "final": state.global_step}.get(step, step)
     if not 0 <= n <= len(trajectory):
         raise ConfigError(f"step {step!r}: the checkpoint in {run} has steps 0..{len(trajectory)}")
-    lm = build_model(args, lm, recorded_dtype(run))
+    lm = build_model(args, lm, weights_dtype(args.dtype, args.autocast, recorded_dtype(run)),
+                     max_memory=parse_max_memory(args.max_memory))
     replay_prefix(lm, trajectory, n)
     return lm, args, n
 

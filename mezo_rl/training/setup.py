@@ -32,7 +32,7 @@ from mezo_rl.training.distributed import DistContext, check_no_offload
 from mezo_rl.training.fitness import Fitness
 from mezo_rl.training.kl import starting_point
 from mezo_rl.training.member_evaluation import member_evaluation_options
-from mezo_rl.training.outputs import example_columns, truncate_prompts, weights_dtype
+from mezo_rl.training.outputs import truncate_prompts
 
 __all__ = ["build_run", "TaskCodeError", "load_splits", "run_splits", "build_model", "param_groups", "trainable_parameters",
            "build_optimizer", "lr_scheduler"]
@@ -51,12 +51,13 @@ def build_run(plan, lm=None, splits=None, dist=None) -> tuple:
     - the run's fitness: how a member's loss is formed, its statistics all-reduced over ``dist``
       (a :class:`~mezo_rl.training.distributed.DistContext`; None: this process alone).
 
-    The weights get the plan's dtype (``--dtype auto`` decided; a resumed run's, which auto keeps).
+    The weights get the plan's dtype (``--dtype auto`` decided; a resumed run's, which auto keeps) and its
+    per-device memory caps (``max_memory``, parsed).
     """
     args, objective = plan.args, plan.objective
     splits = run_splits(args, plan.task, splits)
-    objective.check_columns(example_columns(splits["train"]), task_kind=plan.task_kind)
-    lm = build_model(args, lm, plan.dtype)
+    objective.check_examples(splits["train"], task_kind=plan.task_kind)
+    lm = build_model(args, lm, plan.dtype, max_memory=plan.max_memory)
     objective.check_compatible(bool(lm.is_causal))
     splits = truncate_prompts(splits, lm, args.max_prompt_length)
     return splits, lm, starting_point(lm, plan.reference), Fitness(plan.fitness, objective, dist or DistContext())
@@ -127,16 +128,17 @@ def trainable_parameters(model: torch.nn.Module) -> list[torch.Tensor]:
     return [p for g in param_groups(model, 0.0) for p in g["params"]]
 
 
-def build_model(args: MeZOConfig, lm=None, dtype: Optional[str] = None):
-    """Load the base model (unless ``lm`` is given) in ``args.dtype`` (``auto`` resolved here, or ``dtype``: the
-    one a recorded run used) and set it up for what ``args.peft`` trains
+def build_model(args: MeZOConfig, lm=None, dtype: Optional[str] = None, *, max_memory: Optional[dict] = None):
+    """Load the base model (unless ``lm`` is given) in ``dtype``, the weights' dtype with ``--dtype auto``
+    decided (a plan's ``RunPlan.dtype``, or :func:`mezo_rl.training.outputs.weights_dtype`; None: ``args.dtype``,
+    which is then not ``auto``), within ``max_memory``, the per-device caps ``args.max_memory`` gives (a plan's
+    ``RunPlan.max_memory``, or :func:`mezo_rl.choices.parse_max_memory`), and set it up for what ``args.peft`` trains
     (:func:`mezo_rl.model.peft.set_trainable`: the final norm with its trunk cache, an adapter, or every
     weight; then ``args.trainable``'s pattern)."""
     if lm is None:
         remote = {"trust_remote_code": True} if args.trust_remote_code else {}
-        dtype = dtype if dtype is not None and args.dtype == "auto" else weights_dtype(args.dtype, args.autocast)
-        lm = load_model(args.model, dtype=dtype, device_map=args.device_map,
-                        max_memory=args.max_memory, batch_size=args.eval_batch_size, **remote)
+        lm = load_model(args.model, dtype=dtype or args.dtype, device_map=args.device_map,
+                        max_memory=max_memory, batch_size=args.eval_batch_size, **remote)
         if args.device_map is not None:
             check_no_offload(lm.model)  # weights offloaded to disk cannot be perturbed in place
     return set_trainable(lm, args.peft, trainable=args.trainable, modules_to_save=args.lora_modules_to_save,

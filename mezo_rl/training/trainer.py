@@ -536,7 +536,8 @@ class MeZOTrainer:
         self._released = True
         del self.lm
         gc.collect()
-        self.lm = build_model(self.args, self.lm_factory() if self.lm_factory is not None else None, self.plan.dtype)
+        self.lm = build_model(self.args, self.lm_factory() if self.lm_factory is not None else None, self.plan.dtype,
+                              max_memory=self.plan.max_memory)
         self.start = starting_point(self.lm, self.plan.reference)
         rundir.replay_prefix(self.lm, self.trajectory, self.state.best_step)
         self.lm.adopt_trunk_cache(trunk)
