@@ -71,7 +71,7 @@ def keep(steps: int) -> None:
     eps = 1e-2
 
     def run(m, lr, g, rounding):
-        opt = MeZO(m.parameters(), lr=lr, eps=eps, noise="lowrank", rounding=rounding, evaluation=BatchedMembers(m))
+        opt = MeZO(m.parameters(), lr=lr, eps=eps, noise="lowrank", rounding=rounding, member_evaluation=BatchedMembers(m))
         fixed = lambda members: [g * eps, -g * eps][: len(members)]  # noqa: E731  projected gradient g
         kept = [opt.step(fixed).update_kept for _ in range(steps)]
         return [k for k in kept if k is not None]
@@ -123,7 +123,7 @@ def one(shape: str, dtype: str, mode: str) -> None:
         loss_rows(ids.repeat(MEMBERS, 1)).mean().backward()
         opt.step()
     elif mode == "mezo":
-        opt = MeZO(model.parameters(), lr=1e-6, eps=1e-3, noise="lowrank", evaluation=BatchedMembers(model))
+        opt = MeZO(model.parameters(), lr=1e-6, eps=1e-3, noise="lowrank", member_evaluation=BatchedMembers(model))
 
         def closure(members):
             per = loss_rows(ids.repeat(len(members), 1)).view(len(members), -1)

@@ -201,7 +201,7 @@ def population(lm, args, meter, M, counting):
 
     lm_rows = args.prompts
     opt = MeZO([p for p in lm.model.parameters()], lr=0.0, eps=1e-3, n_spsa=M // 2, noise_backend="torch",
-               evaluation=BatchedMembers(lm.model))
+               member_evaluation=BatchedMembers(lm.model))
     inner = {"ops": 0, "time": 0.0}
 
     def closure(members):
@@ -259,7 +259,7 @@ def scoring(lm, args, meter, noise, counting, batched=False):
     backend = "torch" if noise == "lowrank" or args.device == "cpu" else "auto"
     if batched:
         opt = MeZO(list(lm.model.parameters()), lr=0.0, eps=1e-3, noise=noise, noise_backend=backend,
-                   evaluation=BatchedMembers(lm.model))
+                   member_evaluation=BatchedMembers(lm.model))
         step = lambda: opt.step(member_losses)  # noqa: E731
     else:
         opt = MeZO(list(lm.model.parameters()), lr=0.0, eps=1e-3, noise=noise, noise_backend=backend)
@@ -323,7 +323,7 @@ def graph_matches_eager(lm, args, M):
                 return [0.0] * len(members)
 
             opt = MeZO(list(lm.model.parameters()), lr=0.0, eps=1e-3, n_spsa=M // 2, noise_backend="torch",
-                       evaluation=BatchedMembers(lm.model), seed=7)
+                       member_evaluation=BatchedMembers(lm.model), seed=7)
             opt.step(closure)
             out[eager] = (plain, [t for block in blocks for t in block])
     share = lambda a, b: sum(x == y for x, y in zip(a, b)) / len(a)  # noqa: E731

@@ -28,7 +28,7 @@ Scopes (what MeZO trains):
 
 Configs (lr and eps from the command line, the same for all but fzoo):
   gaussian    Gaussian z, compiled kernel           rademacher  Rademacher z, compiled kernel
-  lowrank1/4  z = B A^T / sqrt(r), r = 1 / 4        fzoo        Rademacher z + normalize="std"
+  lowrank1/4  z = B A^T / sqrt(r), r = 1 / 4        fzoo        Rademacher z + step_normalize="std"
 fzoo's lr is matched to the others' initial step size: lr_fzoo = lr * median |g| of the plain
 projected gradient over 4 directions at the initial weights on the first batch (its step is
 lr * (l+ - l-) / (2 sigma) per unit of z instead of lr * (l+ - l-) / (2 eps)).
@@ -62,7 +62,7 @@ CONFIGS = {
     "rademacher": dict(noise="rademacher", noise_backend="compiled"),
     "lowrank1": dict(noise="lowrank", rank=1),
     "lowrank4": dict(noise="lowrank", rank=4),
-    "fzoo": dict(noise="rademacher", noise_backend="compiled", normalize="std"),
+    "fzoo": dict(noise="rademacher", noise_backend="compiled", step_normalize="std"),
 }
 # the step_cost.py row whose S/(2F) prices each config on the full model
 COST_ROW = {"gaussian": "gaussian", "rademacher": "rademacher", "lowrank1": "lowrank1", "lowrank4": "lowrank4",
@@ -252,7 +252,7 @@ def run(args) -> None:
         reset()
         kw = dict(CONFIGS[name])
         lr = args.lr
-        if kw.get("normalize"):
+        if kw.get("step_normalize"):
             probe = MeZO(scorer.params, lr=0.0, eps=args.eps, n_spsa=4, seed=10**6 + seed, record=False,
                          noise="rademacher", noise_backend="compiled")
             res = probe.step(lambda: scorer.loss(batches[0]))

@@ -6,7 +6,7 @@ on SmolLM2-135M (one process, so every ratio is within one run).
     flock /tmp/mezo-heavy.lock python benchmarks/generation_step.py --population [--reps 3]
     flock /tmp/mezo-heavy.lock python benchmarks/generation_step.py --memory
 
-``--population``: the batched member evaluation (``MeZO(evaluation="batched")``, docs/engine.md)
+``--population``: the batched member evaluation (``MeZO(member_evaluation="batched")``, docs/engine.md)
 against the in-place step, full-parameter MeZO with the default low-rank noise, greedy decoding, on
 two workloads: RL-style prompts (16 short instructions, 32 new tokens, no stop at a newline) and
 SQuAD (the first 16 questions, 16 new tokens, stop at a newline, squad_f1), each with 1 and 2 SPSA
@@ -173,7 +173,7 @@ def population(args) -> list[dict]:
         prompts = w["prompts"]
         for n in (1, 2):
             inplace = MeZO(params, lr=0.0, eps=1e-3, n_spsa=n, record=False, seed=0)
-            batched = MeZO(params, lr=0.0, eps=1e-3, n_spsa=n, record=False, seed=0, evaluation=BatchedMembers(lm.model))
+            batched = MeZO(params, lr=0.0, eps=1e-3, n_spsa=n, record=False, seed=0, member_evaluation=BatchedMembers(lm.model))
             lengths = []
 
             def closure_inplace():
@@ -275,7 +275,7 @@ def plain_vs_population(args) -> list[dict]:
             gen = dict(max_new_tokens=w["max_new_tokens"], stop=w["stop"])
             prompts = w["prompts"]
             for M in args.members:
-                opt = MeZO(params, record=False, seed=0, evaluation=BatchedMembers(lm.model),
+                opt = MeZO(params, record=False, seed=0, member_evaluation=BatchedMembers(lm.model),
                            **{**options, "lr": 0.0, "n_spsa": M // 2})
                 inside = []  # (seconds, longest completion) of the closure's decode
 
@@ -326,7 +326,7 @@ def memory_child(mode: str, members: int, args) -> dict:
     lm = load_model("smollm2-135m", batch_size=args.batch * (members if mode == "inference" else 1))
     prompts = RL_PROMPTS[: args.batch]
     gen = dict(max_new_tokens=32, stop=None)
-    opt = MeZO(lm.model.parameters(), lr=0.0, eps=1e-3, n_spsa=members // 2, record=False, evaluation=BatchedMembers(lm.model)) if mode == "batched" else None
+    opt = MeZO(lm.model.parameters(), lr=0.0, eps=1e-3, n_spsa=members // 2, record=False, member_evaluation=BatchedMembers(lm.model)) if mode == "batched" else None
     after_load = status_kb("VmRSS")
     with open("/proc/self/clear_refs", "w") as f:
         f.write("5")  # reset VmHWM to the current RSS

@@ -4,7 +4,7 @@ With only the final norm trainable, a prediction is argmax_c (g * n(x)) . e_c, w
 RMS-normalised input of the final norm at the scored position (fixed: the trunk is frozen), g the
 576 gains and e_c the output-head row of label word c. This script computes n(x) once per example
 with the real model, then runs the real engine (``mezo_rl.engine.optim.MeZO``: Rademacher probes,
-``normalize="std"``, ``n_spsa``) on a copy of the gains with the batch error rate (``objective=accuracy``,
+``step_normalize="std"``, ``n_spsa``) on a copy of the gains with the batch error rate (``objective=accuracy``,
 the main job) or the batch's cross-entropy over the label words (``objective=cross_entropy``, the suite's
 ``mezo-norm``) as the loss, on the trainer's batches (``sample_batch_indices``) of the trainer's training
 sample. What it leaves out of `mezo-rl train`: the validation-based choice of the best step (it reports
@@ -77,7 +77,7 @@ def batch_loss(objective, logits, labels):
 def run(cfg, seed, n_train, y_train, n_test, y_test, gains, heads, at=()):
     """Test accuracy of the final gains, and {k: test accuracy after k steps} for each k in ``at``."""
     w = gains.clone().requires_grad_(True)  # MeZO trains tensors that require grad
-    opt = MeZO([w], lr=cfg["lr"], eps=cfg["eps"], noise="rademacher", normalize="std", n_spsa=cfg["n_spsa"],
+    opt = MeZO([w], lr=cfg["lr"], eps=cfg["eps"], noise="rademacher", step_normalize="std", n_spsa=cfg["n_spsa"],
                seed=seed, noise_backend="torch", record=False)
     scheduler = get_scheduler(cfg["lr_scheduler"], opt, cfg["steps"])
     test_acc = lambda: float(((n_test * w) @ heads.T).argmax(1).eq(y_test).float().mean())

@@ -103,8 +103,8 @@ def _mezo(peft: str, lr: str, steps: int, *extra: str, eval_steps: int | None = 
             "--per-device-train-batch-size", str(batch), "--n-spsa", str(n_spsa), "--step-normalize", "std", *extra]
 
 
-_BATCHED = ("--evaluation", "batched")
-_IN_PLACE = ("--evaluation", "inplace")
+_BATCHED = ("--member-evaluation", "batched")
+_IN_PLACE = ("--member-evaluation", "inplace")
 
 
 def _guarded(steps: int, weight: str) -> list[str]:
@@ -122,7 +122,7 @@ VARIANTS = {
     "mezo": ("mezo-rl", [], "the example's defaults: --peft norm, greedy members, 4 SPSA samples (8 members) in one "
                             "batched decode, lr 0.1"),
     "mezo-g4-group": ("mezo-rl", ["--num-generations", "4", "--reward-shaping", "group", "--learning-rate", "0.05", "--n-spsa", "2",
-                                  "--evaluation", "inplace"],
+                                  "--member-evaluation", "inplace"],
                       "4 sampled completions per prompt (GRPO's G), group shaping, 2 SPSA samples, lr 0.05 "
                       "(the example's defaults before 2026-11-25)"),
     "mezo-full": ("mezo-rl", _mezo("full", "1e-3", 20, *_BATCHED),
@@ -175,7 +175,7 @@ VARIANTS = {
     # the sampling / shaping comparison (benchmarks/README.md "RL on prompts"): 40 steps at the norm mode's lr
     "cmp-greedy": ("mezo-rl", ["--max-steps", "40", "--eval-steps", "20", "--num-eval", "100", "--learning-rate", "0.02",
                                "--num-generations", "1", "--reward-shaping", "none", "--n-spsa", "2"],
-                   "greedy, 1 completion per prompt, two-point n=2, normalize std"),
+                   "greedy, 1 completion per prompt, two-point n=2, step_normalize std"),
     "cmp-g4-group": ("mezo-rl", ["--max-steps", "40", "--eval-steps", "20", "--num-eval", "100", "--learning-rate", "0.02",
                                  "--num-generations", "4", "--reward-shaping", "group", "--n-spsa", "2"],
                      "4 sampled completions per prompt, per-prompt group shaping"),
@@ -1069,10 +1069,16 @@ def frontier_command(cell: FrontierCell, seed: int, out_dir: pathlib.Path) -> li
             "--time-budget-s", str(t["budget_s"]), "--no-base-loglik", *sizes, *cell.args]
 
 
+#: mezo-rl's options renamed since records were made (issue 69: one word, one meaning), old -> new: a recorded
+#: command is read under the new names, so it still stands for the cell it ran
+RENAMED_FLAGS = {"--evaluation": "--member-evaluation"}
+
+
 def _command_key(command: str) -> list[str]:
     """A cell command's arguments without the interpreter, the output directory, ``--resume`` (a run stopped
-    part-way and resumed is the same run) and the checkout's own path (a script is named by its folder and file)."""
-    args = shlex.split(command)[1:]
+    part-way and resumed is the same run) and the checkout's own path (a script is named by its folder and file);
+    a renamed option under its new name (:data:`RENAMED_FLAGS`)."""
+    args = [RENAMED_FLAGS.get(a, a) for a in shlex.split(command)[1:]]
     valued = ("--output-dir", *UNTOUCHED_OPTIONS)  # the untouched read happens after training: not the cell's definition
     return ["/".join(pathlib.PurePath(a).parts[-2:]) if a.endswith(".py") else a
             for i, a in enumerate(args) if a not in ("--resume", *UNTOUCHED_OPTIONS)

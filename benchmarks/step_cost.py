@@ -26,7 +26,7 @@ Rows (``--rows`` picks a subset):
                        torch.manual_seed(step seed) before each of four sweeps (+eps, -2eps, +eps,
                        update), torch.normal per tensor, ``param.data = param.data + s * z * eps``
   batched              the default noise (low-rank r = 1) with the batched member evaluation
-                       (``evaluation="batched"``): one forward over both members' 2 x 16 rows, the
+                       (``member_evaluation="batched"``): one forward over both members' 2 x 16 rows, the
                        weights untouched, then the update; its closure returns each member's loss
 Peak memory: benchmarks/memory_run.py (one process per mode, the same rows).
 
@@ -36,7 +36,7 @@ Peak memory: benchmarks/memory_run.py (one process per mode, the same rows).
 the norm row of ``mezo_rl.training.defaults``, in place, the trunk cache filled first), its closure
 the training path (``objective_outputs``) two ways, steps interleaved: ``candidate logits``
 (the objective is invariant to the normaliser, so each example's two label words' logits are computed
-at its one position) and ``full vocabulary`` (``normalised=True``: vocabulary-wide logits and their
+at its one position) and ``full vocabulary`` (``log_softmax=True``: vocabulary-wide logits and their
 log-sum-exp at every scored position, what every step computed before). Prints the medians and
 ``norm-mode scoring step, full vocabulary / candidate logits: X.X``; the two paths' accuracies over
 the steps must be identical (checked).
@@ -106,7 +106,7 @@ class ReferenceStyleMeZO:
 
 def make_optimizer(row: str, params, lr: float = 1e-7, eps: float = 1e-3, model=None):
     if row in BATCHED_ROWS:
-        return MeZO(params, lr=lr, eps=eps, record=False, evaluation=BatchedMembers(model), **BATCHED_ROWS[row])
+        return MeZO(params, lr=lr, eps=eps, record=False, member_evaluation=BatchedMembers(model), **BATCHED_ROWS[row])
     if ROWS[row] is None:
         return ReferenceStyleMeZO(params, lr=lr, eps=eps)
     return MeZO(params, lr=lr, eps=eps, record=False, **ROWS[row])
@@ -156,7 +156,7 @@ def norm_scoring(args) -> dict:
     row = MODE_DEFAULTS["norm"]
     train = tasks.get_task("sst2").load_split("train", n=256, seed=0)  # a pool the batches are drawn from
     objective = build_objective("accuracy")
-    assert objective.normaliser_invariant
+    assert objective.shift_invariant
     params = [p for p in lm.model.parameters() if p.requires_grad]
     opts = {path: MeZO(params, record=False, seed=0, **mezo_options(row)) for path in ("candidate", "full")}
     with torch.no_grad():

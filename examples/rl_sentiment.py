@@ -9,7 +9,7 @@ and the completions' length show whether the text stays text.
 The defaults train the final norm's gains (``--peft norm``) for 90 steps of 16 prompts. Each step
 has 4 SPSA samples, so 8 members (+eps and -eps of each), and every member writes greedy completions:
 the completions the held-out evaluation scores. The 8 members decode together as one batch
-(``--evaluation auto`` picks the batched mode for these short prompts). The step is the norm mode's
+(``--member-evaluation auto`` picks the batched mode for these short prompts). The step is the norm mode's
 FZOO-style one (Rademacher z, loss differences divided by the spread of the 8 members' losses, their
 mean taken over the 4 samples) with lr 0.1. ``--num-generations 4 --reward-shaping group`` trains on
 sampled completions with GRPO-style per-prompt shaping instead (benchmarks/rl.py compares the two).
@@ -121,7 +121,7 @@ def main():
     p.add_argument("--eval-batch-size", type=int, default=64, help="prompts per forward pass (evaluations and steps)")
     p.add_argument("--log-completions", type=int, default=200,
                    help="completions of each evaluation kept in run/samples/ (the report's before -> after pairs)")
-    p.add_argument("--evaluation", default="auto", choices=["auto", "inplace", "batched"],
+    p.add_argument("--member-evaluation", default="auto", choices=["auto", "inplace", "batched"],
                    help="how a step evaluates its members (see `mezo-rl train --help`)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--resume", action="store_true")
@@ -151,7 +151,7 @@ def main():
         learning_rate=a.learning_rate, eps=a.eps, n_spsa=a.n_spsa, estimator=a.estimator, step_normalize=a.step_normalize,
         reward_shaping=a.reward_shaping, beta=a.beta, max_completion_length=a.max_completion_length, num_train=a.num_train, num_eval=a.num_eval,
         num_test=a.num_test, eval_steps=a.eval_steps, eval_batch_size=a.eval_batch_size, seed=a.seed, log_completions=a.log_completions,
-        evaluation=a.evaluation,
+        member_evaluation=a.member_evaluation,
         output_dir=str(out / "run"), resume=a.resume)
     try:
         trainer = MeZOTrainer(args=args)

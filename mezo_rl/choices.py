@@ -1,10 +1,10 @@
 """What the options accept, declared once: the configuration (:mod:`mezo_rl.training.arguments`) reads these
 without importing the machinery, and the machinery that acts on a value imports the same names.
 
-- the engine's: :data:`NOISES`, :data:`ESTIMATORS`, :data:`EVALUATIONS`, :data:`ON_NONFINITE`, :data:`ROUNDINGS`,
+- the engine's: :data:`NOISES`, :data:`ESTIMATORS`, :data:`MEMBER_EVALUATIONS`, :data:`ON_NONFINITE`, :data:`ROUNDINGS`,
   :data:`HIZOO_OPTIONS`;
 - the weights' dtypes: :data:`DTYPES`, :data:`LOW_PRECISION_DTYPES`, :func:`check_dtype`; which member evaluation
-  serves which run: :func:`check_evaluation`;
+  serves which run: :func:`check_member_evaluation`;
 - how a next token is chosen: :class:`Sampling` (its knobs, :data:`SAMPLING_FIELDS`, and their bounds);
 - where metrics go: :data:`INTEGRATIONS`, :data:`REPORT_TO`, :func:`check_report_to`; when the Hub gets the
   weights: :data:`HUB_STRATEGIES`; per-device memory caps: :func:`parse_max_memory`.
@@ -20,16 +20,16 @@ import torch
 
 from mezo_rl.errors import ConfigError, UserError
 
-__all__ = ["NOISES", "ESTIMATORS", "EVALUATIONS", "ON_NONFINITE", "ROUNDINGS", "HIZOO_OPTIONS", "DTYPES",
-           "LOW_PRECISION_DTYPES", "check_dtype", "check_evaluation", "Sampling", "SAMPLING_FIELDS", "INTEGRATIONS",
+__all__ = ["NOISES", "ESTIMATORS", "MEMBER_EVALUATIONS", "ON_NONFINITE", "ROUNDINGS", "HIZOO_OPTIONS", "DTYPES",
+           "LOW_PRECISION_DTYPES", "check_dtype", "check_member_evaluation", "Sampling", "SAMPLING_FIELDS", "INTEGRATIONS",
            "REPORT_TO", "check_report_to", "HUB_STRATEGIES", "parse_max_memory"]
 
 # ---------------------------------------------------------------------- the engine
 #: every noise an optimizer can use: the element-wise kinds, then low-rank matrices
 NOISES = ("gaussian", "rademacher", "lowrank")
-#: MeZO's ``estimator``, ``evaluation`` and ``on_nonfinite``
+#: MeZO's ``estimator``, ``member_evaluation`` and ``on_nonfinite``
 ESTIMATORS = ("two_point", "one_point", "es")
-EVALUATIONS = ("inplace", "batched")
+MEMBER_EVALUATIONS = ("inplace", "batched")
 ON_NONFINITE = ("raise", "skip")
 #: how an update is written into bf16 / fp16 weights
 ROUNDINGS = ("stochastic", "nearest")
@@ -58,8 +58,8 @@ def check_dtype(dtype: str, autocast_mode: str) -> None:
                           "them (--autocast auto or none with low-precision weights)")
 
 
-def check_evaluation(evaluation: str, peft: str, noise: str, trainable: Optional[str],
-                     weights: Optional[str] = None) -> None:
+def check_member_evaluation(evaluation: str, peft: str, noise: str, trainable: Optional[str],
+                            weights: Optional[str] = None) -> None:
     """Refuse, before any model loads, what the batched mode cannot serve (one line, ConfigError), and the
     in-place mode for bf16 / fp16 ``weights`` (the weights' dtype, ``auto`` resolved; None: not known yet): a
     perturbation swept into them rounds, and its restore does not return them bit for bit. ``noise`` None (the
@@ -68,13 +68,13 @@ def check_evaluation(evaluation: str, peft: str, noise: str, trainable: Optional
     if weights in LOW_PRECISION_DTYPES and (evaluation == "inplace" or whole):
         raise ConfigError(f"--dtype {weights}: a step must evaluate its members batched (the in-place sweeps would "
                           "round the weights and not restore them), "
-                          + ("not --evaluation inplace" if evaluation == "inplace" else
+                          + ("not --member-evaluation inplace" if evaluation == "inplace" else
                              f"which perturbs every matrix activation-side and needs --noise lowrank, got --noise {noise}")
                           + "; or use --dtype float32")
     if evaluation == "batched" and whole:
-        raise ConfigError(f"--evaluation batched perturbs the model's matrices activation-side, which needs "
+        raise ConfigError(f"--member-evaluation batched perturbs the model's matrices activation-side, which needs "
                           f"--noise lowrank (the default of --peft full), got --noise {noise}; "
-                          "or use --evaluation inplace")
+                          "or use --member-evaluation inplace")
 
 
 # ---------------------------------------------------------------------- decoding

@@ -9,7 +9,7 @@ The subclasses also derive from the matching built-in exception, so ``except Val
 """
 from __future__ import annotations
 
-__all__ = ["UserError", "ConfigError", "UnknownNameError", "first_line"]
+__all__ = ["UserError", "ConfigError", "UnknownNameError", "first_line", "refuse_keywords"]
 
 
 class UserError(Exception):
@@ -31,3 +31,13 @@ def first_line(e: BaseException) -> str:
     """The first line of ``str(e)`` (its type's name when empty): an exception inside a one-line message."""
     text = str(e).strip()
     return text.splitlines()[0] if text else type(e).__name__
+
+
+def refuse_keywords(where: str, keywords: dict, renamed: dict) -> None:
+    """Refuse keywords ``where`` (``"MeZO"``, ``"Objective"``) does not take, in one line: an earlier name
+    (a key of ``renamed``) names its successor, as the configuration's renamed options do; no alias is kept."""
+    if keywords:
+        name = next(iter(keywords))
+        if name in renamed:
+            raise TypeError(f"{where}(..., {name}=...) is now {where}(..., {renamed[name]}=...)")
+        raise TypeError(f"{where}() got an unexpected keyword argument {name!r}")

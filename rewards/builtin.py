@@ -67,16 +67,16 @@ def candidate_cross_entropy(candidate_scores, labels) -> list[torch.Tensor | Non
 
 
 # Both compare an example's candidates with each other when it has several (a softmax over them, an argmax),
-# so a shift common to its candidates changes nothing: normaliser_invariant. The one-candidate branch of
+# so a shift common to its candidates changes nothing: shift_invariant. The one-candidate branch of
 # cross_entropy (teacher-forced NLL) is not, and needs none: the model shifts only examples of two or more.
-@register_reward("cross_entropy", higher_is_better=False, needs="scores", normaliser_invariant=True)
+@register_reward("cross_entropy", higher_is_better=False, needs="scores", shift_invariant=True)
 def cross_entropy(prompts, candidate_scores, labels, **columns):
     """Cross-entropy of the gold candidate (mean log-likelihoods as logits); teacher-forced NLL of the answer for generation."""
     return [None if v is None else float(v.detach()) for v in candidate_cross_entropy(candidate_scores, labels)]
 
 
 @register_reward("accuracy", higher_is_better=True, needs="scores", task_kinds=("classification", "multiple_choice"),
-                 normaliser_invariant=True)
+                 shift_invariant=True)
 def accuracy(prompts, candidate_scores, labels, **columns):
     """1.0 when the candidate with the highest mean log-likelihood is the gold one, else 0.0 (ties: first wins)."""
     out = []

@@ -20,7 +20,7 @@ All-reduce them (sum, in float64) across ranks and call ``objective.loss_from(su
 sq_sums)``: the result is the loss a single process would compute on the union of the batches
 (up to floating-point summation order), and it is identical on every rank.
 
-Normalisation (``normalize=``):
+Scale (``reward_scale=``):
 
 ``None`` (default)
     raw means; the weights alone set the balance between rewards.
@@ -53,12 +53,14 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-from mezo_rl.errors import ConfigError, UserError
+from mezo_rl.errors import ConfigError, UserError, refuse_keywords
 from mezo_rl.stats import Moments
 
 from .registry import RESERVED_KEYWORDS, RewardSpec, get_reward
 
-NORMALIZE = (None, "std")
+REWARD_SCALES = (None, "std")
+#: earlier keywords of :class:`Objective` and :func:`build_objective` -> theirs (refused naming the new one)
+RENAMED = {"normalize": "reward_scale"}
 
 
 @dataclass
@@ -91,11 +93,13 @@ class ObjectiveOutput:
 class Objective:
     """Rewards with weights, turned into one loss; build it with :func:`build_objective`."""
 
-    def __init__(self, rewards: Sequence[RewardSpec], weights: Sequence[float], normalize: str | None = None):
+    def __init__(self, rewards: Sequence[RewardSpec], weights: Sequence[float], reward_scale: str | None = None,
+                 **renamed):
+        refuse_keywords("Objective", renamed, RENAMED)
         self.rewards = list(rewards)
         self.weights = {r.name: float(w) for r, w in zip(self.rewards, weights)}
-        self.normalize = normalize
-        self.scales: dict[str, float] | None = None if normalize else {r.name: 1.0 for r in self.rewards}
+        self.reward_scale = reward_scale
+        self.scales: dict[str, float] | None = None if reward_scale else {r.name: 1.0 for r in self.rewards}
 
     @property
     def names(self) -> list[str]:
@@ -107,16 +111,16 @@ class Objective:
         return {r.needs for r in self.rewards}
 
     @property
-    def normaliser_invariant(self) -> bool:
+    def shift_invariant(self) -> bool:
         """Whether every score reward here is invariant to a shift common to an example's candidates
-        (``RewardSpec.normaliser_invariant``), so the model may score candidates without the
-        vocabulary-wide normaliser (``LanguageModel.score(..., normalised=False)``). False without score rewards."""
+        (``RewardSpec.shift_invariant``), so the model may score candidates without the
+        vocabulary-wide normaliser (``LanguageModel.score(..., log_softmax=False)``). False without score rewards."""
         scores = [r for r in self.rewards if r.needs == "scores"]
-        return bool(scores) and all(r.normaliser_invariant for r in scores)
+        return bool(scores) and all(r.shift_invariant for r in scores)
 
     def __repr__(self):
         parts = " + ".join(f"{self.weights[r.name]:g}*{r.name}" for r in self.rewards)
-        return f"Objective({parts}, normalize={self.normalize!r})"
+        return f"Objective({parts}, reward_scale={self.reward_scale!r})"
 
     # ---- checks done once, before training ---------------------------------------------------
 
@@ -254,7 +258,7 @@ class Objective:
     def loss_from(self, sums: dict, counts: dict, sq_sums: dict | None = None) -> float:
         """The loss from (possibly all-reduced) per-component sums and counts.
 
-        ``sq_sums`` is needed only the first time with ``normalize="std"`` (to fix the scales).
+        ``sq_sums`` is needed only the first time with ``reward_scale="std"`` (to fix the scales).
         Raises ``ValueError`` when a weighted reward had no opinion (only ``None``) on every example.
         """
         missing = [n for n in self.names if n not in sums or n not in counts]
@@ -305,7 +309,7 @@ class Objective:
     def _fix_scales(self, sums, counts, sq_sums) -> None:
         if sq_sums is None:
             raise ValueError(
-                "normalize='std' fixes its scales from the first batch and needs sq_sums as well: "
+                "reward_scale='std' fixes its scales from the first batch and needs sq_sums as well: "
                 "call loss_from(sums, counts, sq_sums) (all-reduce out.sq_sums with out.sums and out.counts)"
             )
         scales = {}
@@ -316,7 +320,7 @@ class Objective:
                 scales[r.name] = math.sqrt(var)
             else:
                 warnings.warn(
-                    f"normalize='std': reward {r.name!r} has no spread on the first batch ({n} values); "
+                    f"reward_scale='std': reward {r.name!r} has no spread on the first batch ({n} values); "
                     f"its scale is fixed at 1.0"
                 )
                 scales[r.name] = 1.0
@@ -324,14 +328,17 @@ class Objective:
 
     def state_dict(self) -> dict:
         """What a checkpoint needs to resume with the same loss (the frozen scales)."""
-        return {"names": self.names, "weights": dict(self.weights), "normalize": self.normalize,
+        return {"names": self.names, "weights": dict(self.weights), "reward_scale": self.reward_scale,
                 "scales": None if self.scales is None else dict(self.scales)}
 
     def load_state_dict(self, state: dict) -> None:
-        if state.get("names") != self.names or state.get("normalize") != self.normalize:
+        """``state`` as :meth:`state_dict` wrote it; one written before the rename says ``normalize`` for
+        ``reward_scale`` and is read as that."""
+        scale = state["reward_scale"] if "reward_scale" in state else state.get("normalize")
+        if state.get("names") != self.names or scale != self.reward_scale:
             raise ValueError(
-                f"objective state is for rewards {state.get('names')} (normalize={state.get('normalize')!r}), "
-                f"this objective has {self.names} (normalize={self.normalize!r})"
+                f"objective state is for rewards {state.get('names')} (reward_scale={scale!r}), "
+                f"this objective has {self.names} (reward_scale={self.reward_scale!r})"
             )
         self.scales = None if state["scales"] is None else dict(state["scales"])
 
@@ -441,15 +448,17 @@ def example_columns(examples) -> dict[str, list]:
     return cols
 
 
-def build_objective(rewards, weights: Sequence[float] | None = None, normalize: str | None = None) -> Objective:
+def build_objective(rewards, weights: Sequence[float] | None = None, reward_scale: str | None = None,
+                    **renamed) -> Objective:
     """Combine rewards into an :class:`Objective`.
 
     ``rewards``: one reference or a list of them (registered names, entry-point names,
     ``"package.module:function"`` / ``"file.py:function"`` paths, callables). ``weights``: one
-    non-negative number per reward (default all 1.0; 0 = report only). ``normalize``: ``None`` or
+    non-negative number per reward (default all 1.0; 0 = report only). ``reward_scale``: ``None`` or
     ``"std"`` (see the module docstring for why the scale is frozen after the first batch).
     Bad weights or duplicates raise :class:`RewardConfigError` (a ``ValueError``).
     """
+    refuse_keywords("build_objective", renamed, RENAMED)
     if isinstance(rewards, (str, RewardSpec)) or callable(rewards):
         rewards = [rewards]
     specs = [get_reward(r) for r in rewards]
@@ -472,6 +481,6 @@ def build_objective(rewards, weights: Sequence[float] | None = None, normalize: 
             )
     if all(w == 0 for w in weights):
         raise RewardConfigError(f"all weights are 0 for rewards {names}; at least one reward must drive the loss")
-    if normalize not in NORMALIZE:
-        raise RewardConfigError(f"normalize={normalize!r} is not one of {NORMALIZE}")
-    return Objective(specs, weights, normalize)
+    if reward_scale not in REWARD_SCALES:
+        raise RewardConfigError(f"reward_scale={reward_scale!r} is not one of {REWARD_SCALES}")
+    return Objective(specs, weights, reward_scale)

@@ -37,7 +37,7 @@ import inspect
 from dataclasses import dataclass, replace
 from typing import Callable, NamedTuple
 
-from mezo_rl.errors import UnknownNameError
+from mezo_rl.errors import UnknownNameError, refuse_keywords
 from mezo_rl.registry import Registry
 
 ENTRY_POINT_GROUP = "mezo_rl.rewards"
@@ -57,11 +57,11 @@ class RewardSpec:
     ``name`` is how it is reported; ``higher_is_better=False`` marks a loss-like reward (the
     objective flips its sign); ``needs`` is ``"scores"`` or ``"generation"``; ``task_kinds``, when
     set, lists the task kinds it makes sense for (e.g. ``accuracy`` needs several candidates);
-    ``source`` says where it came from (shown by ``mezo-rl rewards``). ``normaliser_invariant`` (score
+    ``source`` says where it came from (shown by ``mezo-rl rewards``). ``shift_invariant`` (score
     rewards): the value depends only on differences between an example's candidates' scores when it has
     two or more (adding one constant to all of them changes nothing), so the model may give such an
     example its candidates' logits in place of log-likelihoods and skip the vocabulary-wide normaliser
-    (``CandidateScores.normalised`` is then False).
+    (``CandidateScores.log_softmax`` is then False).
     """
 
     name: str
@@ -70,7 +70,7 @@ class RewardSpec:
     needs: str = "generation"
     task_kinds: tuple[str, ...] | None = None
     source: str = "registered"
-    normaliser_invariant: bool = False
+    shift_invariant: bool = False
 
     def __post_init__(self):
         if not isinstance(self.name, str) or not self.name.strip():
@@ -154,15 +154,18 @@ def register_reward(
     needs: str = "generation",
     task_kinds: tuple[str, ...] | list[str] | None = None,
     replace: bool = False,
-    normaliser_invariant: bool = False,
+    shift_invariant: bool = False,
+    **renamed,
 ):
     """Decorator: register ``fn`` under ``name``; the function itself is returned unchanged.
 
     Registering a name that is taken raises ``ValueError`` unless ``replace=True`` (registering the
     very same function again is allowed, so re-running a module is harmless). The decorated
     function carries its spec as ``fn.__mezo_reward__``, so it keeps its settings when it is later
-    found by import path or entry point. ``normaliser_invariant``: see :class:`RewardSpec`.
+    found by import path or entry point. ``shift_invariant``: see :class:`RewardSpec` (its earlier name,
+    ``normaliser_invariant``, is refused naming it).
     """
+    refuse_keywords("register_reward", renamed, {"normaliser_invariant": "shift_invariant"})
     _check_name(name)
 
     def decorator(fn):
@@ -173,7 +176,7 @@ def register_reward(
             needs=needs,
             task_kinds=tuple(task_kinds) if task_kinds is not None else None,
             source=getattr(fn, "__module__", None) or "registered",
-            normaliser_invariant=bool(normaliser_invariant),
+            shift_invariant=bool(shift_invariant),
         )
         old = _REGISTRY.get(name)
         REGISTRY.register(name, spec, replace=replace, source=old.source if old else "",

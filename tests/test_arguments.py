@@ -102,7 +102,7 @@ def test_per_mode_defaults_are_resolved_once_and_explicit_values_win():
         MeZOConfig(peft="none")  # one name per mode: full
     mine = resolved(MeZOConfig(max_steps=7, per_device_train_batch_size=3, n_spsa=5, learning_rate=1e-3, step_normalize="none"))
     assert (mine.max_steps, mine.per_device_train_batch_size, mine.n_spsa, mine.learning_rate, mine.eval_steps) == (7, 3, 5, 1e-3, 1)
-    assert mezo_options(vars(mine))["normalize"] is None  # as MeZO takes it
+    assert mezo_options(vars(mine))["step_normalize"] is None  # as MeZO takes it
     # what config.json records: no option left to a default that a later version could change
     assert None not in [mine.to_dict()[k] for k in (*MODE_DEFAULTS["norm"], "eval_steps")]
     assert MeZOConfig.from_dict(mine.to_dict()).to_dict() == mine.to_dict()
@@ -202,7 +202,7 @@ def test_an_objective_given_as_an_object_is_what_the_configuration_records():
     from mezo_rl.tasks import get_task
     from mezo_rl.training.plan import run_config
 
-    objective = build_objective(["cross_entropy", "accuracy"], weights=[1.0, 0.5], normalize="std")
+    objective = build_objective(["cross_entropy", "accuracy"], weights=[1.0, 0.5], reward_scale="std")
     args = run_config(MeZOConfig(task="sst2"), get_task("sst2"), objective)
     assert (args.reward, args.reward_weights, args.reward_scale) == (["cross_entropy", "accuracy"], [1.0, 0.5], "std")
     given = run_config(MeZOConfig(task="sst2", reward=["accuracy"]), get_task("sst2"), objective)

@@ -1,4 +1,4 @@
-"""Batched member evaluation in runs: ``--evaluation``, the trainer's batched closure
+"""Batched member evaluation in runs: ``--member-evaluation``, the trainer's batched closure
 (``MeZOTrainer.member_outcomes`` -> ``mezo_rl.training.outputs.objective_outputs``), resume, and data
 parallelism on 2 gloo ranks (every rank evaluates its shard for all members; only scalars cross)."""
 from __future__ import annotations
@@ -11,7 +11,7 @@ import torch
 
 from conftest import make_tiny_causal_lm
 from mezo_rl.training.arguments import MeZOConfig
-from mezo_rl.training.member_evaluation import resolve_evaluation
+from mezo_rl.training.member_evaluation import resolve_member_evaluation
 from mezo_rl.training.distributed import DistContext
 from mezo_rl.model.lm import LanguageModel
 from mezo_rl.engine.optim import BatchedMembers, MeZO
@@ -33,30 +33,30 @@ def factory(tiny_tokenizer):
 def test_evaluation_option_auto_and_refusals():
     gen, scores = {"generation"}, {"scores"}
     short, long = dict(prompt_tokens=12.0, max_new_tokens=32), dict(prompt_tokens=250.0, max_new_tokens=16)
-    assert resolve_evaluation("auto", gen, "none", "lowrank", **short) == "batched"   # decode-bound
-    assert resolve_evaluation("auto", gen, "lora", "gaussian", **short) == "batched"
-    assert resolve_evaluation("auto", gen, "none", "lowrank", **long) == "inplace"    # prefill-bound on a CPU
+    assert resolve_member_evaluation("auto", gen, "none", "lowrank", **short) == "batched"   # decode-bound
+    assert resolve_member_evaluation("auto", gen, "lora", "gaussian", **short) == "batched"
+    assert resolve_member_evaluation("auto", gen, "none", "lowrank", **long) == "inplace"    # prefill-bound on a CPU
     chat = dict(prompt_tokens=47.0, max_new_tokens=16)   # arithmetic's chat prompts: measured faster batched
-    assert all(resolve_evaluation("auto", gen, mode, noise, **chat) == "batched"
+    assert all(resolve_member_evaluation("auto", gen, mode, noise, **chat) == "batched"
                for mode, noise in (("none", "lowrank"), ("lora", "gaussian"), ("norm", "rademacher")))
-    assert resolve_evaluation("auto", gen, "none", "lowrank", prompt_tokens=65.0, max_new_tokens=16) == "inplace"
-    assert resolve_evaluation("auto", gen, "none", "lowrank", device_type="cuda", **long) == "batched"
-    assert resolve_evaluation("auto", scores, "none", "lowrank", **short) == "inplace"
-    assert resolve_evaluation("auto", gen, "none", "gaussian", **short) == "inplace"  # full model + element-wise noise
-    assert resolve_evaluation("inplace", gen, "none", "lowrank", **short) == "inplace"
-    assert resolve_evaluation("batched", scores, "norm", "rademacher") == "batched"
+    assert resolve_member_evaluation("auto", gen, "none", "lowrank", prompt_tokens=65.0, max_new_tokens=16) == "inplace"
+    assert resolve_member_evaluation("auto", gen, "none", "lowrank", device_type="cuda", **long) == "batched"
+    assert resolve_member_evaluation("auto", scores, "none", "lowrank", **short) == "inplace"
+    assert resolve_member_evaluation("auto", gen, "none", "gaussian", **short) == "inplace"  # full model + element-wise noise
+    assert resolve_member_evaluation("inplace", gen, "none", "lowrank", **short) == "inplace"
+    assert resolve_member_evaluation("batched", scores, "norm", "rademacher") == "batched"
     # bf16 weights: batched wherever it can serve the setup (the in-place sweeps would round them)
-    assert resolve_evaluation("auto", scores, "none", "lowrank", low_precision=True) == "batched"
-    assert resolve_evaluation("auto", scores, "norm", "rademacher", low_precision=True) == "batched"
-    assert resolve_evaluation("auto", scores, "none", "gaussian", low_precision=True) == "inplace"
-    assert MeZOConfig().evaluation == "auto"
-    with pytest.raises(ValueError, match=r"^--evaluation batched perturbs the model's matrices activation-side, which "
+    assert resolve_member_evaluation("auto", scores, "none", "lowrank", low_precision=True) == "batched"
+    assert resolve_member_evaluation("auto", scores, "norm", "rademacher", low_precision=True) == "batched"
+    assert resolve_member_evaluation("auto", scores, "none", "gaussian", low_precision=True) == "inplace"
+    assert MeZOConfig().member_evaluation == "auto"
+    with pytest.raises(ValueError, match=r"^--member-evaluation batched perturbs the model's matrices activation-side, which "
                                          r"needs --noise lowrank \(the default of --peft full\), got --noise gaussian; "
-                                         r"or use --evaluation inplace$"):
-        MeZOConfig(peft="full", noise="gaussian", evaluation="batched")
-    MeZOConfig(peft="full", noise="gaussian", evaluation="batched", trainable="norm")  # 1-D tensors: fine
+                                         r"or use --member-evaluation inplace$"):
+        MeZOConfig(peft="full", noise="gaussian", member_evaluation="batched")
+    MeZOConfig(peft="full", noise="gaussian", member_evaluation="batched", trainable="norm")  # 1-D tensors: fine
     with pytest.raises(ValueError, match="accepted: auto, inplace, batched"):
-        MeZOConfig(evaluation="parallel")
+        MeZOConfig(member_evaluation="parallel")
 
 
 def test_member_outputs_are_model_outputs_per_member(factory):
@@ -81,14 +81,14 @@ def test_auto_reads_the_training_prompts(tmp_path, factory):
 
     def mode(**kw):
         args = make_args(tmp_path, reward=["test_len_auto"], **kw)
-        return MeZOTrainer(args=args, lm=factory(), task=get_task("sst2"), splits=splits()).optimizer.config["evaluation"]
+        return MeZOTrainer(args=args, lm=factory(), task=get_task("sst2"), splits=splits()).optimizer.config["member_evaluation"]
 
     from mezo_rl.rewards import register_reward, unregister_reward
 
     register_reward("test_len_auto", needs="generation")(lambda prompts, completions, **c: [0.0] * len(completions))
     try:  # the SST-2-like prompts are 10-20 tokens long
         assert mode(max_completion_length=4) == "inplace" and mode(max_completion_length=64) == "batched"
-        assert mode(max_completion_length=64, evaluation="inplace") == "inplace"
+        assert mode(max_completion_length=64, member_evaluation="inplace") == "inplace"
     finally:
         unregister_reward("test_len_auto")
 
@@ -97,7 +97,7 @@ def test_auto_is_batched_for_bf16_weights(tmp_path, factory):
     from mezo_rl.training.trainer import MeZOTrainer
 
     def mode(lm, **kw):
-        return MeZOTrainer(args=make_args(tmp_path, **kw), lm=lm, task=get_task("sst2"), splits=splits()).optimizer.config["evaluation"]
+        return MeZOTrainer(args=make_args(tmp_path, **kw), lm=lm, task=get_task("sst2"), splits=splits()).optimizer.config["member_evaluation"]
 
     bf16 = factory()
     bf16.model.to(torch.bfloat16)
@@ -105,7 +105,7 @@ def test_auto_is_batched_for_bf16_weights(tmp_path, factory):
 
 
 def test_a_resumed_run_keeps_the_evaluation_mode_it_ran_with(tmp_path, factory):
-    """A run from before --evaluation (config.json without it: auto now) ran in place; auto would now
+    """A run from before --member-evaluation (config.json without it: auto now) ran in place; auto would now
     pick batched for its short prompts and long decode, but its checkpoint resumes in place. Asking
     for the other mode is one line."""
     from mezo_rl.errors import ConfigError
@@ -115,22 +115,22 @@ def test_a_resumed_run_keeps_the_evaluation_mode_it_ran_with(tmp_path, factory):
     register_reward("test_len_resume", needs="generation")(lambda prompts, completions, **c: [0.0] * len(completions))
     try:
         args = make_args(tmp_path, reward=["test_len_resume"], max_completion_length=64, max_steps=2, eval_steps=2,
-                         evaluation="inplace")
+                         member_evaluation="inplace")
         MeZOTrainer(args=args, lm=factory(), lm_factory=factory, task=get_task("sst2"), splits=splits()).train()
         config = tmp_path / "run" / "training_args.json"
         saved = json.loads(config.read_text())
-        del saved["evaluation"]
+        del saved["member_evaluation"]
         config.write_text(json.dumps(saved))
         auto = make_args(tmp_path, reward=["test_len_resume"], max_completion_length=64, max_steps=3, eval_steps=2, resume=True)
         trainer = MeZOTrainer(args=auto, lm=factory(), lm_factory=factory, task=get_task("sst2"), splits=splits())
-        assert trainer.optimizer.config["evaluation"] == "inplace"
+        assert trainer.optimizer.config["member_evaluation"] == "inplace"
         trainer.train()
         assert trainer.summary["steps"] == 3
         # refused before any model loads: no lm is given, and the model args name ("tiny") cannot be loaded
         with pytest.raises(ConfigError, match=r"^--resume: this run's steps were evaluated inplace; resume it with "
-                                              r"--evaluation inplace or auto, not --evaluation batched$"):
+                                              r"--member-evaluation inplace or auto, not --member-evaluation batched$"):
             MeZOTrainer(args=make_args(tmp_path, reward=["test_len_resume"], max_completion_length=64, max_steps=4, eval_steps=2,
-                              resume=True, evaluation="batched"), task=get_task("sst2"), splits=splits())
+                              resume=True, member_evaluation="batched"), task=get_task("sst2"), splits=splits())
     finally:
         unregister_reward("test_len_resume")
 
@@ -178,7 +178,7 @@ def test_a_generation_run_makes_one_batched_decode_per_step_and_matches_the_inpl
 
             kw = dict(do_sample=True, num_generations=2) if shaping == "group" else {}
             args = make_args(tmp_path, evaluation, reward=["test_len_batched"], max_steps=3, eval_steps=10, max_completion_length=4,
-                             learning_rate=1e-2, eps=0.1, evaluation=evaluation, reward_shaping=shaping,
+                             learning_rate=1e-2, eps=0.1, member_evaluation=evaluation, reward_shaping=shaping,
                              hessian_smooth=hessian_smooth, **kw)
             trainer = MeZOTrainer(args=args, lm=lm, lm_factory=factory, task=get_task("sst2"), splits=splits())
             trainer.train()
@@ -188,7 +188,7 @@ def test_a_generation_run_makes_one_batched_decode_per_step_and_matches_the_inpl
     members = 2 + (hessian_smooth > 0)
     assert [c for c in calls if c[0] == "batched" and c[1] is not None] == [("batched", members)] * 3
     assert runs["batched"].trajectory.values.shape[1] == members
-    assert runs["batched"].trajectory.header["evaluation"] == "batched"
+    assert runs["batched"].trajectory.header["member_evaluation"] == "batched"
     a, b = (runs[e].trajectory for e in ("inplace", "batched"))
     assert a.values.tolist() == b.values.tolist() and a.projected_grads.tolist() == b.projected_grads.tolist()
     assert any(g != 0 for g in b.projected_grads.ravel())
@@ -198,7 +198,7 @@ def test_a_generation_run_makes_one_batched_decode_per_step_and_matches_the_inpl
 
 
 def test_a_batched_run_resumes_and_replays_bit_identically(tmp_path, factory):
-    kw = dict(evaluation="batched", reward=["cross_entropy"])
+    kw = dict(member_evaluation="batched", reward=["cross_entropy"])
     _train(make_args(tmp_path, "full", **kw), factory)
     _train(make_args(tmp_path, "split", max_steps=3, **kw), factory)
     _train(make_args(tmp_path, "split", max_steps=6, resume=True, **kw), factory)
@@ -214,7 +214,7 @@ def test_a_batched_run_resumes_and_replays_bit_identically(tmp_path, factory):
 def _dp_batched(ctx, lm, steps, seed=0):
     """Every rank scores its shard for all members in one batched pass; per member (sum, count) of the
     choice cross-entropy, all members' scalars in one all-reduce."""
-    opt = MeZO(lm.model.parameters(), lr=1e-2, eps=0.3, n_spsa=2, seed=seed, evaluation=BatchedMembers(lm.model))
+    opt = MeZO(lm.model.parameters(), lr=1e-2, eps=0.3, n_spsa=2, seed=seed, member_evaluation=BatchedMembers(lm.model))
     losses = []
     for _ in range(steps):
         shard = ctx.shard(list(range(len(PROMPTS))))

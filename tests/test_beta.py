@@ -59,7 +59,7 @@ def drift(t):
 
 def test_kl_is_exactly_zero_at_lr_0(tmp_path, tiny_tokenizer, registered):
     # batched members never perturb the weights in place, so at lr 0 they are the starting weights, bit for bit
-    args = args_for(tmp_path, "lr0", learning_rate=0.0, evaluation="batched", do_sample=True)
+    args = args_for(tmp_path, "lr0", learning_rate=0.0, member_evaluation="batched", do_sample=True)
     t = trainer(args, tiny_tokenizer)
     t.train()
     summary = t.summary
@@ -99,7 +99,7 @@ def test_the_two_members_of_a_pair_score_their_kl_on_the_same_completions(tmp_pa
 
     monkeypatch.setattr(trainer_module, "completion_kl", spy)
     t = trainer(args_for(tmp_path, "pairs", beta=1.0, n_spsa=2, do_sample=True, peft="full", eps=0.5,
-                         evaluation="inplace"), tiny_tokenizer)  # batched: the next test
+                         member_evaluation="inplace"), tiny_tokenizer)  # batched: the next test
     own = []
     real_outcomes = t.member_outcomes
 
@@ -131,19 +131,19 @@ def kl_tolerance(model, kl: float, seq_len: int) -> float:
 
 
 def test_batched_members_read_the_kl_that_members_in_place_read(tmp_path, tiny_tokenizer, registered):
-    """--beta with the members in one batched pass (``--evaluation batched``): each member's KL to the start,
+    """--beta with the members in one batched pass (``--member-evaluation batched``): each member's KL to the start,
     its perturbation applied activation-side and the start's logits read with the pass paused, is the KL the
     in-place mode reads with that member's weights in place, on the same texts (the + member's of its pair).
     eps 0.5 on every weight of drifted weights: the four members' KLs differ by far more than the two modes'
     rounding."""
     seen = {}
     for evaluation in ("inplace", "batched"):
-        t = trainer(args_for(tmp_path, evaluation, beta=1.0, n_spsa=2, peft="full", eps=0.5, evaluation=evaluation),
+        t = trainer(args_for(tmp_path, evaluation, beta=1.0, n_spsa=2, peft="full", eps=0.5, member_evaluation=evaluation),
                     tiny_tokenizer)
         drift(t)
         real = t.member_losses
 
-        def spy(outcomes, real=real, evaluation=evaluation):
+        def spy(outcomes, real=real, member_evaluation=evaluation):
             seen[evaluation] = [(o.kl.mean, o.kl.tokens, o.texts) for o in outcomes]
             return real(outcomes)
 
@@ -163,7 +163,7 @@ def test_batched_members_read_the_kl_that_members_in_place_read(tmp_path, tiny_t
 def test_bad_beta_is_one_line_before_the_model_loads(tmp_path, registered, tiny_tokenizer):
     with pytest.raises(ConfigError, match="--beta"):
         args_for(tmp_path, "neg", beta=-0.1)
-    assert args_for(tmp_path, "batched", beta=0.1, evaluation="batched").evaluation == "batched"  # served (below)
+    assert args_for(tmp_path, "batched", beta=0.1, member_evaluation="batched").member_evaluation == "batched"  # served (below)
 
     def no_model():
         raise AssertionError("the model was loaded")

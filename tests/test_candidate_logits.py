@@ -1,4 +1,4 @@
-"""Scoring only what the objective needs: ``LanguageModel.score(..., normalised=False)``.
+"""Scoring only what the objective needs: ``LanguageModel.score(..., log_softmax=False)``.
 
 Where every candidate of an example is one token read at the same position, and the objective only
 compares an example's candidates (accuracy, the cross-entropy over candidates), the model computes
@@ -95,11 +95,11 @@ def test_single_token_candidates_skip_the_vocabulary_logits_and_keep_every_diffe
     with torch.no_grad():
         full = lm.score(prompts, cands, members=members)
         with head_calls(lm) as rows:
-            rel = lm.score(prompts, cands, members=members, normalised=False)
+            rel = lm.score(prompts, cands, members=members, log_softmax=False)
     assert rows == []  # no vocabulary-wide logits at all: only the candidates' rows of the head
     for f_member, r_member in zip(*(([x] if members is None else x) for x in (full, rel))):
         for p, cs, f, r in zip(prompts, cands, f_member, r_member):
-            assert f.normalised and not r.normalised
+            assert f.log_softmax and not r.log_softmax
             assert torch.equal(r.n_tokens, f.n_tokens) and torch.equal(r.sum, r.mean)
             bound = candidate_bound(lm, p, cs)
             torch.testing.assert_close(r.sum - r.sum[0], f.sum - f.sum[0], atol=bound, rtol=0)
@@ -116,13 +116,13 @@ def test_other_examples_still_take_the_full_path(tiny_causal_lm):
     with torch.no_grad():
         full = lm.score(prompts, cands)
         with head_calls(lm) as rows:
-            rel = lm.score(prompts, cands, normalised=False)
+            rel = lm.score(prompts, cands, log_softmax=False)
     # vocabulary logits only for the MULTI examples' distinct scored positions
     positions = {(tuple(ids), pos) for p, cs in MULTI for c in cs for ids, ps, _ in [lm.encode(p, c)] for pos in ps}
     assert sum(rows) == len(positions)
     for (p, cs), f, r in zip(SINGLE + MULTI, full, rel):
         relative = [p, cs] in SINGLE
-        assert r.normalised is not relative
+        assert r.log_softmax is not relative
         if not relative:  # log-likelihoods: the full path's values, within the rounding of a dot product
             longest = max(len(tok(p + c)["input_ids"]) for c in cs)
             torch.testing.assert_close(r.sum, f.sum, atol=4 * float32_rounding_bound(
@@ -136,28 +136,34 @@ def test_masked_lm_single_token_candidates(tiny_masked_lm):
     prompts = [f"Yes or No ? {MASK} .", f"the cat sat on the mat . {MASK}"]
     cands = [[" Yes", " No"], [" Yes", " No", " Maybe"]]
     with torch.no_grad():
-        full, rel = lm.score(prompts, cands), lm.score(prompts, cands, normalised=False)
+        full, rel = lm.score(prompts, cands), lm.score(prompts, cands, log_softmax=False)
     for f, r in zip(full, rel):
-        assert not r.normalised and torch.equal(r.mean.argmax(), f.mean.argmax())
+        assert not r.log_softmax and torch.equal(r.mean.argmax(), f.mean.argmax())
         # the masked LM's head is not a plain linear map: the logits are read off its full output, so the
         # only difference is the subtraction of one log-sum-exp (one rounding per candidate)
         bound = 2 * FLOAT32_UNIT_ROUNDOFF * float(f.sum.abs().max() + r.sum.abs().max())
         torch.testing.assert_close(r.sum - r.sum[0], f.sum - f.sum[0], atol=bound, rtol=0)
+    with pytest.raises(TypeError, match=r"^LanguageModel\.score\(\.\.\., normalised=\.\.\.\) is now "
+                                        r"LanguageModel\.score\(\.\.\., log_softmax=\.\.\.\)$"):
+        lm.score(prompts, cands, normalised=False)
 
 
 def test_objective_declares_what_the_model_may_skip():
-    assert rewards.get_reward("accuracy").normaliser_invariant
-    assert rewards.get_reward("cross_entropy").normaliser_invariant
-    assert rewards.build_objective(["accuracy", "cross_entropy"]).normaliser_invariant
-    assert not rewards.build_objective("squad_f1").normaliser_invariant  # no score reward: nothing to skip
+    assert rewards.get_reward("accuracy").shift_invariant
+    with pytest.raises(TypeError, match=r"^register_reward\(\.\.\., normaliser_invariant=\.\.\.\) is now "
+                                        r"register_reward\(\.\.\., shift_invariant=\.\.\.\)$"):
+        rewards.register_reward("renamed_test", needs="scores", normaliser_invariant=True)
+    assert rewards.get_reward("cross_entropy").shift_invariant
+    assert rewards.build_objective(["accuracy", "cross_entropy"]).shift_invariant
+    assert not rewards.build_objective("squad_f1").shift_invariant  # no score reward: nothing to skip
 
     @rewards.register_reward("gold_logprob_test", needs="scores")
     def gold_logprob(prompts, candidate_scores, labels, **columns):
         return [float(s.sum[y]) for s, y in zip(candidate_scores, labels)]
 
     try:  # a reward that reads true log-likelihoods keeps the normaliser, for the whole objective
-        assert not rewards.get_reward("gold_logprob_test").normaliser_invariant
-        assert not rewards.build_objective(["accuracy", "gold_logprob_test"]).normaliser_invariant
+        assert not rewards.get_reward("gold_logprob_test").shift_invariant
+        assert not rewards.build_objective(["accuracy", "gold_logprob_test"]).shift_invariant
     finally:
         rewards.unregister_reward("gold_logprob_test")
 
@@ -175,7 +181,7 @@ def test_every_scoring_task_objective_agrees_with_the_full_path(shared_data_dir)
     _freeze_all_but_final_norm(lm.model)
     assert lm.enable_trunk_cache()
     objective = rewards.build_objective(["accuracy", "cross_entropy"])
-    assert objective.normaliser_invariant
+    assert objective.shift_invariant
     n_relative = 0
     for name in SCORING_TASKS:
         task = tasks.get_task(name)
@@ -185,13 +191,13 @@ def test_every_scoring_task_objective_agrees_with_the_full_path(shared_data_dir)
             examples = task.load_split("train", data_dir=shared_data_dir, n=8, seed=0)
         with torch.no_grad():
             full = model_outputs(lm, examples, {"scores"})
-            rel = model_outputs(lm, examples, {"scores"}, normalised=False)
+            rel = model_outputs(lm, examples, {"scores"}, log_softmax=False)
             got = objective_outputs(lm, objective, examples)  # the training path: relative where it may
         want = objective.evaluate(**full.as_kwargs())
         assert got.values["accuracy"] == want.values["accuracy"], name  # identical, example by example
         prompts, cands, _ = score_requests(examples, lm.is_causal)
         for i, (f, r) in enumerate(zip(full.candidate_scores, rel.candidate_scores)):
-            if r.normalised:  # multi-token or per-position candidates: the full path
+            if r.log_softmax:  # multi-token or per-position candidates: the full path
                 assert float((r.sum - f.sum).abs().max()) <= 4 * float32_rounding_bound(
                     float(f.sum.abs().max()) + 1.0, lm.model.config.hidden_size + lm.model.config.vocab_size), name
                 continue

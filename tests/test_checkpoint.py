@@ -56,6 +56,50 @@ def test_a_resumed_run_writes_the_bytes_of_an_uninterrupted_one(tmp_path, factor
         assert whole[name] == parts[name], name
 
 
+def as_recorded_before_the_renames(run: pathlib.Path) -> None:
+    """Rewrite ``run``'s records under the names an earlier mezo-rl wrote (issue 69: one word, one meaning):
+    ``evaluation`` for ``member_evaluation`` in training_args.json; MeZO's ``evaluation`` and ``normalize`` for
+    ``member_evaluation`` and ``step_normalize`` in optimizer.json (config, param groups) and the trajectory's header;
+    the objective's ``normalize`` for ``reward_scale`` in trainer_state.json."""
+    def old(d, names):
+        return {names.get(k, k): v for k, v in d.items()}
+
+    engine = {"member_evaluation": "evaluation", "step_normalize": "normalize"}
+    config = run / "training_args.json"
+    config.write_text(json.dumps(old(json.loads(config.read_text()), {"member_evaluation": "evaluation"})))
+    ckpt = run / CHECKPOINT_DIR
+    saved = json.loads((ckpt / OPTIMIZER_FILE).read_text())
+    saved["mezo"]["config"] = old(saved["mezo"]["config"], engine)
+    saved["param_groups"] = [old(g, engine) for g in saved["param_groups"]]
+    (ckpt / OPTIMIZER_FILE).write_text(json.dumps(saved))
+    state = json.loads((ckpt / STATE_FILE).read_text())
+    own = state["stateful_callbacks"]["MeZOTrainer"]
+    own["objective"] = old(own["objective"], {"reward_scale": "normalize"})
+    (ckpt / STATE_FILE).write_text(json.dumps(state))
+    trajectory = read_trajectory(ckpt / TRAJECTORY_FILE)
+    trajectory.header = old(trajectory.header, engine)
+    trajectory.save(ckpt / TRAJECTORY_FILE)
+    assert "evaluation" in json.loads(config.read_text()) and "normalize" in read_trajectory(ckpt / TRAJECTORY_FILE).header
+    assert "normalize" in json.loads((ckpt / STATE_FILE).read_text())["stateful_callbacks"]["MeZOTrainer"]["objective"]
+
+
+@pytest.mark.parametrize("variant", [dict(momentum=0.9, member_evaluation="inplace"),
+                                     dict(adam=True, member_evaluation="batched", noise="lowrank", reward_scale="std")])
+def test_a_run_recorded_under_the_earlier_names_resumes_with_the_bytes_of_an_uninterrupted_one(tmp_path, factory,
+                                                                                                fixed_clock, variant):
+    """A run directory written before the renames (its records say ``evaluation`` and ``normalize``) is history,
+    read under the new names: it resumes and writes the bytes an uninterrupted run
+    writes (the new names)."""
+    common = dict(eval_steps=2, **variant)
+    train(make_args(tmp_path, "whole", max_steps=4, **common), factory)
+    train(make_args(tmp_path, "parts", max_steps=2, **common), factory)
+    as_recorded_before_the_renames(tmp_path / "parts")
+    train(make_args(tmp_path, "parts", max_steps=4, resume=True, **common), factory)
+    whole, parts = (files(tmp_path / run / CHECKPOINT_DIR) for run in ("whole", "parts"))
+    for name in whole:
+        assert whole[name] == parts[name], name
+
+
 @pytest.fixture()
 def plain_run(tmp_path, factory):
     """A finished 2-step run of plain MeZO (no optimizer buffers)."""

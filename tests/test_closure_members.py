@@ -35,7 +35,7 @@ def scored(lm, seen, scores):
 
 def run(lm, evaluation, options, steps=2):
     opt = MeZO(lm.model.parameters(), lr=1e-2, eps=0.3, seed=4, noise_backend="torch", **options,
-               evaluation=BatchedMembers(lm.model) if evaluation == "batched" else evaluation)
+               member_evaluation=BatchedMembers(lm.model) if evaluation == "batched" else evaluation)
     seen, scores = [], []
     results = [opt.step(scored(lm, seen, scores)) for _ in range(steps)]
     return results, seen, scores, opt
@@ -89,7 +89,7 @@ def test_paused_reads_the_weights_in_place(tiny_tokenizer):
         at_theta = choice_loss(lm.score(PROMPTS, CANDIDATES))
     for evaluation in ("inplace", "batched"):
         opt = MeZO(lm.model.parameters(), lr=0.0, eps=0.3, noise_backend="torch",
-                   evaluation=BatchedMembers(lm.model) if evaluation == "batched" else evaluation)
+                   member_evaluation=BatchedMembers(lm.model) if evaluation == "batched" else evaluation)
         got = []
 
         def closure(members):
@@ -155,9 +155,9 @@ def test_the_trainer_has_one_closure_and_reads_no_optimizer_config(tmp_path, tin
     for evaluation in ("inplace", "batched"):
         if beta:
             t = prompt_trainer(args_for(tmp_path, evaluation, beta=beta, do_sample=True, n_spsa=2, max_steps=1,
-                                        evaluation=evaluation), tiny_tokenizer)
+                                        member_evaluation=evaluation), tiny_tokenizer)
         else:
-            t = MeZOTrainer(args=make_args(tmp_path, evaluation, evaluation=evaluation, n_spsa=2, max_steps=1),
+            t = MeZOTrainer(args=make_args(tmp_path, evaluation, member_evaluation=evaluation, n_spsa=2, max_steps=1),
                             lm=factory(), lm_factory=factory, task=get_task("sst2"), splits=splits())
         t.create_optimizer_and_scheduler()
         t._optimizer = _NoConfig(t._optimizer)

@@ -134,7 +134,7 @@ def test_the_decoding_step_replayed_as_a_cuda_graph_writes_the_eager_steps_token
             return [0.0] * len(ms)
 
         MeZO(list(model.parameters()), lr=0.0, eps=1e-2, n_spsa=members // 2, noise_backend="torch",
-             evaluation=BatchedMembers(model)).step(closure)
+             member_evaluation=BatchedMembers(model)).step(closure)
         return out
 
     import warnings

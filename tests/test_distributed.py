@@ -236,11 +236,11 @@ def _objective():
     # Three kinds of component, all all-reduced the same way: cross_entropy (scores) drives the loss;
     # accuracy has weight 0 (reported only); brevity is a user reward on greedy completions (the
     # random tiny model always continues " was was was was", so it goes through the plumbing but
-    # does not move the weights, and "std" warns that it has no spread). normalize="std" fixes each
+    # does not move the weights, and "std" warns that it has no spread). reward_scale="std" fixes each
     # scale from the first global batch, so sq_sums must be all-reduced as well.
     from mezo_rl.rewards import build_objective
 
-    return build_objective(["cross_entropy", "accuracy", brevity], weights=[1.0, 0.0, 0.1], normalize="std")
+    return build_objective(["cross_entropy", "accuracy", brevity], weights=[1.0, 0.0, 0.1], reward_scale="std")
 
 
 def _global_loss(ctx, lm, objective, shard) -> float:
@@ -300,7 +300,7 @@ def _train_worker(rank, world_size, port, model_dir, out_dir, steps):
                    os.path.join(out_dir, f"rank{rank}.pt"))
 
 
-@pytest.mark.filterwarnings("ignore:normalize='std'")
+@pytest.mark.filterwarnings("ignore:reward_scale='std'")
 def test_two_ranks_match_each_other_and_a_single_process_run(tmp_path, tiny_causal_lm):
     model, tokenizer = tiny_causal_lm
     initial = {k: v.clone() for k, v in model.state_dict().items()}
@@ -366,7 +366,7 @@ def test_two_ranks_match_each_other_and_a_single_process_run(tmp_path, tiny_caus
 
 
 # ---------------------------------------------------------------------------- device_map="auto"
-@pytest.mark.filterwarnings("ignore:normalize='std'")
+@pytest.mark.filterwarnings("ignore:reward_scale='std'")
 def test_device_map_auto_trains_in_place_and_offload_is_rejected(tmp_path, tiny_causal_lm):
     """What can be checked without GPUs: a device map that fits keeps every weight resident and
     MeZO trains it exactly like a plainly loaded model; a max_memory that does not fit offloads

@@ -22,17 +22,17 @@ def test_es_members_are_one_sided_and_centred():
 
 def test_es_with_normalize_is_the_z_score_of_the_population():
     params, loss_fn, _ = make_problem(SMALL_SHAPES)
-    res = MeZO(params, lr=0.1, n_spsa=5, estimator="es", normalize="std", noise_backend="torch").step(loss_fn)
+    res = MeZO(params, lr=0.1, n_spsa=5, estimator="es", step_normalize="std", noise_backend="torch").step(loss_fn)
     z = (np.array(res.values) - np.mean(res.values)) / np.std(res.values)
     assert res.projected_grads == pytest.approx(z.tolist(), rel=1e-9)
 
 
-@pytest.mark.parametrize("normalize", [None, "std"])
-def test_es_reduces_a_quadratic(normalize):
+@pytest.mark.parametrize("step_normalize", [None, "std"])
+def test_es_reduces_a_quadratic(step_normalize):
     params, loss_fn, _ = make_problem()
     start = loss_fn().item()
-    lr = 0.1 if normalize is None else 0.02
-    run(params, loss_fn, 150, lr=lr, eps=1e-3, n_spsa=4, estimator="es", normalize=normalize)
+    lr = 0.1 if step_normalize is None else 0.02
+    run(params, loss_fn, 150, lr=lr, eps=1e-3, n_spsa=4, estimator="es", step_normalize=step_normalize)
     assert loss_fn().item() < 0.5 * start
 
 
@@ -43,7 +43,7 @@ def test_es_needs_a_population():
 
 
 @pytest.mark.parametrize("kw", [dict(estimator="es", n_spsa=3), dict(estimator="es", n_spsa=2, momentum=0.5),
-                                dict(estimator="es", n_spsa=3, normalize="std", noise="gaussian")])
+                                dict(estimator="es", n_spsa=3, step_normalize="std", noise="gaussian")])
 def test_es_runs_replay_bit_identically(kw):
     params, loss_fn, _ = make_problem(SMALL_SHAPES)
     initial = [p.detach().clone().requires_grad_() for p in params]

@@ -1,6 +1,7 @@
 """Engine options added after the first trajectory format: the loss-scale-normalised step
-(``normalize="std"``), low-rank noise (``noise="lowrank"``), and loading/replaying trajectories
+(``step_normalize="std"``), low-rank noise (``noise="lowrank"``), and loading/replaying trajectories
 written by the first format."""
+import json
 import math
 import pathlib
 
@@ -17,17 +18,17 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 DATA = pathlib.Path(__file__).parent / "data"
 
 
-# -- normalize="std" (FZOO-style) ---------------------------------------------------------------
+# -- step_normalize="std" (FZOO-style) ---------------------------------------------------------------
 def test_normalised_projected_gradient_is_the_difference_over_twice_the_spread():
     params, loss_fn, _ = make_problem(SMALL_SHAPES)
-    opt = MeZO(params, lr=0.1, eps=1e-3, n_spsa=3, normalize="std", noise_backend="torch")
+    opt = MeZO(params, lr=0.1, eps=1e-3, n_spsa=3, step_normalize="std", noise_backend="torch")
     res = opt.step(loss_fn)
     sigma = float(np.std(res.values))  # population std of all 2n values
     assert res.spread == pytest.approx(sigma, rel=1e-12)
     expected = [(res.values[2 * j] - res.values[2 * j + 1]) / (2 * sigma) for j in range(3)]
     assert res.projected_grads == pytest.approx(expected, rel=1e-12)
     # n = 1: the spread of two values is |l+ - l-| / 2, so the step is a sign step of length lr
-    res = MeZO(params, lr=0.1, normalize="std", noise_backend="torch").step(loss_fn)
+    res = MeZO(params, lr=0.1, step_normalize="std", noise_backend="torch").step(loss_fn)
     assert abs(res.projected_grads[0]) == 1.0
 
 
@@ -36,7 +37,7 @@ def test_normalised_step_does_not_depend_on_the_loss_scale():
     finals = []
     for scale in (1.0, 2.0**10):
         params, loss_fn, _ = make_problem(SMALL_SHAPES)
-        run(params, lambda: scale * loss_fn(), 10, lr=0.05, n_spsa=2, normalize="std")
+        run(params, lambda: scale * loss_fn(), 10, lr=0.05, n_spsa=2, step_normalize="std")
         finals.append([p.detach().clone() for p in params])
     assert all(torch.equal(a, b) for a, b in zip(*finals))
 
@@ -46,7 +47,7 @@ def test_equal_values_make_no_update():
     Exact mode (Rademacher z, power-of-two eps, dyadic weights) makes 'do not move' bit-exact."""
     w = (torch.round(torch.randn(300, generator=torch.Generator().manual_seed(0)) * 64) / 64).requires_grad_()
     before = w.detach().clone()
-    opt = MeZO([w], lr=0.1, eps=2**-10, noise="rademacher", normalize="std", noise_backend="torch")
+    opt = MeZO([w], lr=0.1, eps=2**-10, noise="rademacher", step_normalize="std", noise_backend="torch")
     res = opt.step(lambda: 0.75)
     assert res.spread == 0.0 and res.projected_grads == [0.0]
     assert torch.equal(w, before)
@@ -57,7 +58,7 @@ def test_equal_values_make_no_update():
 def test_normalised_step_reduces_a_quadratic(noise_kind, n_spsa):
     params, loss_fn, _ = make_problem()
     start = loss_fn().item()
-    opt = MeZO(params, lr=0.05, eps=1e-3, n_spsa=n_spsa, noise=noise_kind, normalize="std", noise_backend="torch")
+    opt = MeZO(params, lr=0.05, eps=1e-3, n_spsa=n_spsa, noise=noise_kind, step_normalize="std", noise_backend="torch")
     sched = get_scheduler("linear", opt, total_steps=100)
     for _ in range(100):
         opt.step(loss_fn)
@@ -79,24 +80,66 @@ def _error_rate_problem():
 def test_normalised_rademacher_step_reduces_an_error_rate(n_spsa, below):
     w, error = _error_rate_problem()
     assert error().item() > 0.6
-    run([w], error, 150, lr=0.1, eps=0.05, n_spsa=n_spsa, noise="rademacher", normalize="std")
+    run([w], error, 150, lr=0.1, eps=0.05, n_spsa=n_spsa, noise="rademacher", step_normalize="std")
     assert error().item() < below
 
 
-def test_normalize_arguments_are_checked():
+def test_an_earlier_keyword_is_refused_naming_its_successor():
+    with pytest.raises(TypeError, match=r"^MeZO\(\.\.\., normalize=\.\.\.\) is now MeZO\(\.\.\., step_normalize=\.\.\.\)$"):
+        MeZO([torch.zeros(3, requires_grad=True)], normalize="std")
+    with pytest.raises(TypeError, match=r"^MeZO\(\.\.\., evaluation=\.\.\.\) is now MeZO\(\.\.\., member_evaluation=\.\.\.\)$"):
+        MeZO([torch.zeros(3, requires_grad=True)], evaluation="batched")
+    with pytest.raises(TypeError, match="unexpected keyword argument 'normalise'"):
+        MeZO([torch.zeros(3, requires_grad=True)], normalise="std")
+
+
+def test_a_checkpoint_recorded_under_the_earlier_names_resumes_as_the_run_would_have():
+    """A state dict whose config, param groups and trajectory header say ``normalize`` (MeZO's name for
+    ``step_normalize`` before the rename) loads and continues bit for bit; the new ones record the new name."""
+    def make():
+        g = torch.Generator().manual_seed(5)
+        return [torch.randn(4, 3, generator=g).requires_grad_(), torch.randn(5, generator=g).requires_grad_()]
+
+    def loss(params):
+        return lambda: sum((p.detach() - 0.5).pow(2).sum() for p in params)
+
+    options = dict(lr=0.05, eps=1e-2, n_spsa=2, step_normalize="std", noise_backend="torch", seed=3)
+    straight = make()
+    opt = MeZO(straight, **options)
+    for _ in range(4):
+        opt.step(loss(straight))
+    params = make()
+    first = MeZO(params, **options)
+    for _ in range(2):
+        first.step(loss(params))
+    sd = first.state_dict()
+    old = lambda d: {("normalize" if k == "step_normalize" else k): v for k, v in d.items()}  # noqa: E731
+    sd["mezo"]["config"] = old(sd["mezo"]["config"])
+    sd["mezo"]["trajectory"]["header"] = json.dumps(old(json.loads(sd["mezo"]["trajectory"]["header"])))
+    sd["param_groups"] = [old(g) for g in sd["param_groups"]]
+    resumed = MeZO(params, **options)
+    resumed.load_state_dict(sd)
+    for _ in range(2):
+        resumed.step(loss(params))
+    assert all(torch.equal(a, b) for a, b in zip(params, straight))
+    assert resumed.trajectory.header["step_normalize"] == "std" and "normalize" not in resumed.trajectory.header
+    assert "normalize" not in resumed.param_groups[0] and resumed.state_dict()["mezo"]["config"]["step_normalize"] == "std"
+
+
+def test_step_normalize_arguments_are_checked():
     with pytest.raises(ValueError, match="'std'"):
-        MeZO([torch.zeros(3, requires_grad=True)], normalize="max")
+        MeZO([torch.zeros(3, requires_grad=True)], step_normalize="max")
     with pytest.raises(ValueError, match="two-point"):
-        MeZO([torch.zeros(3, requires_grad=True)], normalize="std", estimator="one_point")
+        MeZO([torch.zeros(3, requires_grad=True)], step_normalize="std", estimator="one_point")
 
 
 # -- replay of every new option, and of the first trajectory format -------------------------------
 @pytest.mark.parametrize("kw", [
-    dict(normalize="std", n_spsa=2), dict(normalize="std", noise="rademacher", momentum=0.5),
+    dict(step_normalize="std", n_spsa=2), dict(step_normalize="std", noise="rademacher", momentum=0.5),
     dict(noise="lowrank", rank=2), dict(noise="lowrank", rank=3, lowrank_interval=4, n_spsa=2),
-    dict(noise="lowrank", rank=1, adam=True), dict(noise="lowrank", rank=2, normalize="std"),
+    dict(noise="lowrank", rank=1, adam=True), dict(noise="lowrank", rank=2, step_normalize="std"),
     dict(noise="lowrank", rank=1, n_spsa=2, hessian_smooth=0.3, second_eps=1e-3),
-    dict(noise="lowrank", normalize="std", hessian_smooth=0.3, second_eps=1e-3),
+    dict(noise="lowrank", step_normalize="std", hessian_smooth=0.3, second_eps=1e-3),
 ])
 def test_new_options_replay_bit_identically(kw, tmp_path):
     params, loss_fn, _ = make_problem(SMALL_SHAPES)
@@ -137,7 +180,7 @@ def test_first_format_checkpoint_resumes():
     # the first-format run used Gaussian z (then the default)
     opt = MeZO(groups, lr=0.1, eps=1e-3, n_spsa=2, noise="gaussian", noise_backend="torch", on_nonfinite="skip", seed=7)
     sd = opt.state_dict()
-    old_config = {k: v for k, v in sd["mezo"]["config"].items() if k not in ("normalize", "rank", "lowrank_interval", "evaluation",
+    old_config = {k: v for k, v in sd["mezo"]["config"].items() if k not in ("step_normalize", "rank", "lowrank_interval", "member_evaluation",
                                                                                 "hessian_smooth", "rounding")}
     assert old_config == {k: h[k] for k in old_config}
     sd["mezo"].update(config=old_config, samples=24, trajectory=traj.state_dict(), backend="torch")

@@ -110,7 +110,7 @@ def test_explain_a_resumed_run_and_its_directory_is_read_once(tmp_path, tiny_tok
     assert set(reads) == expected and set(reads.values()) == {1}, reads
     seen = sources(plan)
     assert seen["resume"] == ("True", "user") and seen["max_steps"] == ("4", "user")
-    assert seen["evaluation"] == ("auto -> inplace", "resumed run")
+    assert seen["member_evaluation"] == ("auto -> inplace", "resumed run")
 
 
 def test_a_resumed_command_line_run_reads_its_directory_once(tmp_path, tiny_model_dir, data_dir, monkeypatch):

@@ -1,7 +1,7 @@
-"""The step's normalisation is the fitness's (issue 69, item 3): the trainer builds ``MeZO(normalize=None)`` and
+"""The step's normalisation is the fitness's (issue 69, item 3): the trainer builds ``MeZO(step_normalize=None)`` and
 :func:`mezo_rl.training.fitness.step_normalised` hands it losses whose differences carry the normalisation, so
-the update is the one ``MeZO(normalize="std")`` makes from the raw losses; and a run made while the engine
-normalised (its trajectory says ``normalize="std"``) still replays bit for bit, and is refused a resume in one line.
+the update is the one ``MeZO(step_normalize="std")`` makes from the raw losses; and a run made while the engine
+normalised (its trajectory says ``step_normalize="std"``, or ``normalize="std"`` as runs recorded it before the rename) still replays bit for bit, and is refused a resume in one line.
 
 Tolerances: the two paths compute the same projected gradient g in float64 in different orders. The engine's
 normaliser rounds twice, ``fl(fl(l+ - l-) / 2 sigma)`` (2 sigma is exact): 2u|g|. The fitness writes
@@ -31,11 +31,11 @@ from mezo_rl.training.fitness import FitnessSpec, step_normalised
 U = 2.0 ** -53
 
 
-def grads_and_weights(values, *, normalize, fitness=None, steps=1, **kw):
+def grads_and_weights(values, *, step_normalize, fitness=None, steps=1, **kw):
     """``steps`` MeZO steps on a 3 x 4 tensor whose closure returns ``values`` (one list per step) in member
     order; the projected gradients of each step and the final weights."""
     w = torch.linspace(-1.0, 1.0, 12).reshape(3, 4).contiguous().requires_grad_()
-    opt = MeZO([w], lr=0.1, noise_backend="torch", normalize=normalize, **kw)
+    opt = MeZO([w], lr=0.1, noise_backend="torch", step_normalize=step_normalize, **kw)
     out = []
     for step_values in values:
         it = iter(step_values)
@@ -44,7 +44,7 @@ def grads_and_weights(values, *, normalize, fitness=None, steps=1, **kw):
 
 
 def fitness_for(estimator, eps, centre=False):
-    return lambda losses: step_normalised(losses, FitnessSpec(normalize=True, eps=eps, estimator=estimator,
+    return lambda losses: step_normalised(losses, FitnessSpec(step_normalize=True, eps=eps, estimator=estimator,
                                                               centre=centre).members(len(losses)), eps)
 
 
@@ -59,8 +59,8 @@ def test_the_fitness_normalised_losses_give_the_engines_normalised_update(estima
     members = n * (2 if estimator == "two_point" else 1)
     raw = [[offset + scale * rng.gauss(0.0, 1.0) for _ in range(members)] for _ in range(3)]
     common = dict(n_spsa=n, estimator=estimator, eps=eps, noise="rademacher")
-    before, _ = grads_and_weights(raw, normalize="std", steps=3, **common)
-    after, _ = grads_and_weights(raw, normalize=None, fitness=fitness_for(estimator, eps), **common)
+    before, _ = grads_and_weights(raw, step_normalize="std", steps=3, **common)
+    after, _ = grads_and_weights(raw, step_normalize=None, fitness=fitness_for(estimator, eps), **common)
     for values, g_old, g_new in zip(raw, before, after):
         new = fitness_for(estimator, eps)(values)
         if estimator == "two_point":
@@ -82,8 +82,8 @@ def test_no_spread_is_no_update_in_both(estimator, n):
     the engine's normaliser turns into a whole step, within the es bound above: n u max|l| / sigma >= 1.)"""
     values = [[0.25] * (n * (2 if estimator == "two_point" else 1))]
     common = dict(n_spsa=n, estimator=estimator, eps=1e-2, noise="rademacher")
-    before, w_before = grads_and_weights(values, normalize="std", **common)
-    after, w_after = grads_and_weights(values, normalize=None, fitness=fitness_for(estimator, 1e-2), **common)
+    before, w_before = grads_and_weights(values, step_normalize="std", **common)
+    after, w_after = grads_and_weights(values, step_normalize=None, fitness=fitness_for(estimator, 1e-2), **common)
     assert before == after == [[0.0] * n]
     assert torch.equal(w_before, w_after)
 
@@ -98,8 +98,8 @@ def test_hizoos_unperturbed_member_keeps_the_curvature_and_stays_out_of_sigma():
     raw = [[2.0 + rng.gauss(0.0, 0.3) for _ in range(5)] for _ in range(4)]  # n_spsa 2: +, -, +, -, unperturbed
     common = dict(n_spsa=2, eps=eps, noise="lowrank", rank=1, hessian_smooth=0.3)
     fitness = fitness_for("two_point", eps, centre=True)
-    before, w_before = grads_and_weights(raw, normalize="std", **common)
-    after, w_after = grads_and_weights(raw, normalize=None, fitness=fitness, **common)
+    before, w_before = grads_and_weights(raw, step_normalize="std", **common)
+    after, w_after = grads_and_weights(raw, step_normalize=None, fitness=fitness, **common)
     for values, g_old, g_new in zip(raw, before, after):
         new, c = fitness(values), values[4]
         assert new[4] == 0.0
@@ -118,7 +118,7 @@ def test_hizoos_unperturbed_member_keeps_the_curvature_and_stays_out_of_sigma():
 
 def test_one_point_has_no_spread_to_normalise():
     with pytest.raises(ConfigError, match="one member a step has no spread"):
-        FitnessSpec(normalize=True, estimator="one_point")
+        FitnessSpec(step_normalize=True, estimator="one_point")
     assert FitnessSpec(estimator="one_point").members(1) == step_members([0], "one_point")
 
 
@@ -145,7 +145,7 @@ def _train(args, factory):
 def test_a_run_normalised_by_the_engine_replays_and_matches_the_fitness_normalised_run(tmp_path, factory,
                                                                                       monkeypatch):
     """The same --peft norm run (its mode normalises the step: Rademacher z, n_spsa 2, eps 0.1) made as the
-    trainer made it before (the engine's normalize="std", the fitness's losses raw) and as it makes it now. The
+    trainer made it before (the engine's step_normalize="std", the fitness's losses raw) and as it makes it now. The
     old run's trajectory replays bit for bit; both runs end at the same weights (each coefficient agrees to the
     bound in the module docstring, some 1e-15 of it, far inside a float32 weight's rounding), with projected
     gradients within that bound; and the old run refuses --resume in one line, before it loads a model."""
@@ -162,12 +162,12 @@ def test_a_run_normalised_by_the_engine_replays_and_matches_the_fitness_normalis
                           load_best_model_at_end=False, **kw)
 
     new = _train(args("new"), factory)
-    assert new.args.step_normalize == "std" and new.optimizer.config["normalize"] is None
+    assert new.args.step_normalize == "std" and new.optimizer.config["step_normalize"] is None
     with monkeypatch.context() as m:  # the trainer as it was: the engine normalises, the fitness does not
-        m.setattr(setup, "MeZO", lambda *a, **k: MeZO(*a, **{**k, "normalize": "std"}))
+        m.setattr(setup, "MeZO", lambda *a, **k: MeZO(*a, **{**k, "step_normalize": "std"}))
         m.setattr(FitnessSpec, "of", classmethod(lambda cls, a: cls(reward_shaping=a.reward_shaping, eps=a.eps)))
         old = _train(args("old"), factory)
-    assert old.optimizer.config["normalize"] == "std"
+    assert old.optimizer.config["step_normalize"] == "std"
     old_final = [p.detach().clone() for p in old.lm.model.parameters()]
 
     replayed, _, step = load_run(tmp_path / "old", "final", lm=factory())
@@ -176,7 +176,7 @@ def test_a_run_normalised_by_the_engine_replays_and_matches_the_fitness_normalis
 
     t_old = Trajectory.load(tmp_path / "old" / CHECKPOINT_DIR / TRAJECTORY_FILE)
     t_new = Trajectory.load(tmp_path / "new" / CHECKPOINT_DIR / TRAJECTORY_FILE)
-    assert t_old.header["normalize"] == "std" and t_new.header["normalize"] is None
+    assert t_old.header["step_normalize"] == "std" and t_new.header["step_normalize"] is None
     eps = 0.1
     for row_old, row_new in zip(t_old, t_new):
         raw, new_values = list(row_old.values[: row_old.calls]), list(row_new.values[: row_new.calls])
@@ -191,3 +191,9 @@ def test_a_run_normalised_by_the_engine_replays_and_matches_the_fitness_normalis
     assert "\n" not in str(refused.value)
     with pytest.raises(ConfigError, match=r"normalize='std'"):
         _train(resumed, factory)
+    # the same run as recorded before MeZO's normalize became step_normalize: its header read under the new name
+    path = tmp_path / "old" / CHECKPOINT_DIR / TRAJECTORY_FILE
+    t_old.header = {("normalize" if k == "step_normalize" else k): v for k, v in t_old.header.items()}
+    t_old.save(path)
+    with pytest.raises(ConfigError, match=r"step_normalize='std'"):
+        check_output_dir(resumed)

@@ -104,10 +104,10 @@ def test_rl_sentiment_example_runs_on_smollm2(tmp_path, shared_data_dir):
     records = [json.loads(line) for line in (out / "run" / "metrics.jsonl").read_text().splitlines()]
     steps = [r for r in records if "split" not in r]
     assert [r["step"] for r in steps] == [1, 2] and all("reward/positivity/std" in r for r in steps)
-    from mezo_rl.training.rundir import read_samples, recorded_evaluation
+    from mezo_rl.training.rundir import read_samples, recorded_member_evaluation
 
     assert len(read_samples(out / "run", "test", 0)) == len(read_samples(out / "run", "test", 2)) == 4
-    assert recorded_evaluation(out / "run") == "batched"   # the short prompts decode with their members as one batch
+    assert recorded_member_evaluation(out / "run") == "batched"   # the short prompts decode with their members as one batch
 
 
 def test_rl_arithmetic_example_runs_on_smollm2(tmp_path):

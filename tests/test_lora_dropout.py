@@ -98,7 +98,7 @@ def test_every_member_of_a_step_sees_the_same_masks_in_place_and_batched(tiny_to
     def run(evaluation):
         lm = lora_lm(tiny_tokenizer)
         opt = MeZO([p for p in lm.model.parameters() if p.requires_grad], lr=1e-2, seed=3, noise_backend="torch",
-                   evaluation=BatchedMembers(lm.model) if evaluation == "batched" else evaluation, **options)
+                   member_evaluation=BatchedMembers(lm.model) if evaluation == "batched" else evaluation, **options)
         seen, undropped, results = [], [], []
         for step_seed in (11, 12):
             def inplace():
@@ -141,7 +141,7 @@ def test_each_step_draws_its_own_masks_from_its_seed_and_every_member_of_it_the_
     for evaluation in ("inplace", "batched"):
         entered.clear()
         args = make_args(tmp_path, evaluation, peft="lora", lora_dropout=P, noise="gaussian", max_steps=3, eval_steps=10,
-                         evaluation=evaluation)
+                         member_evaluation=evaluation)
         running["trainer"] = MeZOTrainer(args=args, lm=factory(), lm_factory=factory, task=get_task("sst2"),
                                          splits=splits())
         running["trainer"].train()
@@ -162,7 +162,7 @@ def test_dropout_changes_the_trajectory_but_not_what_the_trained_weights_compute
     runs = {}
     for p in (0.0, P):
         args = make_args(tmp_path, f"p{p}", peft="lora", lora_dropout=p, noise="gaussian", max_steps=4, eval_steps=2,
-                         eps=0.3, learning_rate=1e-2, evaluation="inplace")
+                         eps=0.3, learning_rate=1e-2, member_evaluation="inplace")
         runs[p] = MeZOTrainer(args=args, lm=factory(), lm_factory=factory, task=get_task("sst2"), splits=splits())
         runs[p].train()
     a, b = runs[0.0].trajectory, runs[P].trajectory
@@ -200,7 +200,7 @@ def test_a_generation_run_with_dropout_is_the_same_in_place_and_batched(tmp_path
         for name, evaluation, p in (("inplace", "inplace", P), ("batched", "batched", P), ("none", "batched", 0.0)):
             args = make_args(tmp_path, name, peft="lora", lora_dropout=p, noise="gaussian", reward=["test_len_dropout"],
                              max_steps=3, eval_steps=10, max_completion_length=6, learning_rate=1.0, eps=1.0,
-                             evaluation=evaluation)
+                             member_evaluation=evaluation)
             runs[name] = MeZOTrainer(args=args, lm=factory(), lm_factory=factory, task=get_task("sst2"), splits=splits())
             runs[name].train()
     finally:
@@ -212,7 +212,7 @@ def test_a_generation_run_with_dropout_is_the_same_in_place_and_batched(tmp_path
 
 def test_a_run_with_dropout_resumes_and_replays_bit_identically(tmp_path, tiny_tokenizer):
     factory = lambda: LanguageModel(make_tiny_causal_lm(tiny_tokenizer), tiny_tokenizer)  # noqa: E731
-    kw = dict(peft="lora", lora_dropout=P, noise="gaussian", eps=0.3, learning_rate=1e-2, evaluation="inplace",
+    kw = dict(peft="lora", lora_dropout=P, noise="gaussian", eps=0.3, learning_rate=1e-2, member_evaluation="inplace",
               eval_steps=3)
 
     def train(name, **more):

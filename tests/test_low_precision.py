@@ -46,7 +46,7 @@ def test_at_lr_0_low_precision_weights_stay_bit_for_bit_and_in_place_is_refused(
     before = [p.detach().clone() for p in model.parameters()]
     with pytest.raises(ValueError, match=f"^MeZO cannot perturb {str(dtype)[6:]} weights in place: "):
         MeZO(model.parameters(), lr=0.0, eps=1e-2)
-    opt = MeZO(model.parameters(), lr=0.0, eps=1e-2, n_spsa=2, rounding=mode, evaluation=BatchedMembers(model))
+    opt = MeZO(model.parameters(), lr=0.0, eps=1e-2, n_spsa=2, rounding=mode, member_evaluation=BatchedMembers(model))
     for _ in range(30):
         res = opt.step(_fixed([1.0, 0.0, 0.5, 2.0]))
     assert res.update_kept is None  # nothing was to change
@@ -74,7 +74,7 @@ def test_stochastic_rounding_rounds_up_in_proportion_to_the_distance():
 
 def _run(model, lr, steps, mode, seed=0):
     opt = MeZO(model.parameters(), lr=lr, eps=1e-2, n_spsa=1, rounding=mode, seed=seed,
-               evaluation=BatchedMembers(model))
+               member_evaluation=BatchedMembers(model))
     kept = []
     for _ in range(steps):
         res = opt.step(_fixed([1.0, 0.0]))
@@ -113,10 +113,10 @@ def test_the_stochastically_rounded_change_projects_onto_the_float32_change_at_1
 def test_a_low_precision_run_replays_and_resumes_bit_for_bit():
     model, resumed, ref = _model(torch.bfloat16), _model(torch.bfloat16), _model(torch.bfloat16)
     opt, _ = _run(model, 1e-3, 6, "stochastic", seed=3)
-    first = MeZO(resumed.parameters(), lr=1e-3, eps=1e-2, seed=3, evaluation=BatchedMembers(resumed))
+    first = MeZO(resumed.parameters(), lr=1e-3, eps=1e-2, seed=3, member_evaluation=BatchedMembers(resumed))
     for _ in range(3):
         first.step(_fixed([1.0, 0.0]))
-    second = MeZO(resumed.parameters(), lr=1e-3, eps=1e-2, seed=3, evaluation=BatchedMembers(resumed))
+    second = MeZO(resumed.parameters(), lr=1e-3, eps=1e-2, seed=3, member_evaluation=BatchedMembers(resumed))
     second.load_state_dict(first.state_dict())
     for _ in range(3):
         second.step(_fixed([1.0, 0.0]))
@@ -136,7 +136,7 @@ def test_a_low_precision_run_recorded_before_rounding_existed_is_refused_in_one_
     sd["mezo"]["config"].pop("rounding")
     fresh = _model(torch.bfloat16)
     with pytest.raises(ValueError, match="^this run's bfloat16 weights were updated by an earlier mezo-rl"):
-        MeZO(fresh.parameters(), lr=1e-3, eps=1e-2, evaluation=BatchedMembers(fresh)).load_state_dict(sd)
+        MeZO(fresh.parameters(), lr=1e-3, eps=1e-2, member_evaluation=BatchedMembers(fresh)).load_state_dict(sd)
     # a float32 run of the same age replays: its updates never rounded into a low-precision dtype
     f32 = _model(torch.float32)
     opt32, _ = _run(f32, 1e-3, 2, "stochastic")
@@ -173,7 +173,7 @@ def test_row_blocks_and_chunks_write_what_one_chunk_writes():
 def test_momentum_and_adam_round_their_low_precision_steps_and_replay():
     for options in (dict(momentum=0.9), dict(adam=True)):
         model, ref = _model(torch.bfloat16), _model(torch.bfloat16)
-        opt = MeZO(model.parameters(), lr=1e-4, eps=1e-2, evaluation=BatchedMembers(model), **options)
+        opt = MeZO(model.parameters(), lr=1e-4, eps=1e-2, member_evaluation=BatchedMembers(model), **options)
         for _ in range(4):
             res = opt.step(_fixed([1.0, 0.0]))
         assert res.update_kept is not None
@@ -188,8 +188,8 @@ def test_bad_dtype_combinations_are_refused_in_one_line_before_anything_loads():
             MeZOConfig(dtype="float16")
     with pytest.raises(ConfigError, match="^--dtype bfloat16 with --autocast bfloat16: "):
         MeZOConfig(dtype="bfloat16", autocast="bfloat16")
-    with pytest.raises(ConfigError, match="^--dtype bfloat16: a step must evaluate its members batched.*not --evaluation inplace"):
-        MeZOConfig(dtype="bfloat16", evaluation="inplace")
+    with pytest.raises(ConfigError, match="^--dtype bfloat16: a step must evaluate its members batched.*not --member-evaluation inplace"):
+        MeZOConfig(dtype="bfloat16", member_evaluation="inplace")
     with pytest.raises(ConfigError, match="^--dtype bfloat16: a step must evaluate its members batched.*--noise lowrank"):
         MeZOConfig(dtype="bfloat16", peft="full", noise="gaussian")
     with pytest.raises(ValueError, match="^rounding must be one of"):

@@ -80,7 +80,7 @@ def test_a_run_stops_at_its_budget_validated_and_tested(tmp_path, tiny_model_dir
     assert main(["--time-budget-s", "1e-9", "--", "--model", str(tiny_model_dir), "--task", "arithmetic-plain",
                  "--reward", "exact_answer", "--max-steps", "5", "--eval-steps", "5", "--per-device-train-batch-size",
                  "2", "--num-train", "4", "--num-eval", "2", "--num-test", "2", "--max-completion-length", "3",
-                 "--evaluation", "inplace", "--autocast", "none", "--no-progress", "--output-dir", str(run)]) == 0
+                 "--member-evaluation", "inplace", "--autocast", "none", "--no-progress", "--output-dir", str(run)]) == 0
     summary = json.loads((run / "summary.json").read_text())
     assert summary["steps"] == 1 and summary["stopped_early"] is True
     validated = [json.loads(x)["step"] for x in (run / "metrics.jsonl").read_text().splitlines()
@@ -114,7 +114,7 @@ def test_a_decayed_run_logs_the_decayed_lr_and_eps_of_every_step(tmp_path, tiny_
                  str(tiny_model_dir), "--task", "arithmetic-plain", "--reward", "exact_answer", "--max-steps", "3",
                  "--eval-steps", "3", "--per-device-train-batch-size", "2", "--num-train", "4", "--num-eval", "2",
                  "--num-test", "2", "--max-completion-length", "3", "--learning-rate", "0.25", "--eps", "0.5",
-                 "--evaluation", "inplace", "--autocast", "none", "--no-progress", "--output-dir", str(run)]) == 0
+                 "--member-evaluation", "inplace", "--autocast", "none", "--no-progress", "--output-dir", str(run)]) == 0
     with np.load(run / "checkpoint" / "trajectory.npz") as z:
         lrs, epss = z["lrs"], z["epss"]
     assert lrs.shape[0] == 3

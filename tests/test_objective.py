@@ -9,7 +9,7 @@ import torch
 
 from fake_scores import scores
 from mezo_rl.errors import UserError
-from mezo_rl.rewards import build_objective, normalize_answer
+from mezo_rl.rewards import Objective, build_objective, normalize_answer
 from mezo_rl.rewards.objective import RewardError
 
 
@@ -118,7 +118,7 @@ def test_bool_and_tensor_values_are_numbers():
 # ---- normalisation -----------------------------------------------------------------------------
 
 def test_std_normalisation_is_fixed_after_the_first_batch():
-    objective = build_objective([length], normalize="std")
+    objective = build_objective([length], reward_scale="std")
     first = objective.evaluate(prompts=["p"] * 3, completions=["a", "abc", "abcde"])  # lengths 1, 3, 5: std 2
     assert first.loss == pytest.approx(-3.0 / 2.0)
     assert objective.scales == {"length": pytest.approx(2.0)}
@@ -127,21 +127,41 @@ def test_std_normalisation_is_fixed_after_the_first_batch():
     later = objective.evaluate(prompts=["p"] * 2, completions=["abcdefghij", "abcdefghij"])
     assert later.loss == pytest.approx(-10.0 / 2.0)
     state = objective.state_dict()
-    resumed = build_objective([length], normalize="std")
+    resumed = build_objective([length], reward_scale="std")
     resumed.load_state_dict(state)
     assert resumed.scales == objective.scales
     with pytest.raises(ValueError, match="objective state is for rewards"):
-        build_objective(["exact_match"], normalize="std").load_state_dict(state)
+        build_objective(["exact_match"], reward_scale="std").load_state_dict(state)
+
+
+def test_the_earlier_keyword_is_refused_and_a_state_recorded_under_it_loads():
+    """``normalize`` was the objective's name for ``reward_scale``: the keyword is refused in one line naming it,
+    and a checkpoint's objective state written under it (trainer_state.json) is read as ``reward_scale``."""
+    with pytest.raises(TypeError, match=r"^build_objective\(\.\.\., normalize=\.\.\.\) is now "
+                                        r"build_objective\(\.\.\., reward_scale=\.\.\.\)$"):
+        build_objective([length], normalize="std")
+    with pytest.raises(TypeError, match=r"^Objective\(\.\.\., normalize=\.\.\.\) is now Objective\(\.\.\., reward_scale"):
+        Objective([], [], normalize="std")
+    objective = build_objective([length], reward_scale="std")
+    objective.evaluate(prompts=["p"] * 3, completions=["a", "abc", "abcde"])
+    state = objective.state_dict()
+    assert state["reward_scale"] == "std" and "normalize" not in state
+    recorded = {("normalize" if k == "reward_scale" else k): v for k, v in state.items()}
+    resumed = build_objective([length], reward_scale="std")
+    resumed.load_state_dict(recorded)
+    assert resumed.scales == objective.scales
+    with pytest.raises(ValueError, match=r"reward_scale='std'\), this objective has \['length'\] \(reward_scale=None"):
+        build_objective([length]).load_state_dict(recorded)
 
 
 def test_std_normalisation_without_spread_falls_back_to_one():
-    objective = build_objective([constant(3.0)], normalize="std")
+    objective = build_objective([constant(3.0)], reward_scale="std")
     with pytest.warns(UserWarning, match="no spread on the first batch"):
         assert objective.evaluate(prompts=["p"] * 2, completions=["a", "b"]).loss == pytest.approx(-3.0)
 
 
 def test_std_normalisation_needs_sq_sums_in_loss_from():
-    objective = build_objective([length], normalize="std")
+    objective = build_objective([length], reward_scale="std")
     out = objective.evaluate(prompts=["p"] * 2, completions=["a", "abc"])
     with pytest.raises(ValueError, match="needs sq_sums as well"):
         objective.loss_from(out.sums, out.counts)
@@ -243,7 +263,7 @@ def test_reward_exceptions_name_the_reward():
 
 
 @pytest.mark.parametrize(
-    "rewards, weights, normalize, message",
+    "rewards, weights, reward_scale, message",
     [
         (["accuracy", "cross_entropy"], [1.0], None, r"got 1 weight\(s\) for 2 reward\(s\)"),
         (["accuracy"], [-1.0], None, "weights must be finite numbers >= 0.*higher_is_better=False"),
@@ -251,13 +271,13 @@ def test_reward_exceptions_name_the_reward():
         (["accuracy"], [True], None, "weights must be finite"),
         (["accuracy"], [0.0], None, "all weights are 0"),
         (["accuracy", "accuracy"], None, None, "given more than once"),
-        (["accuracy"], None, "zscore", r"normalize='zscore' is not one of \(None, 'std'\)"),
+        (["accuracy"], None, "zscore", r"reward_scale='zscore' is not one of \(None, 'std'\)"),
         ([], None, None, "at least one reward"),
     ],
 )
-def test_build_objective_rejects_bad_settings(rewards, weights, normalize, message):
+def test_build_objective_rejects_bad_settings(rewards, weights, reward_scale, message):
     with pytest.raises(ValueError, match=message):
-        build_objective(rewards, weights=weights, normalize=normalize)
+        build_objective(rewards, weights=weights, reward_scale=reward_scale)
 
 
 # ---- with the real model layer -----------------------------------------------------------------

@@ -61,7 +61,7 @@ def counts(lm, M, what, distinct=True):
         return [0.0] * len(members)
 
     opt = MeZO(lm.model.parameters(), lr=0.0, eps=1e-3, n_spsa=M // 2, noise_backend="torch",
-               evaluation=BatchedMembers(lm.model))
+               member_evaluation=BatchedMembers(lm.model))
     opt.step(closure)
     with OpCounter() as step:
         opt.step(closure)
@@ -151,7 +151,7 @@ def test_hizoo_adds_ops_that_grow_with_neither_the_tensors_nor_the_members_but_f
                     return [float(k) for k in range(len(members))]  # differing losses: the curvature moves
 
                 opt = MeZO(lm.model.parameters(), lr=0.0, eps=1e-3, n_spsa=M // 2, noise_backend="torch",
-                           evaluation=BatchedMembers(lm.model), hessian_smooth=hs)
+                           member_evaluation=BatchedMembers(lm.model), hessian_smooth=hs)
                 opt.step(closure)
                 with OpCounter() as step:
                     opt.step(closure)

@@ -93,8 +93,8 @@ def test_the_command_line_hands_its_plan_to_the_trainer(tmp_path, tiny_tokenizer
     assert trainer.plan is plan and trainer.args is plan.args and trainer.objective is plan.objective
     assert trainer._optimizer is None  # MeZO is built on first use, once
     assert trainer.optimizer is trainer.optimizer
-    # the mode's --step-normalize std is the fitness's: the trainer never sets the engine's normalize
-    assert trainer.fitness.spec.normalize and trainer.optimizer.config["normalize"] is None
+    # the mode's --step-normalize std is the fitness's: the trainer never sets the engine's step_normalize
+    assert trainer.fitness.spec.step_normalize and trainer.optimizer.config["step_normalize"] is None
 
 
 class Outcome:
@@ -125,18 +125,19 @@ def test_one_fitness_forms_every_members_loss_and_normalises_the_step():
     # their deviations from the midpoint times eps / sigma, so the engine's (l+ - l-) / (2 eps) is FZOO's
     # (l+ - l-) / (2 sigma); the record keeps the losses' means from before
     eps = 2.0 ** -10  # a power of two: every operation below is exact
-    normalised, record = Fitness(FitnessSpec(normalize=True, eps=eps), objective, OneProcess())(members)
+    normalised, record = Fitness(FitnessSpec(step_normalize=True, eps=eps), objective, OneProcess())(members)
     assert normalised == [-eps, eps] and (normalised[0] - normalised[1]) / (2 * eps) == -1.0
     assert (record["loss"], record["loss_plus"], record["loss_minus"]) == (-0.5, -1.0, 0.0)
     args = run_config(MeZOConfig(task="arithmetic", beta=0.5), get_task("arithmetic"))
-    assert args.step_normalize == "std" and FitnessSpec.of(args).normalize
-    assert mezo_options(vars(args))["normalize"] == "std"  # the table's value, for a MeZO built by hand
+    assert args.step_normalize == "std" and FitnessSpec.of(args).step_normalize
+    assert mezo_options(vars(args))["step_normalize"] == "std"  # the table's value, for a MeZO built by hand
     with pytest.raises(ConfigError, match="one member a step has no spread"):
-        FitnessSpec(normalize=True, estimator="one_point")
+        FitnessSpec(step_normalize=True, estimator="one_point")
 
 
 @pytest.mark.parametrize("old, new, value", [("normalize", "step_normalize", "std"),
-                                             ("reward_normalize", "reward_scale", "std")])
+                                             ("reward_normalize", "reward_scale", "std"),
+                                             ("evaluation", "member_evaluation", "batched")])
 def test_old_knob_names_are_refused_naming_the_new(old, new, value, capsys, tmp_path):
     from mezo_rl.cli.main import main
 

@@ -1,4 +1,4 @@
-"""Batched member evaluation (``MeZO(..., evaluation=BatchedMembers(model))``): every member of a
+"""Batched member evaluation (``MeZO(..., member_evaluation=BatchedMembers(model))``): every member of a
 step in one member-major batched pass, the weights untouched until the update.
 
 The central check: on tiny models, for every kind of trainable tensor the batched mode perturbs
@@ -59,7 +59,7 @@ CASES = {
     "biases only, gaussian": (lambda t, m: (make_tiny_causal_lm(t, attention_bias=True, mlp_bias=True), t),
                               r"\.bias$", dict(noise="gaussian", n_spsa=2, eps=1.0)),
     "final norm, rademacher, trunk cache": (lambda t, m: (make_tiny_causal_lm(t), t), "norm-cache",
-                                            dict(noise="rademacher", normalize="std", n_spsa=2, eps=1.0)),
+                                            dict(noise="rademacher", step_normalize="std", n_spsa=2, eps=1.0)),
     "lora, gaussian (dense deltas)": (lambda t, m: (make_tiny_causal_lm(t), t), "lora",
                                       dict(noise="gaussian", eps=0.3)),
     "prefix, gaussian": (lambda t, m: (make_tiny_causal_lm(t), t), "prefix", dict(noise="gaussian", eps=1.0)),
@@ -91,7 +91,7 @@ def build(case, tokenizer, mlm_tokenizer):
 def run_steps(lm, prompts, options, evaluation, steps=2, lr=1e-2):
     params = [p for p in lm.model.parameters() if p.requires_grad]
     opt = MeZO(params, lr=lr, seed=3, noise_backend="torch", **options,
-               evaluation=BatchedMembers(lm.model) if evaluation == "batched" else evaluation)
+               member_evaluation=BatchedMembers(lm.model) if evaluation == "batched" else evaluation)
     scores_seen = []
 
     def inplace():
@@ -150,7 +150,7 @@ def test_batched_members_compute_the_weight_side_estimator(case, tiny_tokenizer,
         assert a.seeds == b.seeds and len(b.values) == opt.members_per_step
         for x, y in zip(a.values, b.values):
             assert abs(x - y) <= tol, (x, y, tol)
-        if options.get("normalize") == "std":
+        if options.get("step_normalize") == "std":
             # g_j = d_j / (2 sigma): |d| moves by <= 2 tol, sigma (a population std) by <= tol,
             # so g moves by <= tol / sigma * (1 + |g|)
             for x, y in zip(a.projected_grads, b.projected_grads):
@@ -181,13 +181,13 @@ def test_batched_runs_replay_and_resume_bit_identically(options, tiny_tokenizer)
 
     lm, ref, resumed = fresh(), fresh(), fresh()
     initial = [p.detach().clone() for p in lm.model.parameters()]
-    make = lambda m: MeZO(m.model.parameters(), lr=1e-2, eps=1e-2, seed=5, evaluation=BatchedMembers(m.model), **options)
+    make = lambda m: MeZO(m.model.parameters(), lr=1e-2, eps=1e-2, seed=5, member_evaluation=BatchedMembers(m.model), **options)
     opt = make(lm)
     for _ in range(6):
         opt.step(_scored_closure(lm, PROMPTS))
     moved = max(float((p - q).abs().max()) for p, q in zip(lm.model.parameters(), initial))
     assert moved > 1e-4
-    assert opt.trajectory.header["evaluation"] == "batched"
+    assert opt.trajectory.header["member_evaluation"] == "batched"
 
     # replay from the initial weights: only the updates (no perturbation sweeps), bit for bit
     replay_trajectory(list(ref.model.parameters()), opt.trajectory)
@@ -218,14 +218,14 @@ def test_bf16_weights_stay_exact_in_the_batched_mode(tiny_tokenizer):
     lm = fresh()
     with pytest.raises(ValueError, match="^MeZO cannot perturb bfloat16 weights in place: .*BatchedMembers"):
         MeZO(lm.model.parameters(), lr=0.0, eps=1e-3, n_spsa=2)
-    opt = MeZO(lm.model.parameters(), lr=0.0, eps=1e-3, n_spsa=2, evaluation=BatchedMembers(lm.model))
+    opt = MeZO(lm.model.parameters(), lr=0.0, eps=1e-3, n_spsa=2, member_evaluation=BatchedMembers(lm.model))
     for _ in range(3):
         opt.step(_scored_closure(lm, PROMPTS))
     assert sum(int((p != q).sum()) for p, q in zip(lm.model.parameters(), before)) == 0
 
     for lr in (1e-3, 0.5):
         lm, ref = fresh(), fresh()
-        opt = MeZO(lm.model.parameters(), lr=lr, eps=1e-2, n_spsa=2, evaluation=BatchedMembers(lm.model))
+        opt = MeZO(lm.model.parameters(), lr=lr, eps=1e-2, n_spsa=2, member_evaluation=BatchedMembers(lm.model))
         for _ in range(4):
             opt.step(_scored_closure(lm, PROMPTS))
         assert any(not torch.equal(p, q) for p, q in zip(lm.model.parameters(), before))
@@ -237,7 +237,7 @@ def test_a_closure_with_the_wrong_count_gets_one_line_and_the_weights_are_untouc
     model, tok = tiny_causal_lm
     lm = LanguageModel(model, tok)
     before = [p.detach().clone() for p in model.parameters()]
-    opt = MeZO(model.parameters(), n_spsa=2, evaluation=BatchedMembers(model))
+    opt = MeZO(model.parameters(), n_spsa=2, member_evaluation=BatchedMembers(model))
     with pytest.raises(ValueError, match=r"^the batched closure returned 3 values for 4 members; "
                                          r"it must return one per member \(4\)$"):
         opt.step(lambda members: [0.0, 1.0, 2.0])
@@ -261,8 +261,8 @@ def test_fitness_turns_batched_objects_into_losses(tiny_causal_lm):
         seen.append(len(objects))
         return [choice_loss(s) for s in objects]
 
-    opt = MeZO(model.parameters(), lr=1e-2, eps=1e-2, n_spsa=2, evaluation=BatchedMembers(model))
-    ref = MeZO(twin.parameters(), lr=1e-2, eps=1e-2, n_spsa=2, evaluation=BatchedMembers(twin))
+    opt = MeZO(model.parameters(), lr=1e-2, eps=1e-2, n_spsa=2, member_evaluation=BatchedMembers(model))
+    ref = MeZO(twin.parameters(), lr=1e-2, eps=1e-2, n_spsa=2, member_evaluation=BatchedMembers(twin))
     res = opt.step(lambda members: lm.score(PROMPTS, CANDIDATES, members=len(members)), fitness=fitness)
     ref_res = ref.step(_scored_closure(twin_lm, PROMPTS))
     assert seen == [4] and res.values == ref_res.values
@@ -272,19 +272,19 @@ def test_fitness_turns_batched_objects_into_losses(tiny_causal_lm):
 def test_what_the_batched_mode_cannot_serve_is_refused_in_one_line(tiny_causal_lm):
     model, _ = tiny_causal_lm
     with pytest.raises(ValueError, match=r"perturbs embeddings \(model\.embed_tokens\.weight\) activation-side, "
-                                         r"which needs noise='lowrank' \(got 'gaussian'\); or use evaluation='inplace'"):
-        MeZO(model.parameters(), noise="gaussian", evaluation=BatchedMembers(model))
+                                         r"which needs noise='lowrank' \(got 'gaussian'\); or use member_evaluation='inplace'"):
+        MeZO(model.parameters(), noise="gaussian", member_evaluation=BatchedMembers(model))
     for name, p in model.named_parameters():  # matrices only, element-wise noise: M full copies
         p.requires_grad_("proj" in name)
     with pytest.raises(ValueError, match=r"would keep 2 perturbed copies of .* use noise='lowrank'"):
-        MeZO(model.parameters(), noise="gaussian", evaluation=BatchedMembers(model))
+        MeZO(model.parameters(), noise="gaussian", member_evaluation=BatchedMembers(model))
     with pytest.raises(ValueError, match="needs the model the parameters belong to"):
-        MeZO(model.parameters(), evaluation="batched").step(lambda members: [0.0, 0.0])
+        MeZO(model.parameters(), member_evaluation="batched").step(lambda members: [0.0, 0.0])
     with pytest.raises(TypeError, match="an nn.Module"):
         BatchedMembers(model.parameters())
     other = torch.nn.Parameter(torch.zeros(3))
     with pytest.raises(ValueError, match="is not a parameter of the module given"):
-        MeZO([*model.parameters(), other], evaluation=BatchedMembers(model))
+        MeZO([*model.parameters(), other], member_evaluation=BatchedMembers(model))
 
 
 # ---------------------------------------------------------------------------- the model side
@@ -317,7 +317,7 @@ def test_sampled_generation_of_members_equals_the_weight_side_members(tiny_token
     for evaluation in ("inplace", "batched"):
         lm = LanguageModel(make_tiny_causal_lm(tiny_tokenizer), tiny_tokenizer, batch_size=3)
         opt = MeZO(lm.model.parameters(), lr=0.0, eps=0.5, n_spsa=2, seed=1,
-                   evaluation=BatchedMembers(lm.model) if evaluation == "batched" else evaluation)
+                   member_evaluation=BatchedMembers(lm.model) if evaluation == "batched" else evaluation)
         got = []
         gen = dict(max_new_tokens=8, do_sample=True, seed=4, temperature=1.5)
         if evaluation == "batched":

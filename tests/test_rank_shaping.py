@@ -51,7 +51,7 @@ def run(tmp_path, tiny_tokenizer, reward: str, shaping: str):
     args = MeZOConfig(model="tiny", task=str(prompts), reward=[reward], peft="full", reward_shaping=shaping,
                       max_steps=STEPS, per_device_train_batch_size=1, eval_steps=STEPS, autocast="none", progress=False,
                       output_dir=str(tmp_path / f"{reward}-{shaping}"), num_train=20, num_eval=6, num_test=6,
-                      max_completion_length=8, evaluation="inplace", do_sample=True, n_spsa=2, eps=2.0)
+                      max_completion_length=8, member_evaluation="inplace", do_sample=True, n_spsa=2, eps=2.0)
     trainer = MeZOTrainer(args=args, lm=LanguageModel(make_tiny_causal_lm(tiny_tokenizer), tiny_tokenizer))
     grads = [trainer.training_step()["projected_grad"] for _ in range(STEPS)]
     return [p.detach().clone() for p in trainable_parameters(trainer.lm.model)], grads

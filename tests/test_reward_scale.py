@@ -52,7 +52,7 @@ def run(tmp_path, tiny_tokenizer, mode: str, reward: str):
     args = MeZOConfig(model="tiny", task=str(prompts_file(tmp_path)), reward=[reward], peft=mode,
                              max_steps=STEPS, per_device_train_batch_size=4, eval_steps=STEPS, autocast="none",
                              progress=False, output_dir=str(tmp_path / f"{mode}-{reward}"), num_train=20, num_eval=6,
-                             num_test=6, max_completion_length=8, evaluation="inplace", do_sample=True,
+                             num_test=6, max_completion_length=8, member_evaluation="inplace", do_sample=True,
                              n_spsa=2, eps=2.0)
     lm = LanguageModel(make_tiny_causal_lm(tiny_tokenizer), tiny_tokenizer)
     trainer = MeZOTrainer(args=args, lm=lm)

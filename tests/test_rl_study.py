@@ -28,7 +28,7 @@ def test_both_tools_train_for_the_budget(tmp_path):
     assert cmd[cmd.index("--time-budget-s") + 1] == str(rl.STUDY_BUDGET_S) and cmd[cmd.index("--lr") + 1] == "1e-5"
     mezo = rl.study_command("arithmetic", "mezo-lora-lr3e-3", 0, tmp_path)
     assert mezo[mezo.index("--max-steps") + 1] == mezo[mezo.index("--eval-steps") + 1] and "--num-test" in mezo
-    assert mezo[mezo.index("--evaluation") + 1] == "batched"
+    assert mezo[mezo.index("--member-evaluation") + 1] == "batched"
 
 
 def test_the_study_renders_a_table_and_a_reward_kl_plot(tmp_path, monkeypatch):

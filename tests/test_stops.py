@@ -177,7 +177,7 @@ def test_evaluation_and_training_pass_the_runs_stops(tmp_path, tiny_tokenizer, d
     task = get_task("arithmetic-plain")
     splits = {s: task.load_split(s, n=4) for s in ("train", "validation", "test")}
     args = make_args(tmp_path, task="arithmetic-plain", reward=["exact_answer"], max_steps=1, eval_steps=1,
-                     max_completion_length=2, stop=["=", "\n"], initial_test=False, evaluation="inplace")
+                     max_completion_length=2, stop=["=", "\n"], initial_test=False, member_evaluation="inplace")
     factory = lambda: LanguageModel(make_tiny_causal_lm(tiny_tokenizer), tiny_tokenizer)  # noqa: E731
     MeZOTrainer(args=args, lm=lm, lm_factory=factory, task=task, splits=splits).train()
     assert len(seen) >= 3 and all(s == ["=", "\n"] for s in seen)
@@ -309,7 +309,7 @@ def test_resuming_a_run_made_when_completions_were_cut_before_the_stop(tmp_path,
 
     def args(steps, resume=False):
         return make_args(tmp_path, task=task.name, reward=["exact_answer"], stop=["="], max_steps=steps, eval_steps=1,
-                         max_completion_length=3, initial_test=False, evaluation="inplace", resume=resume)
+                         max_completion_length=3, initial_test=False, member_evaluation="inplace", resume=resume)
 
     def run(steps, resume=False):
         factory = lambda: LanguageModel(make_tiny_causal_lm(tiny_tokenizer), tiny_tokenizer)  # noqa: E731
@@ -367,7 +367,7 @@ def test_eval_of_a_run_made_when_completions_were_cut_before_the_stop_warns(tmp_
     run = tmp_path / "run"
     assert main(["train", "--model", str(tiny_model_dir), "--task", "arithmetic-plain", "--reward", "exact_answer",
                  "--stop", "=", "--max-steps", "1", "--per-device-train-batch-size", "2", "--num-train", "4",
-                 "--num-eval", "2", "--num-test", "2", "--max-completion-length", "3", "--evaluation", "inplace",
+                 "--num-eval", "2", "--num-test", "2", "--max-completion-length", "3", "--member-evaluation", "inplace",
                  "--autocast", "none", "--no-progress", "--output-dir", str(run)]) == 0
     evaluate = ["eval", "--run-dir", str(run), "--split", "validation", "--n", "2"]
     capsys.readouterr()

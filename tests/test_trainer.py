@@ -160,7 +160,7 @@ def test_plus_and_minus_see_the_same_batch_and_sampling_seed(tmp_path, factory):
     lm.generate = recording_generate
     try:
         args = make_args(tmp_path, reward=["test_len_spy"], max_steps=3, eval_steps=10, do_sample=True, max_completion_length=3,
-                         evaluation="inplace")  # one closure call per member (batched: tests/test_batched_runs.py)
+                         member_evaluation="inplace")  # one closure call per member (batched: tests/test_batched_runs.py)
         MeZOTrainer(args=args, lm=lm, lm_factory=factory, task=get_task("sst2"), splits=splits()).train()
     finally:
         unregister_reward("test_len_spy")

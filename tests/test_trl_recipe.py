@@ -441,7 +441,7 @@ def test_a_run_decodes_its_completions_with_trls_knobs_in_both_member_evaluation
     for evaluation, name in (("inplace", "in"), ("batched", "ba")):
         seen.clear()
         trainer = _trainer(tmp_path, tiny_tokenizer, name=name, num_generations=2, temperature=0.9, top_p=0.95,
-                           top_k=50, min_p=0.02, repetition_penalty=1.1, evaluation=evaluation, peft="lora",
+                           top_k=50, min_p=0.02, repetition_penalty=1.1, member_evaluation=evaluation, peft="lora",
                            max_steps=1, eval_strategy="no")
         with mock.patch.object(decoding, "_decode", spy):
             trainer.train()

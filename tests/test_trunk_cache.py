@@ -64,9 +64,9 @@ def test_a_cache_hit_scores_candidates_on_one_thread_with_the_values_of_several(
     assert len(prompts) * members * model.config.hidden_size > 32768
     try:
         with torch.no_grad():
-            lm.score(prompts, cands, normalised=False)  # fills the cache (the trunk runs, stopped before the norm)
+            lm.score(prompts, cands, log_softmax=False)  # fills the cache (the trunk runs, stopped before the norm)
             seen.clear()
-            one = lm.score(prompts, cands, members=members, normalised=False)
+            one = lm.score(prompts, cands, members=members, log_softmax=False)
             assert seen and set(seen) == {1}  # the hit: the final norm ran on one thread
             assert torch.get_num_threads() == threads  # and the count is back after the call
             seen.clear()
@@ -74,7 +74,7 @@ def test_a_cache_hit_scores_candidates_on_one_thread_with_the_values_of_several(
             assert seen and set(seen) == {threads}
             monkeypatch.setattr(scoring, "one_thread", contextlib.nullcontext)
             seen.clear()
-            several = lm.score(prompts, cands, members=members, normalised=False)
+            several = lm.score(prompts, cands, members=members, log_softmax=False)
             assert seen and set(seen) == {threads}
     finally:
         hook.remove()
@@ -135,7 +135,7 @@ def test_the_trunk_gives_the_same_values_on_one_thread_and_several(tiny_tokenize
         hook = model.model.layers[0].register_forward_hook(lambda m, i, o: seen.append(torch.get_num_threads()))
         try:
             with torch.no_grad():
-                lm.score(prompts, cands, normalised=False)
+                lm.score(prompts, cands, log_softmax=False)
         finally:
             hook.remove()
         assert set(seen) == {n}

@@ -31,7 +31,7 @@ Variants (paper Appendix B), with their memory cost:
                 loss); the first step has no previous loss and so makes no update.
 ``estimator="es"``  the evolution-strategies population of ES-at-scale (Qiu et al., 2025): n one-sided
                 members theta + eps z_j (n = ``n_spsa``), g_j = (l_j - mean(l)) / eps, update
-                theta <- theta - lr/n sum_j g_j z_j. With ``normalize="std"`` the losses are
+                theta <- theta - lr/n sum_j g_j z_j. With ``step_normalize="std"`` the losses are
                 z-scored across the population, g_j = (l_j - mean(l)) / sigma: their recipe with
                 sigma = eps and alpha = lr. n closure calls and 2n sweeps per step.
 ``momentum=mu`` heavy-ball momentum on the ZO estimate, m <- mu m + g z, theta <- theta - lr m.
@@ -50,7 +50,7 @@ Variants (paper Appendix B), with their memory cost:
                 its noise stays low-rank). Two-point, rank-1 low-rank noise, one eps; m + n floats of
                 state per matrix and one per element of a 1-D tensor.
 
-``normalize="std"``  FZOO-style: the projected gradient of sample j is (l+_j - l-_j) / (2 sigma),
+``step_normalize="std"``  FZOO-style: the projected gradient of sample j is (l+_j - l-_j) / (2 sigma),
                 sigma the standard deviation of the step's 2n closure values, instead of / (2 eps):
                 a step that does not depend on the loss scale (n=1: a sign step of length lr).
                 With n > 1 each coefficient is below 1 (sigma also spans the other samples'
@@ -78,7 +78,7 @@ per-example rewards) and turns the M objects into M losses with ``f(objects)`` o
 the place for fitness shaping that needs the whole population (per-prompt centring across members).
 The engine never looks inside the objects.
 
-Batched evaluation: ``MeZO(params, ..., evaluation=BatchedMembers(model))`` evaluates a step's M
+Batched evaluation: ``MeZO(params, ..., member_evaluation=BatchedMembers(model))`` evaluates a step's M
 members in one batched pass with the weights untouched (:mod:`mezo_rl.engine.population`): ``closure(members)``
 is called once with the M members (``members.batched`` is True), every forward of ``model`` inside it must hold
 M equal blocks of rows in member-major layout (rows [k*b, (k+1)*b) are member k's; see
@@ -90,7 +90,7 @@ in place, without a restore to fuse it with: the estimator, the trajectory and r
 the in-place mode with the same seeds, and with no perturbation sweeps nothing drifts, in any dtype
 (bf16 included: a step at lr 0 leaves the weights bit for bit). Matrices of nn.Embedding need
 ``noise="lowrank"``; element-wise noise on other matrices copies them per member (adapters).
-``evaluation`` is recorded in the trajectory, whose replay then applies only the updates.
+``member_evaluation`` is recorded in the trajectory, whose replay then applies only the updates.
 
 Exception safety: if the closure raises (anything, KeyboardInterrupt included) the parameters are
 restored before the exception propagates. If it returns a non-finite value the parameters are
@@ -113,30 +113,41 @@ from typing import Callable, Iterable
 
 import torch
 
-from mezo_rl.choices import ESTIMATORS, EVALUATIONS, HIZOO_OPTIONS, ON_NONFINITE
+from mezo_rl.choices import ESTIMATORS, HIZOO_OPTIONS, MEMBER_EVALUATIONS, ON_NONFINITE
 from mezo_rl.engine import noise as _noise
 from mezo_rl.engine import rounding as _rounding
 from mezo_rl.engine.curvature import Curvature
 from mezo_rl.engine.population import BatchedMembers, Member, Members, member_values, step_members, takes_members
 from mezo_rl.engine.trajectory import STATUS, Trajectory
+from mezo_rl.errors import refuse_keywords
 
 __all__ = ["MeZO", "BatchedMembers", "Member", "Members", "StepResult", "spread", "get_scheduler", "replay_trajectory",
-           "ESTIMATORS", "EVALUATIONS", "HIZOO_OPTIONS", "ON_NONFINITE", "ROUNDINGS", "SCHEDULERS"]
+           "recorded_options", "RENAMED", "ESTIMATORS", "MEMBER_EVALUATIONS", "HIZOO_OPTIONS", "ON_NONFINITE", "ROUNDINGS",
+           "SCHEDULERS"]
 
 #: accepted values of MeZO's ``estimator`` / ``on_nonfinite`` and of :func:`get_scheduler`'s ``name``
 #: (the one declaration: command-line choices can be read from here, as noise kinds from ``noise.NOISES``)
 ROUNDINGS = _rounding.ROUNDINGS
 SCHEDULERS = ("constant", "linear")
-_NORMALIZE = (None, "std")
+_STEP_NORMALIZE = (None, "std")
 #: options of the whole run (the same in every param group), with their defaults
-_RUN_DEFAULTS = dict(n_spsa=1, noise="lowrank", rank=1, lowrank_interval=1, normalize=None,
+_RUN_DEFAULTS = dict(n_spsa=1, noise="lowrank", rank=1, lowrank_interval=1, step_normalize=None,
                      estimator="two_point", momentum=0.0, adam=False, betas=(0.9, 0.999), adam_eps=1e-8,
-                     seed=0, on_nonfinite="raise", noise_backend="auto", evaluation="inplace", hessian_smooth=0.0,
+                     seed=0, on_nonfinite="raise", noise_backend="auto", member_evaluation="inplace", hessian_smooth=0.0,
                      rounding="stochastic")
+#: earlier names of MeZO's options -> theirs: a keyword of an earlier name is refused naming its successor, and a run
+#: recorded under them (trajectory header, state dict) is read under the new names (:func:`recorded_options`)
+RENAMED = {"normalize": "step_normalize", "evaluation": "member_evaluation"}
 #: options added after the first trajectory format, with the value that reproduces older runs (``rounding``: any
 #: value reproduces a float32 run; :func:`_check_rounding_recorded` refuses an older run of low-precision weights)
-_ADDED_LATER = {k: _RUN_DEFAULTS[k] for k in ("rank", "lowrank_interval", "normalize", "evaluation", "hessian_smooth",
-                                              "rounding")}
+_ADDED_LATER = {k: _RUN_DEFAULTS[k] for k in ("rank", "lowrank_interval", "step_normalize", "member_evaluation",
+                                              "hessian_smooth", "rounding")}
+
+
+def recorded_options(options: dict) -> dict:
+    """A recorded run's options (a trajectory header, a state dict's config or param group) under this version's
+    names: the keys of :data:`RENAMED` read as theirs; a run records the new names."""
+    return {RENAMED.get(k, k): v for k, v in options.items()}
 
 
 def _check_rounding_recorded(recorded: dict, dtypes) -> None:
@@ -184,7 +195,7 @@ class _Evaluation:
         """What the closure returned, one object per member (with ``fitness``; otherwise also in ``values``)."""
         opt, cfg = self.opt, self.opt.config
         members = step_members(self.seeds, cfg["estimator"], center=cfg["hessian_smooth"] > 0)
-        if cfg["evaluation"] == "batched":
+        if cfg["member_evaluation"] == "batched":
             return [self._keep(v, "member") for v in opt._evaluate_members(self.closure, members, self.entries)]
         closure = self.closure
         if takes_members(closure):  # closure(members): one member at a time, its perturbation in the weights
@@ -228,13 +239,13 @@ class StepResult:
     ``loss_plus`` / ``loss_minus``: closure values at theta + eps z and theta - eps z (means over
     the n samples of n-SPSA; ``loss_minus`` is None for the one-point estimator).
     ``projected_grads``: the scalar applied per sample with the first group's eps:
-    ``(l+ - l-) / (2 eps)``, or ``(l+ - l-) / (2 sigma)`` with ``normalize="std"``.
+    ``(l+ - l-) / (2 eps)``, or ``(l+ - l-) / (2 sigma)`` with ``step_normalize="std"``.
     ``seeds``: the noise seed of each sample. ``loss``: the mean of all closure values.
     ``skipped``: True when a non-finite loss made the step a no-op (``on_nonfinite="skip"``).
     With ``hessian_smooth`` the last of ``values`` is the unperturbed weights' (HiZOO's l0).
     ``lr``: the first group's learning rate used for the update. ``values``: every closure value,
     in call order. ``spread``: sigma, the standard deviation of the step's closure values
-    (``normalize="std"`` only; 0 means the step changed nothing but weight decay). ``update_kept``: the share
+    (``step_normalize="std"`` only; 0 means the step changed nothing but weight decay). ``update_kept``: the share
     of the intended update that reached the bf16 / fp16 weights, measured on a fixed sample of their entries
     (:class:`mezo_rl.engine.rounding.UpdateMeter`; in expectation 1 with stochastic rounding); None where no
     low-precision weight was to change.
@@ -298,7 +309,7 @@ class MeZO(torch.optim.Optimizer):
             1 = fresh every sample; used only by ``noise="lowrank"``).
         hessian_smooth: HiZOO's smoothing scale alpha of the curvature that preconditions the perturbation
             (0 = off; > 0 needs the two-point estimator, ``noise="lowrank"`` with ``rank=1`` and one eps).
-        normalize: None, or ``"std"``: divide each sample's loss difference by the standard
+        step_normalize: None, or ``"std"``: divide each sample's loss difference by the standard
             deviation sigma of the step's 2n closure values instead of by 2 eps (FZOO-style):
             ``g_j = (l+_j - l-_j) / (2 sigma)``; no ZO update when sigma = 0. See docs/engine.md.
         estimator: ``"two_point"`` (SPSA, default) or ``"one_point"``.
@@ -309,7 +320,7 @@ class MeZO(torch.optim.Optimizer):
         noise_backend: ``"auto"`` (element-wise noise: compiled if torch.compile works, else
             torch; low-rank: torch), ``"compiled"`` or ``"torch"``; see :mod:`mezo_rl.engine.noise`.
         record: keep ``opt.trajectory`` (default True).
-        evaluation: ``"inplace"`` (default: the closure runs once per member, the weights perturbed in
+        member_evaluation: ``"inplace"`` (default: the closure runs once per member, the weights perturbed in
             place) or a :class:`~mezo_rl.engine.population.BatchedMembers` strategy (``closure(members)``
             runs once, the strategy's model evaluating every member in member-major row blocks; see the
             module docstring); a ``closure(members)`` serves both. ``"batched"`` names that mode without a
@@ -327,11 +338,12 @@ class MeZO(torch.optim.Optimizer):
 
     def __init__(self, params, lr: float = 1e-6, eps: float = 1e-3, weight_decay: float = 0.0, *,
                  n_spsa: int = 1, noise: str = "lowrank", rank: int = 1, lowrank_interval: int = 1,
-                 normalize: str | None = None, estimator: str = "two_point",
+                 step_normalize: str | None = None, estimator: str = "two_point",
                  momentum: float = 0.0, adam: bool = False, betas=(0.9, 0.999), adam_eps: float = 1e-8,
                  seed: int = 0, on_nonfinite: str = "raise", noise_backend: str = "auto", record: bool = True,
-                 evaluation: str | BatchedMembers = "inplace", hessian_smooth: float = 0.0,
-                 rounding: str = "stochastic"):
+                 member_evaluation: str | BatchedMembers = "inplace", hessian_smooth: float = 0.0,
+                 rounding: str = "stochastic", **renamed):
+        refuse_keywords("MeZO", renamed, RENAMED)
         if noise not in _noise.NOISES:
             raise ValueError(f"noise must be one of {_noise.NOISES}, got {noise!r}")
         if estimator not in ESTIMATORS:
@@ -340,15 +352,16 @@ class MeZO(torch.optim.Optimizer):
             raise ValueError(f"on_nonfinite must be one of {ON_NONFINITE}, got {on_nonfinite!r}")
         if noise_backend not in _noise.BACKENDS:
             raise ValueError(f"noise_backend must be one of {_noise.BACKENDS}, got {noise_backend!r}")
-        if normalize not in _NORMALIZE:
-            raise ValueError(f"normalize must be one of {_NORMALIZE}, got {normalize!r}")
+        if step_normalize not in _STEP_NORMALIZE:
+            raise ValueError(f"step_normalize must be one of {_STEP_NORMALIZE}, got {step_normalize!r}")
         if rounding not in ROUNDINGS:
             raise ValueError(f"rounding must be one of {ROUNDINGS}, got {rounding!r}")
-        strategy = evaluation if isinstance(evaluation, BatchedMembers) else None
+        strategy = member_evaluation if isinstance(member_evaluation, BatchedMembers) else None
         if strategy is not None:
-            evaluation = "batched"
-        if evaluation not in EVALUATIONS:
-            raise ValueError(f"evaluation must be one of {EVALUATIONS} or BatchedMembers(model), got {evaluation!r}")
+            member_evaluation = "batched"
+        if member_evaluation not in MEMBER_EVALUATIONS:
+            raise ValueError(f"member_evaluation must be one of {MEMBER_EVALUATIONS} or BatchedMembers(model), "
+                             f"got {member_evaluation!r}")
         for name, value in (("n_spsa", n_spsa), ("rank", rank), ("lowrank_interval", lowrank_interval)):
             if not (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
                 raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
@@ -356,8 +369,8 @@ class MeZO(torch.optim.Optimizer):
             raise ValueError("the one-point estimator uses one sample per step: n_spsa must be 1")
         if estimator == "es" and n_spsa < 2:
             raise ValueError("the es estimator centres the losses across its population: n_spsa must be >= 2")
-        if estimator == "one_point" and normalize:
-            raise ValueError("normalize='std' needs the two-point estimator (one closure value per step has no spread)")
+        if estimator == "one_point" and step_normalize:
+            raise ValueError("step_normalize='std' needs the two-point estimator (one closure value per step has no spread)")
         if not 0.0 <= momentum < 1.0:
             raise ValueError(f"momentum must be in [0, 1), got {momentum!r}")
         if adam and momentum:
@@ -373,9 +386,9 @@ class MeZO(torch.optim.Optimizer):
         if not (isinstance(seed, int) and 0 <= seed < 2**31):
             raise ValueError(f"seed must be an integer in [0, 2**31), got {seed!r}")
         run = dict(n_spsa=n_spsa, noise=noise, rank=rank, lowrank_interval=lowrank_interval,
-                   normalize=normalize, estimator=estimator, momentum=float(momentum),
+                   step_normalize=step_normalize, estimator=estimator, momentum=float(momentum),
                    adam=bool(adam), betas=[float(b) for b in betas], adam_eps=float(adam_eps),
-                   seed=seed, on_nonfinite=on_nonfinite, noise_backend=noise_backend, evaluation=evaluation,
+                   seed=seed, on_nonfinite=on_nonfinite, noise_backend=noise_backend, member_evaluation=member_evaluation,
                    hessian_smooth=float(hessian_smooth), rounding=rounding)
         assert run.keys() == _RUN_DEFAULTS.keys()
         super().__init__(params, dict(lr=lr, eps=eps, weight_decay=weight_decay, **run))
@@ -395,15 +408,15 @@ class MeZO(torch.optim.Optimizer):
     def _check_in_place(self, params) -> None:
         """In-place evaluation of bf16 / fp16 weights is refused in one line: a perturbation swept into them rounds
         and the restore does not return them bit for bit (the weights would walk away over a run)."""
-        low = _low_precision_in_place(params) if self.config["evaluation"] == "inplace" else None
+        low = _low_precision_in_place(params) if self.config["member_evaluation"] == "inplace" else None
         if low is not None:
             raise ValueError(f"MeZO cannot perturb {low} weights in place: a perturbation rounds and its restore does "
-                             "not return them bit for bit; use evaluation=BatchedMembers(model) (the weights untouched "
+                             "not return them bit for bit; use member_evaluation=BatchedMembers(model) (the weights untouched "
                              "until the update) or float32 weights (with autocast for low-precision compute)")
 
     @property
     def member_evaluation(self) -> BatchedMembers | None:
-        """The batched evaluation's strategy (``evaluation=BatchedMembers(model)``), or None in place. A closure
+        """The batched evaluation's strategy (``member_evaluation=BatchedMembers(model)``), or None in place. A closure
         needs none of it: the members it is given say how they are evaluated (:class:`Members`)."""
         return self._members
 
@@ -528,7 +541,7 @@ class MeZO(torch.optim.Optimizer):
         :class:`Members` it evaluates and returns one loss to minimise per member (or, with ``fitness``,
         any object per member, and ``fitness(objects)`` returns the M losses once every member ran): in
         place once per member, that member alone, the parameters perturbed for it; with
-        ``evaluation="batched"`` once, all M members, the module evaluating each in its block of
+        ``member_evaluation="batched"`` once, all M members, the module evaluating each in its block of
         member-major rows. torch.optim's ``closure()`` is called once per member in place and returns
         that member's loss (or object). Returns a :class:`StepResult`."""
         if closure is None:
@@ -585,7 +598,7 @@ class MeZO(torch.optim.Optimizer):
         cfg = self.config
         n, one_point, es = cfg["n_spsa"], cfg["estimator"] == "one_point", cfg["estimator"] == "es"
         buffered = cfg["adam"] or cfg["momentum"] > 0
-        sigma = spread(values) if cfg["normalize"] == "std" else None
+        sigma = spread(values) if cfg["step_normalize"] == "std" else None
         grads = self._grads(values, epss[0], sigma)
         group_grads = {id(g): self._grads(values, g["eps"], sigma) for g in self.param_groups}
 
@@ -639,8 +652,8 @@ class MeZO(torch.optim.Optimizer):
         if self._replaying:  # the replay closure hands back the logged values; nothing is evaluated
             return list(closure(members))
         if self._members is None:
-            raise ValueError("evaluation='batched' needs the model the parameters belong to: "
-                             "MeZO(params, evaluation=BatchedMembers(model))")
+            raise ValueError("member_evaluation='batched' needs the model the parameters belong to: "
+                             "MeZO(params, member_evaluation=BatchedMembers(model))")
         return self._members.evaluate(closure, members, self._noise, entries)
 
     def _rounded_update(self, entries, seeds, group_grads) -> float | None:
@@ -751,7 +764,7 @@ class MeZO(torch.optim.Optimizer):
         _with_noise_format(trajectory.header)
         _check_rounding_recorded(trajectory.header, trajectory.header.get("param_dtypes", ()))
         entries = self._prepare()
-        batched = self.config["evaluation"] == "batched"
+        batched = self.config["member_evaluation"] == "batched"
         for t, row in enumerate(trajectory):
             self._replay_row(entries, row, t, batched)
             if on_step is not None:
@@ -800,13 +813,13 @@ class MeZO(torch.optim.Optimizer):
             raise ValueError("not a MeZO state dict: the 'mezo' entry is missing")
         _check_rounding_recorded(extra["config"], [str(p.dtype).removeprefix("torch.") for _, p, _ in self._flat()
                                                    if p.requires_grad])
-        saved = {**_ADDED_LATER, **extra["config"]}
+        saved = {**_ADDED_LATER, **recorded_options(extra["config"])}
         if saved != self.config:
             diff = {k: (saved.get(k), v) for k, v in self.config.items() if saved.get(k) != v}
             raise ValueError(f"the state dict was saved by a MeZO with a different configuration (saved, here): {diff}")
         _with_noise_format({"noise": saved["noise"], "noise_format": extra.get("noise_format", 1)})
         # groups saved before every hyperparameter was recorded in them: complete them from this run
-        sd["param_groups"] = [{**{k: v for k, v in mine.items() if k != "params"}, **theirs}
+        sd["param_groups"] = [{**{k: v for k, v in mine.items() if k != "params"}, **recorded_options(theirs)}
                               for mine, theirs in zip(self.param_groups, sd["param_groups"])]
         super().load_state_dict(sd)
         # torch casts floating state to the parameter's dtype; MeZO's buffers stay float32
@@ -824,7 +837,7 @@ class MeZO(torch.optim.Optimizer):
         if extra["trajectory"] is not None:
             self.trajectory = Trajectory.from_state_dict(extra["trajectory"])
             if self.trajectory.header:
-                self.trajectory.header = _with_noise_format({**_ADDED_LATER, **self.trajectory.header})
+                self.trajectory.header = _with_noise_format({**_ADDED_LATER, **recorded_options(self.trajectory.header)})
 
 
 def _flat_params(params) -> list[torch.Tensor]:
@@ -855,7 +868,7 @@ def replay_trajectory(params: torch.nn.Module | Iterable, trajectory: Trajectory
     if not h:
         raise ValueError("the trajectory has no header: it was never filled by a MeZO run")
     _check_rounding_recorded(h, h["param_dtypes"])
-    h = _with_noise_format({**_ADDED_LATER, **h})
+    h = _with_noise_format({**_ADDED_LATER, **recorded_options(h)})
     flat = _flat_params(params)
     shapes = [list(p.shape) for p in flat]
     if shapes != h["param_shapes"]:

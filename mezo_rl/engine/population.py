@@ -3,7 +3,7 @@
 A MeZO step evaluates M *members*, each a noise seed and a sign (:func:`step_members`): for the
 two-point estimator (+s0, -s0, +s1, -s1, ...), for ``"es"`` (+s0, ..., +s_{n-1}), for one-point (+s0).
 The in-place mode perturbs the weights before each member's evaluation. The batched mode
-(``MeZO(..., evaluation=BatchedMembers(model))``) leaves the weights alone and evaluates all members
+(``MeZO(..., member_evaluation=BatchedMembers(model))``) leaves the weights alone and evaluates all members
 in one pass instead: every batch the model sees holds M*b rows in member-major layout (rows
 [k*b, (k+1)*b) belong to member k), and every module that holds a trainable tensor adds member k's
 perturbation to its own output rows of that block. What each module does (:class:`MemberPlan`):
@@ -127,7 +127,7 @@ def member_values(out, members: int, closure: str = "the closure") -> list:
 
 class BatchedMembers:
     """The batched member evaluation, as a strategy the optimizer is given:
-    ``MeZO(params, evaluation=BatchedMembers(model))``. ``model`` is the module the parameters belong to;
+    ``MeZO(params, member_evaluation=BatchedMembers(model))``. ``model`` is the module the parameters belong to;
     the optimizer hands it its trainable tensors (:meth:`prepare`) and, each step, the members and a
     closure (:meth:`evaluate`). The strategy builds its :class:`MemberPlan` once and again only when
     the trainable tensors change before the first step."""
@@ -203,7 +203,7 @@ class MemberPlan:
                     owners.setdefault(id(p), []).append((mod_name, mod, pname))
         missing = [idx for idx, p, _ in entries if id(p) not in owners]
         if missing:
-            raise ValueError(f"evaluation='batched': trainable tensor {missing[0]} of the optimizer is not a parameter "
+            raise ValueError(f"member_evaluation='batched': trainable tensor {missing[0]} of the optimizer is not a parameter "
                              "of the module given; pass the model the parameters belong to (BatchedMembers(model))")
         # roles[module] = {its parameter name: kind}; kinds: lowrank, dense, bias, member, generic
         self.roles: dict[nn.Module, dict[str, str]] = {}
@@ -213,8 +213,8 @@ class MemberPlan:
             known = [o for o in own if _linear_like(o[1]) or _embedding_like(o[1])
                      or getattr(o[1], "accepts_member_params", False)]
             if not known and len(own) > 1:
-                raise ValueError(f"evaluation='batched': {own[0][0]}.{own[0][2]} is shared by several modules "
-                                 f"({', '.join(o[0] for o in own)}); use evaluation='inplace'")
+                raise ValueError(f"member_evaluation='batched': {own[0][0]}.{own[0][2]} is shared by several modules "
+                                 f"({', '.join(o[0] for o in own)}); use member_evaluation='inplace'")
             for mod_name, mod, pname in known or own:  # a module that merely holds a tied tensor is left alone
                 self.roles.setdefault(mod, {})[pname] = self._kind(mod_name, mod, pname, noise)
                 self.names[mod] = mod_name or type(mod).__name__
@@ -222,8 +222,8 @@ class MemberPlan:
             if "generic" in roles.values():
                 inner = [n for n, child in mod.named_modules() if child is not mod and child in self.roles]
                 if inner:
-                    raise ValueError(f"evaluation='batched': {self.names[mod]} ({type(mod).__name__}) holds trainable "
-                                     f"tensors and contains trainable modules ({inner[0]}); use evaluation='inplace'")
+                    raise ValueError(f"member_evaluation='batched': {self.names[mod]} ({type(mod).__name__}) holds trainable "
+                                     f"tensors and contains trainable modules ({inner[0]}); use member_evaluation='inplace'")
         self.entries = {id(p): (idx, p, group) for idx, p, group in entries}
         self.kinds = {pid: {roles[name] for mod, roles in self.roles.items() for name in roles
                             if mod._parameters[name] is p} for pid, (_, p, _) in self.entries.items()}
@@ -231,9 +231,9 @@ class MemberPlan:
                      if p.dim() >= 2 and self.kinds[pid] & {"dense", "member", "generic"})
         total = sum(p.numel() for p in module.parameters())
         if members * copied > COPY_BUDGET * total:
-            raise ValueError(f"evaluation='batched' with noise={noise!r} would keep {members} perturbed copies of "
+            raise ValueError(f"member_evaluation='batched' with noise={noise!r} would keep {members} perturbed copies of "
                              f"{copied:,} weights ({members * copied / total:.0%} of the model): use noise='lowrank' "
-                             "(activation-side, no copies) or evaluation='inplace'")
+                             "(activation-side, no copies) or member_evaluation='inplace'")
 
     @staticmethod
     def _kind(mod_name, mod, pname, noise) -> str:
@@ -246,8 +246,8 @@ class MemberPlan:
             return "bias"
         if _embedding_like(mod) and pname == "weight":
             if noise != "lowrank":
-                raise ValueError(f"evaluation='batched' perturbs embeddings ({where}) activation-side, which needs "
-                                 f"noise='lowrank' (got {noise!r}); or use evaluation='inplace'")
+                raise ValueError(f"member_evaluation='batched' perturbs embeddings ({where}) activation-side, which needs "
+                                 f"noise='lowrank' (got {noise!r}); or use member_evaluation='inplace'")
             return "lowrank"
         return "generic"
 
@@ -361,7 +361,7 @@ class MemberPlan:
     def _blocks(self, mod, n: int) -> int:
         """Rows per member block of a batch of ``n`` rows."""
         if n % self.members:
-            raise ValueError(f"evaluation='batched': {self.names[mod]} got {n} rows for {self.members} members; every "
+            raise ValueError(f"member_evaluation='batched': {self.names[mod]} got {n} rows for {self.members} members; every "
                              f"forward pass of a batched closure must hold {self.members} equal blocks of rows in "
                              "member-major layout (LanguageModel.score / generate(..., members=M) build them)")
         self._rows = n
@@ -408,7 +408,7 @@ class MemberPlan:
 
         def forward(x, *args, **kwargs):
             if args or kwargs:
-                raise ValueError(f"evaluation='batched': {self.names[mod]} was called with more than its input")
+                raise ValueError(f"member_evaluation='batched': {self.names[mod]} was called with more than its input")
             self._blocks(mod, x.shape[0])
             xm, x2 = self._views(x, transposed)
             shape = (*x.shape[:-1], n_out)
@@ -483,7 +483,7 @@ class MemberPlan:
         def forward(*args, **kwargs):
             first = next((t for t in (*args, *kwargs.values()) if isinstance(t, torch.Tensor)), None)
             if first is None:
-                raise ValueError(f"evaluation='batched': {self.names[mod]} was called without a tensor argument")
+                raise ValueError(f"member_evaluation='batched': {self.names[mod]} was called without a tensor argument")
             n = first.shape[0]
             b = self._blocks(mod, n)
             simple = len(args) == 1 and not kwargs and first.dim() >= 2
@@ -584,4 +584,4 @@ def _cat(outs, name):
         return type(first)(_cat(list(parts), name) for parts in zip(*outs))
     if first is None:
         return None
-    raise ValueError(f"evaluation='batched': cannot join the per-member outputs of {name} ({type(first).__name__})")
+    raise ValueError(f"member_evaluation='batched': cannot join the per-member outputs of {name} ({type(first).__name__})")

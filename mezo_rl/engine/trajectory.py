@@ -40,7 +40,7 @@ class Step(NamedTuple):
 
     seeds: tuple[int, ...]            #: the noise seed of each of the n SPSA samples
     values: tuple[float, ...]         #: what the closure returned, in call order (l+_1, l-_1, l+_2, ...)
-    projected_grads: tuple[float, ...]  #: the scalar applied per sample (see MeZO's ``normalize``)
+    projected_grads: tuple[float, ...]  #: the scalar applied per sample (see MeZO's ``step_normalize``)
     lrs: tuple[float, ...]            #: lr of each param group at this step
     epss: tuple[float, ...]           #: eps of each param group at this step
     status: int                       #: STATUS code: applied, skipped or aborted

@@ -26,6 +26,7 @@ import contextlib
 
 import torch
 
+from mezo_rl.errors import refuse_keywords
 from mezo_rl.model import decoding, scoring
 from mezo_rl.model.trunk_cache import TrunkCache
 
@@ -216,7 +217,7 @@ class LanguageModel:
 
     # ------------------------------------------------------------------ scoring
     def score(self, prompts: list[str], candidates: list[list[str]], members: int | None = None,
-              normalised: bool = True):
+              log_softmax: bool = True, **renamed):
         """Log-likelihood of each candidate continuation, over the candidate's tokens only.
 
         Args:
@@ -225,13 +226,13 @@ class LanguageModel:
                 separating space at the start of the candidate: ``" great"``). For a masked LM each
                 prompt must contain ``scoring.MASK`` (``"[MASK]"``) exactly once.
             candidates: for each prompt, a non-empty list of candidate strings.
-            normalised: True (default): true log-likelihoods. False: the caller only compares an
+            log_softmax: True (default): true log-likelihoods, the log-softmax over the vocabulary. False: the caller only compares an
                 example's candidates with each other (a reward invariant to a shift common to them,
                 such as accuracy or the cross-entropy over candidates), so where an example has two or
                 more candidates that are each one token read at the same position, its scores are those
                 tokens' logits there: log-probabilities plus one constant per example (minus the
                 log-sum-exp over the vocabulary), and the vocabulary-wide logits are never computed
-                (``hidden @ W[candidate ids]``). Such an example's ``CandidateScores.normalised`` is
+                (``hidden @ W[candidate ids]``). Such an example's ``CandidateScores.log_softmax`` is
                 False; every other example (one candidate, multi-token candidates, candidates read at
                 different positions) is scored as with True.
 
@@ -246,9 +247,11 @@ class LanguageModel:
         Padding never changes a score (batched == one at a time).
 
         With ``members=M`` every forward runs on M copies of its batch in member-major layout and the
-        result is a list of M such lists, one per member (see the module docstring).
+        result is a list of M such lists, one per member (see the module docstring). ``normalised``, this
+        flag's earlier name, is refused naming it.
         """
-        return scoring.score(self, prompts, candidates, members, normalised)
+        refuse_keywords("LanguageModel.score", renamed, {"normalised": "log_softmax"})
+        return scoring.score(self, prompts, candidates, members, log_softmax)
 
     def encode(self, prompt: str, candidate: str):
         """(input ids, scored positions, target ids) of one (prompt, candidate) pair: the sequence ``score``

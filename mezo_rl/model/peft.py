@@ -381,7 +381,7 @@ class PrefixKV(nn.Module):
             return getattr(self, name).to(dtype).expand(batch, -1, -1, -1)
         M = per_member.shape[0]
         if batch % M:
-            raise ValueError(f"evaluation='batched': a prefix attention got {batch} rows for {M} members; every "
+            raise ValueError(f"member_evaluation='batched': a prefix attention got {batch} rows for {M} members; every "
                              f"forward pass of a batched closure must hold {M} equal blocks of rows")
         return per_member.to(dtype)[:, None].expand(-1, batch // M, -1, -1, -1).reshape(batch, *per_member.shape[1:])
 

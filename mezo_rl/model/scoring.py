@@ -4,7 +4,7 @@ Scoring computes vocabulary logits only at the positions that are scored: the ba
 over the whole sequence, the hidden states of the scored positions are gathered, and only those go
 through the output head. A small model's head over every position is a large share of a forward pass
 and of its peak memory, which is exactly what MeZO tries not to spend. Where the caller only compares
-an example's candidates (``score(..., normalised=False)``) and they are single tokens read at one
+an example's candidates (``score(..., log_softmax=False)``) and they are single tokens read at one
 position, only those tokens' logits are computed there: the vocabulary-wide normaliser cancels.
 
 Masked LMs (BERT, RoBERTa) are scored the way the paper scores them (Table 13, after LM-BFF): the
@@ -32,21 +32,21 @@ MASK = "[MASK]"  # the mask placeholder in masked-LM prompts (replaced by tokeni
 class CandidateScores:
     """Log-likelihoods of one prompt's candidates: ``sum`` and per-token ``mean``, float32 [n_candidates].
 
-    ``n_tokens`` (int64 [n_candidates]) is how many tokens each candidate has. ``normalised`` False: the
+    ``n_tokens`` (int64 [n_candidates]) is how many tokens each candidate has. ``log_softmax`` False: the
     scores are the candidates' logits, each log-likelihood plus one constant common to the example's
-    candidates (``LanguageModel.score(..., normalised=False)``): differences between candidates and their
+    candidates (``LanguageModel.score(..., log_softmax=False)``): differences between candidates and their
     ranking are those of the log-likelihoods; the values themselves are not log-likelihoods.
     """
 
     sum: torch.Tensor
     mean: torch.Tensor
     n_tokens: torch.Tensor
-    normalised: bool = True
+    log_softmax: bool = True
 
 
 def score(lm, prompts: list[str], candidates: list[list[str]], members: int | None = None,
-          normalised: bool = True):
-    """``lm.score(prompts, candidates, members, normalised)`` (:meth:`mezo_rl.model.lm.LanguageModel.score`)."""
+          log_softmax: bool = True):
+    """``lm.score(prompts, candidates, members, log_softmax)`` (:meth:`mezo_rl.model.lm.LanguageModel.score`)."""
     M = check_members(members)
     if len(prompts) != len(candidates):
         raise ValueError(f"score: got {len(prompts)} prompts but {len(candidates)} candidate lists")
@@ -66,7 +66,7 @@ def score(lm, prompts: list[str], candidates: list[list[str]], members: int | No
                     ids, pos, tgt = encode(lm, p, c)
                     got = memo[(p, c)] = (ids, pos, tgt, (tuple(ids), tuple(pos)))
                 pairs.append(got)
-    relative = [False] * len(pairs) if normalised else _relative_pairs(pairs, candidates)
+    relative = [False] * len(pairs) if log_softmax else _relative_pairs(pairs, candidates)
     if not pairs:
         totals = [torch.zeros(0, device=lm.device) for _ in range(M)]
     elif trunk is not None:
@@ -84,7 +84,7 @@ def _collect(totals, pairs, candidates, relative) -> list[CandidateScores]:
     means = totals / counts
     out, k = [], 0
     for s, m, n, size in zip(totals.split(sizes), means.split(sizes), counts.split(sizes), sizes):
-        out.append(CandidateScores(sum=s, mean=m, n_tokens=n, normalised=not relative[k]))
+        out.append(CandidateScores(sum=s, mean=m, n_tokens=n, log_softmax=not relative[k]))
         k += size
     return out
 
@@ -277,7 +277,7 @@ def _special_tokens_around(tok):
 
 
 def _relative_pairs(pairs, candidates) -> list[bool]:
-    """Per pair, whether ``score(..., normalised=False)`` may give it a logit: its example has two or more
+    """Per pair, whether ``score(..., log_softmax=False)`` may give it a logit: its example has two or more
     candidates, each one token read at the same position of the same input."""
     out, k = [], 0
     for cands in candidates:

@@ -36,8 +36,8 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from mezo_rl.choices import (ESTIMATORS, EVALUATIONS, HIZOO_OPTIONS, HUB_STRATEGIES, NOISES, ON_NONFINITE, ROUNDINGS,
-                             SAMPLING_FIELDS, Sampling, check_dtype, check_evaluation, check_report_to,
+from mezo_rl.choices import (ESTIMATORS, MEMBER_EVALUATIONS, HIZOO_OPTIONS, HUB_STRATEGIES, NOISES, ON_NONFINITE, ROUNDINGS,
+                             SAMPLING_FIELDS, Sampling, check_dtype, check_member_evaluation, check_report_to,
                              parse_max_memory)
 from mezo_rl.errors import ConfigError
 from mezo_rl.rewards import trl_names
@@ -52,7 +52,8 @@ LR_SCHEDULERS = ("constant", "constant_with_warmup", "linear", "cosine", "cosine
 #: :data:`RENAMED_OPTIONS`
 RENAMED = {"lr": "learning_rate", "steps": "max_steps", "batch_size": "per_device_train_batch_size",
            "max_new_tokens": "max_completion_length", "lr_scheduler": "lr_scheduler_type",
-           "metric_for_best": "metric_for_best_model", "reward_normalize": "reward_scale", "normalize": "step_normalize"}
+           "metric_for_best": "metric_for_best_model", "reward_normalize": "reward_scale", "normalize": "step_normalize",
+           "evaluation": "member_evaluation"}
 
 
 def option(default: Any = dataclasses.MISSING, help: str = "", *, choices=None, min: Optional[int] = None,
@@ -189,9 +190,10 @@ class Arguments:
 
     @classmethod
     def from_dict(cls, d: dict):
-        """``cls`` from a dict of field values (a run's ``config.json``; earlier field names are read as theirs)."""
+        """``cls`` from a dict of field values (a run's ``training_args.json``): a record, so the earlier field names
+        it may hold (:data:`RENAMED`, which a user's options are refused under) are read as theirs."""
         known = {f.name for f in dataclasses.fields(cls)}
-        d = canonical_options(cls, d)
+        d = canonical_options(cls, {(RENAMED[k] if k in RENAMED and k not in known else k): v for k, v in d.items()})
         unknown = sorted(set(d) - known)
         if unknown:
             raise ConfigError(f"unknown {cls.__name__} field(s) {unknown}; accepted: {sorted(known)}")
@@ -335,7 +337,7 @@ class MeZOArguments(Arguments):
     hessian_smooth: float = option(0.0, "HiZOO: precondition the perturbation by a diagonal curvature estimate that moves at this rate a step, measured by one more member (the unperturbed weights); 0 = off; needs --noise lowrank with --rank 1", ge=0, lt=1)
     on_nonfinite: str = option("raise", "what a non-finite loss does", choices=ON_NONFINITE)
     rounding: str = option("stochastic", "how an update is written into bfloat16 / float16 weights, computed in float32 and rounded once: stochastic (unbiased at any learning rate; its random bits drawn from the step's seed) or nearest (drops an update below half a weight's spacing); float32 weights are unaffected", choices=list(ROUNDINGS))
-    evaluation: str = option("auto", "how a step evaluates its members: inplace (perturb the weights, one member after another), batched (all members in one batched pass, the weights untouched until the update; --peft full needs --noise lowrank) or auto (batched where it measured faster: generation rewards on a GPU, or with prompts at most 4x --max-completion-length long; inplace otherwise, scoring included; batched for bfloat16 weights, which the in-place sweeps would round; a resumed run keeps the mode it ran with)", choices=["auto", *EVALUATIONS])
+    member_evaluation: str = option("auto", "how a step evaluates its members: inplace (perturb the weights, one member after another), batched (all members in one batched pass, the weights untouched until the update; --peft full needs --noise lowrank) or auto (batched where it measured faster: generation rewards on a GPU, or with prompts at most 4x --max-completion-length long; inplace otherwise, scoring included; batched for bfloat16 weights, which the in-place sweeps would round; a resumed run keeps the mode it ran with)", choices=["auto", *MEMBER_EVALUATIONS])
 
 
 @dataclass
@@ -536,8 +538,8 @@ class MeZOConfig(OutputArguments, EvalArguments, GenerationArguments, ComputeArg
             raise ConfigError(f"--lora-dropout {self.lora_dropout!r} is a LoRA adapter's dropout; --peft {self.peft} "
                               f"has no LoRA adapter (use --peft lora, or leave out --lora-dropout)")
         check_report_to(self.report_to)  # an unknown name or a missing package: one line, before anything loads
-        check_evaluation(self.evaluation, self.peft, self.noise, self.trainable,  # dtype auto: the plan decides
-                         None if self.dtype == "auto" else self.dtype)
+        check_member_evaluation(self.member_evaluation, self.peft, self.noise, self.trainable,  # dtype auto: the plan decides
+                                None if self.dtype == "auto" else self.dtype)
         if self.hessian_smooth and self.noise is not None and {k: getattr(self, k) for k in HIZOO_OPTIONS} != HIZOO_OPTIONS:
             raise ConfigError(f"--hessian-smooth (HiZOO) needs --noise lowrank with --rank 1 and --estimator two_point; "
                               f"got --noise {self.noise} --rank {self.rank} --estimator {self.estimator}")

@@ -43,7 +43,7 @@ assert tuple(MODE_DEFAULTS) == MODES
 # dataset with a prompt column or a prompt template, or a registered prompt task): the settings of the
 # worked RL example (examples/rl_sentiment.py), whose 4 SPSA samples' 8 members decode together as one
 # batch (benchmarks/README.md, "The sentiment example", says how its values were chosen).
-# Every mode normalises a prompt task's step (normalize="std": each loss difference over the spread of the
+# Every mode normalises a prompt task's step (step_normalize="std": each loss difference over the spread of the
 # step's member losses), as GRPO normalises its advantages and ES-at-scale z-scores its rewards: a user's
 # reward comes on any scale (TRL's reward_len gives values around -20), and with the raw loss difference
 # over 2 eps the step would grow with it; normalised, the same run with the reward times 100 makes the
@@ -109,12 +109,12 @@ def mode_defaults(mode: str, task_kind: str | None = None) -> dict:
 
 #: the :class:`~mezo_rl.engine.optim.MeZO` keyword arguments among the table's options -> the option that holds each
 MEZO_OPTIONS = {"lr": "learning_rate", "eps": "eps", "weight_decay": "weight_decay", "noise": "noise",
-                "normalize": "step_normalize", "n_spsa": "n_spsa"}
+                "step_normalize": "step_normalize", "n_spsa": "n_spsa"}
 
 
 def mezo_options(values: Mapping) -> dict:
     """The MeZO keyword arguments of ``values`` (a row of :data:`MODE_DEFAULTS`, or the resolved training
-    arguments as a dict), ``normalize`` as MeZO takes it (``"none"`` -> None)."""
+    arguments as a dict), ``step_normalize`` as MeZO takes it (``"none"`` -> None)."""
     out = {keyword: values[option] for keyword, option in MEZO_OPTIONS.items()}
-    out["normalize"] = None if out["normalize"] == "none" else out["normalize"]
+    out["step_normalize"] = None if out["step_normalize"] == "none" else out["step_normalize"]
     return out

@@ -16,9 +16,9 @@ loss per member:
 3. **normalisation** (``step_normalize="std"``): each loss difference over the spread sigma of the step's
    member losses instead of over 2 eps (FZOO; ES-at-scale's z-scoring for ``estimator="es"``), a step whose
    length does not depend on the reward's scale. Here, never in the engine (the trainer builds
-   ``MeZO(normalize=None)``): :func:`step_normalised` scales each member's deviation from its pair's
+   ``MeZO(step_normalize=None)``): :func:`step_normalised` scales each member's deviation from its pair's
    midpoint (``es``: the members' mean) by eps / sigma, so the engine's ``(l+ - l-) / (2 eps)`` is the
-   ``(l+ - l-) / (2 sigma)`` that ``MeZO(normalize="std")`` computes from the raw losses (up to float64
+   ``(l+ - l-) / (2 sigma)`` that ``MeZO(step_normalize="std")`` computes from the raw losses (up to float64
    rounding), sigma 0 no update, HiZOO's curvature unchanged; the step's record keeps the raw losses'
    means (:func:`member_means`);
 4. **the KL penalty** (``beta``): each loss adds ``beta`` times its member's mean per-token KL to the
@@ -103,8 +103,8 @@ def group_shape(members: Sequence[Sequence[float | None]], groups: Sequence[int]
 
 
 def step_normalised(losses: Sequence[float], members: Sequence[Member], eps: float) -> list[float]:
-    """The step's normalisation, as losses: ``MeZO(normalize=None)`` given these makes the update that
-    ``MeZO(normalize="std")`` makes from ``losses`` (FZOO's ``(l+_j - l-_j) / (2 sigma)``; for ``es``,
+    """The step's normalisation, as losses: ``MeZO(step_normalize=None)`` given these makes the update that
+    ``MeZO(step_normalize="std")`` makes from ``losses`` (FZOO's ``(l+_j - l-_j) / (2 sigma)``; for ``es``,
     ES-at-scale's ``(l_j - mean) / sigma``), up to float64 rounding.
 
     ``members``: the step's members in the engine's order (:func:`mezo_rl.engine.population.step_members`);
@@ -148,20 +148,20 @@ class FitnessSpec:
     their weights and their scales)."""
 
     reward_shaping: str = "none"
-    normalize: bool = False
+    step_normalize: bool = False
     beta: float = 0.0
     eps: float = 1e-3
     estimator: str = "two_point"
     centre: bool = False  # HiZOO: one more member, the unperturbed weights, last
 
     def __post_init__(self):
-        if self.normalize and self.estimator == "one_point":
+        if self.step_normalize and self.estimator == "one_point":
             raise ConfigError("--step-normalize std needs the two_point or es estimator: one member a step has no "
                               "spread (use --step-normalize none with --estimator one_point)")
 
     @classmethod
     def of(cls, args) -> "FitnessSpec":
-        return cls(reward_shaping=args.reward_shaping, normalize=args.step_normalize == "std", beta=float(args.beta),
+        return cls(reward_shaping=args.reward_shaping, step_normalize=args.step_normalize == "std", beta=float(args.beta),
                    eps=float(args.eps), estimator=args.estimator, centre=float(args.hessian_smooth) > 0)
 
     def members(self, count: int) -> list[Member]:
@@ -175,8 +175,8 @@ class FitnessSpec:
                                                                                        "weighted mean reward")]
         if self.beta:
             parts.append(f"+ {self.beta:g} x KL to the start")
-        parts.append("normalised by the members' spread" if self.normalize else "over 2 eps")
-        if self.beta and self.normalize:
+        parts.append("normalised by the members' spread" if self.step_normalize else "over 2 eps")
+        if self.beta and self.step_normalize:
             parts.append("bounded to a normalised step")
         return ", ".join(parts)
 
@@ -206,14 +206,14 @@ class Fitness:
         record = {}
         if spec.beta:
             kls = self._kls(outcomes)
-            if spec.normalize:  # the reward part normalised alone, times eps; the engine then divides by 2 eps
+            if spec.step_normalize:  # the reward part normalised alone, times eps; the engine then divides by 2 eps
                 mean, s = sum(losses) / len(losses), spread(losses)
                 losses = [spec.eps * (x - mean) / s if s else 0.0 for x in losses]
                 losses = bounded_losses([x + spec.beta * kl for x, kl in zip(losses, kls)], spec.eps)
             else:
                 losses = [x + spec.beta * kl for x, kl in zip(losses, kls)]
             record[KL] = statistics.fmean(kls)
-        elif spec.normalize:  # the engine's normaliser, as losses (the trainer's MeZO has normalize=None); the
+        elif spec.step_normalize:  # the engine's normaliser, as losses (the trainer's MeZO has step_normalize=None); the
             layout = spec.members(len(losses))  # record keeps the losses the normalisation started from
             if all(math.isfinite(x) for x in losses):  # else the engine skips the step, and reports it
                 record.update(member_means(losses, layout))

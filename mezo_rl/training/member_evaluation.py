@@ -1,6 +1,6 @@
-"""``--evaluation``: whether a run evaluates a step's members in place or in one batched pass.
+"""``--member-evaluation``: whether a run evaluates a step's members in place or in one batched pass.
 
-With ``MeZO(..., evaluation=BatchedMembers(lm.model))`` a step's closure is called once with the
+With ``MeZO(..., member_evaluation=BatchedMembers(lm.model))`` a step's closure is called once with the
 step's members and returns one value (or one object, for ``fitness``) per member
 (:mod:`mezo_rl.engine.population`); :func:`mezo_rl.training.outputs.model_outputs` with ``members`` is the model side of such a
 closure::
@@ -11,32 +11,32 @@ closure::
 
     opt.step(closure)
 
-Here: what ``--evaluation batched`` cannot serve (:func:`check_evaluation`, before any model loads),
-what ``auto`` means (:func:`resolve_evaluation`) and the optimizer options of a run
-(:func:`evaluation_options`).
+Here: what ``--member-evaluation batched`` cannot serve (:func:`check_member_evaluation`, before any model loads),
+what ``auto`` means (:func:`resolve_member_evaluation`) and the optimizer options of a run
+(:func:`member_evaluation_options`).
 """
 from __future__ import annotations
 
 from typing import Optional
 
 from mezo_rl.engine.population import COPY_BUDGET, BatchedMembers
-from mezo_rl.choices import check_evaluation
+from mezo_rl.choices import check_member_evaluation
 from mezo_rl.training.outputs import prompt_texts
 
-__all__ = ["evaluation_options", "resolve_evaluation", "check_evaluation", "PROMPT_TOKENS_PER_NEW_TOKEN"]
+__all__ = ["member_evaluation_options", "resolve_member_evaluation", "check_member_evaluation", "PROMPT_TOKENS_PER_NEW_TOKEN"]
 
 #: on a CPU, ``auto`` batches a generating step's members when the prompts are at most this many times as long
 #: as ``--max-completion-length``: batching the members pays where a step decodes more than it reads, and costs
-#: where long prompts dominate the step (the measurements: benchmarks/README.md, "--evaluation auto")
+#: where long prompts dominate the step (the measurements: benchmarks/README.md, "--member-evaluation auto")
 PROMPT_TOKENS_PER_NEW_TOKEN = 4
 
 
-# ---------------------------------------------------------------------------------- --evaluation
-def resolve_evaluation(evaluation: str, needs, peft: str, noise: str, trainable: Optional[str] = None, *,
-                       device_type: str = "cpu", prompt_tokens: Optional[float] = None,
-                       max_new_tokens: Optional[int] = None, low_precision: bool = False,
-                       copies_fit: bool = True) -> str:
-    """``"inplace"`` or ``"batched"`` for ``--evaluation``; ``"auto"``: batched where it measured faster,
+# ---------------------------------------------------------------------------------- --member-evaluation
+def resolve_member_evaluation(evaluation: str, needs, peft: str, noise: str, trainable: Optional[str] = None, *,
+                              device_type: str = "cpu", prompt_tokens: Optional[float] = None,
+                              max_new_tokens: Optional[int] = None, low_precision: bool = False,
+                              copies_fit: bool = True) -> str:
+    """``"inplace"`` or ``"batched"`` for ``--member-evaluation``; ``"auto"``: batched where it measured faster,
     and wherever the trainable weights are bf16 / fp16 (``low_precision``): the in-place sweeps round
     every perturbed weight and do not return it to where it was; the batched mode never perturbs it.
 
@@ -46,9 +46,9 @@ def resolve_evaluation(evaluation: str, needs, peft: str, noise: str, trainable:
     long as the decode (``prompt_tokens``, the mean prompt length in tokens, against
     ``max_new_tokens``). On a CPU a long prompt's forward pass is bound by arithmetic, which batching
     does not reduce, and scoring is such a forward pass: in place there (benchmarks/README.md,
-    "``--evaluation auto``", has the measurements on both sides of the rule).
+    "``--member-evaluation auto``", has the measurements on both sides of the rule).
     """
-    check_evaluation(evaluation, peft, noise, trainable)
+    check_member_evaluation(evaluation, peft, noise, trainable)
     if evaluation != "auto":
         return evaluation
     # copies_fit: the members' copies of element-wise-perturbed matrices stay within the batched mode's budget
@@ -61,14 +61,14 @@ def resolve_evaluation(evaluation: str, needs, peft: str, noise: str, trainable:
     return "batched" if servable and "generation" in needs and decode_bound else "inplace"
 
 
-def evaluation_options(args, needs, lm, train=(), recorded: Optional[str] = None) -> dict:
-    """The MeZO options of ``args.evaluation`` for a run: ``{}`` (in place) or
-    ``{"evaluation": BatchedMembers(lm.model)}``. ``train``: the training examples (for ``auto``:
+def member_evaluation_options(args, needs, lm, train=(), recorded: Optional[str] = None) -> dict:
+    """The MeZO options of ``args.member_evaluation`` for a run: ``{}`` (in place) or
+    ``{"member_evaluation": BatchedMembers(lm.model)}``. ``train``: the training examples (for ``auto``:
     their prompts' mean length in tokens, as the model reads them). ``recorded``: the mode a resumed
     run's checkpoint was written with, which the run keeps (the optimizer state and trajectory belong to that
-    mode; ``args.evaluation`` was checked against it when the run directory was read:
-    :func:`mezo_rl.training.rundir.resumed_evaluation`)."""
-    evaluation = getattr(args, "evaluation", "inplace")
+    mode; ``args.member_evaluation`` was checked against it when the run directory was read:
+    :func:`mezo_rl.training.rundir.resumed_member_evaluation`)."""
+    evaluation = getattr(args, "member_evaluation", "inplace")
     if recorded is not None:
         mode = recorded
     else:
@@ -79,9 +79,9 @@ def evaluation_options(args, needs, lm, train=(), recorded: Optional[str] = None
         params = list(lm.model.parameters())
         members = getattr(args, "n_spsa", 1) * (1 if getattr(args, "estimator", "two_point") in ("es", "one_point") else 2)
         copied = 0 if args.noise == "lowrank" else sum(p.numel() for p in params if p.requires_grad and p.dim() >= 2)
-        mode = resolve_evaluation(evaluation, needs, args.peft, args.noise, getattr(args, "trainable", None),
-                                  device_type=lm.device.type, prompt_tokens=tokens,
-                                  max_new_tokens=getattr(args, "max_completion_length", None),
-                                  low_precision=any(p.requires_grad and p.dtype.itemsize < 4 for p in params),
-                                  copies_fit=members * copied <= COPY_BUDGET * sum(p.numel() for p in params))
-    return {} if mode == "inplace" else {"evaluation": BatchedMembers(lm.model)}
+        mode = resolve_member_evaluation(evaluation, needs, args.peft, args.noise, getattr(args, "trainable", None),
+                                         device_type=lm.device.type, prompt_tokens=tokens,
+                                         max_new_tokens=getattr(args, "max_completion_length", None),
+                                         low_precision=any(p.requires_grad and p.dtype.itemsize < 4 for p in params),
+                                         copies_fit=members * copied <= COPY_BUDGET * sum(p.numel() for p in params))
+    return {} if mode == "inplace" else {"member_evaluation": BatchedMembers(lm.model)}

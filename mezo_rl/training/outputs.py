@@ -121,7 +121,7 @@ def completion_stops(task, stop=None) -> list[str]:
 
 def model_outputs(lm, examples, needs, members=None, *, sample_seed: Optional[int] = None, max_new_tokens: int = 32,
                   do_sample: bool = False, sampling: Sampling = GREEDY, gold_only: bool = False,
-                  num_generations: int = 1, normalised: bool = True, stop: Optional[list[str]] = None):
+                  num_generations: int = 1, log_softmax: bool = True, stop: Optional[list[str]] = None):
     """Run ``lm`` on ``examples`` for what ``needs`` asks: ``"scores"`` and/or ``"generation"``; a
     :class:`ModelOutputs`, or with ``members`` one per member of a batched MeZO step, in member order.
 
@@ -130,8 +130,8 @@ def model_outputs(lm, examples, needs, members=None, *, sample_seed: Optional[in
     sampling randomness, and ends each completion at EOS and at the ``stop`` strings (the text ends with
     the stop string; :func:`completion_stops` gives a run's); with ``num_generations`` G > 1 each example's row is repeated G times
     (sampled generation draws G different completions). An empty batch (a distributed rank's empty
-    shard) gives empty lists. ``normalised=False``: the rewards only compare an example's candidates
-    (``rewards.Objective.normaliser_invariant``), so ``lm.score`` may return logits where that saves work.
+    shard) gives empty lists. ``log_softmax=False``: the rewards only compare an example's candidates
+    (``rewards.Objective.shift_invariant``), so ``lm.score`` may return logits where that saves work.
 
     ``members``: the step's members (a sequence) or their count M, evaluated in one pass: ``lm.score`` /
     ``lm.generate`` with ``members=M`` (every forward holds the M members' blocks of rows; see
@@ -148,7 +148,7 @@ def model_outputs(lm, examples, needs, members=None, *, sample_seed: Optional[in
             for _ in range(M)]
     if "scores" in needs:
         score_prompts, candidates, labels = score_requests(examples, lm.is_causal, gold_only)
-        scores = (per_member(lm.score(score_prompts, candidates, normalised=normalised, **kw)) if examples
+        scores = (per_member(lm.score(score_prompts, candidates, log_softmax=log_softmax, **kw)) if examples
                   else [[] for _ in range(M)])
         for out, member_scores in zip(outs, scores):
             out.labels, out.candidate_scores = list(labels), member_scores
@@ -169,12 +169,12 @@ def objective_outputs(lm, objective, examples, members=None, *, sample_seed=None
     gradients: the objective's output (``.loss``, ``.components``, ``.values``, ``.sums``, ``.counts``;
     ``.groups``: the example each row came from, see :class:`ModelOutputs`), or with ``members`` one per
     member, in member order. Completions end at EOS and at ``stop``. Candidates are scored without the normaliser where the objective is
-    invariant to it (``objective.normaliser_invariant``)."""
+    invariant to it (``objective.shift_invariant``)."""
     with torch.no_grad():
         outs = model_outputs(lm, examples, objective.needs, members, sample_seed=sample_seed,
                              max_new_tokens=max_new_tokens, do_sample=do_sample, sampling=sampling,
                              num_generations=num_generations, stop=stop,
-                             normalised=not getattr(objective, "normaliser_invariant", False))
+                             log_softmax=not getattr(objective, "shift_invariant", False))
     results = []
     for outputs in [outs] if members is None else outs:
         result = objective.evaluate(**outputs.as_kwargs())

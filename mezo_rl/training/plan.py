@@ -65,7 +65,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, TypeVar
 
 from mezo_rl import rewards
-from mezo_rl.choices import check_evaluation, check_report_to, parse_max_memory
+from mezo_rl.choices import check_member_evaluation, check_report_to, parse_max_memory
 from mezo_rl.errors import ConfigError, UnknownNameError, UserError, first_line
 from mezo_rl.model.lm import LanguageModel
 from mezo_rl.rewards.registry import REGISTRY
@@ -198,7 +198,7 @@ def check_replayable_reward(ref: str) -> None:
                           f"file.py:function) and give that")
 
 
-def build_objective(refs, weights=None, normalize=None, trust_remote_code: bool = False, given: str = "--reward"):
+def build_objective(refs, weights=None, reward_scale=None, trust_remote_code: bool = False, given: str = "--reward"):
     """The objective of the rewards ``refs`` (names, ``module:function`` paths, a reward model's path or hub id:
     ``mezo_rl.training.trl_rewards.resolve_reward``; or RewardSpecs already resolved) with ``reward_weights`` (one
     per reward, in order: a count mismatch is one line naming the rewards and where they were ``given``) and
@@ -210,7 +210,7 @@ def build_objective(refs, weights=None, normalize=None, trust_remote_code: bool 
             check_replayable_reward(ref)
             ref = user_code("--reward", ref, lambda ref=ref: resolve_reward(ref, trust_remote_code=trust_remote_code))
         specs.append(ref)
-    return rewards.build_objective(specs, weights=weights, normalize=normalize)
+    return rewards.build_objective(specs, weights=weights, reward_scale=reward_scale)
 
 
 # ---------------------------------------------------------------------- what MeZOTrainer was given, TRL's way
@@ -477,7 +477,7 @@ def plan_run(args: MeZOConfig, task, objective, model=None, given: Optional[dict
     resolved, sources = resolve_values(values, task.kind, list(task.metrics), objective)
     args = MeZOConfig(**resolved)  # every value decided: the configuration checks its combinations again
     weights, stops = weights_dtype(args.dtype, args.autocast), completion_stops(task, args.stop)
-    check_evaluation(args.evaluation, args.peft, args.noise, args.trainable, weights)
+    check_member_evaluation(args.member_evaluation, args.peft, args.noise, args.trainable, weights)
     report_to, max_memory = tuple(check_report_to(args.report_to)), parse_max_memory(args.max_memory)
     resumed = rundir.read_resumed(args.output_dir, args, task, objective, stops) if args.resume else None
     if resumed is not None and resumed.dtype is not None and args.dtype == "auto":

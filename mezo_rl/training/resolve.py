@@ -65,7 +65,7 @@ def resolve_values(values: dict, task_kind: Optional[str], task_metrics: Optiona
     if objective is not None and out["reward"] is None:
         weights = [objective.weights[name] for name in objective.names]
         out.update(reward=list(objective.names), reward_weights=None if set(weights) == {1.0} else weights,
-                   reward_scale=objective.normalize)
+                   reward_scale=objective.reward_scale)
         sources.update({k: USER for k in ("reward", "reward_weights", "reward_scale") if out[k] is not None})
         if out["reward"] == reward and out["reward_weights"] is None:  # the objective of the task's own metric
             sources["reward"] = TASK_DEFAULT
@@ -92,7 +92,7 @@ def explain(plan) -> str:
     """Every value of ``plan`` (a :class:`~mezo_rl.training.plan.RunPlan`), one a line, with its source
     (:data:`SOURCES`); a resumed run's kept values after the field they resolve."""
     values, resumed = plan.args.to_dict(), plan.resumed
-    kept = {"evaluation": resumed.evaluation, "dtype": resumed.dtype} if resumed is not None else {}
+    kept = {"member_evaluation": resumed.member_evaluation, "dtype": resumed.dtype} if resumed is not None else {}
     width = max(map(len, values))
     lines = []
     for name, value in values.items():

@@ -49,7 +49,7 @@ import torch
 
 from mezo_rl import rewards
 from mezo_rl.choices import parse_max_memory
-from mezo_rl.engine.optim import replay_trajectory
+from mezo_rl.engine.optim import recorded_options, replay_trajectory
 from mezo_rl.engine.trajectory import Trajectory
 from mezo_rl.errors import ConfigError, UserError, first_line
 from mezo_rl.model.peft import PEFT_METHODS, export_model, peft_config
@@ -412,7 +412,7 @@ class RecordedRun:
     ``training_args.json`` (``args``, the field values), its checkpoint's ``model.json`` (``identity``; None in
     a checkpoint without one), trainer state, trajectory and ``optimizer.json`` (``optimizer``, the scalars;
     the buffers are read when the optimizer is restored: :func:`load_checkpoint`); what the run keeps: how its
-    steps evaluated their members (``evaluation``: :func:`evaluation_of`) and the weights' dtype its checkpoint
+    steps evaluated their members (``member_evaluation``: :func:`member_evaluation_of`) and the weights' dtype its checkpoint
     was written with (``dtype``, which ``--dtype auto`` keeps; None where model.json does not say)."""
 
     run_dir: pathlib.Path
@@ -421,31 +421,31 @@ class RecordedRun:
     state: TrainerState
     trajectory: Trajectory
     optimizer: dict
-    evaluation: str
+    member_evaluation: str
     dtype: Optional[str]
 
 
-def evaluation_of(trajectory: Trajectory) -> str:
-    """How the steps of ``trajectory`` evaluated their members (``"inplace"`` or ``"batched"``, from its header;
-    runs from before ``--evaluation`` ran in place)."""
-    return (trajectory.header or {}).get("evaluation", "inplace")
+def member_evaluation_of(trajectory: Trajectory) -> str:
+    """How the steps of ``trajectory`` evaluated their members (``"inplace"`` or ``"batched"``, from its header,
+    where runs from before the rename recorded it as ``evaluation``; runs from before the option ran in place)."""
+    return recorded_options(trajectory.header or {}).get("member_evaluation", "inplace")
 
 
-def resumed_evaluation(evaluation: str, recorded: str) -> str:
+def resumed_member_evaluation(evaluation: str, recorded: str) -> str:
     """The member evaluation of a resumed run: the one its checkpoint was written with (``recorded``), which
     ``auto`` keeps; asking for the other one is refused in one line (the optimizer state and trajectory belong
     to that mode)."""
     if evaluation not in ("auto", recorded):
         raise ConfigError(f"--resume: this run's steps were evaluated {recorded}; resume it with "
-                          f"--evaluation {recorded} or auto, not --evaluation {evaluation}")
+                          f"--member-evaluation {recorded} or auto, not --member-evaluation {evaluation}")
     return recorded
 
 
-def recorded_evaluation(run_dir: str | os.PathLike) -> Optional[str]:
-    """How the checkpointed steps of ``run_dir`` evaluated their members (:func:`evaluation_of`), or None without
+def recorded_member_evaluation(run_dir: str | os.PathLike) -> Optional[str]:
+    """How the checkpointed steps of ``run_dir`` evaluated their members (:func:`member_evaluation_of`), or None without
     a checkpoint."""
     path = checkpoint_dir(run_dir) / TRAJECTORY_FILE
-    return evaluation_of(read_trajectory(path)) if path.is_file() else None
+    return member_evaluation_of(read_trajectory(path)) if path.is_file() else None
 
 
 # what may change when a run is resumed (everything else must match config.json)
@@ -474,8 +474,8 @@ def unfinished_step(run_dir: str | os.PathLike) -> Optional[tuple[int, int]]:
 def read_resumed(run_dir: str | os.PathLike, args: MeZOConfig, task=None, objective=None, stops=()) -> RecordedRun:
     """The run in ``run_dir`` that ``args`` (resolved) resumes, each of its files read once and checked: one line
     where there is no checkpoint, a file is damaged or unsafe, the run's optimizer normalised its steps itself
-    (``normalize="std"`` in its trajectory: runs from before the fitness, ``mezo_rl.training.fitness``, took that
-    over replay with ``load_run`` but do not resume), ``args.evaluation`` asks for the other member evaluation
+    (``step_normalize="std"`` in its trajectory, recorded as ``normalize``: runs from before the fitness, ``mezo_rl.training.fitness``, took that
+    over replay with ``load_run`` but do not resume), ``args.member_evaluation`` asks for the other member evaluation
     than the run's (``auto`` keeps it), an argument differs from the run's ``training_args.json`` (but those of
     :data:`RESUME_MAY_CHANGE`), or, with ``task`` and ``objective``, its completions, which end at ``stops``
     (``mezo_rl.training.outputs.completion_stops``), would end differently (:func:`stops_cut`). A value the run's configuration recorded unset is compared as it
@@ -490,15 +490,15 @@ def read_resumed(run_dir: str | os.PathLike, args: MeZOConfig, task=None, object
     state, trajectory = _state_and_trajectory(ckpt)
     optimizer = read_optimizer_json(ckpt)
     optimizer_state_of(ckpt, optimizer, trajectory, tensors=False)  # the buffers' file, checked
-    if (trajectory.header or {}).get("normalize") == "std":
+    if recorded_options(trajectory.header or {}).get("step_normalize") == "std":
         raise ConfigError(f"--resume: the run in {run} normalised its steps in the optimizer (its trajectory "
-                          f"says normalize='std'), as runs did before the fitness took that over, so it cannot "
+                          f"says step_normalize='std'), as runs did before the fitness took that over, so it cannot "
                           f"continue; its weights still load (mezo-rl export), and a new run trains on")
     if task is not None and stops_cut(stops, task, objective, identity):
         raise _stops_refused(run)
     dtype = identity.get("dtype") if isinstance(identity, dict) else None
-    recorded = RecordedRun(run, saved, identity, state, trajectory, optimizer, evaluation_of(trajectory), dtype)
-    resumed_evaluation(args.evaluation, recorded.evaluation)
+    recorded = RecordedRun(run, saved, identity, state, trajectory, optimizer, member_evaluation_of(trajectory), dtype)
+    resumed_member_evaluation(args.member_evaluation, recorded.member_evaluation)
     resolved = resolve_values(saved, task.kind, list(task.metrics))[0] if task is not None else saved
     mine = args.to_dict()
     differ = {k: (resolved.get(k), mine[k]) for k in mine if k not in RESUME_MAY_CHANGE and resolved.get(k) != mine[k]}

@@ -31,7 +31,7 @@ from mezo_rl.training.defaults import mezo_options
 from mezo_rl.training.distributed import DistContext, check_no_offload
 from mezo_rl.training.fitness import Fitness
 from mezo_rl.training.kl import starting_point
-from mezo_rl.training.member_evaluation import evaluation_options
+from mezo_rl.training.member_evaluation import member_evaluation_options
 from mezo_rl.training.outputs import truncate_prompts
 
 __all__ = ["build_run", "TaskCodeError", "load_splits", "run_splits", "build_model", "param_groups", "trainable_parameters",
@@ -150,15 +150,15 @@ def build_model(args: MeZOConfig, lm=None, dtype: Optional[str] = None, *, max_m
 def build_optimizer(args: MeZOConfig, lm, needs, train=(), recorded: Optional[str] = None) -> tuple:
     """MeZO over ``lm``'s trainable tensors with the run's options (every value resolved in ``args``), and
     its lr schedule. ``needs``: what the objective asks of the model; with ``train``, the training
-    examples, ``--evaluation auto`` also weighs their prompts' length; ``recorded``: the mode a resumed
-    run's checkpoint ran with, which it keeps. The engine's own ``normalize`` stays off: ``--step-normalize``
+    examples, ``--member-evaluation auto`` also weighs their prompts' length; ``recorded``: the mode a resumed
+    run's checkpoint ran with, which it keeps. The engine's own ``step_normalize`` stays off: ``--step-normalize``
     is the fitness's (``mezo_rl.training.fitness.step_normalised``)."""
-    options = {**mezo_options(vars(args)), "normalize": None}
+    options = {**mezo_options(vars(args)), "step_normalize": None}
     optimizer = MeZO(param_groups(lm.model, options["weight_decay"]), **options, rank=args.rank,
                      lowrank_interval=args.lowrank_interval, estimator=args.estimator, momentum=args.momentum,
                      adam=args.adam, hessian_smooth=args.hessian_smooth, seed=args.seed, on_nonfinite=args.on_nonfinite,
                      rounding=args.rounding,
-                     **evaluation_options(args, needs, lm, train, recorded))
+                     **member_evaluation_options(args, needs, lm, train, recorded))
     return optimizer, lr_scheduler(args, optimizer)
 
 

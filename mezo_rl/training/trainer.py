@@ -198,7 +198,7 @@ class MeZOTrainer:
         if self._optimizer is None and not self._released:
             t0, recorded = time.perf_counter(), self.plan.resumed
             self._optimizer, self._scheduler = build_optimizer(self.args, self.lm, self.objective.needs, self.splits["train"],
-                                                               recorded.evaluation if recorded is not None else None)
+                                                               recorded.member_evaluation if recorded is not None else None)
             self.seconds["load"] += time.perf_counter() - t0
         return self._optimizer, self._scheduler
 
