@@ -62,8 +62,13 @@ def test_their_defaults_all_at_once_build_with_one_warning_line(tmp_path, caplog
     assert len(warned) == 1 and "\n" not in warned[0]
     assert "optim" in warned[0] and "the optimizer is MeZO" in warned[0] and "loss_type" in warned[0]
     assert "use_vllm" not in warned[0]  # given at "off": nothing to say
-    # what their defaults mean, honoured
-    assert args.max_steps == math.ceil(3.0 * args.num_train / args.prompts_per_step)  # max_steps=-1: from the epochs
+    # what their defaults mean, honoured: max_steps=-1 leaves the run's length to the plan, from the epochs
+    from mezo_rl.tasks import get_task
+    from mezo_rl.training.plan import run_config
+
+    assert args.max_steps is None
+    args = run_config(args, get_task("sst2"))
+    assert args.max_steps == math.ceil(3.0 * args.num_train / args.prompts_per_step)
     assert args.lr_scheduler_type == "linear" and args.learning_rate == 1e-6 and args.seed == 42
     assert args.num_generations == 8 and args.do_sample is True  # TRL samples its generations
     assert args.eval_strategy == "no" and args.load_best_model_at_end is False and args.log_completions == 0
