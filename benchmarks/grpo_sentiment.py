@@ -323,6 +323,12 @@ def make_callback(a, out: pathlib.Path, scorer: Scorer, tokenizer, state: dict, 
     return BudgetCallback(), validate
 
 
+def untouched_task(a) -> str:
+    """The task an ``--untouched-cell`` read is filed under in the ledger: ``--untouched-task``, else ``--task``, else
+    the sentiment prompts' (``sentiment-guard`` with the repetition guard)."""
+    return a.untouched_task or a.task or ("sentiment-guard" if a.repetition_weight else "sentiment")
+
+
 def trainable_state(model) -> dict:
     """The tensors training changes (all of them in full fine-tuning, the adapter's with LoRA), as copies."""
     return {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
@@ -331,6 +337,9 @@ def trainable_state(model) -> dict:
 # ---------------------------------------------------------------------------------------------- main
 def main(argv=None) -> dict:
     a = parse_args(argv)
+    if a.untouched_cell:  # refused before any training, not after it: a task with no untouched split, or a second read
+        untouched.split_of(untouched_task(a))
+        untouched.Ledger().check(untouched_task(a), a.untouched_cell, a.seed)
     code = commit(REPO)  # the code the run starts with
     out = pathlib.Path(a.output_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -473,9 +482,8 @@ def main(argv=None) -> dict:
     test = scorer(model, tokenizer, "test", keep=after_samples)
     (out / "samples" / "test-after.jsonl").write_text("".join(json.dumps(s) + "\n" for s in after_samples))
     if a.untouched_cell:  # the untouched split, once, with the same picked weights (the ledger refuses a second read)
-        split = a.task or ("sentiment-guard" if a.repetition_weight else "sentiment")
         reward_ref = (a.reward or task.metrics[0]) if a.task else f"{REWARD_FILE}:{REWARD}"
-        read = untouched.read(lm, a.untouched_task or split, a.untouched_cell, a.seed, state["best_step"], reward_ref,
+        read = untouched.read(lm, untouched_task(a), a.untouched_cell, a.seed, state["best_step"], reward_ref,
                               a.max_completion_length, a.autocast, code, data_dir=a.data_dir,
                               batch_size=EVAL_BATCH_SIZE, tmp_dir=out)
         (out / "untouched.json").write_text(json.dumps(read) + "\n")
