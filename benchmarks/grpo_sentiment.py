@@ -489,7 +489,7 @@ def main(argv=None) -> dict:
         (out / "untouched.json").write_text(json.dumps(read) + "\n")
     if a.save_picked:  # the picked weights, for the next curriculum stage (mezo-rl's own writer: LoRA merged)
         from mezo_rl.training.rundir import save_model
-        save_model(lm, a.peft, a.save_picked)
+        save_model(lm, a.peft, a.save_picked, merged=True)  # LoRA folded in: a directory `--model` loads
     peak_rss = max(state.get("peak_before_train_mb", 0.0), rss_peak_mb())
 
     secs = state["step_seconds"]
