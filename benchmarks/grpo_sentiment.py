@@ -92,6 +92,7 @@ import shlex
 import statistics
 import sys
 import time
+import traceback
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))   # the suite package beside this file
 from suite.hacking import hacking_measures  # noqa: E402
@@ -481,12 +482,19 @@ def main(argv=None) -> dict:
     state["reads"].append({"split": "test", "step": final_step, "weights_step": state["best_step"]})
     test = scorer(model, tokenizer, "test", keep=after_samples)
     (out / "samples" / "test-after.jsonl").write_text("".join(json.dumps(s) + "\n" for s in after_samples))
+    untouched_error = None
     if a.untouched_cell:  # the untouched split, once, with the same picked weights (the ledger refuses a second read)
         reward_ref = (a.reward or task.metrics[0]) if a.task else f"{REWARD_FILE}:{REWARD}"
-        read = untouched.read(lm, untouched_task(a), a.untouched_cell, a.seed, state["best_step"], reward_ref,
-                              a.max_completion_length, a.autocast, code, data_dir=a.data_dir,
-                              batch_size=EVAL_BATCH_SIZE, tmp_dir=out)
-        (out / "untouched.json").write_text(json.dumps(read) + "\n")
+        try:
+            read = untouched.read(lm, untouched_task(a), a.untouched_cell, a.seed, state["best_step"], reward_ref,
+                                  a.max_completion_length, a.autocast, code, data_dir=a.data_dir,
+                                  batch_size=EVAL_BATCH_SIZE, tmp_dir=out)
+        except Exception as e:  # noqa: BLE001 -- as a MeZO cell's failed read: its ledger line stands, the run's
+            # own figures are still written (benchmarks/rl.py records the cell with its untouched_error)
+            untouched_error = f"{type(e).__name__}: {e}"
+            traceback.print_exc()
+        else:
+            (out / "untouched.json").write_text(json.dumps(read) + "\n")
     if a.save_picked:  # the picked weights, for the next curriculum stage (mezo-rl's own writer: LoRA merged)
         from mezo_rl.training.rundir import save_model
         save_model(lm, a.peft, a.save_picked, merged=True)  # LoRA folded in: a directory `--model` loads
@@ -532,6 +540,7 @@ def main(argv=None) -> dict:
         "initial_test": initial["initial_test"],
         "test": test,
         "task": a.task, "reward": reward_name, "peft": a.peft,
+        **({"untouched_error": untouched_error} if untouched_error else {}),
         "validations": [{"step": v["step"], "train_s": v.get("train_s"), reward_name: v["metrics"][reward_name],
                          f"{reward_name}/se": v["metrics"][f"{reward_name}/se"]} for v in state["validations"]],
         "reward_curve": [{"step": line["step"], "reward": line.get("reward"), "reward_std": line.get("reward_std"),

@@ -41,23 +41,46 @@ def _probe(model):
         return model(input_ids=torch.tensor([[5, 17, 42, 9, 3]])).logits.float().clone()
 
 
+def _cell(tmp_path, tiny_tokenizer, monkeypatch, peft="full"):
+    """A tiny model directory (a chat template: the arithmetic task's prompts are messages), the ledger redirected
+    to ``tmp_path`` (never docs/results/untouched_reads.jsonl); returns the GRPO script's arguments of a cell."""
+    from conftest import make_tiny_causal_lm
+
+    tokenizer = copy.deepcopy(tiny_tokenizer)
+    tokenizer.chat_template = CHAT
+    model_dir = tmp_path / "model"
+    make_tiny_causal_lm(tokenizer).save_pretrained(model_dir)
+    tokenizer.save_pretrained(model_dir)
+    ledger = tmp_path / "reads.jsonl"
+    monkeypatch.setattr(untouched, "LEDGER", ledger)
+    monkeypatch.setattr(untouched.Ledger.__init__, "__defaults__", (ledger,))
+
+    def argv(output_dir):
+        return ["--task", "arithmetic", "--reward", "exact_answer", "--model", str(model_dir), "--peft", peft,
+                "--lr", "1e-2", "--output-dir", str(output_dir), "--seed", "0", "--max-completion-length", "4",
+                "--num-generations", "2", "--batch-size", "4", "--time-budget-s", "1000", "--num-train", "16",
+                "--num-eval", "4", "--num-test", "4", "--no-base-loglik", "--autocast", "none",
+                "--untouched-cell", CELL, "--untouched-task", "arithmetic", "--save-picked", str(output_dir / "picked")]
+
+    return argv
+
+
+def _record(out, monkeypatch):
+    """benchmarks/rl.py's record of the finished cell in ``out``."""
+    monkeypatch.setattr(rl, "hacking_measures", lambda before, after: {})   # the base model is SmolLM2: not here
+    base = {"protocol": rl.PROTOCOL, "task": "arithmetic", "cell": CELL, "tool": "trl-grpo", "seed": 0, "ok": True,
+            "command": "cmd", "commit": "abc", "cpu": {"model": "x", "avx512_bf16": False}}
+    return rl.complete_frontier(dict(base), out)
+
+
 @pytest.mark.parametrize("peft", ["full", "lora"])
 def test_a_grpo_cell_reads_the_untouched_split_once_at_validations_pick(peft, tmp_path, tiny_tokenizer, monkeypatch,
                                                                       one_thread):
     import torch
 
-    from conftest import make_tiny_causal_lm
     from mezo_rl.model.loading import load_model
 
-    tokenizer = copy.deepcopy(tiny_tokenizer)
-    tokenizer.chat_template = CHAT   # the arithmetic task's prompts are chat messages
-    model_dir = tmp_path / "model"
-    make_tiny_causal_lm(tokenizer).save_pretrained(model_dir)
-    tokenizer.save_pretrained(model_dir)
-
-    ledger = tmp_path / "reads.jsonl"   # never docs/results/untouched_reads.jsonl
-    monkeypatch.setattr(untouched, "LEDGER", ledger)
-    monkeypatch.setattr(untouched.Ledger.__init__, "__defaults__", (ledger,))
+    argv = _cell(tmp_path, tiny_tokenizer, monkeypatch, peft)
 
     # the budget's rule, made deterministic: validate after step 1, stop after step 3
     decisions = iter(["validate", None, "stop"])
@@ -103,14 +126,6 @@ def test_a_grpo_cell_reads_the_untouched_split_once_at_validations_pick(peft, tm
     monkeypatch.setattr(untouched, "read", read)
 
     out = tmp_path / "cell"
-
-    def argv(output_dir):
-        return ["--task", "arithmetic", "--reward", "exact_answer", "--model", str(model_dir), "--peft", peft,
-                "--lr", "1e-2", "--output-dir", str(output_dir), "--seed", "0", "--max-completion-length", "4",
-                "--num-generations", "2", "--batch-size", "4", "--time-budget-s", "1000", "--num-train", "16",
-                "--num-eval", "4", "--num-test", "4", "--no-base-loglik", "--autocast", "none",
-                "--untouched-cell", CELL, "--untouched-task", "arithmetic", "--save-picked", str(output_dir / "picked")]
-
     summary = grpo_sentiment.main(argv(out))
     assert summary["steps"] == 3 and summary["best_step"] == summary["pick"]["step"] == 1
     assert [v["step"] for v in summary["pick"]["validated"]] == [0, 1, 3]
@@ -139,12 +154,28 @@ def test_a_grpo_cell_reads_the_untouched_split_once_at_validations_pick(peft, tm
         untouched.Ledger().claim("arithmetic", CELL, 0, 1, "abc")
 
     # benchmarks/rl.py's record of the finished cell: the pick, and the untouched read's per-prompt outcomes at it
-    monkeypatch.setattr(rl, "hacking_measures", lambda before, after: {})   # the base model is SmolLM2: not here
-    base = {"protocol": rl.PROTOCOL, "task": "arithmetic", "cell": CELL, "tool": "trl-grpo", "seed": 0, "ok": True,
-            "command": "cmd", "commit": "abc", "cpu": {"model": "x", "avx512_bf16": False}}
-    record = rl.complete_frontier(dict(base), out)
+    record = _record(out, monkeypatch)
     assert record["best_step"] == record["pick"]["step"] == record["untouched"]["step"] == 1
     assert record["outcomes"]["untouched"]["after"] == got["outcomes"]
     assert record["untouched"]["n"] == untouched.SIZE and "outcomes" not in record["untouched"]
     dev = record["outcomes"]["development"]
     assert len(dev["before"]) == len(dev["after"]) == record["n"]["test"] == 4
+
+
+def test_a_failed_untouched_read_keeps_the_runs_own_figures(tmp_path, tiny_tokenizer, monkeypatch, one_thread):
+    """A read that fails after its claim counts (the ledger's line stands), as a MeZO cell's: the trained run still
+    writes its summary and exits normally, so the cell is recorded, without an untouched read."""
+    argv = _cell(tmp_path, tiny_tokenizer, monkeypatch)
+
+    def read(lm, task, cell, seed, step, *args, **kw):
+        untouched.Ledger().claim(task, cell, seed, step, "abc")
+        raise RuntimeError("out of memory part-way")
+
+    monkeypatch.setattr(untouched, "read", read)
+    out = tmp_path / "cell"
+    summary = grpo_sentiment.main([*argv(out), "--max-steps", "1"])
+    assert summary["untouched_error"] == "RuntimeError: out of memory part-way"
+    assert (out / "summary.json").is_file() and not (out / "untouched.json").exists()
+    assert len(untouched.Ledger().reads()) == 1
+    record = _record(out, monkeypatch)
+    assert "untouched" not in record and "untouched" not in record["outcomes"] and record["steps"] == 1
