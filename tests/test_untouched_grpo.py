@@ -179,3 +179,29 @@ def test_a_failed_untouched_read_keeps_the_runs_own_figures(tmp_path, tiny_token
     assert len(untouched.Ledger().reads()) == 1
     record = _record(out, monkeypatch)
     assert "untouched" not in record and "untouched" not in record["outcomes"] and record["steps"] == 1
+
+
+def test_a_cell_whose_untouched_split_was_read_is_skipped_and_the_others_still_run(tmp_path, monkeypatch):
+    """benchmarks/rl.py --frontier: the ledger's refusal of one pending cell (refused before it trains) does not stop
+    the cells after it."""
+    cells = [c for c in rl.FRONTIER_GRIDS["arithmetic"] if c.tool == "trl-grpo" and not c.exploratory][:2]
+    ledger = untouched.Ledger(tmp_path / "reads.jsonl")
+    ledger.claim("arithmetic", cells[0].name, 0, 10, "abc")
+    monkeypatch.setattr(untouched.Ledger.__init__, "__defaults__", (ledger.path,))
+    monkeypatch.setattr(rl, "FRONTIER_RUNS", tmp_path / "runs")
+    monkeypatch.setattr(rl, "FRONTIER_RECORDS", tmp_path / "records.jsonl")
+    monkeypatch.setattr(rl, "frontier_pending", lambda *a: [(cells[0], 0), (cells[1], 0)])
+    monkeypatch.setattr(rl, "protocol_commit", lambda repo: "abc")
+    started = []
+
+    class Started(Exception):
+        pass
+
+    def popen(cmd, **kw):
+        started.append(cmd)
+        raise Started
+
+    monkeypatch.setattr(rl.subprocess, "Popen", popen)
+    with pytest.raises(Started):
+        rl.frontier_main("arithmetic", "untouched", None, False)
+    assert len(started) == 1 and cells[1].name in started[0] and cells[0].name not in started[0]
