@@ -146,8 +146,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                         "runs without it always")
     p.add_argument("--untouched-cell", default=None, metavar="CELL",
                    help="after the test read, read the untouched split (benchmarks/suite/untouched.py) once with the "
-                        "same picked weights, for this cell and --seed (refused if read before); written to "
-                        "OUTPUT_DIR/untouched.json")
+                        "same picked weights, for this cell and --seed (a cell read before is refused before it "
+                        "trains); written to OUTPUT_DIR/untouched.json (a failed read: the summary's untouched_error)")
     p.add_argument("--model", default=MODEL,
                    help="the starting model (a name, a hub id or a saved directory: a curriculum stage starts from the "
                         "previous stage's picked weights)")
