@@ -92,6 +92,7 @@ import shlex
 import statistics
 import sys
 import time
+import traceback
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))   # the suite package beside this file
 from suite.hacking import hacking_measures  # noqa: E402
@@ -145,8 +146,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                         "runs without it always")
     p.add_argument("--untouched-cell", default=None, metavar="CELL",
                    help="after the test read, read the untouched split (benchmarks/suite/untouched.py) once with the "
-                        "same picked weights, for this cell and --seed (refused if read before); written to "
-                        "OUTPUT_DIR/untouched.json")
+                        "same picked weights, for this cell and --seed (a cell read before is refused before it "
+                        "trains); written to OUTPUT_DIR/untouched.json (a failed read: the summary's untouched_error)")
     p.add_argument("--model", default=MODEL,
                    help="the starting model (a name, a hub id or a saved directory: a curriculum stage starts from the "
                         "previous stage's picked weights)")
@@ -323,6 +324,12 @@ def make_callback(a, out: pathlib.Path, scorer: Scorer, tokenizer, state: dict, 
     return BudgetCallback(), validate
 
 
+def untouched_task(a) -> str:
+    """The task an ``--untouched-cell`` read is filed under in the ledger: ``--untouched-task``, else ``--task``, else
+    the sentiment prompts' (``sentiment-guard`` with the repetition guard)."""
+    return a.untouched_task or a.task or ("sentiment-guard" if a.repetition_weight else "sentiment")
+
+
 def trainable_state(model) -> dict:
     """The tensors training changes (all of them in full fine-tuning, the adapter's with LoRA), as copies."""
     return {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
@@ -331,6 +338,9 @@ def trainable_state(model) -> dict:
 # ---------------------------------------------------------------------------------------------- main
 def main(argv=None) -> dict:
     a = parse_args(argv)
+    if a.untouched_cell:  # refused before any training, not after it: a task with no untouched split, or a second read
+        untouched.split_of(untouched_task(a))
+        untouched.Ledger().check(untouched_task(a), a.untouched_cell, a.seed)
     code = commit(REPO)  # the code the run starts with
     out = pathlib.Path(a.output_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -472,16 +482,22 @@ def main(argv=None) -> dict:
     state["reads"].append({"split": "test", "step": final_step, "weights_step": state["best_step"]})
     test = scorer(model, tokenizer, "test", keep=after_samples)
     (out / "samples" / "test-after.jsonl").write_text("".join(json.dumps(s) + "\n" for s in after_samples))
+    untouched_error = None
     if a.untouched_cell:  # the untouched split, once, with the same picked weights (the ledger refuses a second read)
-        split = a.task or ("sentiment-guard" if a.repetition_weight else "sentiment")
         reward_ref = (a.reward or task.metrics[0]) if a.task else f"{REWARD_FILE}:{REWARD}"
-        read = untouched.read(lm, a.untouched_task or split, a.untouched_cell, a.seed, state["best_step"], reward_ref,
-                              a.max_completion_length, a.autocast, code, data_dir=a.data_dir,
-                              batch_size=EVAL_BATCH_SIZE, tmp_dir=out)
-        (out / "untouched.json").write_text(json.dumps(read) + "\n")
+        try:
+            read = untouched.read(lm, untouched_task(a), a.untouched_cell, a.seed, state["best_step"], reward_ref,
+                                  a.max_completion_length, a.autocast, code, data_dir=a.data_dir,
+                                  batch_size=EVAL_BATCH_SIZE, tmp_dir=out)
+        except Exception as e:  # noqa: BLE001 -- as a MeZO cell's failed read: its ledger line stands, the run's
+            # own figures are still written (benchmarks/rl.py records the cell with its untouched_error)
+            untouched_error = f"{type(e).__name__}: {e}"
+            traceback.print_exc()
+        else:
+            (out / "untouched.json").write_text(json.dumps(read) + "\n")
     if a.save_picked:  # the picked weights, for the next curriculum stage (mezo-rl's own writer: LoRA merged)
         from mezo_rl.training.rundir import save_model
-        save_model(lm, a.peft, a.save_picked)
+        save_model(lm, a.peft, a.save_picked, merged=True)  # LoRA folded in: a directory `--model` loads
     peak_rss = max(state.get("peak_before_train_mb", 0.0), rss_peak_mb())
 
     secs = state["step_seconds"]
@@ -524,6 +540,7 @@ def main(argv=None) -> dict:
         "initial_test": initial["initial_test"],
         "test": test,
         "task": a.task, "reward": reward_name, "peft": a.peft,
+        **({"untouched_error": untouched_error} if untouched_error else {}),
         "validations": [{"step": v["step"], "train_s": v.get("train_s"), reward_name: v["metrics"][reward_name],
                          f"{reward_name}/se": v["metrics"][f"{reward_name}/se"]} for v in state["validations"]],
         "reward_curve": [{"step": line["step"], "reward": line.get("reward"), "reward_std": line.get("reward_std"),

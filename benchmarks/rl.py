@@ -1393,7 +1393,11 @@ def frontier_main(task: str, stage: str, names: list[str] | None, dry_run: bool)
                         for c, s in pending) or "nothing pending")
         return 0
     for c, s in pending:
-        r = run_frontier_cell(c, s)
+        try:
+            r = run_frontier_cell(c, s)
+        except ProtocolError as e:  # refused before training (its untouched split was read): the other cells still run
+            print(f"{task} {c.name} seed {s}: REFUSED {e}", flush=True)
+            continue
         print(f"{task} {c.name} seed {s}: {'ok' if r['ok'] else 'FAILED ' + r.get('protocol_error', '')} in "
               f"{r['wall_s']:.0f} s", flush=True)
     following = {"grid": "seeds", "seeds": "untouched", "all": "untouched", "untouched": "more-seeds"}
