@@ -21,7 +21,7 @@ import torch
 from mezo_rl.errors import ConfigError, UserError
 
 __all__ = ["NOISES", "ESTIMATORS", "MEMBER_EVALUATIONS", "ON_NONFINITE", "ROUNDINGS", "HIZOO_OPTIONS", "DTYPES",
-           "LOW_PRECISION_DTYPES", "check_dtype", "check_member_evaluation", "Sampling", "SAMPLING_FIELDS", "INTEGRATIONS",
+           "LOW_PRECISION_DTYPES", "check_dtype", "check_member_evaluation", "serves_low_precision", "Sampling", "SAMPLING_FIELDS", "INTEGRATIONS",
            "REPORT_TO", "check_report_to", "HUB_STRATEGIES", "parse_max_memory"]
 
 # ---------------------------------------------------------------------- the engine
@@ -58,14 +58,25 @@ def check_dtype(dtype: str, autocast_mode: str) -> None:
                           "them (--autocast auto or none with low-precision weights)")
 
 
+def _perturbs_every_matrix(peft: str, noise: Optional[str], trainable: Optional[str]) -> bool:
+    """Every matrix trained with element-wise noise: the batched mode would need a copy of each per member."""
+    return peft in ("full", "none") and trainable is None and noise not in ("lowrank", None)
+
+
+def serves_low_precision(evaluation: str, peft: str, noise: Optional[str], trainable: Optional[str]) -> bool:
+    """Whether a run's members can be evaluated on bf16 / fp16 weights: batched (``auto`` picks it for them), which
+    never perturbs the weights, and the mode can serve the run (not every matrix with element-wise noise)."""
+    return evaluation != "inplace" and not _perturbs_every_matrix(peft, noise, trainable)
+
+
 def check_member_evaluation(evaluation: str, peft: str, noise: str, trainable: Optional[str],
                             weights: Optional[str] = None) -> None:
     """Refuse, before any model loads, what the batched mode cannot serve (one line, ConfigError), and the
     in-place mode for bf16 / fp16 ``weights`` (the weights' dtype, ``auto`` resolved; None: not known yet): a
     perturbation swept into them rounds, and its restore does not return them bit for bit. ``noise`` None (the
     mode's default, low-rank where every matrix is trained) perturbs activation-side."""
-    whole = peft in ("full", "none") and trainable is None and noise not in ("lowrank", None)
-    if weights in LOW_PRECISION_DTYPES and (evaluation == "inplace" or whole):
+    whole = _perturbs_every_matrix(peft, noise, trainable)
+    if weights in LOW_PRECISION_DTYPES and not serves_low_precision(evaluation, peft, noise, trainable):
         raise ConfigError(f"--dtype {weights}: a step must evaluate its members batched (the in-place sweeps would "
                           "round the weights and not restore them), "
                           + ("not --member-evaluation inplace" if evaluation == "inplace" else

@@ -243,3 +243,22 @@ def test_a_bf16_run_logs_the_update_kept_warns_once_when_rounding_eats_it_and_re
     assert not warned and t.summary["update_kept"] is not None
     lm, _, step = load_run(tmp_path / "stochastic", "best" if t.args.load_best_model_at_end else "final", lm=factory())
     assert step == t.summary["best_step"] and all(torch.equal(p, q) for p, q in zip(lm.model.parameters(), t.lm.model.parameters()))
+
+
+@pytest.mark.parametrize("options, want", [({}, "bfloat16"), ({"member_evaluation": "inplace"}, "float32"),
+                                           ({"peft": "full", "noise": "gaussian"}, "float32"),
+                                           ({"autocast": "none"}, "float32")])
+def test_auto_picks_bf16_weights_only_for_a_run_whose_members_can_be_evaluated_on_them(monkeypatch, options, want):
+    """Where bf16 is native, --dtype auto is bf16 unless the run's member evaluation would refuse bf16 weights (in
+    place, or every matrix with element-wise noise): auto then keeps float32 rather than refusing the run."""
+    from mezo_rl.tasks import get_task
+    from mezo_rl.training import outputs
+    from mezo_rl.training.plan import plan_run
+    from mezo_rl.rewards import build_objective
+
+    monkeypatch.setattr(outputs, "bf16_is_native", lambda: True)
+    plan = plan_run(MeZOConfig(task="sst2", dtype="auto", **options), get_task("sst2"), build_objective(["accuracy"]))
+    assert plan.dtype == want
+    with pytest.raises(ConfigError, match="--member-evaluation inplace"):  # asked for by name: refused, as before
+        plan_run(MeZOConfig(task="sst2", dtype="bfloat16", member_evaluation="inplace"), get_task("sst2"),
+                 build_objective(["accuracy"]))

@@ -65,7 +65,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, TypeVar
 
 from mezo_rl import rewards
-from mezo_rl.choices import check_member_evaluation, check_report_to, parse_max_memory
+from mezo_rl.choices import (LOW_PRECISION_DTYPES, check_member_evaluation, check_report_to, parse_max_memory,
+                             serves_low_precision)
 from mezo_rl.errors import ConfigError, UnknownNameError, UserError, first_line
 from mezo_rl.model.lm import LanguageModel
 from mezo_rl.rewards.registry import REGISTRY
@@ -477,6 +478,9 @@ def plan_run(args: MeZOConfig, task, objective, model=None, given: Optional[dict
     resolved, sources = resolve_values(values, task.kind, list(task.metrics), objective)
     args = MeZOConfig(**resolved)  # every value decided: the configuration checks its combinations again
     weights, stops = weights_dtype(args.dtype, args.autocast), completion_stops(task, args.stop)
+    if args.dtype == "auto" and weights in LOW_PRECISION_DTYPES and not serves_low_precision(
+            args.member_evaluation, args.peft, args.noise, args.trainable):
+        weights = "float32"  # auto picks bf16 weights only for a run whose members can be evaluated on them
     check_member_evaluation(args.member_evaluation, args.peft, args.noise, args.trainable, weights)
     report_to, max_memory = tuple(check_report_to(args.report_to)), parse_max_memory(args.max_memory)
     resumed = rundir.read_resumed(args.output_dir, args, task, objective, stops) if args.resume else None
