@@ -50,17 +50,19 @@ def commit() -> str:
 
 
 def per_example(run_dir: str) -> None:
-    """Print, as one JSON line, the test examples' correctness before (base model) and after (best step)."""
-    from mezo_rl.rewards import build_objective
-    from mezo_rl.tasks import get_task
+    """Print, as one JSON line, the test examples' correctness before (base model) and after (the tested step), each
+    read through :func:`mezo_rl.training.evaluation.evaluate`, the path the run's own test took: the same calls, so
+    the same padding and rounding (in bf16 a different grouping of the same examples flips a few near-ties)."""
     from mezo_rl.choices import parse_max_memory
-    from mezo_rl.training.outputs import objective_outputs, weights_dtype
+    from mezo_rl.tasks import get_task
+    from mezo_rl.training.evaluation import evaluate
+    from mezo_rl.training.outputs import weights_dtype
     from mezo_rl.training.rundir import load_run, read_args
     from mezo_rl.training.setup import build_model, load_splits
 
     args = read_args(run_dir)
-    examples = load_splits(get_task("sst2"), "sst2", {"test": args.num_test}, args.data_dir, args.seed)["test"]
-    objective = build_objective(["accuracy"])
+    task = get_task("sst2")
+    examples = load_splits(task, "sst2", {"test": args.num_test}, args.data_dir, args.seed)["test"]
     out = {}
     tested = json.load(open(os.path.join(run_dir, "summary.json")))["best_step"]  # the step the run tested
     for when in ("before", "after"):
@@ -70,9 +72,10 @@ def per_example(run_dir: str) -> None:
         else:
             lm = build_model(args, dtype=weights_dtype(args.dtype, args.autocast),  # the dtype the run's options give
                              max_memory=parse_max_memory(args.max_memory))
-        lm.batch_size = args.eval_batch_size
-        values = objective_outputs(lm, objective, examples).values["accuracy"]
-        out[when] = [float(v) for v in values]
+        values = []  # in evaluate's order, which follows from the examples alone: the same for both and every run
+        evaluate(lm, task, examples, batch_size=args.eval_batch_size, metrics=["accuracy"],
+                 on_batch=lambda batch, outputs, v: values.extend(float(x) for x in v["accuracy"]))
+        out[when] = values
         del lm
     print(json.dumps(out))
 
