@@ -53,10 +53,9 @@ def per_example(run_dir: str) -> None:
     """Print, as one JSON line, the test examples' correctness before (base model) and after (the tested step), each
     read through :func:`mezo_rl.training.evaluation.evaluate`, the path the run's own test took: the same calls, so
     the same padding and rounding (in bf16 a different grouping of the same examples flips a few near-ties)."""
-    from mezo_rl.choices import parse_max_memory
+    from mezo_rl.choices import parse_max_memory, weights_dtype
     from mezo_rl.tasks import get_task
     from mezo_rl.training.evaluation import evaluate
-    from mezo_rl.training.outputs import weights_dtype
     from mezo_rl.training.rundir import load_run, read_args
     from mezo_rl.training.setup import build_model, load_splits
 

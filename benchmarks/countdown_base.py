@@ -90,7 +90,8 @@ def sampled_rates(lm, task, examples, k: int, batch_size: int, max_new_tokens: i
     """Sampling at temperature 1, ``k`` completions a puzzle (``model_outputs`` as a training step draws them):
     the share of completions solved and of puzzles with at least one solved, with SEs."""
     from mezo_rl import rewards
-    from mezo_rl.training.outputs import completion_stops, model_outputs
+    from mezo_rl.tasks import completion_stops
+    from mezo_rl.training.outputs import model_outputs
 
     correct = rewards.get_reward("countdown_correct")
     stops = completion_stops(task, stop)

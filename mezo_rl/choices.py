@@ -21,7 +21,7 @@ import torch
 from mezo_rl.errors import ConfigError, UserError
 
 __all__ = ["NOISES", "ESTIMATORS", "MEMBER_EVALUATIONS", "ON_NONFINITE", "ROUNDINGS", "HIZOO_OPTIONS", "DTYPES",
-           "LOW_PRECISION_DTYPES", "check_dtype", "check_member_evaluation", "serves_low_precision", "Sampling", "SAMPLING_FIELDS", "INTEGRATIONS",
+           "LOW_PRECISION_DTYPES", "bf16_is_native", "weights_dtype", "check_dtype", "check_member_evaluation", "serves_low_precision", "Sampling", "SAMPLING_FIELDS", "INTEGRATIONS",
            "REPORT_TO", "check_report_to", "HUB_STRATEGIES", "parse_max_memory"]
 
 # ---------------------------------------------------------------------- the engine
@@ -40,6 +40,25 @@ HIZOO_OPTIONS = dict(estimator="two_point", noise="lowrank", rank=1)
 #: the weights' dtypes a run may ask for (``--dtype``), and those an update is rounded into (bf16 / fp16)
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 LOW_PRECISION_DTYPES = ("bfloat16", "float16")
+
+
+def bf16_is_native() -> bool:
+    """True where bf16 matrix products run natively (CUDA, or a CPU with AVX512-BF16 or AMX)."""
+    if torch.cuda.is_available():
+        return torch.cuda.is_bf16_supported()
+    cpu = torch.cpu
+    return any(getattr(cpu, name, lambda: False)() for name in ("_is_avx512_bf16_supported", "_is_amx_tile_supported"))
+
+
+def weights_dtype(dtype: str, autocast_mode: str = "auto", recorded: Optional[str] = None) -> str:
+    """The weights' dtype ``--dtype`` asks for: itself, or for ``"auto"`` the ``recorded`` one (the dtype a recorded
+    run's weights were written with), else bfloat16 where bf16 is native and ``--autocast`` is auto (a run that
+    turned autocast off or asked for fp32 master weights keeps float32)."""
+    if dtype != "auto":
+        return dtype
+    if recorded is not None:
+        return recorded
+    return "bfloat16" if autocast_mode == "auto" and bf16_is_native() else "float32"
 
 
 def check_dtype(dtype: str, autocast_mode: str) -> None:

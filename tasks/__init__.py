@@ -7,7 +7,7 @@
 Verifiable tasks generated from a seed (no data): ``arithmetic`` and ``countdown`` (mezo_rl.tasks.verifiable).
 See docs/tasks.md for the prompts, the splits and what is missing from the local data.
 """
-from .base import (KINDS, MASK, PAPER_SIZES, SPLITS, Example, Task, UnknownTaskError, continuation,
+from .base import (KINDS, MASK, PAPER_SIZES, SPLITS, Example, Task, UnknownTaskError, completion_stops, continuation,
                    get_task, list_tasks, metrics_of_kind, register_task, sample, sample_per_class, with_demonstrations)
 from . import builtin  # noqa: F401  (registers the built-in tasks)
 from .builtin import PAPER_TASKS, FileTask
@@ -16,6 +16,6 @@ from . import verifiable  # noqa: F401  (registers arithmetic and countdown)
 from .verifiable import ArithmeticTask, CountdownTask
 
 __all__ = ["Example", "Task", "FileTask", "ArithmeticTask", "CountdownTask", "KINDS", "MASK", "PAPER_SIZES", "PAPER_TASKS", "SPLITS",
-           "UnknownTaskError", "MissingColumnError", "TaskDataError", "TaskFileNotFoundError", "continuation",
+           "UnknownTaskError", "MissingColumnError", "TaskDataError", "TaskFileNotFoundError", "completion_stops", "continuation",
            "from_dataset", "from_file", "from_prompts", "get_task", "list_tasks", "metrics_of_kind", "register_task",
            "sample", "sample_per_class", "with_demonstrations"]

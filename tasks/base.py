@@ -139,6 +139,13 @@ class Task:
         return f"<Task {self.name!r} ({self.kind})>"
 
 
+def completion_stops(task, stop=None) -> list[str]:
+    """The strings that end a run's completions (besides EOS, which always does): the task's own, where its
+    format needs them (``task.stop``: SQuAD's and DROP's newline), then ``stop`` (the run's ``--stop``),
+    each once. A prompt task has none of its own: its completions run to EOS unless ``--stop`` says otherwise."""
+    return list(dict.fromkeys([*getattr(task, "stop", ()), *(stop or ())]))
+
+
 def sample(examples: list, n: int | None, seed: int) -> list:
     """n examples drawn without replacement with ``random.Random(seed)``, in random order; all of them,
     in their original order, when n is None."""

@@ -198,13 +198,13 @@ def test_bad_dtype_combinations_are_refused_in_one_line_before_anything_loads():
 
 
 def test_auto_dtype_is_bf16_only_where_bf16_is_native_and_autocast_is_auto(monkeypatch):
-    from mezo_rl.training import outputs
+    from mezo_rl import choices
 
     for native, autocast, want in ((True, "auto", "bfloat16"), (True, "none", "float32"),
                                    (True, "bfloat16", "float32"), (False, "auto", "float32")):
-        monkeypatch.setattr(outputs, "bf16_is_native", lambda native=native: native)
-        assert outputs.weights_dtype("auto", autocast) == want
-        assert outputs.weights_dtype("float32", autocast) == "float32"
+        monkeypatch.setattr(choices, "bf16_is_native", lambda native=native: native)
+        assert choices.weights_dtype("auto", autocast) == want
+        assert choices.weights_dtype("float32", autocast) == "float32"
 
 
 def test_a_bf16_run_logs_the_update_kept_warns_once_when_rounding_eats_it_and_replays(tmp_path, tiny_tokenizer):
@@ -252,11 +252,11 @@ def test_auto_picks_bf16_weights_only_for_a_run_whose_members_can_be_evaluated_o
     """Where bf16 is native, --dtype auto is bf16 unless the run's member evaluation would refuse bf16 weights (in
     place, or every matrix with element-wise noise): auto then keeps float32 rather than refusing the run."""
     from mezo_rl.tasks import get_task
-    from mezo_rl.training import outputs
+    from mezo_rl import choices
     from mezo_rl.training.plan import plan_run
     from mezo_rl.rewards import build_objective
 
-    monkeypatch.setattr(outputs, "bf16_is_native", lambda: True)
+    monkeypatch.setattr(choices, "bf16_is_native", lambda: True)
     plan = plan_run(MeZOConfig(task="sst2", dtype="auto", **options), get_task("sst2"), build_objective(["accuracy"]))
     assert plan.dtype == want
     with pytest.raises(ConfigError, match="--member-evaluation inplace"):  # asked for by name: refused, as before

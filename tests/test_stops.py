@@ -19,7 +19,8 @@ from conftest import make_tiny_causal_lm
 from mezo_rl.model.decoding import end_at_stop, stop_strings
 from mezo_rl.model.lm import LanguageModel
 from mezo_rl.tasks import Example, get_task
-from mezo_rl.training.outputs import completion_stops, model_outputs
+from mezo_rl.tasks import completion_stops
+from mezo_rl.training.outputs import model_outputs
 
 PROMPTS = ["the sun rose early and", "It was", "Does this mean that the premise is true ?", "Yes or No ?"]
 NEW = 16

@@ -257,7 +257,7 @@ def made_before(repo: str, change: str, commit: str) -> bool:
 
 def precision_of(mode: str) -> str:
     """What mezo-rl's ``--autocast`` mode resolves to here (``bf16 autocast, fp32 weights`` or ``fp32``)."""
-    from mezo_rl.training.outputs import bf16_is_native
+    from mezo_rl.choices import bf16_is_native
 
     bf16 = mode == "bfloat16" or (mode == "auto" and bf16_is_native())
     return "bf16 autocast, fp32 weights" if bf16 else "fp32"

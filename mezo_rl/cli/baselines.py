@@ -34,7 +34,7 @@ from mezo_rl.model.loading import load_model
 from mezo_rl.training.outputs import model_outputs
 from mezo_rl.training.trainer import peak_rss_mb
 from mezo_rl.rewards import candidate_cross_entropy
-from mezo_rl.training.outputs import weights_dtype
+from mezo_rl.choices import weights_dtype
 
 __all__ = ["METHODS", "BaselineArguments", "zero_shot", "icl", "linear_probe", "finetune", "run_baseline",
            "pick_demonstrations", "fit_logistic_regression"]

@@ -66,7 +66,7 @@ from mezo_rl.training.trainer import MeZOTrainer, TrainingInterrupted
 from mezo_rl import rewards
 from mezo_rl.rewards import describe_rewards
 from mezo_rl.tasks import get_task, list_tasks
-from mezo_rl.training.outputs import weights_dtype
+from mezo_rl.choices import weights_dtype
 
 
 class UsageError(ConfigError):

@@ -34,7 +34,8 @@ from mezo_rl import rewards
 from mezo_rl import tasks
 from mezo_rl.stats import Moments
 from mezo_rl.training.kl import KL, KLSums, completion_kl
-from mezo_rl.training.outputs import completion_stops, model_outputs, prompt_texts
+from mezo_rl.tasks import completion_stops
+from mezo_rl.training.outputs import model_outputs, prompt_texts
 
 PROGRESS_DELAY_S = 3.0  # an evaluation shorter than this shows no progress bar
 # Examples per call to the model (at least batch_size): the model orders a call's prompts by length into
@@ -77,7 +78,7 @@ def evaluate(
         demonstrations: in-context examples prepended to every prompt (the ICL baseline; causal LMs only).
         max_new_tokens: generation length limit (greedy decoding).
         stop: strings that end a completion (a run's ``--stop``), besides EOS and the task's own
-            (``task.stop``; :func:`mezo_rl.training.outputs.completion_stops`).
+            (``task.stop``; :func:`mezo_rl.tasks.completion_stops`).
         metrics: reward references to compute (default: ``task.metrics``).
         objective: a prompt task's ``rewards.Objective`` (the run's): its rewards are the metrics and
             its weights make ``objective``. Prompt tasks need it (or ``metrics``, weighted 1 each).

@@ -19,6 +19,7 @@ from typing import Any, Optional
 import torch
 
 from mezo_rl.errors import ConfigError, UserError
+from mezo_rl import choices
 from mezo_rl.choices import DTYPES, LOW_PRECISION_DTYPES, check_dtype
 from mezo_rl.model.decoding import GREEDY, Sampling
 from mezo_rl.rewards.objective import example_columns
@@ -112,13 +113,6 @@ def truncate_prompts(splits: dict, lm, max_prompt_length) -> dict:
     return {split: [cut(ex) for ex in examples] for split, examples in splits.items()}
 
 
-def completion_stops(task, stop=None) -> list[str]:
-    """The strings that end a run's completions (besides EOS, which always does): the task's own, where its
-    format needs them (``task.stop``: SQuAD's and DROP's newline), then ``stop`` (the run's ``--stop``),
-    each once. A prompt task has none of its own: its completions run to EOS unless ``--stop`` says otherwise."""
-    return list(dict.fromkeys([*getattr(task, "stop", ()), *(stop or ())]))
-
-
 def model_outputs(lm, examples, needs, members=None, *, sample_seed: Optional[int] = None, max_new_tokens: int = 32,
                   do_sample: bool = False, sampling: Sampling = GREEDY, gold_only: bool = False,
                   num_generations: int = 1, log_softmax: bool = True, stop: Optional[list[str]] = None):
@@ -128,7 +122,7 @@ def model_outputs(lm, examples, needs, members=None, *, sample_seed: Optional[in
     Gradients follow the caller's mode (the engine calls closures under ``torch.no_grad()``; the
     backprop baseline needs them). Generation uses ``sample_seed``, so +eps and -eps see the same
     sampling randomness, and ends each completion at EOS and at the ``stop`` strings (the text ends with
-    the stop string; :func:`completion_stops` gives a run's); with ``num_generations`` G > 1 each example's row is repeated G times
+    the stop string; :func:`mezo_rl.tasks.completion_stops` gives a run's); with ``num_generations`` G > 1 each example's row is repeated G times
     (sampled generation draws G different completions). An empty batch (a distributed rank's empty
     shard) gives empty lists. ``log_softmax=False``: the rewards only compare an example's candidates
     (``rewards.Objective.shift_invariant``), so ``lm.score`` may return logits where that saves work.
@@ -184,28 +178,7 @@ def objective_outputs(lm, objective, examples, members=None, *, sample_seed=None
     return results[0] if members is None else results
 
 
-def bf16_is_native() -> bool:
-    """True where bf16 matrix products run natively (CUDA, or a CPU with AVX512-BF16 or AMX)."""
-    if torch.cuda.is_available():
-        return torch.cuda.is_bf16_supported()
-    cpu = torch.cpu
-    return any(getattr(cpu, name, lambda: False)() for name in ("_is_avx512_bf16_supported", "_is_amx_tile_supported"))
-
-
-
-
-def weights_dtype(dtype: str, autocast_mode: str = "auto", recorded: Optional[str] = None) -> str:
-    """The weights' dtype ``--dtype`` asks for: itself, or for ``"auto"`` the ``recorded`` one (the dtype a recorded
-    run's weights were written with), else bfloat16 where bf16 is native and ``--autocast`` is auto (a run that
-    turned autocast off or asked for fp32 master weights keeps float32)."""
-    if dtype != "auto":
-        return dtype
-    if recorded is not None:
-        return recorded
-    return "bfloat16" if autocast_mode == "auto" and bf16_is_native() else "float32"
-
-
 def autocast(mode: str, device_type: str):
     """The forward passes' autocast context: ``"bfloat16"``, ``"none"``, or ``"auto"`` (bf16 only where native)."""
-    enabled = mode == "bfloat16" or (mode == "auto" and bf16_is_native())
+    enabled = mode == "bfloat16" or (mode == "auto" and choices.bf16_is_native())
     return torch.autocast(device_type, dtype=torch.bfloat16, enabled=enabled)

@@ -66,19 +66,18 @@ from typing import Any, Callable, Optional, TypeVar
 
 from mezo_rl import rewards
 from mezo_rl.choices import (LOW_PRECISION_DTYPES, check_member_evaluation, check_report_to, parse_max_memory,
-                             serves_low_precision)
+                             serves_low_precision, weights_dtype)
 from mezo_rl.errors import ConfigError, UnknownNameError, UserError, first_line
 from mezo_rl.model.lm import LanguageModel
 from mezo_rl.rewards.registry import REGISTRY
 from mezo_rl.training.arguments import DATA_TASK_FIELDS, MeZOConfig, TaskArguments, check_reward_weights
 from mezo_rl.training.evaluation import OBJECTIVE, prompt_metrics
 from mezo_rl.training.fitness import FitnessSpec
-from mezo_rl.training.outputs import completion_stops, weights_dtype
 from mezo_rl.training.reporting import metric_key
 from mezo_rl.training import rundir
 from mezo_rl.training.resolve import USER, resolve_values
 from mezo_rl.training.trl_rewards import HUB_ID, is_reward_model_ref, resolve_reward, reward_model_spec
-from mezo_rl.tasks import get_task, list_tasks
+from mezo_rl.tasks import completion_stops, get_task, list_tasks
 from mezo_rl.tasks.user import (check_data_task, data_task, is_data_task, is_dataset_object,
                                 is_iterable_dataset)
 

@@ -48,13 +48,13 @@ import numpy as np
 import torch
 
 from mezo_rl import rewards
-from mezo_rl.choices import parse_max_memory
+from mezo_rl.choices import parse_max_memory, weights_dtype
 from mezo_rl.engine.optim import recorded_options, replay_trajectory
 from mezo_rl.engine.trajectory import Trajectory
 from mezo_rl.errors import ConfigError, UserError, first_line
 from mezo_rl.model.peft import PEFT_METHODS, export_model, peft_config
+from mezo_rl.tasks import completion_stops
 from mezo_rl.training.arguments import MeZOConfig, parse_step
-from mezo_rl.training.outputs import completion_stops, weights_dtype
 from mezo_rl.training.resolve import resolve_values
 from mezo_rl.training.setup import build_model, trainable_parameters
 
@@ -478,7 +478,7 @@ def read_resumed(run_dir: str | os.PathLike, args: MeZOConfig, task=None, object
     over replay with ``load_run`` but do not resume), ``args.member_evaluation`` asks for the other member evaluation
     than the run's (``auto`` keeps it), an argument differs from the run's ``training_args.json`` (but those of
     :data:`RESUME_MAY_CHANGE`), or, with ``task`` and ``objective``, its completions, which end at ``stops``
-    (``mezo_rl.training.outputs.completion_stops``), would end differently (:func:`stops_cut`). A value the run's configuration recorded unset is compared as it
+    (``mezo_rl.tasks.completion_stops``), would end differently (:func:`stops_cut`). A value the run's configuration recorded unset is compared as it
     resolves for ``task`` (``mezo_rl.training.resolve.resolve_values``)."""
     run = pathlib.Path(run_dir)
     if not (checkpoint_dir(run) / STATE_FILE).is_file() or not (run / CONFIG_FILE).is_file():

@@ -130,7 +130,7 @@ def trainable_parameters(model: torch.nn.Module) -> list[torch.Tensor]:
 
 def build_model(args: MeZOConfig, lm=None, dtype: Optional[str] = None, *, max_memory: Optional[dict] = None):
     """Load the base model (unless ``lm`` is given) in ``dtype``, the weights' dtype with ``--dtype auto``
-    decided (a plan's ``RunPlan.dtype``, or :func:`mezo_rl.training.outputs.weights_dtype`; None: ``args.dtype``,
+    decided (a plan's ``RunPlan.dtype``, or :func:`mezo_rl.choices.weights_dtype`; None: ``args.dtype``,
     which is then not ``auto``), within ``max_memory``, the per-device caps ``args.max_memory`` gives (a plan's
     ``RunPlan.max_memory``, or :func:`mezo_rl.choices.parse_max_memory`), and set it up for what ``args.peft`` trains
     (:func:`mezo_rl.model.peft.set_trainable`: the final norm with its trunk cache, an adapter, or every

@@ -46,7 +46,8 @@ from mezo_rl.training.distributed import DistContext
 from mezo_rl.training.evaluation import evaluate
 from mezo_rl.training.fitness import RewardsSilentError
 from mezo_rl.training.kl import completion_kl, member_kls, starting_point
-from mezo_rl.training.outputs import autocast, completion_stops, model_outputs, objective_outputs, prompt_texts
+from mezo_rl.tasks import completion_stops
+from mezo_rl.training.outputs import autocast, model_outputs, objective_outputs, prompt_texts
 from mezo_rl.training.plan import RunPlan, plan_given, resumed
 from mezo_rl.training.rundir import TrainerState
 from mezo_rl.training.model_card import check_hub, push_to_hub, write_model_card
