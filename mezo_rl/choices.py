@@ -50,15 +50,17 @@ def bf16_is_native() -> bool:
     return any(getattr(cpu, name, lambda: False)() for name in ("_is_avx512_bf16_supported", "_is_amx_tile_supported"))
 
 
-def weights_dtype(dtype: str, autocast_mode: str = "auto", recorded: Optional[str] = None) -> str:
+def weights_dtype(dtype: str, autocast_mode: str = "auto", recorded: Optional[str] = None,
+                  serves_low: bool = True) -> str:
     """The weights' dtype ``--dtype`` asks for: itself, or for ``"auto"`` the ``recorded`` one (the dtype a recorded
-    run's weights were written with), else bfloat16 where bf16 is native and ``--autocast`` is auto (a run that
-    turned autocast off or asked for fp32 master weights keeps float32)."""
+    run's weights were written with), else bfloat16 where bf16 is native, ``--autocast`` is auto (a run that turned
+    autocast off or asked for fp32 master weights keeps float32) and the run's members can be evaluated on
+    low-precision weights (``serves_low``: :func:`serves_low_precision`)."""
     if dtype != "auto":
         return dtype
     if recorded is not None:
         return recorded
-    return "bfloat16" if autocast_mode == "auto" and bf16_is_native() else "float32"
+    return "bfloat16" if autocast_mode == "auto" and serves_low and bf16_is_native() else "float32"
 
 
 def check_dtype(dtype: str, autocast_mode: str) -> None:

@@ -65,8 +65,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, TypeVar
 
 from mezo_rl import rewards
-from mezo_rl.choices import (LOW_PRECISION_DTYPES, check_member_evaluation, check_report_to, parse_max_memory,
-                             serves_low_precision, weights_dtype)
+from mezo_rl.choices import (check_member_evaluation, check_report_to, parse_max_memory, serves_low_precision,
+                             weights_dtype)
 from mezo_rl.errors import ConfigError, UnknownNameError, UserError, first_line
 from mezo_rl.model.lm import LanguageModel
 from mezo_rl.rewards.registry import REGISTRY
@@ -476,15 +476,13 @@ def plan_run(args: MeZOConfig, task, objective, model=None, given: Optional[dict
     better = greater_is_better(metric, values["greater_is_better"])
     resolved, sources = resolve_values(values, task.kind, list(task.metrics), objective)
     args = MeZOConfig(**resolved)  # every value decided: the configuration checks its combinations again
-    weights, stops = weights_dtype(args.dtype, args.autocast), completion_stops(task, args.stop)
-    if args.dtype == "auto" and weights in LOW_PRECISION_DTYPES and not serves_low_precision(
-            args.member_evaluation, args.peft, args.noise, args.trainable):
-        weights = "float32"  # auto picks bf16 weights only for a run whose members can be evaluated on them
-    check_member_evaluation(args.member_evaluation, args.peft, args.noise, args.trainable, weights)
     report_to, max_memory = tuple(check_report_to(args.report_to)), parse_max_memory(args.max_memory)
+    stops = completion_stops(task, args.stop)
     resumed = rundir.read_resumed(args.output_dir, args, task, objective, stops) if args.resume else None
-    if resumed is not None and resumed.dtype is not None and args.dtype == "auto":
-        weights = resumed.dtype  # --dtype auto keeps the dtype the run's checkpoint was written with
+    # --dtype auto: a resumed run's dtype; else bf16 where native, for a run whose members can be evaluated on it
+    weights = weights_dtype(args.dtype, args.autocast, resumed.dtype if resumed is not None else None,
+                            serves_low_precision(args.member_evaluation, args.peft, args.noise, args.trainable))
+    check_member_evaluation(args.member_evaluation, args.peft, args.noise, args.trainable, weights)
     return RunPlan(args=args, task=task, objective=objective, task_kind=task.kind, rewards=tuple(objective.names),
                    metric_for_best=metric, greater_is_better=better, fitness=FitnessSpec.of(args),
                    reference=task.kind == "prompts" and (model is None or bool(model.is_causal)),
