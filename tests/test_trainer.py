@@ -13,7 +13,7 @@ import torch
 
 from conftest import make_tiny_causal_lm
 from mezo_rl.model.lm import LanguageModel
-from mezo_rl.model.loading import parse_max_memory
+from mezo_rl.choices import parse_max_memory
 from mezo_rl.training.arguments import MeZOConfig
 from mezo_rl.training.rundir import load_run
 from mezo_rl.training.setup import param_groups, trainable_parameters

@@ -33,7 +33,6 @@ from typing import Any
 
 import torch
 
-from mezo_rl.choices import parse_max_memory  # noqa: F401  (--max-memory's text -> load_model's max_memory)
 from mezo_rl.errors import ConfigError, UserError
 from mezo_rl.model.lm import LanguageModel
 
@@ -170,7 +169,7 @@ def load_model(
         device_map, max_memory: passed to ``from_pretrained`` to spread a large model over devices
             (e.g. ``device_map="auto"``); ``device`` is then ignored. ``max_memory`` as accelerate takes it
             (``{0: "20GiB", "cpu": "60GiB"}``; ``--max-memory``'s text, ``"0=20GiB,cpu=60GiB"``, becomes that
-            with :func:`parse_max_memory`, which a run's plan applies once).
+            with :func:`mezo_rl.choices.parse_max_memory`, which a run's plan applies once).
         batch_size: the ``LanguageModel``'s batch size for scoring and generation.
         **from_pretrained_kwargs: anything else for ``from_pretrained`` (``revision``, ``attn_implementation``).
 

@@ -18,9 +18,8 @@ from typing import Any, Optional
 
 import torch
 
-from mezo_rl.errors import ConfigError, UserError
+from mezo_rl.errors import UserError
 from mezo_rl import choices
-from mezo_rl.choices import DTYPES, LOW_PRECISION_DTYPES, check_dtype
 from mezo_rl.model.decoding import GREEDY, Sampling
 from mezo_rl.rewards.objective import example_columns
 
