@@ -474,8 +474,7 @@ def plan_run(args: MeZOConfig, task, objective, model=None, given: Optional[dict
     if values["metric_for_best_model"] is not None:
         metric = best_metric_key(values["metric_for_best_model"], task, objective, values["task"])
     better = greater_is_better(metric, values["greater_is_better"])
-    resolved, sources = resolve_values(values, task.kind, list(task.metrics), objective)
-    args = MeZOConfig(**resolved)  # every value decided: the configuration checks its combinations again
+    args, sources = resolved_config(args, task, objective, given)  # every value decided, its combinations checked
     report_to, max_memory = tuple(check_report_to(args.report_to)), parse_max_memory(args.max_memory)
     stops = completion_stops(task, args.stop)
     resumed = rundir.read_resumed(args.output_dir, args, task, objective, stops) if args.resume else None
