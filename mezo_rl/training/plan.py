@@ -475,13 +475,13 @@ def plan_run(args: MeZOConfig, task, objective, model=None, given: Optional[dict
         metric = best_metric_key(values["metric_for_best_model"], task, objective, values["task"])
     better = greater_is_better(metric, values["greater_is_better"])
     args, sources = resolved_config(args, task, objective, given)  # every value decided, its combinations checked
-    report_to, max_memory = tuple(check_report_to(args.report_to)), parse_max_memory(args.max_memory)
     stops = completion_stops(task, args.stop)
     resumed = rundir.read_resumed(args.output_dir, args, task, objective, stops) if args.resume else None
     # --dtype auto: a resumed run's dtype; else bf16 where native, for a run whose members can be evaluated on it
     weights = weights_dtype(args.dtype, args.autocast, resumed.dtype if resumed is not None else None,
                             serves_low_precision(args.member_evaluation, args.peft, args.noise, args.trainable))
     check_member_evaluation(args.member_evaluation, args.peft, args.noise, args.trainable, weights)
+    report_to, max_memory = tuple(check_report_to(args.report_to)), parse_max_memory(args.max_memory)
     return RunPlan(args=args, task=task, objective=objective, task_kind=task.kind, rewards=tuple(objective.names),
                    metric_for_best=metric, greater_is_better=better, fitness=FitnessSpec.of(args),
                    reference=task.kind == "prompts" and (model is None or bool(model.is_causal)),
