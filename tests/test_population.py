@@ -387,3 +387,42 @@ def test_other_modules_with_trainable_tensors_evaluate_every_member(tiny_tokeniz
     assert len(set(batched[0].values)) == 4
     plan = opt.member_evaluation.plan
     assert plan._vmappable.get(lm_b.model.model.norm, True) is (kind is Tilt)  # vmap, or per member where it cannot
+
+
+def test_the_pass_assigns_module_attributes_and_puts_every_one_back(tiny_tokenizer):
+    """One way in for every module kind (an attribute assigned for the pass: ``forward``, or ``member_params``
+    for the prefix), and out again: after a step, inside ``members.paused()`` and after a closure that raised,
+    each module holds the instance attributes it held before, nothing more."""
+    lm = LanguageModel(make_tiny_causal_lm(tiny_tokenizer), tiny_tokenizer, batch_size=3)
+    apply_peft(lm, "prefix")
+    for name, p in lm.model.named_parameters():  # the prefix (member_params), the final norm (generic), the head
+        p.requires_grad_(p.requires_grad or bool(re.search(FINAL_NORM, name)) or name.endswith("q_proj.weight"))
+    own = {m: dict(m.__dict__) for m in lm.model.modules()}
+
+    def unchanged():
+        return all(set(m.__dict__) == set(before) and all(m.__dict__[k] is before[k] for k in before
+                                                          if k not in ("_parameters", "_buffers", "_modules"))
+                   for m, before in own.items())
+
+    seen = {}
+    opt = MeZO([p for p in lm.model.parameters() if p.requires_grad], lr=1e-2, seed=3, noise="gaussian",
+               member_evaluation=BatchedMembers(lm.model))
+
+    def closure(members):
+        seen["forward"] = sorted(type(m).__name__ for m in lm.model.modules() if "forward" in m.__dict__)
+        seen["member_params"] = [type(m).__name__ for m in lm.model.modules() if getattr(m, "member_params", None)]
+        with members.paused():
+            seen["paused"] = unchanged()
+        return [choice_loss(s) for s in lm.score(PROMPTS, CANDIDATES, members=len(members))]
+
+    opt.step(closure)
+    assert "Linear" in seen["forward"] and any(n.endswith("RMSNorm") for n in seen["forward"])
+    assert set(seen["member_params"]) == {"PrefixKV"} and seen["paused"] and unchanged()
+
+    def raising(members):
+        lm.score(PROMPTS, CANDIDATES, members=len(members))
+        raise RuntimeError("the reward failed")
+
+    with pytest.raises(RuntimeError, match="the reward failed"):
+        opt.step(raising)
+    assert unchanged()

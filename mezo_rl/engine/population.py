@@ -36,6 +36,10 @@ Any other module with trainable tensors (norm gains, ...)
     under ``torch.func.vmap`` over the members, its tensors swapped for their per-member copies; a module
     whose ops vmap cannot batch runs once per member block instead.
 
+Each module is set up the same way for every kind: an attribute assigned for the pass (its ``forward``, or
+``member_params``) and put back when the pass ends or raises. Not forward hooks: a hook cannot replace a layer's
+own call, which dispatches more operators than the members' product (its weight transposed once per pass).
+
 The factors and deltas are drawn once per step (when the pass starts) and reused by every forward of
 the closure (every decoding step). Within the closure, ``members.paused()`` (:class:`Members`) gives a block where
 the model computes as it does outside the pass (its own forwards, the weights in place, rows not split into
@@ -161,6 +165,20 @@ class BatchedMembers:
         return member_values(out, len(members), "the batched closure")
 
 
+def _assign(mod: nn.Module, name: str, value):
+    """Set ``mod.name`` to ``value`` for a pass; returns what puts the module's own back (its instance attribute,
+    or none: the class's)."""
+    had, previous = name in mod.__dict__, mod.__dict__.get(name)
+    mod.__dict__[name] = value
+
+    def put_back():
+        if had:
+            mod.__dict__[name] = previous
+        else:
+            mod.__dict__.pop(name, None)
+    return put_back
+
+
 def _is_conv1d(module) -> bool:  # transformers.pytorch_utils.Conv1D: weight [in, out], x @ W + b
     return type(module).__name__ == "Conv1D" and hasattr(module, "nf") and isinstance(getattr(module, "weight", None), torch.Tensor)
 
@@ -284,15 +302,17 @@ class MemberPlan:
         finally:
             self._live = (tensors, self._install(tensors))
 
-    def _install(self, tensors) -> tuple[list, list]:
-        """Patch every module with trainable tensors to evaluate the members: (patched, taking)."""
-        patched, taking = [], []  # (module, its own instance-level forward or None); modules given member_params
+    def _install(self, tensors) -> list:
+        """Make every module with trainable tensors evaluate the members, one way for every kind: an attribute of
+        the module assigned for the pass (``forward``: the kind's member forward; ``member_params``: for a module
+        that takes per-member tensors itself). Returns the undo of each assignment, in order."""
+        undo = []
         try:
             for mod, roles in self.roles.items():
                 kinds = set(roles.values())
                 if kinds == {"member"}:
-                    mod.member_params = {name: tensors[id(getattr(mod, name))]["copies"] for name in roles}
-                    taking.append(mod)
+                    copies = {name: tensors[id(getattr(mod, name))]["copies"] for name in roles}
+                    undo.append(_assign(mod, "member_params", copies))
                     continue
                 if kinds & {"generic", "member"}:
                     fwd = self._generic_forward(mod, roles, tensors)
@@ -300,23 +320,16 @@ class MemberPlan:
                     fwd = self._embedding_forward(mod, tensors[id(mod.weight)])
                 else:
                     fwd = self._linear_forward(mod, roles, tensors)
-                patched.append((mod, mod.__dict__.get("forward")))
-                mod.forward = fwd
+                undo.append(_assign(mod, "forward", fwd))
         except BaseException:
-            self._uninstall((patched, taking))
+            self._uninstall(undo)
             raise
-        return patched, taking
+        return undo
 
-    def _uninstall(self, installed) -> None:
+    def _uninstall(self, undo) -> None:
         self._input = None
-        patched, taking = installed
-        for mod in taking:
-            mod.member_params = None
-        for mod, previous in reversed(patched):
-            if previous is None:
-                del mod.forward
-            else:
-                mod.forward = previous
+        for put_back in reversed(undo):
+            put_back()
 
     def _draw(self, spec, members, entries) -> dict[int, dict]:
         """Per trainable tensor, this step's per-member factors (low-rank) or perturbations (others).
