@@ -10,7 +10,8 @@
 the base model and the steps up to the pick replayed), claims the read in ``docs/results/untouched_reads.jsonl`` (a
 second read of the same task, cell and seed is refused) and writes the outcomes to ``<run>/untouched.json``, which
 ``benchmarks/rl.py`` copies into the cell's record. ``--start`` reads the starting weights instead (the cell
-``starting-weights``, seed 0: the baseline of the gains).
+``starting-weights``, seed 0: the baseline of the gains) and appends it, per-prompt outcomes and all, to
+``docs/results/untouched_start.jsonl``.
 """
 from __future__ import annotations
 
@@ -22,9 +23,12 @@ import sys
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))   # the suite package beside this file
 from suite import untouched  # noqa: E402
-from suite.protocol import commit  # noqa: E402
+from suite.protocol import commit, cpu_info  # noqa: E402
+from suite.records import append_record  # noqa: E402
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
+#: the starting weights' reads (``--start``), each with its per-prompt outcomes
+START_RECORDS = REPO / "docs" / "results" / "untouched_start.jsonl"
 #: the reward each task's verdict reads (sentiment-guard's figures stay positivity's) and its completion tokens
 READS = {"arithmetic": ("exact_answer", 16), "arithmetic-4x": ("exact_answer", 16),
          "sentiment": ("examples/sentiment_reward.py:positivity", 24),
@@ -90,6 +94,9 @@ def main(argv=None) -> int:
         return check(data_dir)
     if a.start and a.task:
         out = read_run(a.read_run, a.task, untouched.START, 0, True, data_dir)
+        # the baseline's per-prompt outcomes, kept: a gain is paired with them prompt by prompt
+        append_record(START_RECORDS, {"task": a.task, "cell": untouched.START, "seed": 0, "commit": commit(REPO),
+                                      "cpu": cpu_info(), "untouched": out})
     elif a.read_run and a.task and a.cell and a.seed is not None:
         out = read_run(a.read_run, a.task, a.cell, a.seed, False, data_dir)
     else:
