@@ -117,3 +117,32 @@ def test_a_mezo_run_is_replayed_to_validations_pick_and_read_once(tmp_path, tiny
     with pytest.raises(ProtocolError, match="read once"):
         script.read_run(out / "run", "arithmetic", "c", 0, False, None)
     assert steps == [best] and len(untouched.Ledger().reads()) == 1   # refused before the replay
+
+
+def test_the_starting_weights_read_keeps_its_per_prompt_outcomes_and_is_read_once(tmp_path, tiny_tokenizer,
+                                                                                   monkeypatch, capsys):
+    """benchmarks/untouched.py --start --task T: the base model reads the untouched split once (cell
+    starting-weights, seed 0) and its record keeps every prompt's outcome, the baseline a gain is paired with."""
+    import untouched as script
+    from conftest import make_tiny_causal_lm
+
+    from mezo_rl.model.lm import LanguageModel
+    from mezo_rl.tasks.verifiable import ArithmeticTask
+
+    monkeypatch.setattr("mezo_rl.model.loading.load_model",
+                        lambda name, **kw: LanguageModel(make_tiny_causal_lm(tiny_tokenizer), tiny_tokenizer))
+    plain = ArithmeticTask(chat=False)
+    rows = untouched.arithmetic_rows()[:3]
+    monkeypatch.setattr(untouched, "examples", lambda task, data_dir=None, tmp_dir=None: (
+        plain, [plain.make_example(r["question"], r["answer"]) for r in rows], [r["question"] for r in rows]))
+    monkeypatch.setattr(untouched.Ledger.__init__, "__defaults__", (tmp_path / "reads.jsonl",))
+    monkeypatch.setattr(script, "START_RECORDS", tmp_path / "start.jsonl")
+    assert script.main(["--start", "--task", "arithmetic"]) == 0
+    (record,) = [json.loads(line) for line in (tmp_path / "start.jsonl").read_text().splitlines()]
+    assert (record["task"], record["cell"], record["seed"]) == ("arithmetic", untouched.START, 0)
+    assert [i for i, _ in record["untouched"]["outcomes"]] == [r["question"] for r in rows]
+    assert record["untouched"]["mean"] == sum(v for _, v in record["untouched"]["outcomes"]) / 3
+    assert "outcomes" not in json.loads(capsys.readouterr().out.strip().splitlines()[-1])   # printed: the summary
+    with pytest.raises(ProtocolError, match="read once"):
+        script.main(["--start", "--task", "arithmetic"])
+    assert len((tmp_path / "start.jsonl").read_text().splitlines()) == 1
