@@ -42,8 +42,10 @@ def test_the_sentiment_selection_is_committed_as_rows_with_checksums():
 
 
 @pytest.mark.slow
-def test_sentiment_rebuilds_from_the_data_and_shares_no_prompt_with_the_splits_read_so_far(shared_data_dir):
+def test_sentiment_rebuilds_from_the_data_and_shares_no_prompt_with_the_splits_read_so_far(shared_data_dir, tmp_path):
     prompts = [p for _, p in untouched.sentiment_prompts(shared_data_dir)]
+    task, exs, ids = untouched.examples("sentiment", shared_data_dir, tmp_path)  # as a read evaluates them
+    assert [ex.prompt for ex in exs] == prompts and len(ids) == untouched.SIZE
     assert len(set(prompts)) == untouched.SIZE
     got = untouched.sentiment_rows(shared_data_dir)
     read = {got["prefix"] + o for o in got["pool"][:untouched.SENTIMENT_USED]} | {got["prefix"] + o for o in got["others"]}

@@ -154,7 +154,8 @@ def examples(task: str, data_dir=None, tmp_dir=None):
         path = pathlib.Path(tmp_dir or (REPO / "runs")) / "untouched-sentiment.jsonl"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text("".join(json.dumps({"prompt": p}) + "\n" for _, p in pairs))
-        t = from_prompts({"test": str(path)}, name="sentiment-untouched")
+        # read as the test split only; a prompt task is named by, and needs, a train file: the same one
+        t = from_prompts({"train": str(path), "test": str(path)}, name="sentiment-untouched")
         return t, t.load_split("test"), [i for i, _ in pairs]
     raise ProtocolError(f"no untouched split for task {task!r}; there is one for {', '.join(TASKS)}")
 
