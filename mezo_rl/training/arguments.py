@@ -347,7 +347,7 @@ class SeedArguments(Arguments):
 
 @dataclass
 class ComputeArguments(Arguments):
-    dtype: str = option("float32", "the weights' dtype: float32, bfloat16 (bf16 inference's memory; a step evaluates its members batched and writes its update with --rounding), float16 (CUDA only), or auto (bfloat16 where bf16 is native, a GPU or a CPU with AVX512-BF16/AMX, with --autocast auto, for a run whose members can be evaluated batched; float32 elsewhere)", choices=["auto", "float32", "bfloat16", "float16"])
+    dtype: str = option("auto", "the weights' dtype: float32, bfloat16 (bf16 inference's memory; a step evaluates its members batched and writes its update with --rounding), float16 (CUDA only), or auto (bfloat16 where bf16 is native, a GPU or a CPU with AVX512-BF16/AMX, with --autocast auto, for a run whose members can be evaluated batched; float32 elsewhere)", choices=["auto", "float32", "bfloat16", "float16"])
     autocast: str = option("auto", "bf16 autocast of the forward passes with fp32 master weights: auto (only where the CPU has native bf16: AVX512-BF16/AMX; on other CPUs bf16 is slower than fp32), bfloat16 or none", choices=["auto", "none", "bfloat16"])
     device_map: Optional[str] = option(None, "spread a model larger than one device over several (passed to from_pretrained, e.g. auto); offloading to disk is rejected")
     max_memory: Optional[str] = option(None, "per-device memory caps with --device-map, e.g. '0=20GiB,1=20GiB,cpu=60GiB'")
