@@ -86,6 +86,26 @@ def test_a_read_evaluates_once_and_a_second_read_is_refused_before_evaluating(ti
     assert not calls and len(ledger.reads()) == 1
 
 
+def test_a_reward_that_cannot_run_stops_the_read_before_it_is_claimed(tiny_causal_lm, tmp_path, monkeypatch):
+    """A reward whose package is missing fails on an empty completion before the claim: nothing is evaluated, the
+    ledger stays empty, and the read can be made once the package is there."""
+    from mezo_rl.model.lm import LanguageModel
+    from mezo_rl.tasks.verifiable import ArithmeticTask
+
+    plain = ArithmeticTask(chat=False)
+    rows = untouched.arithmetic_rows()[:2]
+    monkeypatch.setattr(untouched, "examples", lambda task, data_dir=None, tmp_dir=None: (
+        plain, [plain.make_example(r["question"], r["answer"]) for r in rows], [r["question"] for r in rows]))
+    (tmp_path / "needs_a_package.py").write_text(
+        "def needs_a_package(completions, **kw):\n    import a_package_that_is_not_installed  # noqa: F401\n")
+    ledger, calls = untouched.Ledger(tmp_path / "reads.jsonl"), []
+    monkeypatch.setattr("mezo_rl.training.evaluation.evaluate", lambda *a, **k: calls.append(1))
+    with pytest.raises(Exception, match="a_package_that_is_not_installed"):
+        untouched.read(LanguageModel(*tiny_causal_lm), "arithmetic", "c", 0, 0,
+                       f"{tmp_path / 'needs_a_package.py'}:needs_a_package", 4, "none", "abc", ledger=ledger)
+    assert not calls and ledger.reads() == []
+
+
 def test_a_mezo_run_is_replayed_to_validations_pick_and_read_once(tmp_path, tiny_tokenizer, monkeypatch):
     """benchmarks/untouched.py --read-run: the run's weights rebuilt at its picked step from the trajectory (the same
     weights the run's own development read scored), the untouched split read once, a second read refused."""

@@ -191,6 +191,7 @@ def read(lm, task: str, cell: str, seed: int, step: int, reward: str, max_new_to
     import torch
 
     from mezo_rl.rewards import build_objective
+    from mezo_rl.rewards.objective import example_columns
     from mezo_rl.training.evaluation import evaluate
     from mezo_rl.training.outputs import autocast
 
@@ -199,6 +200,11 @@ def read(lm, task: str, cell: str, seed: int, step: int, reward: str, max_new_to
     ledger.check(task, cell, seed)
     objective = build_objective([reward])
     name = objective.names[0]
+    # the reward tried on an empty completion of the first prompt, in the form the read passes, before the claim:
+    # a reward that cannot run here (a package missing) stops the read with nothing evaluated and nothing claimed
+    first = exs[0]
+    empty = [{"role": "assistant", "content": ""}] if isinstance(first.prompt, list) else ""
+    objective.evaluate([first.prompt], completions=[empty], columns=example_columns([first]))
     values: list = []
     ledger.claim(task, cell, seed, step, commit)
     was_training = lm.model.training
