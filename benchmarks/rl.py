@@ -78,7 +78,7 @@ from suite.hacking import hacking_measures  # noqa: E402
 from suite.frontier import candidates, left_start, statements, summarise, val_gain, who_wins  # noqa: E402
 from suite import bootstrap  # noqa: E402
 from suite.frontier import plot as plot_frontier, table as frontier_table  # noqa: E402
-from suite.protocol import (COUNTED_WORDS, LOOP_REPETITION, MIN_SEEDS, PRECISION, PROTOCOL, ProtocolError,  # noqa: E402
+from suite.protocol import (COUNTED_WORDS, LOOP_REPETITION, MIN_SEEDS, PRECISION, PROTOCOL, WEIGHTS, ProtocolError,  # noqa: E402
                             TestGate, admitted, check_cell, cpu_info, made_before, precision_of, reads_of_mezo_run,
                             text_counts)
 from suite.protocol import commit as protocol_commit  # noqa: E402
@@ -1061,7 +1061,8 @@ def frontier_command(cell: FrontierCell, seed: int, out_dir: pathlib.Path) -> li
         return [sys.executable, str(MEZO_BUDGET), "--time-budget-s", str(t["budget_s"]), "--eval-points",
                 str(FRONTIER_EVAL_POINTS), *cell.launcher, "--", *task,
                 "--max-completion-length", str(t["max_new_tokens"]), "--eval-batch-size", "64", "--log-completions",
-                str(t["num_test"]), "--seed", str(seed), *sizes, *cell.args, "--output-dir", str(out_dir / "run")]
+                str(t["num_test"]), "--seed", str(seed), *sizes, *cell.args, "--dtype", WEIGHTS,
+                "--output-dir", str(out_dir / "run")]
     task = (["--repetition-weight", guard] if guard else []) if cell.task in SENTIMENT_TASKS \
         else ["--task", t.get("task", cell.task), "--reward", t["reward"]]
     return [sys.executable, str(GRPO), *task, "--output-dir", str(out_dir), "--seed", str(seed),
@@ -1077,8 +1078,13 @@ RENAMED_FLAGS = {"--evaluation": "--member-evaluation"}
 def _command_key(command: str) -> list[str]:
     """A cell command's arguments without the interpreter, the output directory, ``--resume`` (a run stopped
     part-way and resumed is the same run) and the checkout's own path (a script is named by its folder and file);
-    a renamed option under its new name (:data:`RENAMED_FLAGS`)."""
+    a renamed option under its new name (:data:`RENAMED_FLAGS`); without ``--dtype float32``, which MeZO's cells pin
+    since ``--dtype``'s default became ``auto`` (their earlier records ran float32 weights without it)."""
     args = [RENAMED_FLAGS.get(a, a) for a in shlex.split(command)[1:]]
+    for i in range(len(args) - 1):  # the pinned weights (WEIGHTS): a record made before the pin ran them unpinned
+        if args[i:i + 2] == ["--dtype", WEIGHTS]:
+            del args[i:i + 2]
+            break
     valued = ("--output-dir", *UNTOUCHED_OPTIONS)  # the untouched read happens after training: not the cell's definition
     return ["/".join(pathlib.PurePath(a).parts[-2:]) if a.endswith(".py") else a
             for i, a in enumerate(args) if a not in ("--resume", *UNTOUCHED_OPTIONS)

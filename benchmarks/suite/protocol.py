@@ -41,6 +41,9 @@ MIN_VALIDATION = 200
 #: both tools' autocast (mezo-rl's ``--autocast`` spelling: bf16 autocast with fp32 weights where the CPU has native
 #: bf16, fp32 elsewhere); the record states what it resolved to
 PRECISION = "auto"
+#: the weights both tools keep: float32 (mezo-rl's ``--dtype``, pinned: its default ``auto`` would keep bf16 weights
+#: where bf16 is native, while the GRPO script keeps float32 weights under autocast)
+WEIGHTS = "float32"
 #: what a protocol record carries (``missing_fields``)
 RECORD_FIELDS = ("protocol", "command", "commit", "cpu", "seed", "n", "precision", "config", "samples", "counts",
                  "pick")
