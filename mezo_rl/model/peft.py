@@ -85,13 +85,15 @@ def set_trainable(lm, mode: str, *, trainable: str | None = None, modules_to_sav
     if mode in PEFT_METHODS:
         targets = {} if target_modules is None else {"target_modules": target_modules}
         lora = {"dropout": dropout} if mode == "lora" and dropout else {}
-        lm = apply_peft(lm, mode, r=r, alpha=alpha, num_prefix_tokens=num_prefix_tokens, seed=seed, **targets, **lora)
+        _add_adapter(lm, mode, r=r, alpha=alpha, num_prefix_tokens=num_prefix_tokens, seed=seed, **targets, **lora)
         if modules_to_save:
             train_modules(lm.model, modules_to_save)
     elif mode == "norm":
         freeze_unmatched(lm.model, FINAL_NORM, what="--peft norm (the final normalisation layer)")
     if trainable is not None:
         freeze_unmatched(lm.model, trainable, what=f"--trainable {trainable!r}")
+    if mode == "lora" and dropout:  # the adapter's layers are final: each gets the step's dropout
+        install_step_dropout(lm.model, dropout)
     if mode == "norm":  # the trunk is frozen now, whatever ``trainable`` kept
         lm.enable_trunk_cache()
     return lm
@@ -149,6 +151,16 @@ def apply_peft(lm, method: str, *, r: int = 8, alpha: float = 16, target_modules
             of (seed, base weights, these arguments), which is what makes trajectory replay work:
             ``apply_peft(fresh_lm, **peft_config(lm))`` rebuilds the same initial adapter.
     """
+    _add_adapter(lm, method, r=r, alpha=alpha, target_modules=target_modules, dropout=dropout,
+                 num_prefix_tokens=num_prefix_tokens, seed=seed)
+    install_step_dropout(lm.model, dropout)
+    return lm
+
+
+def _add_adapter(lm, method: str, *, r: int = 8, alpha: float = 16, target_modules=("q_proj", "v_proj"),
+                 dropout: float = 0.0, num_prefix_tokens: int = 5, seed: int = 0) -> None:
+    """:func:`apply_peft`'s adapter, recorded on the model, without its step dropout (which its caller installs
+    once the trainable layers are final)."""
     model = lm.model
     if getattr(model, _CONFIG_ATTR, None) is not None:
         raise ValueError(f"this model already has a {getattr(model, _CONFIG_ATTR)['method']!r} adapter; "
@@ -164,7 +176,6 @@ def apply_peft(lm, method: str, *, r: int = 8, alpha: float = 16, target_modules
         raise ValueError(f"unknown PEFT method {method!r}; accepted: {', '.join(PEFT_METHODS)} "
                          "(use no adapter for full-parameter MeZO)")
     setattr(model, _CONFIG_ATTR, config)
-    return lm
 
 
 def peft_config(lm) -> dict | None:
@@ -288,7 +299,6 @@ def _apply_lora(model, *, r, alpha, target_modules, dropout, seed):
         inject_adapter_in_model(_lora_peft_config(config, ""), model)
     for name, param in model.named_parameters():
         param.requires_grad_(".lora_" in name)
-    install_step_dropout(model, dropout)
     return config
 
 
