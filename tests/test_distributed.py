@@ -15,7 +15,8 @@ import torch.multiprocessing as mp
 
 import mezo_rl.training.distributed as D
 from conftest import FLOAT32_UNIT_ROUNDOFF, float32_rounding_bound, make_tiny_causal_lm, model_reduction_terms
-from mezo_rl.training.distributed import DistContext, WeightMismatchError, check_no_offload, weight_checksums
+from mezo_rl.model.peft import check_no_offload, set_trainable
+from mezo_rl.training.distributed import DistContext, WeightMismatchError, weight_checksums
 from mezo_rl.engine.optim import replay_trajectory
 from mezo_rl.engine.trajectory import Trajectory
 
@@ -128,8 +129,10 @@ def test_check_no_offload_names_offloaded_parameters():
     model = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Linear(2, 2))
     check_no_offload(model)  # all resident: fine
     model[1].weight = torch.nn.Parameter(torch.empty(2, 2, device="meta"))
-    with pytest.raises(ValueError, match=r"1 parameter\(s\) are offloaded.*1\.weight"):
+    with pytest.raises(ValueError, match=r"1 trainable parameter\(s\) are offloaded.*1\.weight"):
         check_no_offload(model)
+    model[1].weight.requires_grad_(False)  # a frozen weight is never written: it may be offloaded
+    check_no_offload(model)
 
 
 # ---------------------------------------------------------------------------- two gloo ranks
@@ -388,7 +391,7 @@ def test_device_map_auto_trains_in_place_and_offload_is_rejected(tmp_path, tiny_
     offloaded = load_model(str(tmp_path / "model"), device_map="auto", max_memory={"cpu": "100KB"},
                            offload_folder=str(tmp_path / "offload"))
     with pytest.raises(ValueError, match=r"offloaded \(on the 'meta' device\).*model\.layers\.0"):
-        check_no_offload(offloaded.model)
+        set_trainable(offloaded, "full")  # what a run's build does with the model it loaded
 
 
 # ---------------------------------------------------------------------------- torchrun + the CLI

@@ -80,7 +80,8 @@ def set_trainable(lm, mode: str, *, trainable: str | None = None, modules_to_sav
     - ``full``: every weight stays trainable.
 
     ``trainable`` (a ``re.search`` pattern over parameter names) then freezes the trainable weights it does not
-    match. Deterministic in (base weights, these arguments), so a replay rebuilds the same trainable tensors.
+    match; a trainable weight a device map offloaded is refused (:func:`check_no_offload`). Deterministic in
+    (base weights, these arguments), so a replay rebuilds the same trainable tensors.
     """
     if mode in PEFT_METHODS:
         targets = {} if target_modules is None else {"target_modules": target_modules}
@@ -92,11 +93,33 @@ def set_trainable(lm, mode: str, *, trainable: str | None = None, modules_to_sav
         freeze_unmatched(lm.model, FINAL_NORM, what="--peft norm (the final normalisation layer)")
     if trainable is not None:
         freeze_unmatched(lm.model, trainable, what=f"--trainable {trainable!r}")
+    check_no_offload(lm.model)  # a trainable weight offloaded to disk cannot be perturbed in place
     if mode == "lora" and dropout:  # the adapter's layers are final: each gets the step's dropout
         install_step_dropout(lm.model, dropout)
     if mode == "norm":  # the trunk is frozen now, whatever ``trainable`` kept
         lm.enable_trunk_cache()
     return lm
+
+
+def check_no_offload(model: nn.Module) -> None:
+    """Raise if a trainable parameter of ``model`` is not materialised on a real device.
+
+    MeZO perturbs and updates its trainable weights *in place*. accelerate's CPU/disk offload
+    (``device_map="auto"`` when ``max_memory`` leaves no room on the accelerators, or explicit "cpu"/"disk"
+    entries next to GPU entries) keeps such weights on the ``meta`` device and re-loads them from a side copy
+    at every forward pass, so an in-place perturbation or update would silently be lost. A frozen weight is
+    never written, so it may be offloaded. Spreading a model over several accelerators (every weight resident
+    on some GPU) is fine and is what the MeZO paper did for OPT-30B/66B.
+    """
+    offloaded = [name for name, p in model.named_parameters() if p.requires_grad and p.device.type == "meta"]
+    if offloaded:
+        shown = ", ".join(offloaded[:5]) + (f" (and {len(offloaded) - 5} more)" if len(offloaded) > 5 else "")
+        raise ValueError(
+            f"{len(offloaded)} trainable parameter(s) are offloaded (on the 'meta' device): {shown}. MeZO "
+            "updates its trainable weights in place and cannot train offloaded ones. Give max_memory enough room "
+            "on the devices you list (or add devices) so that every trainable weight is resident; use 'cpu' as a "
+            "device only when there is no GPU at all."
+        )
 
 
 def train_modules(model: nn.Module, names: list[str]) -> None:

@@ -40,8 +40,8 @@ values: tens of bytes, whatever the model size).
 
 Models larger than one device are a different axis (model sharding, not data parallelism): load
 them with ``device_map="auto"`` and every parameter stays on its own device; the engine perturbs each
-parameter where it lives. :func:`check_no_offload` rejects the one layout MeZO cannot train in place:
-weights offloaded to CPU/disk by accelerate hooks. See docs/distributed.md.
+parameter where it lives. :func:`mezo_rl.model.peft.check_no_offload` rejects the one layout MeZO cannot
+train in place: trainable weights offloaded to CPU/disk by accelerate hooks. See docs/distributed.md.
 """
 from __future__ import annotations
 
@@ -54,7 +54,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-__all__ = ["DistContext", "WeightMismatchError", "weight_checksums", "check_no_offload"]
+__all__ = ["DistContext", "WeightMismatchError", "weight_checksums"]
 
 
 class WeightMismatchError(RuntimeError):
@@ -86,7 +86,7 @@ def weight_checksums(tensors: Iterable[torch.Tensor]) -> torch.Tensor:
         if t.device.type == "meta":
             raise ValueError(
                 "cannot checksum a tensor on the 'meta' device: the weights are not materialised "
-                "(offloaded by accelerate?). See mezo_rl.training.distributed.check_no_offload."
+                "(offloaded by accelerate?). See mezo_rl.model.peft.check_no_offload."
             )
         if t.dtype.is_complex:
             raise TypeError(f"weight_checksums does not handle complex tensors (got {t.dtype})")
@@ -106,27 +106,6 @@ def weight_checksums(tensors: Iterable[torch.Tensor]) -> torch.Tensor:
     if not rows:
         return torch.zeros((0, 3), dtype=torch.int64)
     return torch.stack(rows)
-
-
-def check_no_offload(model: torch.nn.Module) -> None:
-    """Raise if any parameter of ``model`` is not materialised on a real device.
-
-    MeZO updates weights *in place*. accelerate's CPU/disk offload (``device_map="auto"`` when
-    ``max_memory`` leaves no room on the accelerators, or explicit "cpu"/"disk" entries next to GPU
-    entries) keeps such weights on the ``meta`` device and re-loads them from a side copy at every
-    forward pass, so an in-place perturbation or update would silently be lost. Spreading a model
-    over several accelerators (every weight resident on some GPU) is fine and is what the MeZO paper
-    did for OPT-30B/66B.
-    """
-    offloaded = [name for name, p in model.named_parameters() if p.device.type == "meta"]
-    if offloaded:
-        shown = ", ".join(offloaded[:5]) + (f" (and {len(offloaded) - 5} more)" if len(offloaded) > 5 else "")
-        raise ValueError(
-            f"{len(offloaded)} parameter(s) are offloaded (on the 'meta' device): {shown}. MeZO updates "
-            "weights in place and cannot train offloaded weights. Give max_memory enough room on the "
-            "devices you list (or add devices) so that every weight is resident; use 'cpu' as a device "
-            "only when there is no GPU at all."
-        )
 
 
 def _json_bytes(obj: Any, what: str) -> bytes:

@@ -28,7 +28,7 @@ from mezo_rl.model.loading import load_model
 from mezo_rl.model.peft import set_trainable
 from mezo_rl.training.arguments import MeZOConfig
 from mezo_rl.training.defaults import mezo_options
-from mezo_rl.training.distributed import DistContext, check_no_offload
+from mezo_rl.training.distributed import DistContext
 from mezo_rl.training.fitness import Fitness
 from mezo_rl.training.kl import starting_point
 from mezo_rl.training.member_evaluation import member_evaluation_options
@@ -134,13 +134,11 @@ def build_model(args: MeZOConfig, lm=None, dtype: Optional[str] = None, *, max_m
     which is then not ``auto``), within ``max_memory``, the per-device caps ``args.max_memory`` gives (a plan's
     ``RunPlan.max_memory``, or :func:`mezo_rl.choices.parse_max_memory`), and set it up for what ``args.peft`` trains
     (:func:`mezo_rl.model.peft.set_trainable`: the final norm with its trunk cache, an adapter, or every
-    weight; then ``args.trainable``'s pattern)."""
+    weight; then ``args.trainable``'s pattern; a trainable weight offloaded by the device map is refused)."""
     if lm is None:
         remote = {"trust_remote_code": True} if args.trust_remote_code else {}
         lm = load_model(args.model, dtype=dtype or args.dtype, device_map=args.device_map,
                         max_memory=max_memory, batch_size=args.eval_batch_size, **remote)
-        if args.device_map is not None:
-            check_no_offload(lm.model)  # weights offloaded to disk cannot be perturbed in place
     return set_trainable(lm, args.peft, trainable=args.trainable, modules_to_save=args.lora_modules_to_save,
                          r=args.lora_r, alpha=args.lora_alpha, target_modules=args.lora_target_modules,
                          dropout=args.lora_dropout, num_prefix_tokens=args.num_prefix_tokens, seed=args.seed)
