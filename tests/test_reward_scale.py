@@ -12,7 +12,7 @@ from mezo_rl import rewards
 from conftest import make_tiny_causal_lm
 from mezo_rl.model.lm import LanguageModel
 from mezo_rl.training.arguments import MeZOConfig
-from mezo_rl.training.defaults import mode_defaults
+from mezo_rl.training.resolve import mode_defaults
 from mezo_rl.training.setup import trainable_parameters
 from mezo_rl.training.trainer import MeZOTrainer
 

@@ -295,7 +295,7 @@ def test_a_mistyped_flag_gets_the_nearest_one_in_one_line(tmp_path, capsys):
 def test_a_grpo_sized_learning_rate_gets_one_warning_line_naming_the_mode_default(tmp_path, tiny_tokenizer, caplog):
     import logging
 
-    from mezo_rl.training.defaults import SMALL_LR_FACTOR, mode_defaults
+    from mezo_rl.training.resolve import SMALL_LR_FACTOR, mode_defaults
 
     def warned(**fields):
         caplog.clear()

@@ -1,7 +1,7 @@
 """The defaults of ``mezo-rl train`` that depend on what MeZO trains (``--peft``): one table.
 
-The run's plan fills every one of these options left unset from its mode's row
-(:func:`mezo_rl.training.resolve.resolve_values`), so the plan's configuration (and a run's
+The tables are declared here; the run's plan fills every one of these options left unset from its mode's row
+(:func:`mezo_rl.training.resolve.resolve_values`, which also reads the task's default mode and reward), so the plan's configuration (and a run's
 ``training_args.json``) holds every value the run used, and ``mezo-rl train --config RUN/training_args.json``
 repeats the run. Every other option has one
 default, in its field's declaration (:mod:`mezo_rl.training.arguments`).
@@ -13,8 +13,7 @@ from __future__ import annotations
 from typing import Mapping
 
 __all__ = ["MODES", "MODE_DEFAULTS", "PROMPT_TASK_DEFAULTS", "DEFAULT_MODE", "PROMPT_TASK_MODE",
-           "MEZO_OPTIONS", "SMALL_LR_FACTOR", "default_mode", "default_reward", "mode_defaults",
-           "small_lr_warning", "mezo_options"]
+           "MEZO_OPTIONS", "mezo_options"]
 
 #: what ``--peft`` accepts: the final normalisation layer's gains, every weight, or an adapter
 MODES = ("norm", "full", "lora", "prefix")
@@ -68,44 +67,6 @@ assert set(PROMPT_TASK_DEFAULTS) <= set(MODES) and all(
 #: (mezo_rl.training.kl).
 DEFAULT_MODE, PROMPT_TASK_MODE = "norm", "full"
 
-
-def default_mode(task_kind: str | None) -> str:
-    """The mode a run trains when ``--peft`` is not given: :data:`PROMPT_TASK_MODE` for a prompt task."""
-    return PROMPT_TASK_MODE if task_kind == "prompts" else DEFAULT_MODE
-
-
-def default_reward(task_metrics: list[str] | None) -> list[str] | None:
-    """The reward a run optimises when ``--reward`` is not given: its task's first metric (accuracy for a
-    classification task, ``squad_f1`` for SQuAD, ``exact_answer`` for arithmetic). None where there is none
-    (a task of prompts only, which the run's own rewards judge) or the metrics are not known yet (a code
-    task, until it is built): the run then needs ``--reward`` (:func:`mezo_rl.training.plan.reward_refs`)."""
-    return list(task_metrics[:1]) if task_metrics else None
-
-
-#: a learning rate this many times below its mode's default is a rate sized for backpropagated gradients
-#: (GRPO's 1e-6, say): a MeZO step of that size hardly moves the weights in a run of the mode's length
-SMALL_LR_FACTOR = 100
-
-
-def small_lr_warning(lr: float, mode: str, task_kind: str | None = None) -> str | None:
-    """One line when ``lr`` (given, not defaulted) is below 1/:data:`SMALL_LR_FACTOR` of ``mode``'s default for
-    ``task_kind``, naming that default; None otherwise (an lr of 0 is taken as meant)."""
-    default = mode_defaults(mode, task_kind)["learning_rate"]
-    if not 0 < lr < default / SMALL_LR_FACTOR:
-        return None
-    task = "a prompt task" if task_kind == "prompts" else "this task"
-    return (f"mezo-rl: learning_rate {lr:g} is below 1/{SMALL_LR_FACTOR} of the {mode} mode's default for {task} "
-            f"({default:g}): a rate sized for backpropagated gradients (GRPO's) hardly moves a MeZO run; leave "
-            f"learning_rate unset for the mode's default")
-
-
-def mode_defaults(mode: str, task_kind: str | None = None) -> dict:
-    """The defaults of ``mode`` (a row of :data:`MODE_DEFAULTS`), with :data:`PROMPT_TASK_DEFAULTS` over
-    them where ``task_kind`` is ``"prompts"``."""
-    row = dict(MODE_DEFAULTS[mode])
-    if task_kind == "prompts":
-        row.update(PROMPT_TASK_DEFAULTS.get(mode, {}))
-    return row
 
 #: the :class:`~mezo_rl.engine.optim.MeZO` keyword arguments among the table's options -> the option that holds each
 MEZO_OPTIONS = {"lr": "learning_rate", "eps": "eps", "weight_decay": "weight_decay", "noise": "noise",

@@ -24,11 +24,11 @@ import math
 from typing import Optional
 
 from mezo_rl.training.arguments import MeZOConfig
-from mezo_rl.training.defaults import (PROMPT_TASK_DEFAULTS, default_mode, default_reward, mode_defaults,
-                                       small_lr_warning)
+from mezo_rl.training.defaults import DEFAULT_MODE, MODE_DEFAULTS, PROMPT_TASK_DEFAULTS, PROMPT_TASK_MODE
 
-__all__ = ["SOURCES", "USER", "DEFAULT", "TASK_DEFAULT", "MODE_DEFAULT", "DERIVED", "RESUMED", "declared_defaults",
-           "resolve_values", "explain"]
+__all__ = ["SOURCES", "USER", "DEFAULT", "TASK_DEFAULT", "MODE_DEFAULT", "DERIVED", "RESUMED", "SMALL_LR_FACTOR",
+           "declared_defaults", "default_mode", "default_reward", "mode_defaults", "small_lr_warning", "resolve_values",
+           "explain"]
 
 logger = logging.getLogger("mezo_rl")
 USER, DEFAULT, TASK_DEFAULT, MODE_DEFAULT, DERIVED, RESUMED = (
@@ -44,12 +44,51 @@ def declared_defaults() -> dict:
             for f in dataclasses.fields(MeZOConfig)}
 
 
+def default_mode(task_kind: str | None) -> str:
+    """The mode a run trains when ``--peft`` is not given: :data:`~mezo_rl.training.defaults.PROMPT_TASK_MODE` for a prompt task."""
+    return PROMPT_TASK_MODE if task_kind == "prompts" else DEFAULT_MODE
+
+
+def default_reward(task_metrics: list[str] | None) -> list[str] | None:
+    """The reward a run optimises when ``--reward`` is not given: its task's first metric (accuracy for a
+    classification task, ``squad_f1`` for SQuAD, ``exact_answer`` for arithmetic). None where there is none
+    (a task of prompts only, which the run's own rewards judge) or the metrics are not known yet (a code
+    task, until it is built): the run then needs ``--reward`` (:func:`mezo_rl.training.plan.reward_refs`)."""
+    return list(task_metrics[:1]) if task_metrics else None
+
+
+#: a learning rate this many times below its mode's default is a rate sized for backpropagated gradients
+#: (GRPO's 1e-6, say): a MeZO step of that size hardly moves the weights in a run of the mode's length
+SMALL_LR_FACTOR = 100
+
+
+def small_lr_warning(lr: float, mode: str, task_kind: str | None = None) -> str | None:
+    """One line when ``lr`` (given, not defaulted) is below 1/:data:`SMALL_LR_FACTOR` of ``mode``'s default for
+    ``task_kind``, naming that default; None otherwise (an lr of 0 is taken as meant)."""
+    default = mode_defaults(mode, task_kind)["learning_rate"]
+    if not 0 < lr < default / SMALL_LR_FACTOR:
+        return None
+    task = "a prompt task" if task_kind == "prompts" else "this task"
+    return (f"mezo-rl: learning_rate {lr:g} is below 1/{SMALL_LR_FACTOR} of the {mode} mode's default for {task} "
+            f"({default:g}): a rate sized for backpropagated gradients (GRPO's) hardly moves a MeZO run; leave "
+            f"learning_rate unset for the mode's default")
+
+
+def mode_defaults(mode: str, task_kind: str | None = None) -> dict:
+    """The defaults of ``mode`` (a row of ``defaults.MODE_DEFAULTS``), with ``defaults.PROMPT_TASK_DEFAULTS`` over
+    them where ``task_kind`` is ``"prompts"``."""
+    row = dict(MODE_DEFAULTS[mode])
+    if task_kind == "prompts":
+        row.update(PROMPT_TASK_DEFAULTS.get(mode, {}))
+    return row
+
+
 def resolve_values(values: dict, task_kind: Optional[str], task_metrics: Optional[list[str]],
                    objective=None) -> tuple[dict, dict]:
     """``(every field's value, its source)`` for a run of ``values`` (field values; a field left out or None is
     unset) on a task of ``task_kind`` with the metrics ``task_metrics``; ``objective``: the objective the run was
     given, whose rewards, weights and scale are recorded where ``reward`` is unset. A pure function, but for one
-    warning line where a given learning rate is sized for backpropagation (``defaults.small_lr_warning``)."""
+    warning line where a given learning rate is sized for backpropagation (:func:`small_lr_warning`)."""
     declared = declared_defaults()
     out = {**declared, **{k: v for k, v in values.items() if v is not None}}
     if out["max_steps"] == -1:  # transformers' "unset"
