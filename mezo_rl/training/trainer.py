@@ -178,7 +178,8 @@ class MeZOTrainer:
                 self.callback_handler.add(ProgressCallback())
         self.callbacks = self.callback_handler.callbacks
         self.control = TrainerControl()
-        self.state = self._new_state()
+        # as transformers' Trainer: the process's rank now, the run's step settings when training begins (train)
+        self.state = TrainerState(is_local_process_zero=self.dist.is_main, is_world_process_zero=self.dist.is_main)
         self.trajectory = None  # the run's Trajectory, set when training ends (also opt.trajectory while training)
         self._t_start = time.perf_counter()
         self._guard = InterruptGuard()  # inactive (no signal handlers) outside train()
@@ -213,10 +214,9 @@ class MeZOTrainer:
         """The lr schedule of :attr:`optimizer` (built with it)."""
         return self.create_optimizer_and_scheduler()[1]
 
-    def _new_state(self, saved: Optional[TrainerState] = None) -> TrainerState:
-        """The trainer state (``saved``: a checkpoint's) with this run's settings and this process's rank."""
+    def _run_state(self, state: TrainerState) -> TrainerState:
+        """``state`` (this trainer's, or a checkpoint's) with this run's step settings and this process's rank."""
         a = self.args
-        state = saved if saved is not None else TrainerState()
         state.max_steps, state.logging_steps, state.eval_steps = a.max_steps, a.logging_steps, a.eval_steps
         state.save_steps, state.train_batch_size = a.save_steps or a.eval_steps, a.per_device_train_batch_size
         state.num_train_epochs = a.num_train_epochs or 0
@@ -503,7 +503,7 @@ class MeZOTrainer:
 
     def _resume(self) -> None:
         """Restore a run from its checkpoint: replay the trajectory, restore optimizer and best step."""
-        self.state = self._new_state(rundir.load_checkpoint(self.plan.resumed, self.optimizer, self.scheduler))
+        self.state = self._run_state(rundir.load_checkpoint(self.plan.resumed, self.optimizer, self.scheduler))
         rundir.replay_prefix(self.lm, self.optimizer.trajectory, self.step)
         self.objective.load_state_dict(self.state.objective)
         if self.dist.is_main:
@@ -568,8 +568,10 @@ class MeZOTrainer:
             self.output_dir.mkdir(parents=True, exist_ok=True)
         if a.resume:
             self._resume()
-        elif self.dist.is_main:
-            (self.output_dir / rundir.METRICS_FILE).write_text("")
+        else:
+            self.state = self._run_state(self.state)
+            if self.dist.is_main:
+                (self.output_dir / rundir.METRICS_FILE).write_text("")
         if self.dist.is_main:  # the run as it now goes on (a resume may change --max-steps and a few others)
             rundir.write_json(self.output_dir / rundir.CONFIG_FILE, dict(a.to_dict(), resume=False))
         # replicas must start from identical weights, all of them (with LoRA/prefix the frozen base too)
