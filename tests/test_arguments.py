@@ -7,7 +7,8 @@ import functools
 import pytest
 import torch
 
-from mezo_rl.training.arguments import BaselineArguments, EvalRunArguments, MeZOConfig, flag, parse_step
+from mezo_rl.training.arguments import BaselineArguments, EvalRunArguments, MeZOConfig, parse_step
+from mezo_rl.training.fields import flag
 from mezo_rl.training.defaults import (MODE_DEFAULTS, MODES, PROMPT_TASK_DEFAULTS, PROMPT_TASK_MODE,
                                        mezo_options)
 from mezo_rl.errors import ConfigError

@@ -10,9 +10,10 @@ import pathlib
 from mezo_rl.training.arguments import MeZOConfig
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-#: what the configuration may import from mezo_rl: the leaves, the per-mode table (its help texts) and TRL's names
+#: what the configuration may import from mezo_rl: the leaves, the per-mode table (its help texts), TRL's names and
+#: the fields' machinery
 ALLOWED = {"mezo_rl.errors", "mezo_rl.choices", "mezo_rl.rewards", "mezo_rl.training.defaults",
-           "mezo_rl.training.config"}
+           "mezo_rl.training.config", "mezo_rl.training.fields"}
 #: what it must not reach, directly or through what it imports
 MACHINERY = ("mezo_rl.engine", "mezo_rl.model", "mezo_rl.tasks", "mezo_rl.training.reporting",
              "mezo_rl.training.member_evaluation", "mezo_rl.training.outputs", "mezo_rl.training.plan")

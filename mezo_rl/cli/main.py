@@ -48,9 +48,10 @@ from mezo_rl.training.resolve import explain
 from mezo_rl.training.setup import load_splits
 
 from mezo_rl.training import rundir
-from mezo_rl.training.arguments import (RENAMED, RENAMED_OPTIONS, BaselineArguments, EvalRunArguments, MeZOConfig,
-                                       data_task_options, flag, parse_step, unwrap_optional)
+from mezo_rl.training.arguments import (RENAMED_OPTIONS, BaselineArguments, EvalRunArguments, MeZOConfig,
+                                       data_task_options, parse_step)
 from mezo_rl.training.config import trl_options
+from mezo_rl.training.fields import RENAMED, flag, unwrap_optional
 from mezo_rl.training.model_card import push_to_hub, write_model_card
 from mezo_rl.cli.baselines import run_baseline
 from mezo_rl.cli.compare import compare, objective_variants, write_report

@@ -1,7 +1,8 @@
 """Every option, declared once: small argument dataclasses composed per command.
 
 Each field carries its help text and, where it has them, its ``choices`` and its ``min`` in the
-field metadata; :class:`Arguments` checks every field against those in one loop, and
+field metadata (:func:`mezo_rl.training.fields.option`); :class:`~mezo_rl.training.fields.Arguments` checks every
+field against those in one loop, and
 ``mezo_rl.cli.main`` turns the same fields into ``--options``. The pieces:
 
 ==========================  =========================================================
@@ -28,124 +29,20 @@ reuse single fields with :func:`shared`, so a default or a help text lives in on
 from __future__ import annotations
 
 import dataclasses
-import difflib
-import functools
-import math
 import re
-import typing
-from dataclasses import dataclass, field
-from typing import Any, Optional
+from dataclasses import dataclass
+from typing import Optional
 
 from mezo_rl.choices import (ESTIMATORS, MEMBER_EVALUATIONS, HIZOO_OPTIONS, HUB_STRATEGIES, NOISES, ON_NONFINITE, ROUNDINGS,
-                             SAMPLING_FIELDS, Sampling, check_dtype, check_member_evaluation, check_report_to,
+                             SAMPLING_FIELDS, Sampling, check_member_evaluation, check_report_to,
                              parse_max_memory)
 from mezo_rl.errors import ConfigError
 from mezo_rl.rewards import trl_names
 from mezo_rl.training.defaults import MODE_DEFAULTS, MODES, PROMPT_TASK_DEFAULTS
-from mezo_rl.training.config import trl_options
+from mezo_rl.training.fields import RENAMED, Arguments, accepts_trl_options, flag, option, shared
 
 #: ``lr_scheduler_type``: the schedules of ``transformers.get_scheduler`` that need no more than warmup and length
 LR_SCHEDULERS = ("constant", "constant_with_warmup", "linear", "cosine", "cosine_with_restarts", "polynomial")
-
-
-#: earlier field names -> TRL's, named in the error that refuses them (they are not accepted); per command:
-#: :data:`RENAMED_OPTIONS`
-RENAMED = {"lr": "learning_rate", "steps": "max_steps", "batch_size": "per_device_train_batch_size",
-           "max_new_tokens": "max_completion_length", "lr_scheduler": "lr_scheduler_type",
-           "metric_for_best": "metric_for_best_model", "reward_normalize": "reward_scale", "normalize": "step_normalize",
-           "evaluation": "member_evaluation"}
-
-
-def option(default: Any = dataclasses.MISSING, help: str = "", *, choices=None, min: Optional[int] = None,
-           gt: Optional[float] = None, ge: Optional[float] = None, lt: Optional[float] = None,
-           le: Optional[float] = None,
-           default_factory: Any = dataclasses.MISSING, verbatim: bool = False):
-    """A dataclass field with its ``--help`` text and what it accepts in the metadata: ``choices``,
-    an integer ``min``, or number bounds ``gt`` (>), ``ge`` (>=), ``lt`` (<), ``le`` (<=). ``verbatim`` (a list of strings):
-    each ``--option`` on the command line is one item, commas and spaces kept, with the escapes ``\\n``,
-    ``\\t`` and ``\\\\`` read as a newline, a tab and a backslash."""
-    metadata: dict[str, Any] = {"help": help}
-    if verbatim:
-        metadata["verbatim"] = True
-    if choices is not None:
-        metadata["choices"] = list(choices)
-    for key, bound in (("min", min), ("gt", gt), ("ge", ge), ("lt", lt), ("le", le)):
-        if bound is not None:
-            metadata[key] = bound
-    return field(default=default, default_factory=default_factory, metadata=metadata)
-
-
-def flag(name: str) -> str:
-    """The command-line spelling of a field: ``eval_steps`` -> ``--eval-steps``."""
-    return "--" + name.replace("_", "-")
-
-
-_BOUNDS = {"gt": (lambda v, b: v > b, ">"), "ge": (lambda v, b: v >= b, ">="), "lt": (lambda v, b: v < b, "<"),
-           "le": (lambda v, b: v <= b, "<=")}
-
-
-def canonical_options(cls, values: dict) -> dict:
-    """``values`` (keywords, or a config file's keys) under ``cls``'s field names: the fields of TRL's
-    ``GRPOConfig`` and transformers' ``TrainingArguments`` that ``cls`` does not have are handled by
-    :func:`mezo_rl.training.config.trl_options` (mapped onto a field, named in one warning line, or refused);
-    names known to none of them are refused together, in one line."""
-    fields = {f.name for f in dataclasses.fields(cls)}
-    out = trl_options(values, fields)
-    unknown = [k for k in out if k not in fields]
-    if unknown:
-        hints = [f"{k!r} (now {RENAMED[k]!r})" if RENAMED.get(k) in fields else
-                 f"{k!r} (did you mean {close[0]!r}?)" if close else repr(k)
-                 for k in unknown for close in [difflib.get_close_matches(k, sorted(fields), n=1, cutoff=0.8)]]
-        raise ConfigError(f"unknown {cls.__name__} field{'s' if len(unknown) > 1 else ''} {', '.join(hints)}; "
-                          f"accepted: the fields of {cls.__name__}, GRPOConfig and TrainingArguments")
-    return out
-
-
-def accepts_trl_options(cls):
-    """Class decorator (over ``@dataclass``): the constructor also takes the fields of TRL's ``GRPOConfig`` and
-    transformers' ``TrainingArguments`` (:func:`canonical_options`)."""
-    init = cls.__init__
-
-    @functools.wraps(init)
-    def __init__(self, *args, **kwargs):
-        init(self, *args, **canonical_options(type(self), kwargs))
-
-    cls.__init__ = __init__
-    return cls
-
-
-def unwrap_optional(tp):
-    """``Optional[X]`` -> ``X`` (other types unchanged)."""
-    if typing.get_origin(tp) is typing.Union or type(tp).__name__ == "UnionType":
-        args = [a for a in typing.get_args(tp) if a is not type(None)]
-        if len(args) == 1:
-            return args[0]
-    return tp
-
-
-def _check_type(name: str, value, tp, shown: Optional[str] = None):
-    """``value`` as the field's type (an int where a float is expected becomes a float); ConfigError otherwise
-    (naming the option as ``shown``, default ``--name``)."""
-    tp = unwrap_optional(tp)
-    if tp is float and isinstance(value, int) and not isinstance(value, bool):
-        return float(value)
-    if typing.get_origin(tp) is list:
-        (item,) = typing.get_args(tp)
-        if isinstance(value, (list, tuple)):
-            return [_check_type(name, v, item, shown) for v in value]
-    elif tp in (int, float, str, bool) and isinstance(value, tp) and not (tp is int and isinstance(value, bool)):
-        return value
-    elif tp not in (int, float, str, bool):
-        return value
-    expected = {int: "an integer", float: "a number", str: "a string", bool: "true or false"}.get(tp, f"a list of {tp}")
-    raise ConfigError(f"{shown or flag(name)}: got {value!r} ({type(value).__name__}), expected {expected}")
-
-
-def shared(cls, name: str, **metadata):
-    """The field ``name`` of the dataclass ``cls``, to declare the same option in another dataclass
-    (same default, help, choices; ``metadata`` overrides, e.g. a command-specific help text)."""
-    f = {f.name: f for f in dataclasses.fields(cls)}[name]
-    return field(default=f.default, default_factory=f.default_factory, metadata={**f.metadata, **metadata})
 
 
 def _fmt(x: float) -> str:
@@ -160,44 +57,6 @@ def _per_mode(key: str) -> str:
     prompts = "".join(f"; a prompt task in {m} mode: {show(row[key])}"
                       for m, row in PROMPT_TASK_DEFAULTS.items() if key in row)
     return "(default per --peft mode: " + ", ".join(f"{m} {show(MODE_DEFAULTS[m][key])}" for m in MODES) + prompts + ")"
-
-
-@dataclass
-class Arguments:
-    """Base of the argument dataclasses: checks every field against its declared ``choices`` and ``min``."""
-
-    def __post_init__(self):
-        hints = typing.get_type_hints(type(self))
-        for f in dataclasses.fields(self):
-            value = getattr(self, f.name)
-            if value is None:
-                continue
-            value = _check_type(f.name, value, hints[f.name], flag(f.name))
-            setattr(self, f.name, value)
-            if "choices" in f.metadata and value not in f.metadata["choices"]:
-                raise ConfigError(f"{flag(f.name)}: got {value!r}, accepted: {', '.join(map(str, f.metadata['choices']))}")
-            if "min" in f.metadata and value < f.metadata["min"]:
-                raise ConfigError(f"{flag(f.name)}: got {value!r}, accepted: an integer >= {f.metadata['min']}")
-            bounds = [(ok, sign, f.metadata[key]) for key, (ok, sign) in _BOUNDS.items() if key in f.metadata]
-            if bounds and not (math.isfinite(value) and all(ok(value, bound) for ok, _, bound in bounds)):
-                raise ConfigError(f"{flag(f.name)}: got {value!r}, accepted: a number "
-                                  f"{' and '.join(f'{sign} {bound:g}' for _, sign, bound in bounds)}")
-        if hasattr(self, "dtype"):  # weights this machine cannot hold, or a pair that means nothing: one line now
-            check_dtype(self.dtype, getattr(self, "autocast", "auto"))
-
-    def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: dict):
-        """``cls`` from a dict of field values (a run's ``training_args.json``): a record, so the earlier field names
-        it may hold (:data:`RENAMED`, which a user's options are refused under) are read as theirs."""
-        known = {f.name for f in dataclasses.fields(cls)}
-        d = canonical_options(cls, {(RENAMED[k] if k in RENAMED and k not in known else k): v for k, v in d.items()})
-        unknown = sorted(set(d) - known)
-        if unknown:
-            raise ConfigError(f"unknown {cls.__name__} field(s) {unknown}; accepted: {sorted(known)}")
-        return cls(**d)
 
 
 # ---------------------------------------------------------------------- the pieces
