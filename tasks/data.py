@@ -3,7 +3,8 @@ docs/tasks.md lists them).
 
 The directory is found from the ``data_dir`` argument, else the ``MEZO_RL_DATA`` environment
 variable. Files are read with the standard library only (jsonl, json, tsv, csv) and cached in memory
-per process, so loading several splits of one task reads each file once.
+per process, so loading several splits of one task reads each file once. A user's data file
+(``mezo_rl.tasks.user``) is read by :func:`read_rows`: JSONL, JSON, CSV, TSV, and Parquet or Arrow with pyarrow.
 """
 from __future__ import annotations
 
@@ -22,6 +23,15 @@ log = logging.getLogger("mezo_rl.tasks")
 
 class TaskFileNotFoundError(UserError, FileNotFoundError):
     """A task's data (directory, file or dataset) cannot be found; the one-line message says where it looked."""
+
+
+class TaskDataError(UserError, ValueError):
+    """Data that cannot be read or used as asked (bad JSON, a label that matches no candidate, ...)."""
+
+
+DATA_SUFFIXES = (".jsonl", ".json", ".csv", ".tsv", ".parquet", ".arrow")
+TABLE_SUFFIXES = (".parquet", ".arrow")  # read with pyarrow
+ACCEPTED_FILES = "a .jsonl, .json, .csv, .tsv, .parquet or .arrow file"
 
 CARVE_SEED = 0  # validation/test carved out of a train file always use this seed: splits never overlap
 
@@ -114,3 +124,69 @@ def warn_once(message: str):
     if message not in _warned:
         _warned.add(message)
         log.warning(message)
+
+
+# ---------------------------------------------------------------------------------------- a user's data file
+def _table_rows(path: pathlib.Path) -> list[dict]:
+    """The rows of a Parquet file or an Arrow file (IPC stream, as ``datasets`` writes them, or IPC file)."""
+    try:
+        import pyarrow as pa
+        import pyarrow.ipc
+        import pyarrow.parquet
+    except ImportError:
+        raise UserError(f"task file {str(path)!r}: reading {path.suffix} files needs pyarrow: pip install pyarrow") from None
+    try:
+        if path.suffix == ".parquet":
+            table = pyarrow.parquet.read_table(path)
+        else:
+            try:
+                with pa.memory_map(str(path)) as source:
+                    table = pyarrow.ipc.open_stream(source).read_all()
+            except pa.ArrowInvalid:
+                with pa.memory_map(str(path)) as source:
+                    table = pyarrow.ipc.open_file(source).read_all()
+    except (pa.ArrowException, OSError) as e:
+        raise TaskDataError(f"task file {str(path)!r}: not a readable {path.suffix[1:]} table "
+                            f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})") from None
+    return table.to_pylist()
+
+
+def read_rows(path: str | pathlib.Path) -> list[dict]:
+    """The rows of a JSONL / JSON / CSV / TSV / Parquet / Arrow file as dicts (TaskDataError naming the
+    file and line)."""
+    path = pathlib.Path(path)
+    if path.suffix.lower() not in DATA_SUFFIXES:
+        raise TaskDataError(f"task file {str(path)!r}: expected {ACCEPTED_FILES}")
+    if not path.is_file():
+        raise TaskFileNotFoundError(f"task file {str(path)!r} not found")
+    if path.suffix.lower() in TABLE_SUFFIXES:
+        rows = _table_rows(path)
+        if not rows:
+            raise TaskDataError(f"task file {str(path)!r} has no rows")
+        return rows
+    text = path.read_text(encoding="utf-8")
+    if path.suffix in (".csv", ".tsv"):
+        rows = list(csv.DictReader(text.splitlines(), delimiter="\t" if path.suffix == ".tsv" else ","))
+    else:
+        rows = None
+        if path.suffix == ".json":
+            try:
+                rows = json.loads(text)
+            except json.JSONDecodeError:
+                rows = None  # JSON Lines under a .json name (common on the hub): read line by line below
+            if isinstance(rows, dict):  # {"data": [...]}: one list of rows inside an object
+                lists = [v for v in rows.values() if isinstance(v, list)]
+                rows = lists[0] if len(lists) == 1 else rows
+        if rows is None:
+            rows = []
+            for i, line in enumerate(text.splitlines(), 1):
+                if line.strip():
+                    try:
+                        rows.append(json.loads(line))
+                    except json.JSONDecodeError as e:
+                        raise TaskDataError(f"{path}: line {i} is not valid JSON ({e.msg})") from None
+    if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
+        raise TaskDataError(f"task file {str(path)!r}: expected one object (row) per line, or a list of objects")
+    if not rows:
+        raise TaskDataError(f"task file {str(path)!r} has no rows")
+    return rows

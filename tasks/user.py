@@ -44,9 +44,7 @@ candidate (and the row), a bad combination of options.
 """
 from __future__ import annotations
 
-import csv
 import itertools
-import json
 import pathlib
 import string
 import sys
@@ -54,15 +52,12 @@ import sys
 from mezo_rl.errors import ConfigError, UserError
 
 from .base import SPLITS, Example, Task, continuation
-from .data import TaskFileNotFoundError, carve, warn_once
+from .data import ACCEPTED_FILES, DATA_SUFFIXES, TaskDataError, TaskFileNotFoundError, carve, read_rows, warn_once
 
 __all__ = ["DATA_SUFFIXES", "is_dataset_object", "is_iterable_dataset", "MissingColumnError", "TaskDataError", "TaskFileNotFoundError", "TemplateTask",
            "FileTemplateTask", "DatasetTemplateTask", "check_template_options", "check_messages", "from_file",
            "from_dataset", "from_prompts", "read_rows", "HELD_OUT_FRACTION", "PROMPT_COLUMN"]
 
-DATA_SUFFIXES = (".jsonl", ".json", ".csv", ".tsv", ".parquet", ".arrow")
-TABLE_SUFFIXES = (".parquet", ".arrow")  # read with pyarrow
-ACCEPTED_FILES = "a .jsonl, .json, .csv, .tsv, .parquet or .arrow file"
 HELD_OUT_FRACTION = 0.1  # of the train rows, for each split that has no file of its own
 NO_LABEL = (None, -1, "", "-1")
 PROMPT_COLUMN = "prompt"  # TRL's prompt-only convention
@@ -73,10 +68,6 @@ class MissingColumnError(UserError, KeyError):
 
     def __str__(self) -> str:  # KeyError would quote the message
         return str(self.args[0]) if self.args else ""
-
-
-class TaskDataError(UserError, ValueError):
-    """Data that cannot be read or used as asked (bad JSON, a label that matches no candidate, ...)."""
 
 
 # ---------------------------------------------------------------------------------------- options
@@ -137,72 +128,6 @@ def check_messages(value, where: str) -> list[dict]:
         raise TaskDataError(f"{where}: a prompt must be text or a list of chat messages {{'role': str, 'content': str}} "
                             f"(TRL's conversational format); got {shown[:80] + '...' if len(shown) > 80 else shown}")
     return [{"role": m["role"], "content": m["content"]} for m in value]
-
-
-# ---------------------------------------------------------------------------------------- reading
-def _table_rows(path: pathlib.Path) -> list[dict]:
-    """The rows of a Parquet file or an Arrow file (IPC stream, as ``datasets`` writes them, or IPC file)."""
-    try:
-        import pyarrow as pa
-        import pyarrow.ipc
-        import pyarrow.parquet
-    except ImportError:
-        raise UserError(f"task file {str(path)!r}: reading {path.suffix} files needs pyarrow: pip install pyarrow") from None
-    try:
-        if path.suffix == ".parquet":
-            table = pyarrow.parquet.read_table(path)
-        else:
-            try:
-                with pa.memory_map(str(path)) as source:
-                    table = pyarrow.ipc.open_stream(source).read_all()
-            except pa.ArrowInvalid:
-                with pa.memory_map(str(path)) as source:
-                    table = pyarrow.ipc.open_file(source).read_all()
-    except (pa.ArrowException, OSError) as e:
-        raise TaskDataError(f"task file {str(path)!r}: not a readable {path.suffix[1:]} table "
-                            f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})") from None
-    return table.to_pylist()
-
-
-def read_rows(path: str | pathlib.Path) -> list[dict]:
-    """The rows of a JSONL / JSON / CSV / TSV / Parquet / Arrow file as dicts (TaskDataError naming the
-    file and line)."""
-    path = pathlib.Path(path)
-    if path.suffix.lower() not in DATA_SUFFIXES:
-        raise TaskDataError(f"task file {str(path)!r}: expected {ACCEPTED_FILES}")
-    if not path.is_file():
-        raise TaskFileNotFoundError(f"task file {str(path)!r} not found")
-    if path.suffix.lower() in TABLE_SUFFIXES:
-        rows = _table_rows(path)
-        if not rows:
-            raise TaskDataError(f"task file {str(path)!r} has no rows")
-        return rows
-    text = path.read_text(encoding="utf-8")
-    if path.suffix in (".csv", ".tsv"):
-        rows = list(csv.DictReader(text.splitlines(), delimiter="\t" if path.suffix == ".tsv" else ","))
-    else:
-        rows = None
-        if path.suffix == ".json":
-            try:
-                rows = json.loads(text)
-            except json.JSONDecodeError:
-                rows = None  # JSON Lines under a .json name (common on the hub): read line by line below
-            if isinstance(rows, dict):  # {"data": [...]}: one list of rows inside an object
-                lists = [v for v in rows.values() if isinstance(v, list)]
-                rows = lists[0] if len(lists) == 1 else rows
-        if rows is None:
-            rows = []
-            for i, line in enumerate(text.splitlines(), 1):
-                if line.strip():
-                    try:
-                        rows.append(json.loads(line))
-                    except json.JSONDecodeError as e:
-                        raise TaskDataError(f"{path}: line {i} is not valid JSON ({e.msg})") from None
-    if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
-        raise TaskDataError(f"task file {str(path)!r}: expected one object (row) per line, or a list of objects")
-    if not rows:
-        raise TaskDataError(f"task file {str(path)!r} has no rows")
-    return rows
 
 
 # ---------------------------------------------------------------------------------------- tasks
