@@ -9,7 +9,8 @@ however it dies; the file holds the owner's pid for the error message and is rem
 :class:`InterruptGuard` turns SIGINT and SIGTERM into ``KeyboardInterrupt``, raised at once inside
 its ``interruptible()`` blocks (the trainer's loss closure and evaluations, where stopping loses
 nothing: the optimizer restores the weights of a step whose closure raises) and otherwise deferred
-to the next ``check()`` (between steps), never in the middle of a parameter update or a checkpoint write.
+to the next ``check()`` (between steps), never in the middle of a parameter update or a checkpoint write;
+the trainer then raises :class:`TrainingInterrupted`, its checkpoint written.
 """
 from __future__ import annotations
 
@@ -19,10 +20,11 @@ import os
 import pathlib
 import signal
 import threading
+from typing import Optional
 
 from mezo_rl.errors import UserError
 
-__all__ = ["LOCK_FILE", "InterruptGuard", "RunLock", "RunLockedError"]
+__all__ = ["LOCK_FILE", "InterruptGuard", "RunLock", "RunLockedError", "TrainingInterrupted"]
 
 LOCK_FILE = ".lock"
 
@@ -93,6 +95,15 @@ class RunLock:
 
     def __exit__(self, *exc) -> None:
         self.release()
+
+
+class TrainingInterrupted(KeyboardInterrupt):
+    """Ctrl-C or SIGTERM stopped :meth:`MeZOTrainer.train`; a checkpoint at ``step`` (the last completed
+    step) was written to ``output_dir``, from which ``--resume`` continues bit-identically."""
+
+    def __init__(self, step: int, steps: int, output_dir, signal_name: Optional[str] = None):
+        super().__init__(f"interrupted at step {step} of {steps}")
+        self.step, self.steps, self.output_dir, self.signal_name = step, steps, output_dir, signal_name
 
 
 class InterruptGuard:

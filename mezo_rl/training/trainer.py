@@ -17,12 +17,12 @@ One training step (Algorithm 1 of Malladi et al., 2023):
 
 Arguments: :mod:`mezo_rl.training.arguments`; the run they describe, resolved once: :mod:`mezo_rl.training.plan`;
 what the plan says to build: :mod:`mezo_rl.training.setup`; the run directory and checkpoint: :mod:`mezo_rl.training.rundir`;
-examples -> model outputs -> objective: :mod:`mezo_rl.training.outputs`; hooks: :mod:`mezo_rl.training.callbacks`.
+examples -> model outputs -> objective: :mod:`mezo_rl.training.outputs`; hooks: :mod:`mezo_rl.training.callbacks`;
+the trainer's checkpoint and resume: :mod:`mezo_rl.training.checkpointing`; its saving and publishing, transformers'
+names: :mod:`mezo_rl.training.publishing`.
 """
 from __future__ import annotations
 
-import dataclasses
-import gc
 import json
 import math
 import pathlib
@@ -34,27 +34,27 @@ from typing import Any, Callable, Optional
 import numpy as np
 import torch
 
-from mezo_rl import rewards
-from mezo_rl.engine.trajectory import STATUS
 from mezo_rl.model.dropout import step_dropout
 from mezo_rl.errors import ConfigError
 from mezo_rl.training import rundir
 from mezo_rl.training.arguments import MeZOConfig, data_task_options
 from mezo_rl.training.config import resume_path
+from mezo_rl.training.checkpointing import Checkpointing
 from mezo_rl.training.callbacks import CallbackHandler, ProgressCallback, TrainerCallback, TrainerControl
 from mezo_rl.training.distributed import DistContext
 from mezo_rl.training.evaluation import evaluate
 from mezo_rl.training.fitness import RewardsSilentError
-from mezo_rl.training.kl import completion_kl, member_kls, starting_point
+from mezo_rl.training.kl import completion_kl, member_kls
 from mezo_rl.tasks import completion_stops
-from mezo_rl.training.outputs import autocast, model_outputs, objective_outputs, prompt_texts
+from mezo_rl.training.outputs import autocast, objective_outputs, prompt_texts
 from mezo_rl.training.plan import RunPlan, plan_given, resumed
 from mezo_rl.training.rundir import TrainerState
-from mezo_rl.training.model_card import check_hub, push_to_hub, write_model_card
+from mezo_rl.training.model_card import check_hub
+from mezo_rl.training.publishing import Publishing
 from mezo_rl.training.reporting import (completion_stats, completions_table, eval_logs, eval_metrics, log_table,
-                                        metric_key, reporters, train_logs, write_completions_table)
-from mezo_rl.training.runguard import InterruptGuard
-from mezo_rl.training.setup import build_model, build_optimizer, build_run, trainable_parameters
+                                        reporters, train_logs, write_completions_table)
+from mezo_rl.training.runguard import InterruptGuard, TrainingInterrupted
+from mezo_rl.training.setup import build_optimizer, build_run, trainable_parameters
 from mezo_rl.training.trl_rewards import RewardContext, with_trl_keywords
 from mezo_rl.tasks.user import data_task, is_dataset_object
 
@@ -95,16 +95,7 @@ def _num(x):
     return None if x is None else float(x.float().mean()) if isinstance(x, torch.Tensor) else float(x)
 
 
-class TrainingInterrupted(KeyboardInterrupt):
-    """Ctrl-C or SIGTERM stopped :meth:`MeZOTrainer.train`; a checkpoint at ``step`` (the last completed
-    step) was written to ``output_dir``, from which ``--resume`` continues bit-identically."""
-
-    def __init__(self, step: int, steps: int, output_dir, signal_name: Optional[str] = None):
-        super().__init__(f"interrupted at step {step} of {steps}")
-        self.step, self.steps, self.output_dir, self.signal_name = step, steps, output_dir, signal_name
-
-
-class MeZOTrainer:
+class MeZOTrainer(Checkpointing, Publishing):
     """Fine-tunes a model against rewards with MeZO; shaped like TRL's ``GRPOTrainer`` and transformers' ``Trainer``::
 
         trainer = MeZOTrainer(model="smollm2-135m", reward_funcs=reward_len, train_dataset=dataset,
@@ -155,7 +146,8 @@ class MeZOTrainer:
         self.dist = dist if dist is not None else DistContext.from_env()
         self.output_dir = pathlib.Path(args.output_dir)
         # push_to_hub: the repository, the token and the network, before any data or model loads (one line)
-        self.hub_repo = check_hub(self._hub_repo_id(), private=args.hub_private_repo, token=args.hub_token) \
+        self.hub_repo_id = args.hub_model_id or self.output_dir.absolute().name  # as transformers names the repository
+        self.hub_repo = check_hub(self.hub_repo_id, private=args.hub_private_repo, token=args.hub_token) \
             if args.push_to_hub and self.dist.is_main else None
         self.reward_context = RewardContext()  # TRL's reward keywords: completion_ids, trainer_state, log_*
         with_trl_keywords(self.objective, self.reward_context)
@@ -464,87 +456,6 @@ class MeZOTrainer:
             self.state.log_history.append({**kept, "epoch": self.state.epoch, "step": self.step})
             self._event("on_log", logs=logs)
 
-    def save_checkpoint(self) -> None:
-        """Write checkpoint/ (base identity + trajectory + optimizer + trainer state); main rank only."""
-        if self.dist.is_main:
-            with self._guard.deferred():
-                rundir.save_checkpoint(self.output_dir, self._state_to_save(), rundir.model_identity(self.args, self.lm),
-                                       self.optimizer, self.scheduler)
-
-    def _state_to_save(self) -> TrainerState:
-        # best_model_checkpoint relative to the run directory: the checkpoint's bytes do not depend on where it is
-        best = rundir.CHECKPOINT_DIR if self.state.best_model_checkpoint else None
-        return dataclasses.replace(self.state, wall_time_s=self.wall_time(), objective=self.objective.state_dict(),
-                                   best_model_checkpoint=best)
-
-    def _save_interrupted(self) -> None:
-        """The checkpoint after Ctrl-C / SIGTERM: the state at the last completed step.
-
-        The signal stops a step only inside its loss closure (``InterruptGuard``); the optimizer then
-        restores the weights and logs the step as aborted, having drawn its seeds and changed nothing
-        else. That step is left out of the checkpoint (its trajectory row, and its seeds from the
-        sample counter), so ``--resume`` redoes it with the same seeds: the resumed run is the
-        uninterrupted one, bit for bit.
-        """
-        if not self.dist.is_main or self.optimizer is None:
-            return
-        trajectory = self.optimizer.trajectory
-        extra = len(trajectory) - self.step
-        opt_state = self.optimizer.state_dict()
-        if extra == 1 and int(trajectory.status[-1]) == STATUS["aborted"]:
-            trajectory = trajectory[:self.step]
-            opt_state["mezo"]["trajectory"] = trajectory.state_dict()
-            opt_state["mezo"]["samples"] -= len(self.optimizer.trajectory.seeds[-1])  # the seeds it drew
-        elif extra != 0:
-            raise RuntimeError(f"interrupted with {len(trajectory)} trajectory rows at step {self.step}; cannot checkpoint")
-        with self._guard.deferred():
-            rundir.save_checkpoint(self.output_dir, self._state_to_save(), rundir.model_identity(self.args, self.lm),
-                                   self.optimizer, self.scheduler, optimizer_state=opt_state, trajectory=trajectory)
-
-    def _resume(self) -> None:
-        """Restore a run from its checkpoint: replay the trajectory, restore optimizer and best step."""
-        self.state = self._run_state(rundir.load_checkpoint(self.plan.resumed, self.optimizer, self.scheduler))
-        rundir.replay_prefix(self.lm, self.optimizer.trajectory, self.step)
-        self.objective.load_state_dict(self.state.objective)
-        if self.dist.is_main:
-            rundir.truncate_metrics(self.output_dir, self.step)
-
-    def _warm_trunk_cache(self, splits=("train", "validation", "test")) -> None:
-        """With the trunk frozen (``--peft norm``), run it over each whole split that will be scored,
-        before anything else is (``LanguageModel.enable_trunk_cache``). Every cached value then comes
-        from the same batch of sequences in any run, so a resumed run computes bit for bit what an
-        uninterrupted one did; the work is what the first steps and evaluations would do anyway."""
-        if not self.lm.trunk_cache_active:
-            return
-        t0 = time.perf_counter()
-        eval_scores = any(rewards.get_reward(m).needs == "scores" for m in self.task.metrics)
-        with torch.no_grad(), autocast(self.args.autocast, self.lm.device.type), self._guard.interruptible():
-            for split in splits:
-                examples = self.splits[split]
-                if examples and ("scores" in self.objective.needs if split == "train" else eval_scores):
-                    model_outputs(self.lm, examples, {"scores"})
-        self.seconds["trunk"] += time.perf_counter() - t0
-
-    def _restore_best(self) -> None:
-        """Put the best step's weights in ``self.lm`` (replay of the trajectory prefix on a fresh base)."""
-        if self.state.best_step == self.step:
-            return
-        # free the trained model first (the optimizer holds its parameters): never two models at once; the
-        # frozen trunk's cached outputs (--peft norm) go on to the rebuilt model, whose trunk is the same
-        t0, trunk = time.perf_counter(), self.lm.trunk_cache
-        trunk = trunk.values_only() if trunk is not None else None
-        self._optimizer = self._scheduler = self.start = None
-        self._released = True
-        del self.lm
-        gc.collect()
-        self.lm = build_model(self.args, self.lm_factory() if self.lm_factory is not None else None, self.plan.dtype,
-                              max_memory=self.plan.max_memory)
-        self.start = starting_point(self.lm, self.plan.reference)
-        rundir.replay_prefix(self.lm, self.trajectory, self.state.best_step)
-        self.lm.adopt_trunk_cache(trunk)
-        self.seconds["load"] += time.perf_counter() - t0
-        self._warm_trunk_cache(("test",))  # all that is left to score (nothing, once the cache is adopted)
-
     # -------------------------------------------------------------- main loop
     def train(self, resume_from_checkpoint=None, trial=None, ignore_keys_for_eval=None):
         """Run the training loop, as transformers' ``Trainer.train``: returns a ``TrainOutput(global_step,
@@ -684,89 +595,3 @@ class MeZOTrainer:
             elif self.control.should_save or (a.save_steps and self.step % a.save_steps == 0):
                 self.save_checkpoint()
                 self._saved()
-
-    def _saved(self) -> None:
-        """A save during training: the callbacks' ``on_save``; with ``push_to_hub``, ``hub_strategy`` every_save
-        and checkpoint upload the weights (checkpoint: the checkpoint too, as last-checkpoint/), as transformers."""
-        self._event("on_save")
-        a = self.args
-        if a.push_to_hub and a.hub_strategy != "end" and self.dist.is_main:
-            push_to_hub(self.save_model(), self.hub_repo or self._hub_repo_id(), private=a.hub_private_repo,
-                        token=a.hub_token)
-            if a.hub_strategy == "checkpoint":
-                push_to_hub(self.output_dir / rundir.CHECKPOINT_DIR, self.hub_repo or self._hub_repo_id(),
-                            private=a.hub_private_repo, token=a.hub_token, path_in_repo="last-checkpoint")
-
-    def _hub_repo_id(self) -> str:
-        return self.args.hub_model_id or self.output_dir.absolute().name
-
-    def save_model(self, output_dir=None, _internal_call: bool = False) -> pathlib.Path:
-        """Write the current weights as a ``from_pretrained`` directory (``mezo_rl.training.rundir.save_model``:
-        an adapter as the PEFT adapter folder, LoRA folded into the weights with ``args.merge``) with their model card (``README.md`` with Hub metadata:
-        :mod:`mezo_rl.training.model_card`; the results once the run has its summary.json), into ``output_dir``
-        (default: ``args.output_dir``, as transformers)."""
-        out = pathlib.Path(output_dir) if output_dir is not None else self.output_dir
-        rundir.save_model(self.lm, self.args.peft, out, merged=self.args.merge and self.args.peft == "lora")
-        summary_path = self.output_dir / rundir.SUMMARY_FILE
-        summary = rundir.read_json(summary_path) if summary_path.is_file() else None
-        write_model_card(out, self.args.to_dict(), summary, step=self.weights_step)
-        if self.dist.is_main:
-            print(f"mezo-rl: save_model wrote the weights of step {self.weights_step} ({self._weights_of()}) to {out}")
-        return out
-
-    @property
-    def weights_step(self) -> int:
-        """The step whose weights the model holds: the best step's once :meth:`train` ends with
-        ``load_best_model_at_end``, else the last step trained."""
-        return self.state.best_step if self._best_loaded else self.step
-
-    def _weights_of(self) -> str:
-        if self._best_loaded:
-            name = metric_key(self.metric_for_best, rewards.trl_names(self.objective.names))
-            return f"the best step by eval_{name}, load_best_model_at_end=True"
-        if self.step == self.args.max_steps or self.control.should_training_stop:
-            return "the final step; load_best_model_at_end=True would write the best step's"
-        return "the current step"
-
-    def push_to_hub(self, commit_message: Optional[str] = None, blocking: bool = True, token: Optional[str] = None,
-                    revision: Optional[str] = None, **kwargs) -> str:
-        """Save the model with its card into ``args.output_dir`` and upload that directory to the Hub
-        repository ``args.hub_model_id`` (default: the output directory's name; under the user's namespace once
-        checked), as transformers' ``Trainer.push_to_hub``; offline, one line says why and everything stays on disk.
-        A run with ``push_to_hub=True`` checks the repository, the token and the network when the trainer is built
-        (:func:`mezo_rl.training.model_card.check_hub`), and uploads when training ends (and, by ``hub_strategy``,
-        at each save)."""
-        a = self.args
-        repo_id = self.hub_repo or self._hub_repo_id()
-        return push_to_hub(self.save_model(), repo_id, private=a.hub_private_repo, token=token or a.hub_token)
-
-    def log_metrics(self, split: str, metrics: dict) -> None:
-        """Print ``metrics`` as transformers' ``Trainer.log_metrics`` does (main process only)."""
-        if not self.dist.is_main:
-            return
-        print(f"***** {split} metrics *****")
-        shown = {k: (f"{v:.4g}" if isinstance(v, float) else v) for k, v in metrics.items()}
-        k_width = max((len(str(k)) for k in shown), default=0)
-        v_width = max((len(str(v)) for v in shown.values()), default=0)
-        for key in sorted(shown):
-            print(f"  {key: <{k_width}} = {shown[key]:>{v_width}}")
-
-    def save_metrics(self, split: str, metrics: dict, combined: bool = True) -> None:
-        """Write ``metrics`` to ``OUTPUT_DIR/<split>_results.json`` and, ``combined``, merge them into
-        ``all_results.json``, as transformers' ``Trainer.save_metrics`` (main process only)."""
-        if not self.dist.is_main:
-            return
-        self.output_dir.mkdir(parents=True, exist_ok=True)
-        rundir.write_json(self.output_dir / f"{split}_results.json", metrics)
-        if combined:
-            path = self.output_dir / "all_results.json"
-            rundir.write_json(path, {**(rundir.read_json(path) if path.is_file() else {}), **metrics})
-
-    def save_state(self) -> None:
-        """Write ``trainer.state`` to ``OUTPUT_DIR/trainer_state.json``, as transformers' ``Trainer.save_state``."""
-        if self.dist.is_main:
-            self.output_dir.mkdir(parents=True, exist_ok=True)
-            self.state.save_to_json(self.output_dir / rundir.STATE_FILE)
-
-    def is_world_process_zero(self) -> bool:
-        return self.dist.is_main
