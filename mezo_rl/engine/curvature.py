@@ -82,6 +82,17 @@ class Curvature:
         cmean = self._segment_sum(colsum.view(1, -1), self._col_of)[0] / self._ncols
         C.copy_(colsum / cmean[self._col_of])
 
+    def observe(self, noise, seeds: list[int], values: list[float], center: float, eps: float, alpha: float) -> None:
+        """A two-point step's measurement: each sample's curvature along its direction, ``|l+ + l- - 2 l0| /
+        (2 eps^2)`` (``values``: the members' losses in pairs, ``center``: the unperturbed weights' l0), moves H
+        (:meth:`update`) at the rate ``alpha``, and ``noise`` (the run's NoiseSpec) draws the steps to come
+        scaled by the new ``H^-1/2``."""
+        raws = [noise.raw(s) for s in seeds]
+        curv = torch.tensor([abs(values[2 * j] + values[2 * j + 1] - 2.0 * center) / (2.0 * eps * eps)
+                             for j in range(len(seeds))], dtype=torch.float64)
+        self.update(torch.stack([b for b, _ in raws]), torch.stack([a for _, a in raws]), curv, alpha)
+        noise.precondition(*self.scales())
+
     def noise_scale(self) -> dict[str, float]:
         """What the preconditioner does to the noise, over every weight once (a matrix's ``H_ij = R_i C_j``):
         ``rms`` and ``geomean`` of the per-weight scale ``H^-1/2`` (1 at the start; ``rms`` is the factor of the

@@ -34,21 +34,12 @@ Variants (paper Appendix B), with their memory cost:
                 theta <- theta - lr/n sum_j g_j z_j. With ``step_normalize="std"`` the losses are
                 z-scored across the population, g_j = (l_j - mean(l)) / sigma: their recipe with
                 sigma = eps and alpha = lr. n closure calls and 2n sweeps per step.
-``momentum=mu`` heavy-ball momentum on the ZO estimate, m <- mu m + g z, theta <- theta - lr m.
-                Costs one float32 buffer per trainable tensor (+4 bytes per parameter).
-``adam=True``   Adam on the ZO estimate. Two float32 buffers (+8 bytes per parameter).
-                Both update after the restore, in a separate fourth sweep; Adam materialises
-                g z per tensor, momentum with low-rank noise adds the factors to its buffers
-                for every tensor at once (element-wise noise: z per tensor). (The history could
-                be recomputed from the logged seeds instead, as the paper notes, but that costs
-                one sweep per remembered step; buffers are the honest default.)
+``momentum=mu`` / ``adam=True``  heavy-ball momentum or Adam on the ZO estimate, with one or two float32 buffers per
+                trainable tensor (+4 or +8 bytes per parameter): :mod:`mezo_rl.engine.buffers`.
 ``hessian_smooth=alpha``  HiZOO (Zhao et al., ICLR 2025): a diagonal curvature estimate H preconditions the
-                perturbation, z -> H^-1/2 z, and so the step; one more member a step, the unperturbed
-                weights (last), measures the curvature along each sample's direction,
-                |l+ + l- - 2 l0| / (2 eps^2), and H moves towards it at the rate alpha
-                (:mod:`mezo_rl.engine.curvature`, where a matrix's H is a row times a column vector so that
-                its noise stays low-rank). Two-point, rank-1 low-rank noise, one eps; m + n floats of
-                state per matrix and one per element of a 1-D tensor.
+                perturbation, z -> H^-1/2 z; one more member a step (the unperturbed weights, last) measures the
+                curvature, and H moves towards it at the rate alpha (:mod:`mezo_rl.engine.curvature`). Two-point,
+                rank-1 low-rank noise, one eps.
 
 ``step_normalize="std"``  FZOO-style: the projected gradient of sample j is (l+_j - l-_j) / (2 sigma),
                 sigma the standard deviation of the step's 2n closure values, instead of / (2 eps):
@@ -66,31 +57,10 @@ With Rademacher z and a power-of-two eps (e.g. ``eps=2**-10``) the perturbation 
 ``theta + eps z - 2 eps z + eps z`` returns theta exactly whenever ``theta +- eps`` is exactly
 representable (see docs/engine.md for measured drift).
 
-Members and fitness: a step evaluates M *members*, each one noise seed and sign: (+s0, -s0, +s1, -s1, ...)
-for the two-point estimator (M = 2n), (+s0, ..., +s_{n-1}) for ``"es"`` (M = n), (+s0) for one-point.
-The engine hands them out: a closure with a positional parameter is called as ``closure(members)``, with
-:class:`Members` (a tuple of :class:`Member` descriptors: ``index``, ``seed``, ``sign``, ``sample``, in that
-order) and returns one value per member; in place it is called once per member with that member alone, its
-perturbation applied to the weights, and batched once with all M (below), so one closure serves both modes.
-torch.optim's ``closure()`` (no argument) is called once per member in place and returns its value.
-``step(closure, fitness=f)`` lets the closure return any object per member (say,
-per-example rewards) and turns the M objects into M losses with ``f(objects)`` once all members ran:
-the place for fitness shaping that needs the whole population (per-prompt centring across members).
-The engine never looks inside the objects.
-
-Batched evaluation: ``MeZO(params, ..., member_evaluation=BatchedMembers(model))`` evaluates a step's M
-members in one batched pass with the weights untouched (:mod:`mezo_rl.engine.population`): ``closure(members)``
-is called once with the M members (``members.batched`` is True), every forward of ``model`` inside it must hold
-M equal blocks of rows in member-major layout (rows [k*b, (k+1)*b) are member k's; see
-``LanguageModel.score/generate(..., members=M)``), each module holding a trainable tensor adds member
-k's perturbation to its block (activation-side ``sign_k eps (x A) B^T / sqrt(r)`` for low-rank
-matrices), and the closure returns M values (or M objects for ``fitness``); ``members.paused()`` gives a block
-of plain forwards on the weights in place (another model's view of the members' outputs). Then the same update as
-in place, without a restore to fuse it with: the estimator, the trajectory and replay are those of
-the in-place mode with the same seeds, and with no perturbation sweeps nothing drifts, in any dtype
-(bf16 included: a step at lr 0 leaves the weights bit for bit). Matrices of nn.Embedding need
-``noise="lowrank"``; element-wise noise on other matrices copies them per member (adapters).
-``member_evaluation`` is recorded in the trajectory, whose replay then applies only the updates.
+Members and fitness: a step evaluates M *members*, each one noise seed and sign, in place (the closure called once
+per member, its perturbation in the weights) or batched (``member_evaluation=BatchedMembers(model)``: one call for
+all M, the weights untouched); ``step(closure, fitness=f)`` turns what the members returned into losses. How a
+closure is called, and the batched mode: :mod:`mezo_rl.engine.step`.
 
 Exception safety: if the closure raises (anything, KeyboardInterrupt included) the parameters are
 restored before the exception propagates. If it returns a non-finite value the parameters are
@@ -102,13 +72,14 @@ aborted steps so that replay repeats their sweeps too.
 Reproducibility: step seeds are ``seed * 2**32 + k`` for the k-th noise sample of the run; the
 global RNG is never used. ``opt.trajectory`` logs every step; :func:`replay_trajectory` (here, with
 the optimizer that re-executes the steps; :meth:`MeZO.replay` takes the seeds from the log)
-rebuilds the final weights from the initial ones; ``state_dict()`` resumes a run exactly.
+rebuilds the final weights from the initial ones; ``state_dict()`` resumes a run exactly. A recorded run is read
+under this version's names, or refused in one line: :mod:`mezo_rl.engine.recorded`. A step's members and result:
+:mod:`mezo_rl.engine.step`.
 """
 from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
 import torch
@@ -116,8 +87,12 @@ import torch
 from mezo_rl.choices import ESTIMATORS, HIZOO_OPTIONS, MEMBER_EVALUATIONS, ON_NONFINITE
 from mezo_rl.engine import noise as _noise
 from mezo_rl.engine import rounding as _rounding
+from mezo_rl.engine.buffers import buffered_update
 from mezo_rl.engine.curvature import Curvature
-from mezo_rl.engine.population import BatchedMembers, Member, Members, member_values, step_members, takes_members
+from mezo_rl.engine.population import BatchedMembers, Member, Members
+from mezo_rl.engine.recorded import (ADDED_LATER, RENAMED, check_rounding_recorded, recorded_options, replay_groups,
+                                     replay_row, with_noise_format)
+from mezo_rl.engine.step import MemberEvaluation, StepResult, append_checked, as_float, spread
 from mezo_rl.engine.trajectory import STATUS, Trajectory
 from mezo_rl.errors import refuse_keywords
 
@@ -135,161 +110,6 @@ _RUN_DEFAULTS = dict(n_spsa=1, noise="lowrank", rank=1, lowrank_interval=1, step
                      estimator="two_point", momentum=0.0, adam=False, betas=(0.9, 0.999), adam_eps=1e-8,
                      seed=0, on_nonfinite="raise", noise_backend="auto", member_evaluation="inplace", hessian_smooth=0.0,
                      rounding="stochastic")
-#: earlier names of MeZO's options -> theirs: a keyword of an earlier name is refused naming its successor, and a run
-#: recorded under them (trajectory header, state dict) is read under the new names (:func:`recorded_options`)
-RENAMED = {"normalize": "step_normalize", "evaluation": "member_evaluation"}
-#: options added after the first trajectory format, with the value that reproduces older runs (``rounding``: any
-#: value reproduces a float32 run; :func:`_check_rounding_recorded` refuses an older run of low-precision weights)
-_ADDED_LATER = {k: _RUN_DEFAULTS[k] for k in ("rank", "lowrank_interval", "step_normalize", "member_evaluation",
-                                              "hessian_smooth", "rounding")}
-
-
-def recorded_options(options: dict) -> dict:
-    """A recorded run's options (a trajectory header, a state dict's config or param group) under this version's
-    names: the keys of :data:`RENAMED` read as theirs; a run records the new names."""
-    return {RENAMED.get(k, k): v for k, v in options.items()}
-
-
-def _check_rounding_recorded(recorded: dict, dtypes) -> None:
-    """Refuse, in one line, to replay or resume a run of bf16 / fp16 weights recorded before ``rounding`` existed:
-    its updates were rounded to nearest in the weights' dtype, operation by operation, which this version does
-    not do again."""
-    low = sorted({d for d in dtypes if d in ("bfloat16", "float16")})
-    if "rounding" not in recorded and low:
-        raise ValueError(f"this run's {'/'.join(low)} weights were updated by an earlier mezo-rl, which rounded every "
-                         "operation of an update to nearest in their dtype; this version computes an update in float32 "
-                         "and rounds it once, so it cannot replay or resume that run bit for bit: use the version that "
-                         "recorded it")
-
-
-def _low_precision_in_place(params) -> str | None:
-    """The dtype of a trainable bf16 / fp16 tensor among ``params`` (tensors), or None."""
-    return next((str(p.dtype).removeprefix("torch.") for p in params
-                 if p.requires_grad and _rounding.is_low_precision(p)), None)
-
-
-def _with_noise_format(header: dict) -> dict:
-    """A recorded run's header with the noise format this version draws; a run whose noise this version
-    cannot draw again (low-rank noise of another format) is refused in one line. Headers without the key
-    predate it: format 1, whose element-wise noise is format 2's."""
-    fmt = header.get("noise_format", 1)
-    if fmt != _noise.FORMAT and (header.get("noise") == "lowrank" or fmt > _noise.FORMAT):
-        raise ValueError(f"this run's {header.get('noise')} noise has format {fmt} "
-                         f"({'factors drawn tensor by tensor' if fmt == 1 else 'from a newer mezo-rl'}); this version "
-                         f"draws format {_noise.FORMAT} (every tensor of a noise sample in one draw) and cannot replay "
-                         "or resume it: use the mezo-rl version that recorded it")
-    return {**header, "noise_format": _noise.FORMAT}
-
-
-class _Evaluation:
-    """Phase 1 of a step: every member evaluated, in place (each perturbation applied in turn, the closure called
-    for it) or by the batched strategy. ``values``: the closure's losses as they come (without fitness);
-    ``offset``: where the parameters are left, ``(seed, mult)`` for theta + mult eps z(seed), or None at theta."""
-
-    def __init__(self, opt: "MeZO", entries, closure, seeds: list[int], fitness: bool):
-        self.opt, self.entries, self.closure, self.seeds, self.fitness = opt, entries, closure, seeds, fitness
-        self.values: list[float] = []
-        self.offset = None
-
-    def evaluate(self) -> list:
-        """What the closure returned, one object per member (with ``fitness``; otherwise also in ``values``)."""
-        opt, cfg = self.opt, self.opt.config
-        members = step_members(self.seeds, cfg["estimator"], center=cfg["hessian_smooth"] > 0)
-        if cfg["member_evaluation"] == "batched":
-            return [self._keep(v, "member") for v in opt._evaluate_members(self.closure, members, self.entries)]
-        closure = self.closure
-        if takes_members(closure):  # closure(members): one member at a time, its perturbation in the weights
-            call = lambda m: member_values(closure(Members([m])), 1)[0]  # noqa: E731
-        else:  # torch.optim's closure()
-            call = lambda m: closure()  # noqa: E731
-        out = []
-        for m in members:
-            self._to(m)
-            out.append(self._keep(call(m), "call"))
-        if cfg["adam"] or cfg["momentum"] > 0:  # the buffered update starts from theta; SGD fuses the restore into it
-            self.restore()
-        return out
-
-    def _to(self, member: Member) -> None:
-        """Move the weights to ``member``'s point, theta + sign eps z(seed), from where they are."""
-        if self.offset is not None and (self.offset[0] != member.seed or member.sign == 0):
-            self.restore()
-        if member.sign:
-            self._move(member.seed, member.sign - (0.0 if self.offset is None else self.offset[1]))
-
-    def restore(self) -> None:
-        if self.offset is not None:
-            self._move(self.offset[0], -self.offset[1])
-
-    def _move(self, seed: int, mult: float) -> None:
-        self.opt._sweep(self.entries, seed, mult)
-        total = (self.offset[1] if self.offset is not None else 0.0) + mult
-        self.offset = None if total == 0.0 else (seed, total)
-
-    def _keep(self, value, what: str):
-        if not self.fitness:
-            _append_checked(self.values, _as_float(value), what)
-        return value
-
-
-@dataclass
-class StepResult:
-    """What one :meth:`MeZO.step` did.
-
-    ``loss_plus`` / ``loss_minus``: closure values at theta + eps z and theta - eps z (means over
-    the n samples of n-SPSA; ``loss_minus`` is None for the one-point estimator).
-    ``projected_grads``: the scalar applied per sample with the first group's eps:
-    ``(l+ - l-) / (2 eps)``, or ``(l+ - l-) / (2 sigma)`` with ``step_normalize="std"``.
-    ``seeds``: the noise seed of each sample. ``loss``: the mean of all closure values.
-    ``skipped``: True when a non-finite loss made the step a no-op (``on_nonfinite="skip"``).
-    With ``hessian_smooth`` the last of ``values`` is the unperturbed weights' (HiZOO's l0).
-    ``lr``: the first group's learning rate used for the update. ``values``: every closure value,
-    in call order. ``spread``: sigma, the standard deviation of the step's closure values
-    (``step_normalize="std"`` only; 0 means the step changed nothing but weight decay). ``update_kept``: the share
-    of the intended update that reached the bf16 / fp16 weights, measured on a fixed sample of their entries
-    (:class:`mezo_rl.engine.rounding.UpdateMeter`; in expectation 1 with stochastic rounding); None where no
-    low-precision weight was to change.
-    """
-
-    loss_plus: float
-    loss_minus: float | None
-    projected_grads: list[float]
-    seeds: list[int]
-    loss: float
-    skipped: bool = False
-    lr: float = 0.0
-    values: list[float] = field(default_factory=list)
-    spread: float | None = None
-    update_kept: float | None = None
-
-
-class _ReplayAbort(Exception):
-    """Raised by the replay closure where the recorded run's closure raised."""
-
-
-def _as_float(value) -> float:
-    if isinstance(value, torch.Tensor):
-        if value.numel() != 1:
-            raise ValueError(f"the closure must return a float or a 0-d tensor, got a tensor of shape {tuple(value.shape)}")
-        return float(value.detach().item())
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        raise TypeError(f"the closure must return a float or a 0-d tensor, got {type(value).__name__}") from None
-
-
-def _append_checked(values: list[float], value: float, what: str) -> None:
-    """``values.append(value)``; then FloatingPointError if it is not finite (the skip policy reads it)."""
-    values.append(value)
-    if not math.isfinite(value):
-        raise FloatingPointError(f"the closure returned a non-finite loss ({value}) at {what} {len(values) - 1} "
-                                 f"of the step")
-
-
-def spread(values: list[float]) -> float:
-    """Population standard deviation of the values (float64, fixed summation order)."""
-    mean = sum(values) / len(values)
-    return math.sqrt(sum((v - mean) ** 2 for v in values) / len(values))
 
 
 class MeZO(torch.optim.Optimizer):
@@ -408,7 +228,7 @@ class MeZO(torch.optim.Optimizer):
     def _check_in_place(self, params) -> None:
         """In-place evaluation of bf16 / fp16 weights is refused in one line: a perturbation swept into them rounds
         and the restore does not return them bit for bit (the weights would walk away over a run)."""
-        low = _low_precision_in_place(params) if self.config["member_evaluation"] == "inplace" else None
+        low = _rounding.low_precision_trainable(params) if self.config["member_evaluation"] == "inplace" else None
         if low is not None:
             raise ValueError(f"MeZO cannot perturb {low} weights in place: a perturbation rounds and its restore does "
                              "not return them bit for bit; use member_evaluation=BatchedMembers(model) (the weights untouched "
@@ -557,7 +377,7 @@ class MeZO(torch.optim.Optimizer):
         phases: evaluate the members, turn what they returned into losses, update."""
         lrs = [g["lr"] for g in self.param_groups]
         epss = [g["eps"] for g in self.param_groups]
-        run = _Evaluation(self, entries, closure, seeds, fitness is not None)
+        run = MemberEvaluation(self, entries, closure, seeds, fitness is not None)
         try:
             outcomes = run.evaluate()
             values = self._losses(outcomes, fitness, run.values)
@@ -587,7 +407,7 @@ class MeZO(torch.optim.Optimizer):
             raise ValueError(f"fitness returned {len(losses)} losses for {len(outcomes)} members; "
                              f"it must return one per member ({len(outcomes)})")
         for v in losses:
-            _append_checked(values, _as_float(v), "member")
+            append_checked(values, as_float(v), "member")
         return values
 
     def _update(self, entries, seeds, values, offset, lrs, epss, center=None) -> StepResult:
@@ -613,8 +433,8 @@ class MeZO(torch.optim.Optimizer):
             entries = [e for e in entries if not _rounding.is_low_precision(e[1])]
         kept = None
         if buffered:
-            self._buffered_update(entries, seeds, group_grads)
-            kept = self._buffered_update(low, seeds, group_grads, rounded=True) if low else None
+            buffered_update(self, entries, seeds, group_grads)
+            kept = buffered_update(self, low, seeds, group_grads, rounded=True) if low else None
         elif offset is None:  # the weights are at theta: the same updates, without a restore to fuse
             self._sweep(entries, seeds[-1], 0.0, update=sgd(n - 1, decay=True), skip_identity=True)
             for j in range(n - 1):
@@ -630,22 +450,12 @@ class MeZO(torch.optim.Optimizer):
         plus = values if one_point or es else values[0::2]
         minus = values[1::2]
         if center is not None:
-            self._move_curvature(seeds, values, center, epss[0])
+            self._curvature.observe(self._noise, seeds, values, center, epss[0], self.config["hessian_smooth"])
             values = [*values, center]
         self._log(seeds, values, grads, lrs, epss, STATUS["applied"])
         return StepResult(loss_plus=sum(plus) / len(plus), loss_minus=None if one_point or es else sum(minus) / len(minus),
                           projected_grads=grads, seeds=seeds, loss=sum(values) / len(values), lr=lrs[0],
                           values=values, spread=sigma, update_kept=kept)
-
-    def _move_curvature(self, seeds, values, center: float, eps: float) -> None:
-        """HiZOO: each sample's curvature along its direction, ``|l+ + l- - 2 l0| / (2 eps^2)``, moves H
-        (:meth:`Curvature.update`), and the noise of the steps to come is scaled by the new ``H^-1/2``."""
-        raws = [self._noise.raw(s) for s in seeds]
-        curv = torch.tensor([abs(values[2 * j] + values[2 * j + 1] - 2.0 * center) / (2.0 * eps * eps)
-                             for j in range(len(seeds))], dtype=torch.float64)
-        self._curvature.update(torch.stack([b for b, _ in raws]), torch.stack([a for _, a in raws]), curv,
-                               self.config["hessian_smooth"])
-        self._noise.precondition(*self._curvature.scales())
 
     def _evaluate_members(self, closure, members: list[Member], entries) -> list:
         """Batched evaluation: ``closure(members)`` once, the strategy evaluating every member; its M values."""
@@ -673,80 +483,6 @@ class MeZO(torch.optim.Optimizer):
         return _rounding.update_(entries, add, lambda g: decay[id(g)], self.config["rounding"], seeds[-1],
                                  split_rows=self._noise.kind == "lowrank") if entries else None
 
-    def _buffered_update(self, entries, seeds, group_grads, rounded: bool = False) -> float | None:
-        """Momentum / Adam: materialise z per tensor and update the per-tensor float32 buffers (momentum with
-        low-rank noise on float32 weights: :meth:`_lowrank_momentum_update`, every tensor at once). ``rounded``:
-        bf16 / fp16 tensors, the step computed in float32 and rounded once (:mod:`mezo_rl.engine.rounding`);
-        returns the share of it kept."""
-        cfg = self.config
-        n, mu, (b1, b2) = cfg["n_spsa"], cfg["momentum"], cfg["betas"]
-        if cfg["noise"] == "lowrank" and not cfg["adam"] and not rounded:
-            return self._lowrank_momentum_update(entries, seeds, group_grads)
-        t = self._updates + 1
-
-        def step_of(idx, p, group) -> tuple[torch.Tensor, float]:
-            """``(d, alpha)``: the change of ``p`` after its weight decay is ``alpha * d`` (float32), its buffers moved."""
-            est = None  # the ZO gradient estimate for this tensor: mean_j g_j z_j
-            for j, s in enumerate(seeds):
-                z = self._noise.sample(p, s, idx).mul_(group_grads[id(group)][j] / n)
-                est = z if est is None else est.add_(z)
-            state, lr = self.state[p], group["lr"]
-            if cfg["adam"]:
-                if "exp_avg" not in state:
-                    state["exp_avg"] = torch.zeros_like(p, dtype=torch.float32)
-                    state["exp_avg_sq"] = torch.zeros_like(p, dtype=torch.float32)
-                m, v = state["exp_avg"], state["exp_avg_sq"]
-                m.mul_(b1).add_(est, alpha=1 - b1)
-                v.mul_(b2).addcmul_(est, est, value=1 - b2)
-                denom = (v / (1 - b2**t)).sqrt_().add_(cfg["adam_eps"])
-                return m / denom, -lr / (1 - b1**t)
-            if "momentum_buffer" not in state:
-                state["momentum_buffer"] = torch.zeros_like(p, dtype=torch.float32)
-            return state["momentum_buffer"].mul_(mu).add_(est), -lr
-
-        if rounded:
-            def add(items):
-                for pc, v in items:
-                    d, alpha = step_of(pc.index, pc.p, pc.group)
-                    v.add_(d.view(v.shape), alpha=alpha)
-            return _rounding.update_(entries, add, lambda g: 1.0 - g["lr"] * g["weight_decay"], cfg["rounding"],
-                                     seeds[-1], split_rows=False)
-        for idx, p, group in entries:
-            if group["weight_decay"]:
-                p.mul_(1.0 - group["lr"] * group["weight_decay"])
-            d, alpha = step_of(idx, p, group)
-            p.add_(d, alpha=alpha)
-        return None
-
-    def _lowrank_momentum_update(self, entries, seeds, group_grads) -> None:
-        """Heavy-ball momentum with low-rank noise, in operations that do not grow with the number of tensors:
-        ``m <- mu m``, then ``m <- m + (g_j / n) z_j`` for each sample (a sweep of the buffers: the factors are
-        added to them as to the weights, never materialised), then ``p <- p (1 - lr wd) - lr m``."""
-        n, mu = self.config["n_spsa"], self.config["momentum"]
-        bufs = []
-        for _, p, _ in entries:
-            state = self.state[p]
-            if "momentum_buffer" not in state:
-                state["momentum_buffer"] = torch.zeros_like(p, dtype=torch.float32)
-            bufs.append(state["momentum_buffer"])
-        by_device: dict = {}
-        for (_, p, group), buf in zip(entries, bufs):
-            by_device.setdefault(p.device, []).append((p, buf, group))
-        for device, items in by_device.items():
-            with _noise.one_thread_on_cpu([device]):
-                torch._foreach_mul_([b for _, b, _ in items], mu)
-        for j, s in enumerate(seeds):
-            self._noise.sweep_([(idx, buf) for (idx, _, _), buf in zip(entries, bufs)], s,
-                               [(0.0, group_grads[id(group)][j] / n, 1.0) for _, _, group in entries])
-        for device, items in by_device.items():
-            decayed = [(p, 1.0 - group["lr"] * group["weight_decay"]) for p, _, group in items if group["weight_decay"]]
-            one = torch.ones((), dtype=torch.float32, device=device)
-            with _noise.one_thread_on_cpu([device]):
-                if decayed:
-                    torch._foreach_mul_([p for p, _ in decayed], [c for _, c in decayed])
-                torch._foreach_addcmul_([p for p, _, _ in items], [b for _, b, _ in items], [one] * len(items),
-                                        [-group["lr"] for _, _, group in items])
-
     def _log(self, seeds, values, grads, lrs, epss, status) -> None:
         if self._record:
             self.trajectory.append(seeds=seeds, values=values, projected_grads=grads, lrs=lrs, epss=epss,
@@ -761,40 +497,14 @@ class MeZO(torch.optim.Optimizer):
         differs). Build the optimizer with :func:`replay_trajectory` unless you know its setup.
         ``on_step(t, optimizer)``, if given, is called after each row ``t`` of the log (whether it
         moved the weights or not): the weights and state are then those of the run after step t + 1."""
-        _with_noise_format(trajectory.header)
-        _check_rounding_recorded(trajectory.header, trajectory.header.get("param_dtypes", ()))
+        with_noise_format(trajectory.header)
+        check_rounding_recorded(trajectory.header, trajectory.header.get("param_dtypes", ()))
         entries = self._prepare()
         batched = self.config["member_evaluation"] == "batched"
         for t, row in enumerate(trajectory):
-            self._replay_row(entries, row, t, batched)
+            replay_row(self, entries, row, t, batched)
             if on_step is not None:
                 on_step(t, self)
-
-    def _replay_row(self, entries, row, t: int, batched: bool) -> None:
-        """One logged step re-executed (:meth:`replay`)."""
-        if batched and row.status != STATUS["applied"]:
-            return  # a batched step that aborted or was skipped never touched the weights
-        for g, lr, eps in zip(self.param_groups, row.lrs, row.epss):
-            g["lr"], g["eps"] = lr, eps
-        recorded = iter(row.values[: row.calls])
-
-        def closure(members):
-            try:
-                return [next(recorded) for _ in members]
-            except StopIteration:
-                raise _ReplayAbort() from None
-
-        try:
-            self._replaying = True
-            res = self._step(entries, closure, list(row.seeds))
-        except (_ReplayAbort, FloatingPointError):
-            if row.status != STATUS["aborted"]:
-                raise RuntimeError(f"replay diverged at step {t}: it aborted, the run did not") from None
-            return
-        finally:
-            self._replaying = False
-        if row.status == STATUS["applied"] and res.projected_grads != list(row.projected_grads):
-            raise RuntimeError(f"replay diverged at step {t}: projected gradients differ")
 
     # ------------------------------------------------------------------------------------------
     def state_dict(self) -> dict:
@@ -811,13 +521,13 @@ class MeZO(torch.optim.Optimizer):
         extra = sd.pop("mezo", None)
         if extra is None:
             raise ValueError("not a MeZO state dict: the 'mezo' entry is missing")
-        _check_rounding_recorded(extra["config"], [str(p.dtype).removeprefix("torch.") for _, p, _ in self._flat()
+        check_rounding_recorded(extra["config"], [str(p.dtype).removeprefix("torch.") for _, p, _ in self._flat()
                                                    if p.requires_grad])
-        saved = {**_ADDED_LATER, **recorded_options(extra["config"])}
+        saved = {**ADDED_LATER, **recorded_options(extra["config"])}
         if saved != self.config:
             diff = {k: (saved.get(k), v) for k, v in self.config.items() if saved.get(k) != v}
             raise ValueError(f"the state dict was saved by a MeZO with a different configuration (saved, here): {diff}")
-        _with_noise_format({"noise": saved["noise"], "noise_format": extra.get("noise_format", 1)})
+        with_noise_format({"noise": saved["noise"], "noise_format": extra.get("noise_format", 1)})
         # groups saved before every hyperparameter was recorded in them: complete them from this run
         sd["param_groups"] = [{**{k: v for k, v in mine.items() if k != "params"}, **recorded_options(theirs)}
                               for mine, theirs in zip(self.param_groups, sd["param_groups"])]
@@ -837,16 +547,7 @@ class MeZO(torch.optim.Optimizer):
         if extra["trajectory"] is not None:
             self.trajectory = Trajectory.from_state_dict(extra["trajectory"])
             if self.trajectory.header:
-                self.trajectory.header = _with_noise_format({**_ADDED_LATER, **recorded_options(self.trajectory.header)})
-
-
-def _flat_params(params) -> list[torch.Tensor]:
-    if isinstance(params, torch.nn.Module):
-        return list(params.parameters())
-    params = list(params)
-    if params and isinstance(params[0], dict):
-        return [p for g in params for p in g["params"]]
-    return [p[1] if isinstance(p, tuple) else p for p in params]
+                self.trajectory.header = with_noise_format({**ADDED_LATER, **recorded_options(self.trajectory.header)})
 
 
 def replay_trajectory(params: torch.nn.Module | Iterable, trajectory: Trajectory | str | os.PathLike,
@@ -867,25 +568,9 @@ def replay_trajectory(params: torch.nn.Module | Iterable, trajectory: Trajectory
     h = traj.header
     if not h:
         raise ValueError("the trajectory has no header: it was never filled by a MeZO run")
-    _check_rounding_recorded(h, h["param_dtypes"])
-    h = _with_noise_format({**_ADDED_LATER, **recorded_options(h)})
-    flat = _flat_params(params)
-    shapes = [list(p.shape) for p in flat]
-    if shapes != h["param_shapes"]:
-        first = next((i for i, (a, b) in enumerate(zip(shapes, h["param_shapes"])) if a != b),
-                     min(len(shapes), len(h["param_shapes"])))
-        raise ValueError(f"replay needs the {len(h['param_shapes'])} tensors the run was built with, in the same "
-                         f"order and shapes; got {len(flat)} tensors (first mismatch at index {first})")
-    dtypes = [str(p.dtype).removeprefix("torch.") for p in flat]
-    if dtypes != h["param_dtypes"]:
-        raise ValueError(f"replay needs the same dtypes as the run ({sorted(set(h['param_dtypes']))}); got {sorted(set(dtypes))}")
-    trainable = [i for i, p in enumerate(flat) if p.requires_grad]
-    if trainable != h["trainable"]:
-        raise ValueError("replay needs the same tensors to be trainable (requires_grad=True) as in the run")
-    groups, start = [], 0
-    for size, wd in zip(h["group_sizes"], h["group_weight_decays"]):
-        groups.append({"params": flat[start:start + size], "weight_decay": wd})
-        start += size
+    check_rounding_recorded(h, h["param_dtypes"])
+    h = with_noise_format({**ADDED_LATER, **recorded_options(h)})
+    groups = replay_groups(params, h)
     opt = MeZO(groups, lr=0.0, eps=1.0, betas=tuple(h["betas"]), record=False,
                **{k: h[k] for k in _RUN_DEFAULTS if k != "betas"})
     opt.replay(traj, on_step)

@@ -27,7 +27,7 @@ import torch
 
 from mezo_rl.choices import ROUNDINGS
 
-__all__ = ["ROUNDINGS", "LOW_PRECISION", "is_low_precision", "chunk_elements", "pieces", "chunks", "round_", "update_",
+__all__ = ["ROUNDINGS", "LOW_PRECISION", "is_low_precision", "low_precision_trainable", "chunk_elements", "pieces", "chunks", "round_", "update_",
            "random_words", "chunk_words",
            "UpdateMeter", "METER_SAMPLES"]
 
@@ -43,6 +43,11 @@ _TAG_ROUND = 0x726F756E64696E67  # "rounding": the key of an update's random bit
 
 def is_low_precision(p: torch.Tensor) -> bool:
     return p.dtype in LOW_PRECISION
+
+
+def low_precision_trainable(params) -> str | None:
+    """The dtype of a trainable bf16 / fp16 tensor among ``params`` (tensors), or None."""
+    return next((str(p.dtype).removeprefix("torch.") for p in params if p.requires_grad and is_low_precision(p)), None)
 
 
 def chunk_elements(total: int) -> int:
