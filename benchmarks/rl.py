@@ -20,7 +20,9 @@ and TRL's GRPO on the same model, prompts, reward, completions per prompt and tr
 Issue 70 (``benchmarks/suite/untouched.py``, ``bootstrap.py``, ``curves.py``): issue 50's test split is the
 *development* split (the records' ``test`` fields); verdicts come from the untouched split, which every new run of a
 task in ``UNTOUCHED_TASKS`` reads once at validation's pick (a MeZO run replayed to it by ``benchmarks/untouched.py
---read-run``, a GRPO run in its own process), compared by a paired bootstrap over prompts and seeds. Each declared
+--read-run``, a GRPO run in its own process), compared by a paired bootstrap over prompts and seeds; a pair is run
+again only on the kind of machine its cells ran on (there 640 s of step time buys the steps validation chose at,
+at the same precision). Each declared
 cell has records, or is ``pruned`` (never run) with its reason, or is ``planned`` for a later session with its
 reason (tests/test_rl_grid_accounting.py).
 
@@ -1300,8 +1302,15 @@ def frontier_pending(task: str, stage: str, names: list[str] | None, records: li
     if stage == "export":
         return []  # export_picks does the work
     if stage in ("untouched", "more-seeds"):
-        # the choice reads validation figures, which any machine's records give
-        return untouched_pending(task, stage, grid, [r for r in records if r.get("task") == task])
+        # a pair is read again where its cells ran: the same 640 s of step time buys another number of steps, at
+        # another precision (bf16 autocast only where it is native), on another kind of CPU, so a rerun elsewhere
+        # is not the cell validation chose
+        mine = [r for r in records if r.get("task") == task and r.get("machine") == here]
+        if not mine and any(r.get("task") == task for r in records):
+            print(f"{task}: its records were made on {sorted({r.get('machine') for r in records if r.get('task') == task})}"
+                  f", not on this machine ({here}): stage {stage!r} reruns a pair on the machine its cells ran on",
+                  file=sys.stderr)
+        return untouched_pending(task, stage, grid, mine)
     return [(c, s) for c, s in todo if (c.name, s) not in done]
 
 

@@ -212,3 +212,14 @@ def test_grpo_runs_of_a_stage_that_a_later_one_starts_from_save_their_pick(tmp_p
     assert "--save-picked" in got[0] and "--save-picked" not in got[1]   # no stage starts from the last one
     assert rl._command_key(rl.shlex.join(got[0])) == rl._command_key(rl.shlex.join(
         rl.frontier_command(rl.FRONTIER_GRIDS["countdown-curriculum2"][2], 0, tmp_path / "y")))
+
+
+def test_stage_untouched_reruns_a_pair_only_on_the_machine_its_cells_ran_on():
+    from test_rl_protocol import _rec
+
+    m, g = rl.frontier_cell("arithmetic", "mezo-full-lr1e-3-beta0"), rl.frontier_cell("arithmetic", "grpo-full-lr1e-5-beta0.2")
+    recs = [_rec(m, 0.4, 0.2, 0.4, seed=s) for s in range(3)] + [_rec(g, 0.3, 0.2, 0.3, seed=s) for s in range(3)]
+    assert len(rl.frontier_pending("arithmetic", "untouched", None, recs)) == 6
+    elsewhere = [{**r, "machine": "x86_64 2 cpus, another CPU, avx512_bf16"} for r in recs]
+    assert rl.frontier_pending("arithmetic", "untouched", None, elsewhere) == []   # its time budget means other steps here
+
