@@ -962,7 +962,7 @@ _FOUR_X = ("issue 70: four times the budget for {what} (chosen on validation: it
            "gain among compared cells in docs/results/rl_frontier.jsonl), to see whether MeZO, stopped while it was "
            "climbing, catches up")
 _NO_GC = ("issue 70: the best full-weight GRPO cell (on validation) without TRL's default gradient checkpointing, "
-          "which every full-weight GRPO run so far used (it slows the steps and lowers the memory)")
+          "which every full-weight GRPO run so far used (its step time and memory both ways: benchmarks/grpo_gc.py)")
 _CURRICULUM = ("issue 70: Countdown's curriculum: 2-number puzzles in chat form (where the model sometimes answers "
                "right, without tags), then 3, then 4, reward countdown_lenient (a right equation with or without "
                "tags, 0.1 for a well-formed one over the numbers); a stage after the first starts from the previous "
