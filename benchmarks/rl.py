@@ -77,7 +77,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))   # the suite p
 from mezo_rl.stats import Moments  # noqa: E402
 from mezo_rl.training.rundir import CONFIG_FILE  # noqa: E402
 from suite.hacking import hacking_measures  # noqa: E402
-from suite.frontier import candidates, left_start, statements, summarise, val_gain, who_wins  # noqa: E402
+from suite.frontier import TOOLS, candidates, left_start, statements, summarise, val_gain, who_wins  # noqa: E402
 from suite import bootstrap  # noqa: E402
 from suite.frontier import plot as plot_frontier, table as frontier_table  # noqa: E402
 from suite.protocol import (COUNTED_WORDS, LOOP_REPETITION, MIN_SEEDS, PRECISION, PROTOCOL, WEIGHTS, ProtocolError,  # noqa: E402
@@ -1282,6 +1282,29 @@ def untouched_verdicts(summaries: list[dict], records: list[dict]) -> list[str]:
     return out
 
 
+def learned_statements(summaries: list[dict], records: list[dict], split: str = "development") -> list[str]:
+    """One line per compared cell whose every seed carries per-prompt ``split`` outcomes before and after training:
+    the paired bootstrap (over prompts and seeds) of its gain over the starting weights, and whether it learned (the
+    95% interval excludes 0) or not. Issue 70's question for Countdown, "learned, or an honest negative", answered
+    with error bars that include the prompts."""
+    out = []
+    for s in summaries:
+        rows = [r for r in records if r["cell"] == s["cell"]
+                and {"before", "after"} <= set((r.get("outcomes") or {}).get(split) or ())]
+        if not s["compared"] or len(rows) != len(s["seeds"]):
+            continue
+        seeds, ids, after = bootstrap.outcome_matrix(rows, split, "after")
+        _, ids_before, before = bootstrap.outcome_matrix(rows, split, "before")
+        order = {pid: i for i, pid in enumerate(ids_before)}
+        before = [[row[order[pid]] for pid in ids] for row in before]
+        iv = bootstrap.paired_bootstrap(after, before)
+        said = "learned" if iv.lo > 0 else ("lost" if iv.hi < 0 else "not learned (the interval includes 0)")
+        out.append(f"- {TOOLS.get(s['tool'], s['tool'])} {s['cell']}: **{said}**: {split} gain {iv.diff:+.3f}, "
+                   f"95% interval [{iv.lo:+.3f}, {iv.hi:+.3f}] (SE {iv.se:.3f}; {iv.seeds} seeds x {iv.prompts} "
+                   f"prompts), at {split} kl {s['kl']:.3f}.")
+    return out
+
+
 def frontier_pending(task: str, stage: str, names: list[str] | None, records: list[dict]) -> list[tuple]:
     """The (cell, seed) pairs a stage still has to run on this machine: "grid" every cell's first seed, "seeds"
     the other seeds of the cells on seed 0's validation frontier (candidates) and of the moonshot's variants
@@ -1438,8 +1461,10 @@ def render_frontier(records: list[dict]) -> str:
         out += ["", f"### {task}: each tool's reward-KL frontier (issue 50's protocol)", "",
                 f"Generated from `docs/results/rl_frontier.jsonl` (`python benchmarks/rl.py --frontier {task}`). Every "
                 f"choice read validation only ({t['num_eval']} prompts; the pick of each run is its record's `pick`); "
-                f"the development split (issue 50's test split, which every run read; renamed by issue 70; "
-                f"{t['num_test']} prompts a seed; the records' `test` fields) was read once per run, at that pick. "
+                "the development split ("
+                + ("issue 50's test split, which every run read; renamed by issue 70; " if task in UNTOUCHED_TASKS
+                   else "this task has no untouched split; ")
+                + f"{t['num_test']} prompts a seed; the records' `test` fields) was read once per run, at that pick. "
                 f"Compared cells have at least {MIN_SEEDS} seeds; development gain and kl are means over seeds with "
                 "their SE over seeds (training noise only: every seed read the same prompts). Frontier: "
                 "the cells no other cell of the tool beats on validation (gain at no larger kl). Equal time: each "
@@ -1464,11 +1489,17 @@ def render_frontier(records: list[dict]) -> str:
         out += ["", "Where each tool led on the development split (generated from the records; a difference within 2 "
                     "SE over seeds names no leader). Not a verdict: verdicts come from the untouched split below.", ""]
         out += said or ["- no compared cell yet (a compared cell has every one of its seeds recorded)."]
-        out += ["", "Verdicts on the untouched split (issue 70: read once per cell and seed at validation's pick; a "
-                    "paired bootstrap over prompts and seeds, `benchmarks/suite/bootstrap.py`; a winner only where "
-                    "the 95% interval of the difference excludes 0):", ""]
-        out += untouched_verdicts(summaries, [r for r in rows if admitted(r)[0]]) or [
-            "- none yet: no compared pair has its untouched reads."]
+        learned = learned_statements(summaries, [r for r in rows if admitted(r)[0]])
+        if learned:
+            out += ["", "Learned past the starting weights? (issue 70: each compared cell's development gain, a paired "
+                        "bootstrap over prompts and seeds, `benchmarks/suite/bootstrap.py`; learned only where the 95% "
+                        "interval excludes 0):", ""] + learned
+        if task in UNTOUCHED_TASKS:
+            out += ["", "Verdicts on the untouched split (issue 70: read once per cell and seed at validation's pick; "
+                        "a paired bootstrap over prompts and seeds, `benchmarks/suite/bootstrap.py`; a winner only "
+                        "where the 95% interval of the difference excludes 0):", ""]
+            out += untouched_verdicts(summaries, [r for r in rows if admitted(r)[0]]) or [
+                "- none yet: no compared pair has its untouched reads."]
         kept_out = [(r, admitted(r)[1]) for r in rows if not admitted(r)[0]] + [(r, superseded(r)) for r in old]
         if kept_out:
             out += ["", "Records kept out of the comparison:", ""]

@@ -116,3 +116,33 @@ def test_the_pages_verdicts_come_from_the_untouched_reads_of_the_cells_validatio
     assert "**neither" in line and "run seeds 3..4" in line
     unread = three("g", "trl-grpo", 0.3, 0.01, [0.3] * 3)   # no untouched read yet: no verdict
     assert rl.untouched_verdicts(fr.summarise(m + unread, "exact_answer"), m + unread) == []
+
+
+def test_a_cell_learned_only_where_the_interval_of_its_gain_over_the_start_excludes_zero():
+    import rl
+    from suite import frontier as fr
+    from test_rl_frontier import three
+
+    n = 20
+    start = [0.0] * n
+
+    def with_outcomes(rows, after):
+        # "before" in reverse prompt order: the gain pairs each prompt with itself by id
+        return [{**r, "outcomes": {"development": {
+            "after": [[f"q{i}", v] for i, v in enumerate(after)],
+            "before": [[f"q{i}", start[i]] for i in reversed(range(n))]}}} for r in rows]
+
+    # every seed solves the same 6 of 20 prompts the start did not: only prompt sampling varies, and the
+    # resampled gain is Binomial(20, 0.3) / 20 exactly
+    learned = with_outcomes(three("m", "mezo-rl", 0.3, 0.01, [0.3] * 3), [1.0] * 6 + [0.0] * 14)
+    same = with_outcomes(three("g", "trl-grpo", 0.0, 0.01, [0.0] * 3), start)
+    lines = rl.learned_statements(fr.summarise(learned + same, "exact_answer"), learned + same)
+    lo, hi = binomial_interval(n, 0.3)
+    (m_line,) = [x for x in lines if " m:" in x]
+    (g_line,) = [x for x in lines if " g:" in x]
+    assert "**learned**" in m_line and "+0.300" in m_line and f"[{lo:+.3f}, {hi:+.3f}]" in m_line
+    assert f"3 seeds x {n} prompts" in m_line
+    assert "**not learned" in g_line and "+0.000" in g_line
+    # a cell with a seed missing its per-prompt outcomes states nothing (its gain would not be over every seed)
+    part = learned[:2] + three("m", "mezo-rl", 0.3, 0.01, [0.3] * 3)[2:]
+    assert rl.learned_statements(fr.summarise(part, "exact_answer"), part) == []
