@@ -92,3 +92,16 @@ def test_table_and_plot(tmp_path):
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert fr.plot(fr.summarise(rows[-1:], REWARD), tmp_path / "one.png", "t", REWARD).is_file()  # one seed: hollow
     assert fr.plot([], tmp_path / "none.png", "t", REWARD) is None
+
+
+def test_frontier_labels_keep_their_order_and_never_overlap():
+    ys = [0.30, 0.31, 0.29, 0.60, 0.05, 0.62]
+    gap, top = 0.05, 0.64
+    out = fr.spread(ys, gap, top)
+    order = sorted(range(len(ys)), key=lambda i: ys[i])
+    placed = [out[i] for i in order]
+    assert all(b - a >= gap - 1e-12 for a, b in zip(placed, placed[1:]))   # in order, a gap apart
+    assert max(out) <= top + 1e-12
+    assert out[4] == 0.05                                                  # a label with room stays at its point
+    assert sum(out[i] for i in (0, 1, 2)) / 3 == pytest.approx(0.30)     # a crowded run is centred on its points
+    assert fr.spread([0.1], gap) == [0.1]

@@ -161,13 +161,15 @@ def table(summaries: list[dict]) -> list[str]:
 
 def plot(summaries: list[dict], path, title: str, reward: str) -> pathlib.Path | None:
     """Held-out gain (± SE over seeds) against test kl (± SE over seeds) for each tool's cells: compared cells
-    filled, the frontier joined, cells still short of MIN_SEEDS hollow (no SE bar with one seed); None where
-    matplotlib is missing or there is no cell."""
+    filled, the frontier joined and labelled (MeZO's labels to the left of their points, GRPO's to the right, each
+    side spread so that no two overlap), the other cells faint and unlabelled (the table names every cell), cells
+    still short of MIN_SEEDS hollow (no SE bar with one seed); None where matplotlib is missing or there is no
+    cell."""
     plt = pyplot() if summaries else None
     if plt is None:
         return None
-    fig, ax = plt.subplots(figsize=(6.5, 4.2))
-    top = 0.0
+    fig, ax = plt.subplots(figsize=(7.5, 4.8))
+    top, labels = 0.0, []
     for tool, name in TOOLS.items():
         marker, colour = STYLE[tool]
         front = frontier(summaries, tool)
@@ -176,21 +178,63 @@ def plot(summaries: list[dict], path, title: str, reward: str) -> pathlib.Path |
             on = s in front
             ax.errorbar([s["kl"]], [s["gain"]], xerr=[0 if math.isnan(s["kl_se"]) else s["kl_se"]],
                         yerr=[0 if math.isnan(s["gain_se"]) else s["gain_se"]], fmt=marker, color=colour,
-                        mfc=colour if s["compared"] else "none", alpha=1.0 if on or not s["compared"] else 0.35,
-                        capsize=3)
-            label = s["cell"] + ("" if s["compared"] else f" ({len(s['seeds'])} seed)")
-            ax.annotate(label, (s["kl"], s["gain"]), fontsize=6, xytext=(4, 3), textcoords="offset points")
+                        mfc=colour if s["compared"] else "none", alpha=1.0 if on else 0.35, capsize=3)
         if front:
             ax.plot([s["kl"] for s in front], [s["gain"] for s in front], "-", color=colour, lw=1, label=f"{name} frontier")
+            labels.append((tool, colour, [(s["kl"], s["gain"], s["cell"]) for s in front]))
     ax.axhline(0, color="grey", lw=0.5)
     ax.set_xscale("symlog", linthresh=1e-3)
-    ax.set_xlim(0, max(top, 1e-2) * 2)
+    ax.set_xlim(0, max(top, 1e-2) * 8)  # a decade beyond the largest kl: room for the labels on the right
+    ax.set_ylim(*ax.get_ylim())
     ax.set_xlabel("kl to the starting model (per token, test completions; ± SE over seeds)")
     ax.set_ylabel(f"held-out {reward} gain (± SE over seeds)", fontsize=8)
-    ax.set_title(f"{title} (hollow: under {MIN_SEEDS} seeds, not compared)", fontsize=8)
-    if any(frontier(summaries, tool) for tool in TOOLS):
-        ax.legend(fontsize=7)
-    return save(plt, fig, path)
+    ax.set_title(f"{title} (labelled: each tool's frontier; faint: off it; hollow: under {MIN_SEEDS} seeds)",
+                 fontsize=8)
+    if labels:
+        ax.legend(fontsize=7, loc="upper left")
+    fig.tight_layout()
+    gap = LABEL_PT * 1.4 * fig.dpi / 72  # pixels between two labels' centres
+    for tool, colour, points in labels:
+        ys = [ax.transData.transform((x, y))[1] for x, y, _ in points]
+        dx, ha = (-12, "right") if tool == "mezo-rl" else (12, "left")
+        top_px = ax.transAxes.transform((0, 1))[1] - gap / 2
+        for (x, y, text), py, ty in zip(points, ys, spread(ys, gap, top_px)):
+            a = ax.annotate(text, (x, y), xytext=(dx, (ty - py) * 72 / fig.dpi), textcoords="offset points",
+                            ha=ha, va="center", fontsize=LABEL_PT, color=colour,
+                            arrowprops=dict(arrowstyle="-", lw=0.4, color=colour, alpha=0.6))
+            a.set_in_layout(False)  # the axes keep their size; the labels sit inside the figure's margins
+    return save(plt, fig, path, layout=False)
+
+
+#: the frontier labels' font size, in points
+LABEL_PT = 6
+
+
+def spread(ys: list[float], gap: float, top: float = math.inf) -> list[float]:
+    """Positions for labels wanted at ``ys`` (any order): each as near its own as the others allow, in the same
+    order, neighbours at least ``gap`` apart (a run of labels closer than that is centred on its mean), none above
+    ``top`` (the labels that would be are pushed down, and those they reach with them)."""
+    order = sorted(range(len(ys)), key=lambda i: ys[i])
+    blocks: list[list[int]] = []  # runs of labels that touch, each placed around the mean of their wishes
+    for i in order:
+        blocks.append([i])
+        while len(blocks) > 1:
+            lo, hi = blocks[-2], blocks[-1]
+            start_lo = sum(ys[j] for j in lo) / len(lo) - gap * (len(lo) - 1) / 2
+            start_hi = sum(ys[j] for j in hi) / len(hi) - gap * (len(hi) - 1) / 2
+            if start_lo + gap * len(lo) <= start_hi:
+                break
+            blocks[-2:] = [lo + hi]
+    out = [0.0] * len(ys)
+    for block in blocks:
+        start = sum(ys[j] for j in block) / len(block) - gap * (len(block) - 1) / 2
+        for k, j in enumerate(block):
+            out[j] = start + k * gap
+    ceiling = top
+    for j in reversed(order):
+        out[j] = min(out[j], ceiling)
+        ceiling = out[j] - gap
+    return out
 
 
 def pyplot():
@@ -204,9 +248,10 @@ def pyplot():
     return plt
 
 
-def save(plt, fig, path) -> pathlib.Path:
-    """Write ``fig`` to ``path`` (its folder made), close it and return the path."""
-    fig.tight_layout()
+def save(plt, fig, path, layout: bool = True) -> pathlib.Path:
+    """Write ``fig`` to ``path`` (its folder made), close it and return the path (``layout``: fit it tight first)."""
+    if layout:
+        fig.tight_layout()
     path = pathlib.Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
