@@ -1260,24 +1260,25 @@ def prompt_outcomes(samples: list[dict], reward: str) -> list[list]:
     return [[prompt_id(x), x.get(reward)] for x in samples]
 
 
-def untouched_verdicts(summaries: list[dict], records: list[dict]) -> list[str]:
+def bootstrap_verdicts(summaries: list[dict], records: list[dict], split: str = "untouched") -> list[str]:
     """One line per kl band of ``who_wins`` (the cells validation chose at each validation-kl budget) whose two cells
-    both read the untouched split on the same seeds (at least MIN_SEEDS): the paired bootstrap of MeZO - GRPO over
-    prompts and seeds, the verdict, and whether the pair needs ``bootstrap.MORE_SEEDS`` seeds."""
+    both carry per-prompt outcomes of ``split`` on the same seeds (at least MIN_SEEDS): the paired bootstrap of
+    MeZO - GRPO over prompts and seeds, the verdict, and whether the pair needs ``bootstrap.MORE_SEEDS`` seeds."""
     out = []
     for row in who_wins(summaries):
         if not (row["mezo"] and row["grpo"]):
             continue
-        pair = [[r for r in records if r["cell"] == cell and "untouched" in (r.get("outcomes") or {})]
+        pair = [[r for r in records if r["cell"] == cell and split in (r.get("outcomes") or {})]
                 for cell in (row["mezo"], row["grpo"])]
         seeds = {r["seed"] for r in pair[0]} & {r["seed"] for r in pair[1]}
         if len(seeds) < MIN_SEEDS:
             continue
-        iv = bootstrap.compare_cells(pair[0], pair[1], "untouched")
+        iv = bootstrap.compare_cells(pair[0], pair[1], split)
         more = (f"; within {bootstrap.CLOSE_SE:g} SE: run seeds {len(seeds)}..{bootstrap.MORE_SEEDS - 1} of both cells"
                 if bootstrap.needs_more_seeds(iv) else "")
-        out.append(f"- validation kl {row['lo']:.4f}-{row['hi']:.4f}: **{bootstrap.verdict(iv, 'MeZO', 'TRL GRPO')}**: "
-                   f"MeZO {row['mezo']} vs GRPO {row['grpo']}, untouched difference {iv.diff:+.3f}, 95% interval "
+        budgets = f"{row['lo']:.4f}" + (f" to {row['hi']:.4f}" if row["hi"] > row["lo"] else "")
+        out.append(f"- the pair chosen at validation kl {budgets}: **{bootstrap.verdict(iv, 'MeZO', 'TRL GRPO')}**: "
+                   f"MeZO {row['mezo']} vs GRPO {row['grpo']}, {split} difference {iv.diff:+.3f}, 95% interval "
                    f"[{iv.lo:+.3f}, {iv.hi:+.3f}] (SE {iv.se:.3f}; {iv.seeds} seeds x {iv.prompts} prompts){more}.")
     return out
 
@@ -1487,8 +1488,17 @@ def render_frontier(records: list[dict]) -> str:
                 out += ["", f"![{task}: validation reward against time](results/{png.name})"]
         said = statements(summaries)
         out += ["", "Where each tool led on the development split (generated from the records; a difference within 2 "
-                    "SE over seeds names no leader). Not a verdict: verdicts come from the untouched split below.", ""]
+                    "SE over seeds names no leader). Not a verdict: "
+                    + ("verdicts come from the untouched split below." if task in UNTOUCHED_TASKS else
+                       "the same pairs with a paired bootstrap over prompts and seeds follow."), ""]
         out += said or ["- no compared cell yet (a compared cell has every one of its seeds recorded)."]
+        if task not in UNTOUCHED_TASKS:
+            admitted_rows = [r for r in rows if admitted(r)[0]]
+            out += ["", "The same pairs on the development split with error bars that include the prompts (a paired "
+                        "bootstrap over prompts and seeds, `benchmarks/suite/bootstrap.py`; a leader only where the 95% "
+                        "interval of the difference excludes 0):", ""]
+            out += bootstrap_verdicts(summaries, admitted_rows, "development") or [
+                "- none: no compared pair carries per-prompt development outcomes."]
         learned = learned_statements(summaries, [r for r in rows if admitted(r)[0]])
         if learned:
             out += ["", "Learned past the starting weights? (issue 70: each compared cell's development gain, a paired "
@@ -1498,7 +1508,7 @@ def render_frontier(records: list[dict]) -> str:
             out += ["", "Verdicts on the untouched split (issue 70: read once per cell and seed at validation's pick; "
                         "a paired bootstrap over prompts and seeds, `benchmarks/suite/bootstrap.py`; a winner only "
                         "where the 95% interval of the difference excludes 0):", ""]
-            out += untouched_verdicts(summaries, [r for r in rows if admitted(r)[0]]) or [
+            out += bootstrap_verdicts(summaries, [r for r in rows if admitted(r)[0]]) or [
                 "- none yet: no compared pair has its untouched reads."]
         kept_out = [(r, admitted(r)[1]) for r in rows if not admitted(r)[0]] + [(r, superseded(r)) for r in old]
         if kept_out:

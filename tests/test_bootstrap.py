@@ -109,13 +109,13 @@ def test_the_pages_verdicts_come_from_the_untouched_reads_of_the_cells_validatio
     n = 40
     m = with_reads(three("m", "mezo-rl", 0.3, 0.01, [0.3] * 3), [[1] * 30 + [0] * 10] * 3)
     g = with_reads(three("g", "trl-grpo", 0.3, 0.01, [0.3] * 3), [[1] * 10 + [0] * 30] * 3)
-    (line,) = rl.untouched_verdicts(fr.summarise(m + g, "exact_answer"), m + g)
+    (line,) = rl.bootstrap_verdicts(fr.summarise(m + g, "exact_answer"), m + g)
     assert "**MeZO**" in line and "+0.500" in line and f"3 seeds x {n} prompts" in line and "run seeds" not in line
     close = with_reads(three("g", "trl-grpo", 0.3, 0.01, [0.3] * 3), [[1] * 29 + [0] * 11] * 3)
-    (line,) = rl.untouched_verdicts(fr.summarise(m + close, "exact_answer"), m + close)
+    (line,) = rl.bootstrap_verdicts(fr.summarise(m + close, "exact_answer"), m + close)
     assert "**neither" in line and "run seeds 3..4" in line
     unread = three("g", "trl-grpo", 0.3, 0.01, [0.3] * 3)   # no untouched read yet: no verdict
-    assert rl.untouched_verdicts(fr.summarise(m + unread, "exact_answer"), m + unread) == []
+    assert rl.bootstrap_verdicts(fr.summarise(m + unread, "exact_answer"), m + unread) == []
 
 
 def test_a_cell_learned_only_where_the_interval_of_its_gain_over_the_start_excludes_zero():
@@ -146,3 +146,20 @@ def test_a_cell_learned_only_where_the_interval_of_its_gain_over_the_start_exclu
     # a cell with a seed missing its per-prompt outcomes states nothing (its gain would not be over every seed)
     part = learned[:2] + three("m", "mezo-rl", 0.3, 0.01, [0.3] * 3)[2:]
     assert rl.learned_statements(fr.summarise(part, "exact_answer"), part) == []
+
+
+def test_a_task_without_an_untouched_split_compares_its_pairs_on_development_with_the_prompts():
+    import rl
+    from suite import frontier as fr
+    from test_rl_frontier import three
+
+    def with_dev(rows, values):
+        return [{**r, "outcomes": {"development": {"after": [[f"q{i}", v] for i, v in enumerate(values)]}}}
+                for r in rows]
+
+    # the seeds agree (SE over seeds 0), yet 1 prompt of 40 is no evidence once the prompts are resampled
+    m = with_dev(three("m", "mezo-rl", 0.3, 0.01, [0.3] * 3), [1] * 11 + [0] * 29)
+    g = with_dev(three("g", "trl-grpo", 0.3, 0.01, [0.3] * 3), [1] * 10 + [0] * 30)
+    (line,) = rl.bootstrap_verdicts(fr.summarise(m + g, "exact_answer"), m + g, "development")
+    assert "**neither" in line and "development difference +0.025" in line
+    assert rl.bootstrap_verdicts(fr.summarise(m + g, "exact_answer"), m + g) == []   # no untouched read
