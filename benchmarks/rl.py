@@ -1294,11 +1294,7 @@ def learned_statements(summaries: list[dict], records: list[dict], split: str = 
                 and {"before", "after"} <= set((r.get("outcomes") or {}).get(split) or ())]
         if not s["compared"] or len(rows) != len(s["seeds"]):
             continue
-        seeds, ids, after = bootstrap.outcome_matrix(rows, split, "after")
-        _, ids_before, before = bootstrap.outcome_matrix(rows, split, "before")
-        order = {pid: i for i, pid in enumerate(ids_before)}
-        before = [[row[order[pid]] for pid in ids] for row in before]
-        iv = bootstrap.paired_bootstrap(after, before)
+        iv = bootstrap.gain_over_start(rows, split)
         said = "learned" if iv.lo > 0 else ("lost" if iv.hi < 0 else "not learned (the interval includes 0)")
         out.append(f"- {TOOLS.get(s['tool'], s['tool'])} {s['cell']}: **{said}**: {split} gain {iv.diff:+.3f}, "
                    f"95% interval [{iv.lo:+.3f}, {iv.hi:+.3f}] (SE {iv.se:.3f}; {iv.seeds} seeds x {iv.prompts} "
@@ -1492,14 +1488,14 @@ def render_frontier(records: list[dict]) -> str:
                     + ("verdicts come from the untouched split below." if task in UNTOUCHED_TASKS else
                        "the same pairs with a paired bootstrap over prompts and seeds follow."), ""]
         out += said or ["- no compared cell yet (a compared cell has every one of its seeds recorded)."]
+        counted = [r for r in rows if admitted(r)[0]]
         if task not in UNTOUCHED_TASKS:
-            admitted_rows = [r for r in rows if admitted(r)[0]]
             out += ["", "The same pairs on the development split with error bars that include the prompts (a paired "
                         "bootstrap over prompts and seeds, `benchmarks/suite/bootstrap.py`; a leader only where the 95% "
                         "interval of the difference excludes 0):", ""]
-            out += bootstrap_verdicts(summaries, admitted_rows, "development") or [
+            out += bootstrap_verdicts(summaries, counted, "development") or [
                 "- none: no compared pair carries per-prompt development outcomes."]
-        learned = learned_statements(summaries, [r for r in rows if admitted(r)[0]])
+        learned = learned_statements(summaries, counted)
         if learned:
             out += ["", "Learned past the starting weights? (issue 70: each compared cell's development gain, a paired "
                         "bootstrap over prompts and seeds, `benchmarks/suite/bootstrap.py`; learned only where the 95% "
@@ -1508,14 +1504,13 @@ def render_frontier(records: list[dict]) -> str:
             out += ["", "Verdicts on the untouched split (issue 70: read once per cell and seed at validation's pick; "
                         "a paired bootstrap over prompts and seeds, `benchmarks/suite/bootstrap.py`; a winner only "
                         "where the 95% interval of the difference excludes 0):", ""]
-            out += bootstrap_verdicts(summaries, [r for r in rows if admitted(r)[0]]) or [
+            out += bootstrap_verdicts(summaries, counted) or [
                 "- none yet: no compared pair has its untouched reads."]
         kept_out = [(r, admitted(r)[1]) for r in rows if not admitted(r)[0]] + [(r, superseded(r)) for r in old]
         if kept_out:
             out += ["", "Records kept out of the comparison:", ""]
             out += [f"- {r.get('cell')} seed {r.get('seed')}: {why}" + (f" ({r['protocol_error']})" if r.get("protocol_error")
                                                                         else "") for r, why in kept_out]
-        counted = [r for r in rows if admitted(r)[0]]
         if counted:
             words = [w for w in COUNTED_WORDS if w in counted[0]["counts"]["after"]]
             out += ["", "Counts over each run's test completions, before → after (loops: `repetition` below "

@@ -130,11 +130,25 @@ def compare_cells(a_records: list[dict], b_records: list[dict], split: str, **kw
     seeds = sorted({r["seed"] for r in a_records} & {r["seed"] for r in b_records})
     if not seeds:
         raise ValueError("the two cells share no seed")
-    sa, ids_a, ma = outcome_matrix([r for r in a_records if r["seed"] in seeds], split)
-    sb, ids_b, mb = outcome_matrix([r for r in b_records if r["seed"] in seeds], split)
-    if ids_a != ids_b:
-        if sorted(ids_a) != sorted(ids_b):
-            raise ValueError(f"the two cells read different {split} prompts: not a paired comparison")
-        order = {pid: i for i, pid in enumerate(ids_b)}
-        mb = [[row[order[pid]] for pid in ids_a] for row in mb]
-    return paired_bootstrap(ma, mb, **kw)
+    _, ids_a, ma = outcome_matrix([r for r in a_records if r["seed"] in seeds], split)
+    _, ids_b, mb = outcome_matrix([r for r in b_records if r["seed"] in seeds], split)
+    return paired_bootstrap(ma, in_order(ids_a, ids_b, mb, split), **kw)
+
+
+def gain_over_start(records: list[dict], split: str, **kw) -> Interval:
+    """The paired bootstrap of a cell's gain over its starting weights on ``split``: each record's ``after``
+    outcomes against its ``before`` ones, prompt by prompt, over the cell's seeds."""
+    _, ids, after = outcome_matrix(records, split, "after")
+    _, ids_before, before = outcome_matrix(records, split, "before")
+    return paired_bootstrap(after, in_order(ids, ids_before, before, split), **kw)
+
+
+def in_order(ids: list[str], ids_m: list[str], m: list[list[float]], split: str) -> list[list[float]]:
+    """``m`` (seeds x prompts, its columns in ``ids_m``'s order) with its columns in ``ids``'s order; ValueError
+    where the two read different prompts (the comparison would not be paired)."""
+    if ids_m == ids:
+        return m
+    if sorted(ids_m) != sorted(ids):
+        raise ValueError(f"the two sides read different {split} prompts: not a paired comparison")
+    order = {pid: i for i, pid in enumerate(ids_m)}
+    return [[row[order[pid]] for pid in ids] for row in m]

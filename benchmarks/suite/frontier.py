@@ -194,10 +194,10 @@ def plot(summaries: list[dict], path, title: str, reward: str) -> pathlib.Path |
         ax.legend(fontsize=7, loc="upper left")
     fig.tight_layout()
     gap = LABEL_PT * 1.4 * fig.dpi / 72  # pixels between two labels' centres
+    top_px = ax.transAxes.transform((0, 1))[1] - gap / 2
     for tool, colour, points in labels:
         ys = [ax.transData.transform((x, y))[1] for x, y, _ in points]
         dx, ha = (-12, "right") if tool == "mezo-rl" else (12, "left")
-        top_px = ax.transAxes.transform((0, 1))[1] - gap / 2
         for (x, y, text), py, ty in zip(points, ys, spread(ys, gap, top_px)):
             a = ax.annotate(text, (x, y), xytext=(dx, (ty - py) * 72 / fig.dpi), textcoords="offset points",
                             ha=ha, va="center", fontsize=LABEL_PT, color=colour,
@@ -214,22 +214,20 @@ def spread(ys: list[float], gap: float, top: float = math.inf) -> list[float]:
     """Positions for labels wanted at ``ys`` (any order): each as near its own as the others allow, in the same
     order, neighbours at least ``gap`` apart (a run of labels closer than that is centred on its mean), none above
     ``top`` (the labels that would be are pushed down, and those they reach with them)."""
+    def start(block: list[int]) -> float:  # where a run of touching labels begins, centred on their wishes
+        return sum(ys[j] for j in block) / len(block) - gap * (len(block) - 1) / 2
+
     order = sorted(range(len(ys)), key=lambda i: ys[i])
-    blocks: list[list[int]] = []  # runs of labels that touch, each placed around the mean of their wishes
+    blocks: list[list[int]] = []
     for i in order:
         blocks.append([i])
-        while len(blocks) > 1:
-            lo, hi = blocks[-2], blocks[-1]
-            start_lo = sum(ys[j] for j in lo) / len(lo) - gap * (len(lo) - 1) / 2
-            start_hi = sum(ys[j] for j in hi) / len(hi) - gap * (len(hi) - 1) / 2
-            if start_lo + gap * len(lo) <= start_hi:
-                break
-            blocks[-2:] = [lo + hi]
+        while len(blocks) > 1 and start(blocks[-2]) + gap * len(blocks[-2]) > start(blocks[-1]):
+            blocks[-2:] = [blocks[-2] + blocks[-1]]
     out = [0.0] * len(ys)
     for block in blocks:
-        start = sum(ys[j] for j in block) / len(block) - gap * (len(block) - 1) / 2
+        first = start(block)
         for k, j in enumerate(block):
-            out[j] = start + k * gap
+            out[j] = first + k * gap
     ceiling = top
     for j in reversed(order):
         out[j] = min(out[j], ceiling)
