@@ -15,9 +15,10 @@ given after ``--``); a run whose directory already holds summary.json is read, n
   ``exact_answer`` reward of the tested step's completion minus the base model's (the run's own step-0 test). Memory: the run's peak RSS minus the RSS of a process that has imported
 what ``mezo-rl train`` imports, before any model loads (measured once, the same way for every dtype).
 
-The comparison: bf16's gain minus float32's, a paired bootstrap over test examples and seeds
+Each dtype's gain over the starting weights gets a paired bootstrap interval over test examples and seeds (against
+zero: the gain is already per example). The comparison: bf16's gain minus float32's, a paired bootstrap over test examples and seeds
 (``benchmarks/suite/bootstrap.py``: the same resample for both dtypes), and the ratio of their memory above the
-baseline. One JSON line per run and one for the comparison go to ``--record`` with the command, commit and CPU.
+baseline. One JSON line per run, one per dtype's gain and one for the comparison go to ``--record`` with the command, commit and CPU.
 """
 from __future__ import annotations
 
@@ -105,6 +106,7 @@ def main():
         per_example(args.per_example)
         return
     from suite.bootstrap import paired_bootstrap
+    from mezo_rl.training.rundir import read_args
 
     exe = [sys.executable, "-m", "mezo_rl"]
     baseline = float(subprocess.run([sys.executable, "-c", BASELINE], capture_output=True, text=True, check=True).stdout)
@@ -128,7 +130,7 @@ def main():
             else:
                 ex = completion_outcomes(out, summary["best_step"])
             gain = [a - b for a, b in zip(ex["after"], ex["before"])]
-            rec = dict(kind="run", task=args.task, command=" ".join(["mezo-rl", *cmd[3:]]), dtype=dtype, seed=seed, n=len(gain),
+            rec = dict(kind="run", task=args.task, model=read_args(out).model, command=" ".join(["mezo-rl", *cmd[3:]]), dtype=dtype, seed=seed, n=len(gain),
                        best_step=summary["best_step"], test_before=sum(ex["before"]) / len(gain),
                        test_after=sum(ex["after"]) / len(gain), gain=sum(gain) / len(gain),
                        peak_rss_mib=summary["peak_rss_mb"], above_baseline_mib=round(summary["peak_rss_mb"] - baseline, 1),
@@ -139,6 +141,16 @@ def main():
             if args.record:
                 with open(args.record, "a") as f:
                     f.write(json.dumps({**rec, "outcomes": gain}) + "\n")
+    for dtype in args.dtypes:  # each dtype's gain over the starting weights, the same bootstrap against zero
+        gains = [runs[(dtype, s)][1] for s in args.seeds]
+        iv = paired_bootstrap(gains, [[0.0] * len(g) for g in gains])
+        rec = dict(kind="gain", task=args.task, model=runs[(dtype, args.seeds[0])][0]["model"], dtype=dtype,
+                   what=f"{dtype} weights' test gain over the starting weights", seeds=args.seeds, n=len(gains[0]),
+                   gain=iv.diff, lo=iv.lo, hi=iv.hi, se=iv.se, **here)
+        print(json.dumps(rec), flush=True)
+        if args.record:
+            with open(args.record, "a") as f:
+                f.write(json.dumps(rec) + "\n")
     if set(args.dtypes) == {"float32", "bfloat16"}:
         low = [runs[("bfloat16", s)][1] for s in args.seeds]
         ref = [runs[("float32", s)][1] for s in args.seeds]
