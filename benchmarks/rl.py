@@ -1344,20 +1344,27 @@ def verdict_pairs(task: str, records: list[dict]) -> list[tuple[str, str]]:
 def untouched_pending(task: str, stage: str, grid: list, records: list[dict]) -> list[tuple]:
     """Stage "untouched": every seed of the cells in a verdict pair (``verdict_pairs``) whose record carries no
     untouched read (it is run again: the read happens at the end of a run); stage "more-seeds": the EXTRA_SEEDS of
-    both cells of each pair whose untouched verdict is within bootstrap.CLOSE_SE SE (``bootstrap.needs_more_seeds``)."""
-    read = {(r["cell"], r["seed"]) for r in records if r.get("ok") and "untouched" in (r.get("outcomes") or {})}
+    both cells of each pair whose verdict is within bootstrap.CLOSE_SE SE (``bootstrap.needs_more_seeds``), judged
+    on the untouched split, or on development for a task without one (Countdown: ``bootstrap_verdicts``' split)."""
+    split = "untouched" if task in UNTOUCHED_TASKS else "development"
+    read = {(r["cell"], r["seed"]) for r in records if r.get("ok") and split in (r.get("outcomes") or {})}
     pairs = verdict_pairs(task, records)
     if stage == "untouched":
+        if split != "untouched":
+            print(f"{task} has no untouched split: its pairs are compared on development (stage 'more-seeds' adds "
+                  "seeds to the close ones)", file=sys.stderr)
+            return []
         chosen = {cell for pair in pairs for cell in pair}
         return [(c, s) for c in grid if c.name in chosen for s in c.seeds if (c.name, s) not in read]
     close = set()
     for m, g in pairs:
         sides = [[r for r in records if r.get("cell") == cell and (cell, r["seed"]) in read] for cell in (m, g)]
         if min(len({r["seed"] for r in side}) for side in sides) < MIN_SEEDS:
-            continue  # the pair's untouched reads are not all in: run stage "untouched" first
-        if bootstrap.needs_more_seeds(bootstrap.compare_cells(*sides, "untouched")):
+            continue  # the pair's reads are not all in (untouched: run stage "untouched" first)
+        if bootstrap.needs_more_seeds(bootstrap.compare_cells(*sides, split)):
             close |= {m, g}
-    return [(c, s) for c in grid if c.name in close for s in EXTRA_SEEDS if (c.name, s) not in read]
+    # seed-major: both cells of a pair have seed 3 before either starts seed 4, so a stop between runs leaves pairs
+    return [(c, s) for s in EXTRA_SEEDS for c in grid if c.name in close and (c.name, s) not in read]
 
 
 def variants_chosen(task: str, records: list[dict]) -> set[str]:

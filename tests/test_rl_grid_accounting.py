@@ -160,8 +160,28 @@ def test_stage_untouched_reruns_every_seed_of_the_cells_validation_chose_and_mor
     assert rl.frontier_pending("arithmetic", "more-seeds", None, far + recs[6:]) == []
     close = [_read(r, [1] * 30 + [0] * 10) if r["cell"] == m.name else _read(r, [1] * 29 + [0] * 11) for r in recs[:6]]
     more = rl.frontier_pending("arithmetic", "more-seeds", None, close + recs[6:])
-    assert more == [(m, 3), (m, 4), (g, 3), (g, 4)] and rl.EXTRA_SEEDS == (3, 4)
+    assert more == [(m, 3), (g, 3), (m, 4), (g, 4)] and rl.EXTRA_SEEDS == (3, 4)
     assert rl.frontier_command(m, 4, pathlib.Path("x"))   # an extra seed is a seed of the cell
+
+
+def test_a_task_without_an_untouched_split_adds_seeds_to_a_pair_close_on_development():
+    from test_rl_protocol import _fields, _rec
+
+    task = "countdown-curriculum2"
+    m, g = rl.frontier_cell(task, "mezo-full-lr3e-3-beta0"), rl.frontier_cell(task, "grpo-full-lr3e-6-beta0")
+
+    def rec(cell, val, kl, seed, values):
+        fields = {k: v for k, v in _fields(val, kl, val, reward="countdown_lenient").items() if k != "command"}
+        return {**_rec(cell, val, kl, val, seed=seed), **fields,
+                "outcomes": {"development": {"after": [[f"q{i}", v] for i, v in enumerate(values)]}}}
+
+    far = [rec(m, 0.2, 0.1, s, [1] * 30 + [0] * 10) for s in range(3)] + \
+        [rec(g, 0.2, 0.2, s, [1] * 10 + [0] * 30) for s in range(3)]
+    assert rl.verdict_pairs(task, far) == [(m.name, g.name)]
+    assert rl.frontier_pending(task, "untouched", None, far) == []      # no untouched split to read
+    assert rl.frontier_pending(task, "more-seeds", None, far) == []     # far apart on development
+    close = far[:3] + [rec(g, 0.2, 0.2, s, [1] * 29 + [0] * 11) for s in range(3)]
+    assert rl.frontier_pending(task, "more-seeds", None, close) == [(m, 3), (g, 3), (m, 4), (g, 4)]
 
 
 def test_the_four_times_budget_cells_run_every_seed_in_their_first_stage():
