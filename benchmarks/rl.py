@@ -815,6 +815,11 @@ FRONTIER_TASKS["countdown-curriculum4"] = dict(FRONTIER_TASKS["countdown-curricu
 #: where a curriculum stage's picks are written (relative to the checkout, as the sentiment prompts)
 #: the tasks whose runs read the untouched split once at their pick (benchmarks/suite/untouched.py)
 UNTOUCHED_TASKS = ("arithmetic", "arithmetic-4x", "sentiment", "sentiment-guard")
+
+
+def verdict_split(task: str) -> str:
+    """The split a task's verdict pairs are compared on: the untouched one, or development for a task without one."""
+    return "untouched" if task in UNTOUCHED_TASKS else "development"
 #: the tasks whose prompts are SST-2 review openings (``write_sentiment_prompts``), scored by the example's rewards
 SENTIMENT_TASKS = ("sentiment", "sentiment-guard")
 
@@ -1346,7 +1351,7 @@ def untouched_pending(task: str, stage: str, grid: list, records: list[dict]) ->
     untouched read (it is run again: the read happens at the end of a run); stage "more-seeds": the EXTRA_SEEDS of
     both cells of each pair whose verdict is within bootstrap.CLOSE_SE SE (``bootstrap.needs_more_seeds``), judged
     on the untouched split, or on development for a task without one (Countdown: ``bootstrap_verdicts``' split)."""
-    split = "untouched" if task in UNTOUCHED_TASKS else "development"
+    split = verdict_split(task)
     read = {(r["cell"], r["seed"]) for r in records if r.get("ok") and split in (r.get("outcomes") or {})}
     pairs = verdict_pairs(task, records)
     if stage == "untouched":
@@ -1500,7 +1505,7 @@ def render_frontier(records: list[dict]) -> str:
             out += ["", "The same pairs on the development split with error bars that include the prompts (a paired "
                         "bootstrap over prompts and seeds, `benchmarks/suite/bootstrap.py`; a leader only where the 95% "
                         "interval of the difference excludes 0):", ""]
-            out += bootstrap_verdicts(summaries, counted, "development") or [
+            out += bootstrap_verdicts(summaries, counted, verdict_split(task)) or [
                 "- none: no compared pair carries per-prompt development outcomes."]
         learned = learned_statements(summaries, counted)
         if learned:
