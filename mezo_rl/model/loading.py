@@ -265,36 +265,68 @@ def _gguf_from_package(module: str, gguf_name: str | None, tried: list[str]):
 
 
 def _cached_gguf(gguf: pathlib.Path, name: str, dtype: str = "float32") -> pathlib.Path:
-    """Directory of safetensors dequantised from ``gguf`` (made on first use, reused afterwards), in ``dtype``: a
-    low-precision copy is made once from the float32 one, so a bf16 load reads bf16 files and never holds the
-    float32 weights beside its own."""
+    """Directory of safetensors dequantised from ``gguf`` (made on first use, reused afterwards), in ``dtype``.
+
+    The float32 copy (``<name>``) is the dequantisation itself; a low-precision copy (``<name>-<dtype>``) is cast from
+    it in memory, tensor by tensor, never read back from the float32 files beside a copy of its own. Once the copies
+    are written, the memory the conversion freed goes back to the system (:func:`_release_freed_memory`), so the
+    run that loads the copy next peaks as a run that found it cached."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     stat = gguf.stat()
     key = {"gguf": str(gguf.resolve()), "size": stat.st_size, "mtime": int(stat.st_mtime)}
-    if dtype != "float32":
-        full = _cached_gguf(gguf, name)
-        target, key = cache_root() / f"{name}-{dtype}", {**key, "dtype": dtype}
-        if not _cache_current(target, key):
-            model = AutoModelForCausalLM.from_pretrained(str(full), dtype=DTYPES[dtype])
-            _write_cache(target, model, AutoTokenizer.from_pretrained(str(full)), key)
+    full = cache_root() / name
+    target, target_key = (full, key) if dtype == "float32" else (cache_root() / f"{name}-{dtype}", {**key, "dtype": dtype})
+    if _cache_current(target, target_key):
         return target
-    target = cache_root() / name
-    if _cache_current(target, key):
-        return target
-    log.warning("dequantising %s once (about 20 s per 100M parameters); caching to %s", gguf.name, target)
-    with _gguf_parsed_once():
-        model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
-        tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
-    packed = [n for n, m in model.named_modules() if "gguf" in type(m).__name__.lower()]
-    if packed:
-        raise RuntimeError(f"{gguf.name}: transformers kept {len(packed)} layers GGUF-packed; cannot cache them as safetensors")
-    # the weights are plain dequantised tensors now; drop the quantizer so save_pretrained accepts them
-    model.hf_quantizer = None
-    if hasattr(model.config, "quantization_config"):
-        del model.config.quantization_config
-    _write_cache(target, model, tokenizer, key)
+    if _cache_current(full, key):
+        model = AutoModelForCausalLM.from_pretrained(str(full), dtype=torch.float32)
+        tokenizer = AutoTokenizer.from_pretrained(str(full))
+    else:
+        log.warning("dequantising %s once (about 20 s per 100M parameters); caching to %s", gguf.name, full)
+        with _gguf_parsed_once():
+            model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
+            tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+        packed = [n for n, m in model.named_modules() if "gguf" in type(m).__name__.lower()]
+        if packed:
+            raise RuntimeError(f"{gguf.name}: transformers kept {len(packed)} layers GGUF-packed; cannot cache them as safetensors")
+        # the weights are plain dequantised tensors now; drop the quantizer so save_pretrained accepts them
+        model.hf_quantizer = None
+        if hasattr(model.config, "quantization_config"):
+            del model.config.quantization_config
+        _write_cache(full, model, tokenizer, key)
+    if target is not full:
+        _cast_weights(model, DTYPES[dtype])
+        _write_cache(target, model, tokenizer, target_key)
+    del model
+    _release_freed_memory()
     return target
+
+
+def _cast_weights(model, dtype: torch.dtype) -> None:
+    """Cast ``model``'s floating-point parameters and buffers to ``dtype`` in place, one tensor at a time (each
+    float32 tensor is freed as its copy is made), leaving the modules the model keeps in float32
+    (``_keep_in_fp32_modules``) as ``from_pretrained(..., dtype=dtype)`` would leave them."""
+    keep = [*(getattr(model, "_keep_in_fp32_modules", None) or ()), *(getattr(model, "_keep_in_fp32_modules_strict", None) or ())]
+    with torch.no_grad():
+        for name, t in [*model.named_parameters(), *model.named_buffers()]:
+            if t.is_floating_point() and t.dtype != dtype and not any(k in name.split(".") for k in keep):
+                t.data = t.data.to(dtype)
+    model.config.dtype = dtype
+
+
+def _release_freed_memory() -> None:
+    """Hand the heap memory Python and torch have freed back to the system (glibc's ``malloc_trim``): a model
+    converted and dropped leaves its pages in the allocator otherwise, counted in the process's resident memory
+    for the rest of the run. Nothing happens where the C library has no ``malloc_trim``."""
+    import ctypes
+    import gc
+
+    gc.collect()
+    try:
+        ctypes.CDLL(None).malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
 
 
 def _cache_current(target: pathlib.Path, key: dict) -> bool:
