@@ -10,6 +10,16 @@ gradient g every step), so only the engine acts. Beside it the same steps on flo
 same (bf16-valued) weights. Per lr and rounding: whether the weights stayed bit for bit (lr 0), the realised change
 projected on the float32 run's change, the share of entries that ever changed and the mean ``update_kept``.
 
+``train``: a short MeZO run, bf16 weights against float32 (no autocast), one process each, on ``--device`` (cpu or
+cuda): random weights of ``--arch`` (``benchmarks/device_speed.py``'s shapes: smollm2-135m, smollm2-1.7b, llama-7b),
+``--prompts`` prompts of 16 random words, ``--members`` members decoded batched (``BatchedMembers``) for
+``--new-tokens`` greedy tokens each, and a synthetic reward: the share of a completion's words whose id is even (the
+loss is minus its mean over the prompts). Per dtype: the median seconds a step (the first left out), the peak memory
+(CUDA: ``torch.cuda.max_memory_allocated``; CPU: peak RSS above the imports'), the mean ``update_kept`` and the reward
+at the first and last step.
+
+    python benchmarks/bf16_weights.py train --device cuda --arch smollm2-1.7b --steps 20
+
 ``memory``: random weights (transformers' initialisation) of a real architecture's shape (SmolLM2-1.7B's Llama config; a 7B Llama-2 shape), one
 process per cell; peak RSS (ru_maxrss) minus the RSS after imports, before the model is built, in MiB:
 ``inference`` (a forward of the batch a step's members read: 2 members x 4 sequences x 64 tokens, no grad) and
@@ -137,6 +147,63 @@ def one(shape: str, dtype: str, mode: str) -> None:
                           loaded_mib=round(loaded - base, 1), peak_mib=round(peak - base, 1))), flush=True)
 
 
+def train_one(arch: str, dtype: str, device: str, steps: int, prompts: int, members: int, new_tokens: int,
+              lr: float) -> None:
+    import statistics
+    import time
+
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from device_speed import ARCHS, word_tokenizer
+    from mezo_rl.engine.optim import BatchedMembers, MeZO
+    from mezo_rl.model.lm import LanguageModel
+
+    cuda = device == "cuda"
+    base = rss_mib()
+    cfg = LlamaConfig(**ARCHS[arch], max_position_embeddings=2048, pad_token_id=0, eos_token_id=1, bos_token_id=None)
+    torch.manual_seed(0)
+    torch.set_default_dtype(getattr(torch, dtype))  # built in its dtype, where it runs: no float32 copy of a bf16 model
+    with torch.device(device):
+        model = LlamaForCausalLM(cfg).eval()
+    torch.set_default_dtype(torch.float32)
+    lm = LanguageModel(model, word_tokenizer(cfg.vocab_size), batch_size=prompts)
+    gen = torch.Generator().manual_seed(1)
+    texts = [" ".join(f"w{int(i)}" for i in torch.randint(2, cfg.vocab_size, (16,), generator=gen)) for _ in range(prompts)]
+
+    def reward(completion: str) -> float:
+        words = completion.split()
+        return sum(int(w[1:]) % 2 == 0 for w in words if w[1:].isdigit()) / max(1, len(words))
+
+    def closure(ms):
+        outs = lm.generate(texts, members=len(ms), max_new_tokens=new_tokens)
+        return [-sum(map(reward, block)) / len(block) for block in outs]
+
+    opt = MeZO(model.parameters(), lr=lr, eps=1e-3, noise="lowrank", n_spsa=members // 2,
+               step_normalize="std", member_evaluation=BatchedMembers(model))
+    if cuda:
+        torch.cuda.reset_peak_memory_stats()
+    seconds, kept, losses = [], [], []
+    for _ in range(steps):
+        t0 = time.perf_counter()
+        res = opt.step(closure)
+        if cuda:
+            torch.cuda.synchronize()
+        seconds.append(time.perf_counter() - t0)
+        losses.append(res.loss)
+        if res.update_kept is not None:
+            kept.append(res.update_kept)
+    peak = (torch.cuda.max_memory_allocated() / 2**20 if cuda
+            else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024 - base)
+    print(json.dumps(dict(kind="train", arch=arch, dtype=dtype, device=device,
+                          gpu=torch.cuda.get_device_name() if cuda else None, cpu=cpu_name(),
+                          parameters=sum(p.numel() for p in model.parameters()), steps=steps, prompts=prompts,
+                          members=members, new_tokens=new_tokens, lr=lr,
+                          s_per_step=round(statistics.median(seconds[1:] or seconds), 4),
+                          peak_mib=round(peak, 1), update_kept=round(sum(kept) / len(kept), 4) if kept else None,
+                          reward_first=-losses[0], reward_last=-losses[-1])), flush=True)
+
+
 def memory(shapes, dtypes) -> None:
     import torch
 
@@ -161,6 +228,12 @@ def memory(shapes, dtypes) -> None:
                                       counted_mib=round(adamw))), flush=True)
 
 
+def fail(message: str) -> None:
+    """Bad input: one line on stderr, exit status 2."""
+    print(message, file=sys.stderr)
+    raise SystemExit(2)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -169,6 +242,16 @@ def main():
     m = sub.add_parser("memory")
     m.add_argument("--shapes", nargs="+", default=list(SHAPES), choices=list(SHAPES))
     m.add_argument("--dtypes", nargs="+", default=["bfloat16", "float32"], choices=["bfloat16", "float32"])
+    t = sub.add_parser("train")
+    t.add_argument("--arch", default="smollm2-1.7b", choices=["smollm2-135m", "smollm2-1.7b", "llama-7b"])
+    t.add_argument("--dtypes", nargs="+", default=["bfloat16", "float32"], choices=["bfloat16", "float32"])
+    t.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    t.add_argument("--steps", type=int, default=20)
+    t.add_argument("--prompts", type=int, default=8)
+    t.add_argument("--members", type=int, default=8)
+    t.add_argument("--new-tokens", type=int, default=16)
+    t.add_argument("--lr", type=float, default=1e-4)
+    t.add_argument("--one", action="store_true", help=argparse.SUPPRESS)  # one dtype, in this process
     o = sub.add_parser("one")
     o.add_argument("shape", choices=list(SHAPES))
     o.add_argument("dtype", choices=["bfloat16", "float32"])
@@ -176,6 +259,24 @@ def main():
     a = ap.parse_args()
     if a.cmd == "keep":
         keep(a.steps)
+    elif a.cmd == "train":
+        for name in ("steps", "prompts", "new_tokens"):
+            if getattr(a, name) < 1:
+                fail(f"--{name.replace('_', '-')} must be a positive integer, got {getattr(a, name)}")
+        if a.members < 2 or a.members % 2:
+            fail(f"--members takes a positive even number (two-point members: +eps and -eps), got {a.members}")
+        if a.device == "cuda":
+            import torch
+            if not torch.cuda.is_available():
+                fail("--device cuda: no CUDA device here (accepted: cpu, or cuda where one is)")
+        if a.one:
+            train_one(a.arch, a.dtypes[0], a.device, a.steps, a.prompts, a.members, a.new_tokens, a.lr)
+            return
+        for dtype in a.dtypes:  # one process each: the peak is that run's alone
+            subprocess.run([sys.executable, __file__, "train", "--one", "--arch", a.arch, "--dtypes", dtype,
+                            "--device", a.device, "--steps", str(a.steps), "--prompts", str(a.prompts),
+                            "--members", str(a.members), "--new-tokens", str(a.new_tokens), "--lr", str(a.lr)],
+                           check=True)
     elif a.cmd == "memory":
         memory(a.shapes, a.dtypes)
     else:
