@@ -195,7 +195,11 @@ def train_one(arch: str, dtype: str, device: str, steps: int, prompts: int, memb
             kept.append(res.update_kept)
     peak = (torch.cuda.max_memory_allocated() / 2**20 if cuda
             else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024 - base)
-    print(json.dumps(dict(kind="train", arch=arch, dtype=dtype, device=device,
+    command = (f"python benchmarks/bf16_weights.py train --arch {arch} --dtypes {dtype} --device {device} --steps {steps} "
+               f"--prompts {prompts} --members {members} --new-tokens {new_tokens} --lr {lr:g}")
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                            cwd=os.path.dirname(os.path.abspath(__file__))).stdout.strip() or None
+    print(json.dumps(dict(kind="train", command=command, commit=commit, arch=arch, dtype=dtype, device=device,
                           gpu=torch.cuda.get_device_name() if cuda else None, cpu=cpu_name(),
                           parameters=sum(p.numel() for p in model.parameters()), steps=steps, prompts=prompts,
                           members=members, new_tokens=new_tokens, lr=lr,
