@@ -247,7 +247,8 @@ def main():
     m.add_argument("--shapes", nargs="+", default=list(SHAPES), choices=list(SHAPES))
     m.add_argument("--dtypes", nargs="+", default=["bfloat16", "float32"], choices=["bfloat16", "float32"])
     t = sub.add_parser("train")
-    t.add_argument("--arch", default="smollm2-1.7b", choices=["smollm2-135m", "smollm2-1.7b", "llama-7b"])
+    from device_speed import ARCHS  # the shapes, named once
+    t.add_argument("--arch", default="smollm2-1.7b", choices=list(ARCHS))
     t.add_argument("--dtypes", nargs="+", default=["bfloat16", "float32"], choices=["bfloat16", "float32"])
     t.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     t.add_argument("--steps", type=int, default=20)
