@@ -232,12 +232,6 @@ def memory(shapes, dtypes) -> None:
                                       counted_mib=round(adamw))), flush=True)
 
 
-def fail(message: str) -> None:
-    """Bad input: one line on stderr, exit status 2."""
-    print(message, file=sys.stderr)
-    raise SystemExit(2)
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -247,7 +241,7 @@ def main():
     m.add_argument("--shapes", nargs="+", default=list(SHAPES), choices=list(SHAPES))
     m.add_argument("--dtypes", nargs="+", default=["bfloat16", "float32"], choices=["bfloat16", "float32"])
     t = sub.add_parser("train")
-    from device_speed import ARCHS  # the shapes, named once
+    from device_speed import ARCHS, fail  # the shapes, named once; bad input: one line, exit status 2
     t.add_argument("--arch", default="smollm2-1.7b", choices=list(ARCHS))
     t.add_argument("--dtypes", nargs="+", default=["bfloat16", "float32"], choices=["bfloat16", "float32"])
     t.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
